@@ -1,0 +1,77 @@
+// MultiHeadAttention<Dq, Dkv, D, H>: queries xq [B, Nq, Dq], keys/values xkv [B, Nk, Dkv].
+//
+//   q = xq Wqᵀ + bq,  k = xkv Wkᵀ + bk,  v = xkv Wvᵀ + bv                  [B, N, D]
+//   head h (features [h·Dh, (h+1)·Dh), Dh = D/H):
+//     A_h = softmax_row(s · q_h k_hᵀ, masked keys removed)                  [B, H, Nq, Nk]
+//     o_h = A_h v_h
+//   out = concat_h(o_h) Woᵀ + bo                                           [B, Nq, D]
+//
+// Score scale s: ScoreScale::head_width gives 1/sqrt(Dh) (the default), ScoreScale::model_width
+// gives 1/sqrt(D) (the seed project's choice). A masked key gets weight exactly 0; a query
+// whose keys are all masked gets o_h = 0, so its output row is bo. Parameters: wq, wk, wv, wo
+// (Xavier-normal weights, zero biases).
+#pragma once
+
+#include "../kernels/matmul.hpp"
+#include "../kernels/rowwise.hpp"
+#include "linear.hpp"
+
+namespace stformer {
+
+enum class ScoreScale { head_width, model_width };
+
+template <size_t Dq, size_t Dkv, size_t D, size_t H, ScoreScale S = ScoreScale::head_width>
+struct MultiHeadAttention {
+  static_assert(D % H == 0, "MultiHeadAttention: model width D must be divisible by the number of heads H");
+  static constexpr size_t Dh = D / H;
+  static constexpr float score_scale = S == ScoreScale::head_width ? inv_sqrt(Dh) : inv_sqrt(D);
+
+  Linear<Dq, D> wq;
+  Linear<Dkv, D> wk, wv;
+  Linear<D, D> wo;
+
+  template <class F, class... P>
+  static void visit(const Path& at, F& f, P&... p) {
+    stformer::visit(at / "wq", f, p.wq...);
+    stformer::visit(at / "wk", f, p.wk...);
+    stformer::visit(at / "wv", f, p.wv...);
+    stformer::visit(at / "wo", f, p.wo...);
+  }
+
+  template <size_t B, size_t Nq, size_t Nk>
+  struct Acts {
+    ActsOf<Linear<Dq, D>, B, Nq> q;
+    ActsOf<Linear<Dkv, D>, B, Nk> k, v;
+    Tensor<B, H, Nq, Nk> attn;  // A_h
+    Tensor<B, Nq, D> heads;     // concat_h(o_h)
+    ActsOf<Linear<D, D>, B, Nq> o;
+
+    template <class XQ, class XKV>
+    const Tensor<B, Nq, D>& forward(const MultiHeadAttention& p, const XQ& xq, const XKV& xkv, Mask<B, Nk> mask = {}) {
+      static_assert(std::is_same_v<XQ, Tensor<B, Nq, Dq>>, "MultiHeadAttention: queries xq [B, Nq, Dq] do not match the block's query width Dq");
+      static_assert(std::is_same_v<XKV, Tensor<B, Nk, Dkv>>, "MultiHeadAttention: keys/values xkv [B, Nk, Dkv] do not match the block's key width Dkv");
+      q.forward(p.wq, xq);
+      k.forward(p.wk, xkv);
+      v.forward(p.wv, xkv);
+      for (size_t b = 0; b < B; ++b)
+        for (size_t h = 0; h < H; ++h) {
+          const float* qh = q.out.data() + b * Nq * D + h * Dh;
+          const float* kh = k.out.data() + b * Nk * D + h * Dh;
+          const float* vh = v.out.data() + b * Nk * D + h * Dh;
+          float* a = attn.data() + (b * H + h) * Nq * Nk;
+          kernels::matmul_nt<Nq, Nk, Dh>(qh, D, kh, D, a, Nk, score_scale);
+          for (size_t i = 0; i < Nq; ++i) {
+            float* row = a + i * Nk;
+            if (mask.causal || mask.keys)
+              for (size_t j = 0; j < Nk; ++j)
+                if (!mask.sees(b, i, j)) row[j] = kernels::neg_inf;
+            kernels::softmax_row<Nk>(row);
+          }
+          kernels::matmul_nn<Nq, Dh, Nk>(a, Nk, vh, D, heads.data() + b * Nq * D + h * Dh, D);
+        }
+      return o.forward(p.wo, heads);
+    }
+  };
+};
+
+}  // namespace stformer

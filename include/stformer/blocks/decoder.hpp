@@ -1,0 +1,60 @@
+// DecoderBlock<D, H, F> (pre-norm Transformer decoder layer), rows x [B, N, D], encoder
+// memory m [B, M, D]:
+//   h1  = x  + SelfMHA(SN1(x), SN1(x))     causal
+//   h2  = h1 + CrossMHA(SN2(h1), m)        (optionally key-padded over m)
+//   out = h2 + FFN(SN3(h2))
+// Parameters: sn1.g, self_attn.*, sn2.g, cross_attn.*, sn3.g, ffn.*.
+#pragma once
+
+#include "attention.hpp"
+#include "feedforward.hpp"
+#include "scalenorm.hpp"
+
+namespace stformer {
+
+template <size_t D, size_t H, size_t F>
+struct DecoderBlock {
+  ScaleNorm<D> sn1;
+  MultiHeadAttention<D, D, D, H> self_attn;
+  ScaleNorm<D> sn2;
+  MultiHeadAttention<D, D, D, H> cross_attn;
+  ScaleNorm<D> sn3;
+  FeedForward<D, F> ffn;
+
+  template <class Fn, class... S>
+  static void visit(const Path& at, Fn& f, S&... s) {
+    stformer::visit(at / "sn1", f, s.sn1...);
+    stformer::visit(at / "self_attn", f, s.self_attn...);
+    stformer::visit(at / "sn2", f, s.sn2...);
+    stformer::visit(at / "cross_attn", f, s.cross_attn...);
+    stformer::visit(at / "sn3", f, s.sn3...);
+    stformer::visit(at / "ffn", f, s.ffn...);
+  }
+
+  template <size_t B, size_t N, size_t M>
+  struct Acts {
+    ActsOf<ScaleNorm<D>, B, N> sn1;
+    ActsOf<MultiHeadAttention<D, D, D, H>, B, N, N> self_attn;
+    Tensor<B, N, D> h1;
+    ActsOf<ScaleNorm<D>, B, N> sn2;
+    ActsOf<MultiHeadAttention<D, D, D, H>, B, N, M> cross_attn;
+    Tensor<B, N, D> h2;
+    ActsOf<ScaleNorm<D>, B, N> sn3;
+    ActsOf<FeedForward<D, F>, B, N> ffn;
+    Tensor<B, N, D> out;
+
+    template <class X, class Mem>
+    const Tensor<B, N, D>& forward(const DecoderBlock& p, const X& x, const Mem& m, const KeyMask<B, M>* memory_mask = nullptr) {
+      static_assert(std::is_same_v<X, Tensor<B, N, D>>, "DecoderBlock: input rows x [B, N, D] and the block's width D differ");
+      static_assert(std::is_same_v<Mem, Tensor<B, M, D>>, "DecoderBlock: encoder memory m [B, M, D] and the block's width D differ");
+      const auto& n1 = sn1.forward(p.sn1, x);
+      kernels::add<B * N * D>(x.data(), self_attn.forward(p.self_attn, n1, n1, Mask<B, N>{.causal = true}).data(), h1.data());
+      const auto& n2 = sn2.forward(p.sn2, h1);
+      kernels::add<B * N * D>(h1.data(), cross_attn.forward(p.cross_attn, n2, m, Mask<B, M>{.keys = memory_mask}).data(), h2.data());
+      kernels::add<B * N * D>(h2.data(), ffn.forward(p.ffn, sn3.forward(p.sn3, h2)).data(), out.data());
+      return out;
+    }
+  };
+};
+
+}  // namespace stformer

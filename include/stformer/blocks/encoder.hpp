@@ -1,0 +1,48 @@
+// EncoderBlock<D, H, F> (pre-norm Transformer encoder layer), rows x [B, N, D]:
+//   h   = x + MHA(SN1(x), SN1(x))        (optionally causal / key-padded)
+//   out = h + FFN(SN2(h))
+// Parameters: sn1.g, attn.*, sn2.g, ffn.*.
+#pragma once
+
+#include "attention.hpp"
+#include "feedforward.hpp"
+#include "scalenorm.hpp"
+
+namespace stformer {
+
+template <size_t D, size_t H, size_t F>
+struct EncoderBlock {
+  ScaleNorm<D> sn1;
+  MultiHeadAttention<D, D, D, H> attn;
+  ScaleNorm<D> sn2;
+  FeedForward<D, F> ffn;
+
+  template <class Fn, class... S>
+  static void visit(const Path& at, Fn& f, S&... s) {
+    stformer::visit(at / "sn1", f, s.sn1...);
+    stformer::visit(at / "attn", f, s.attn...);
+    stformer::visit(at / "sn2", f, s.sn2...);
+    stformer::visit(at / "ffn", f, s.ffn...);
+  }
+
+  template <size_t B, size_t N>
+  struct Acts {
+    ActsOf<ScaleNorm<D>, B, N> sn1;
+    ActsOf<MultiHeadAttention<D, D, D, H>, B, N, N> attn;
+    Tensor<B, N, D> h;
+    ActsOf<ScaleNorm<D>, B, N> sn2;
+    ActsOf<FeedForward<D, F>, B, N> ffn;
+    Tensor<B, N, D> out;
+
+    template <class X>
+    const Tensor<B, N, D>& forward(const EncoderBlock& p, const X& x, Mask<B, N> mask = {}) {
+      static_assert(std::is_same_v<X, Tensor<B, N, D>>, "EncoderBlock: input rows x [B, N, D] and the block's width D differ");
+      const auto& n1 = sn1.forward(p.sn1, x);
+      kernels::add<B * N * D>(x.data(), attn.forward(p.attn, n1, n1, mask).data(), h.data());
+      kernels::add<B * N * D>(h.data(), ffn.forward(p.ffn, sn2.forward(p.sn2, h)).data(), out.data());
+      return out;
+    }
+  };
+};
+
+}  // namespace stformer

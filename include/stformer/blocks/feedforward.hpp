@@ -1,0 +1,35 @@
+// FeedForward<D, F>: y = ReLU(x W1ᵀ + b1) W2ᵀ + b2, rows [L..., D] -> [L..., D].
+// Parameters: fc1 (Linear<D, F>), fc2 (Linear<F, D>), Kaiming-normal weights.
+#pragma once
+
+#include "linear.hpp"
+
+namespace stformer {
+
+template <size_t D, size_t F>
+struct FeedForward {
+  Linear<D, F, Init::kaiming_normal> fc1;
+  Linear<F, D, Init::kaiming_normal> fc2;
+
+  template <class Fn, class... S>
+  static void visit(const Path& at, Fn& f, S&... s) {
+    stformer::visit(at / "fc1", f, s.fc1...);
+    stformer::visit(at / "fc2", f, s.fc2...);
+  }
+
+  template <size_t... L>
+  struct Acts {
+    ActsOf<Linear<D, F, Init::kaiming_normal>, L...> fc1;  // fc1.out holds ReLU(x W1ᵀ + b1)
+    ActsOf<Linear<F, D, Init::kaiming_normal>, L...> fc2;
+
+    template <class X>
+    const Tensor<L..., D>& forward(const FeedForward& p, const X& x) {
+      static_assert(std::is_same_v<X, Tensor<L..., D>>, "FeedForward: input rows x [..., D] and the layer's width D differ");
+      fc1.forward(p.fc1, x);
+      kernels::relu<(L * ... * 1) * F>(fc1.out.data());
+      return fc2.forward(p.fc2, fc1.out);
+    }
+  };
+};
+
+}  // namespace stformer

@@ -1,0 +1,40 @@
+// ISAB<D, H, M, Norm>: Hm = MAB1(I, X), ISAB(X) = MAB2(X, Hm), X [B, N, D], with M learned
+// inducing points I [M, D] (Xavier-normal). Cost O(N·M) instead of O(N²); permutation-
+// equivariant. A key-padding mask over X applies to MAB1 (X is its key side).
+// Parameters: inducing, mab1.*, mab2.*.
+#pragma once
+
+#include <algorithm>
+
+#include "mab.hpp"
+
+namespace stformer {
+
+template <size_t D, size_t H, size_t M, template <size_t> class Norm = ScaleNorm>
+struct ISAB {
+  Tensor<M, D> inducing;
+  MAB<D, H, Norm> mab1, mab2;
+
+  template <class Fn, class... S>
+  static void visit(const Path& at, Fn& f, S&... s) {
+    f(at / "inducing", Init{Init::xavier_normal}, s.inducing...);
+    stformer::visit(at / "mab1", f, s.mab1...);
+    stformer::visit(at / "mab2", f, s.mab2...);
+  }
+
+  template <size_t B, size_t N>
+  struct Acts {
+    Tensor<B, M, D> i;  // I repeated over the batch
+    ActsOf<MAB<D, H, Norm>, B, M, N> mab1;
+    ActsOf<MAB<D, H, Norm>, B, N, M> mab2;
+
+    template <class X>
+    const Tensor<B, N, D>& forward(const ISAB& p, const X& x, const KeyMask<B, N>* keys = nullptr) {
+      static_assert(std::is_same_v<X, Tensor<B, N, D>>, "ISAB: input set X [B, N, D] and the block's width D differ");
+      for (size_t b = 0; b < B; ++b) std::copy(p.inducing.begin(), p.inducing.end(), i.begin() + b * M * D);
+      return mab2.forward(p.mab2, x, mab1.forward(p.mab1, i, x, keys));
+    }
+  };
+};
+
+}  // namespace stformer

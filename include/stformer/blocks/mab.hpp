@@ -1,0 +1,54 @@
+// MAB<D, H, Norm> — multi-head attention block of the Set Transformer (Lee et al. 2019) in
+// pre-norm form, queries X [B, Nq, D], keys/values Y [B, Nk, D]:
+//   h   = X + MHA(Nq(X), Nkv(Y))              (optionally key-padded over Y)
+//   out = h + ReLU(Nff(h) Wfcᵀ + bfc)
+// Norm = ScaleNorm (default) or Identity (the paper's un-normalised block, no g entries).
+// Parameters: nq.g, nkv.g, attn.*, nff.g, fc.weight [D, D] (Kaiming-normal), fc.bias.
+#pragma once
+
+#include "attention.hpp"
+#include "scalenorm.hpp"
+
+namespace stformer {
+
+template <size_t D, size_t H, template <size_t> class Norm = ScaleNorm>
+struct MAB {
+  Norm<D> nq, nkv;
+  MultiHeadAttention<D, D, D, H> attn;
+  Norm<D> nff;
+  Linear<D, D, Init::kaiming_normal> fc;
+
+  template <class Fn, class... S>
+  static void visit(const Path& at, Fn& f, S&... s) {
+    stformer::visit(at / "nq", f, s.nq...);
+    stformer::visit(at / "nkv", f, s.nkv...);
+    stformer::visit(at / "attn", f, s.attn...);
+    stformer::visit(at / "nff", f, s.nff...);
+    stformer::visit(at / "fc", f, s.fc...);
+  }
+
+  template <size_t B, size_t Nq, size_t Nk>
+  struct Acts {
+    ActsOf<Norm<D>, B, Nq> nq;
+    ActsOf<Norm<D>, B, Nk> nkv;
+    ActsOf<MultiHeadAttention<D, D, D, H>, B, Nq, Nk> attn;
+    Tensor<B, Nq, D> h;
+    ActsOf<Norm<D>, B, Nq> nff;
+    ActsOf<Linear<D, D, Init::kaiming_normal>, B, Nq> fc;  // fc.out holds ReLU(Nff(h) Wfcᵀ + bfc)
+    Tensor<B, Nq, D> out;
+
+    template <class X, class Y>
+    const Tensor<B, Nq, D>& forward(const MAB& p, const X& x, const Y& y, const KeyMask<B, Nk>* keys = nullptr) {
+      static_assert(std::is_same_v<X, Tensor<B, Nq, D>>, "MAB: query set X [B, Nq, D] and the block's width D differ");
+      static_assert(std::is_same_v<Y, Tensor<B, Nk, D>>, "MAB: key set Y [B, Nk, D] and the block's width D differ");
+      const auto& a = attn.forward(p.attn, nq.forward(p.nq, x), nkv.forward(p.nkv, y), Mask<B, Nk>{.keys = keys});
+      kernels::add<B * Nq * D>(x.data(), a.data(), h.data());
+      fc.forward(p.fc, nff.forward(p.nff, h));
+      kernels::relu<B * Nq * D>(fc.out.data());
+      kernels::add<B * Nq * D>(h.data(), fc.out.data(), out.data());
+      return out;
+    }
+  };
+};
+
+}  // namespace stformer

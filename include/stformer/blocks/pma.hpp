@@ -1,0 +1,36 @@
+// PMA<D, H, K, Norm>: PMA(X) = MAB(S, X), X [B, N, D] -> [B, K, D], with K learned seed
+// vectors S [K, D] (Xavier-normal). Permutation-invariant. Parameters: seeds, mab.*.
+#pragma once
+
+#include <algorithm>
+
+#include "mab.hpp"
+
+namespace stformer {
+
+template <size_t D, size_t H, size_t K, template <size_t> class Norm = ScaleNorm>
+struct PMA {
+  Tensor<K, D> seeds;
+  MAB<D, H, Norm> mab;
+
+  template <class Fn, class... S>
+  static void visit(const Path& at, Fn& f, S&... s) {
+    f(at / "seeds", Init{Init::xavier_normal}, s.seeds...);
+    stformer::visit(at / "mab", f, s.mab...);
+  }
+
+  template <size_t B, size_t N>
+  struct Acts {
+    Tensor<B, K, D> s;  // S repeated over the batch
+    ActsOf<MAB<D, H, Norm>, B, K, N> mab;
+
+    template <class X>
+    const Tensor<B, K, D>& forward(const PMA& p, const X& x, const KeyMask<B, N>* keys = nullptr) {
+      static_assert(std::is_same_v<X, Tensor<B, N, D>>, "PMA: input set X [B, N, D] and the block's width D differ");
+      for (size_t b = 0; b < B; ++b) std::copy(p.seeds.begin(), p.seeds.end(), s.begin() + b * K * D);
+      return mab.forward(p.mab, s, x, keys);
+    }
+  };
+};
+
+}  // namespace stformer

@@ -1,0 +1,51 @@
+// PointerAttention<Dq, Dk, Da> (Vinyals et al. 2015): log-probabilities over keys,
+//   logp = log_softmax((q Wqᵀ + bq)(k Wkᵀ + bk)ᵀ / sqrt(Da))     q [B, Nq, Dq], k [B, Nk, Dk]
+// -> [B, Nq, Nk]. A masked key gets log-probability −∞ (probability exactly 0); a row whose
+// keys are all masked is all −∞. Parameters: wq.*, wk.* (Xavier-normal, zero bias).
+#pragma once
+
+#include "../kernels/matmul.hpp"
+#include "../kernels/rowwise.hpp"
+#include "linear.hpp"
+
+namespace stformer {
+
+template <size_t Dq, size_t Dk, size_t Da>
+struct PointerAttention {
+  Linear<Dq, Da> wq;
+  Linear<Dk, Da> wk;
+
+  template <class F, class... S>
+  static void visit(const Path& at, F& f, S&... s) {
+    stformer::visit(at / "wq", f, s.wq...);
+    stformer::visit(at / "wk", f, s.wk...);
+  }
+
+  template <size_t B, size_t Nq, size_t Nk>
+  struct Acts {
+    ActsOf<Linear<Dq, Da>, B, Nq> q;
+    ActsOf<Linear<Dk, Da>, B, Nk> k;
+    Tensor<B, Nq, Nk> logp;
+
+    template <class XQ, class XK>
+    const Tensor<B, Nq, Nk>& forward(const PointerAttention& p, const XQ& xq, const XK& xk, const KeyMask<B, Nk>* keys = nullptr) {
+      static_assert(std::is_same_v<XQ, Tensor<B, Nq, Dq>>, "PointerAttention: queries q [B, Nq, Dq] and the block's query width Dq differ");
+      static_assert(std::is_same_v<XK, Tensor<B, Nk, Dk>>, "PointerAttention: keys k [B, Nk, Dk] and the block's key width Dk differ");
+      q.forward(p.wq, xq);
+      k.forward(p.wk, xk);
+      for (size_t b = 0; b < B; ++b) {
+        float* l = logp.data() + b * Nq * Nk;
+        kernels::matmul_nt<Nq, Nk, Da>(q.out.data() + b * Nq * Da, Da, k.out.data() + b * Nk * Da, Da, l, Nk, inv_sqrt(Da));
+        for (size_t i = 0; i < Nq; ++i) {
+          if (keys)
+            for (size_t j = 0; j < Nk; ++j)
+              if (!(*keys)(b, j)) l[i * Nk + j] = kernels::neg_inf;
+          kernels::log_softmax_row<Nk>(l + i * Nk);
+        }
+      }
+      return logp;
+    }
+  };
+};
+
+}  // namespace stformer

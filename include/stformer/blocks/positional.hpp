@@ -1,0 +1,46 @@
+// PositionalEncoding<L, D>: fixed sinusoids added to rows x [B, N, D], N <= L:
+//   PE[p, 2i] = sin(p / 10000^(2i/D)),  PE[p, 2i+1] = cos(p / 10000^(2i/D)).
+// No parameters. The table is computed once (in double) on first use.
+#pragma once
+
+#include <cmath>
+
+#include "../kernels/rowwise.hpp"
+#include "../params.hpp"
+
+namespace stformer {
+
+template <size_t L, size_t D>
+struct PositionalEncoding {
+  template <class F, class... S>
+  static void visit(const Path&, F&, S&...) {}
+
+  static const Tensor<L, D>& table() {
+    static const Tensor<L, D> pe = [] {
+      Tensor<L, D> t;
+      for (size_t p = 0; p < L; ++p)
+        for (size_t c = 0; c < D; ++c) {
+          double angle = double(p) / std::pow(10000.0, double(c - c % 2) / double(D));
+          t(p, c) = float(c % 2 == 0 ? std::sin(angle) : std::cos(angle));
+        }
+      return t;
+    }();
+    return pe;
+  }
+
+  template <size_t B, size_t N>
+  struct Acts {
+    static_assert(N <= L, "PositionalEncoding: sequence length N exceeds the table length L");
+    Tensor<B, N, D> out;
+
+    template <class X>
+    const Tensor<B, N, D>& forward(const PositionalEncoding&, const X& x) {
+      static_assert(std::is_same_v<X, Tensor<B, N, D>>, "PositionalEncoding: input rows x [B, N, D] and the table's width D differ");
+      const float* pe = table().data();
+      for (size_t b = 0; b < B; ++b) kernels::add<N * D>(x.data() + b * N * D, pe, out.data() + b * N * D);
+      return out;
+    }
+  };
+};
+
+}  // namespace stformer

@@ -1,0 +1,29 @@
+// SAB<D, H, Norm>: SAB(X) = MAB(X, X), X [B, N, D]. Permutation-equivariant. Parameters: mab.*.
+#pragma once
+
+#include "mab.hpp"
+
+namespace stformer {
+
+template <size_t D, size_t H, template <size_t> class Norm = ScaleNorm>
+struct SAB {
+  MAB<D, H, Norm> mab;
+
+  template <class Fn, class... S>
+  static void visit(const Path& at, Fn& f, S&... s) {
+    stformer::visit(at / "mab", f, s.mab...);
+  }
+
+  template <size_t B, size_t N>
+  struct Acts {
+    ActsOf<MAB<D, H, Norm>, B, N, N> mab;
+
+    template <class X>
+    const Tensor<B, N, D>& forward(const SAB& p, const X& x, const KeyMask<B, N>* keys = nullptr) {
+      static_assert(std::is_same_v<X, Tensor<B, N, D>>, "SAB: input set X [B, N, D] and the block's width D differ");
+      return mab.forward(p.mab, x, x, keys);
+    }
+  };
+};
+
+}  // namespace stformer

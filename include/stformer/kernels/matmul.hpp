@@ -1,0 +1,103 @@
+// stformer kernels — the matrix products of the blocks, over raw row-major pointers with
+// leading dimensions (ld = floats between consecutive rows), sizes known at compile time.
+//
+//   matmul_nt: C[M,N] = alpha · A[M,K] · B[N,K]ᵀ (+ bias[N])   x·Wᵀ (Linear), q·kᵀ (scores)
+//   matmul_nn: C[M,N] = A[M,K] · B[K,N]                         A·v (attention output)
+//
+// Both work in register tiles of 4 rows: matmul_nt accumulates 4×4 dot products along K in
+// vectors and reduces them at the end; matmul_nn broadcasts A[i,k] and runs FMAs along N.
+#pragma once
+
+#include "vec.hpp"
+
+namespace stformer::kernels {
+
+namespace detail {
+
+template <size_t R, size_t C, size_t K>
+inline void nt_tile(const float* A, size_t lda, const float* B, size_t ldb, float* Cm, size_t ldc,
+                    float alpha, const float* bias) {
+  vf acc[R][C];
+  for (size_t r = 0; r < R; ++r)
+    for (size_t c = 0; c < C; ++c) acc[r][c] = splat(0.0f);
+  constexpr size_t KV = K / W * W;  // K rounded down to whole vectors
+  for (size_t k = 0; k < KV; k += W) {
+    vf a[R];
+    for (size_t r = 0; r < R; ++r) a[r] = load(A + r * lda + k);
+    for (size_t c = 0; c < C; ++c) {
+      vf b = load(B + c * ldb + k);
+      for (size_t r = 0; r < R; ++r) acc[r][c] = fma(a[r], b, acc[r][c]);
+    }
+  }
+  for (size_t r = 0; r < R; ++r)
+    for (size_t c = 0; c < C; ++c) {
+      float s = hsum(acc[r][c]);
+      for (size_t kk = KV; kk < K; ++kk) s += A[r * lda + kk] * B[c * ldb + kk];
+      Cm[r * ldc + c] = alpha * s + (bias ? bias[c] : 0.0f);
+    }
+}
+
+template <size_t R, size_t N, size_t K>
+inline void nt_rows(const float* A, size_t lda, const float* B, size_t ldb, float* C, size_t ldc,
+                    float alpha, const float* bias) {
+  constexpr size_t TC = 4;
+  size_t j = 0;
+  for (; j + TC <= N; j += TC)
+    nt_tile<R, TC, K>(A, lda, B + j * ldb, ldb, C + j, ldc, alpha, bias ? bias + j : nullptr);
+  if constexpr (N % TC != 0)
+    nt_tile<R, N % TC, K>(A, lda, B + j * ldb, ldb, C + j, ldc, alpha, bias ? bias + j : nullptr);
+}
+
+// R rows × NV vectors of columns starting at column j.
+template <size_t R, size_t NV, size_t K>
+inline void nn_tile(const float* A, size_t lda, const float* B, size_t ldb, float* C, size_t ldc) {
+  vf acc[R][NV];
+  for (size_t r = 0; r < R; ++r)
+    for (size_t v = 0; v < NV; ++v) acc[r][v] = splat(0.0f);
+  for (size_t k = 0; k < K; ++k) {
+    vf b[NV];
+    for (size_t v = 0; v < NV; ++v) b[v] = load(B + k * ldb + v * W);
+    for (size_t r = 0; r < R; ++r) {
+      vf a = splat(A[r * lda + k]);
+      for (size_t v = 0; v < NV; ++v) acc[r][v] = fma(a, b[v], acc[r][v]);
+    }
+  }
+  for (size_t r = 0; r < R; ++r)
+    for (size_t v = 0; v < NV; ++v) store(C + r * ldc + v * W, acc[r][v]);
+}
+
+template <size_t R, size_t N, size_t K>
+inline void nn_rows(const float* A, size_t lda, const float* B, size_t ldb, float* C, size_t ldc) {
+  constexpr size_t TV = 4, full = N / W;
+  size_t v = 0;
+  for (; v + TV <= full; v += TV) nn_tile<R, TV, K>(A, lda, B + v * W, ldb, C + v * W, ldc);
+  if constexpr (full % TV != 0) nn_tile<R, full % TV, K>(A, lda, B + v * W, ldb, C + v * W, ldc);
+  for (size_t j = full * W; j < N; ++j)  // columns past the last full vector
+    for (size_t r = 0; r < R; ++r) {
+      float s = 0;
+      for (size_t k = 0; k < K; ++k) s += A[r * lda + k] * B[k * ldb + j];
+      C[r * ldc + j] = s;
+    }
+}
+
+}  // namespace detail
+
+template <size_t M, size_t N, size_t K>
+inline void matmul_nt(const float* A, size_t lda, const float* B, size_t ldb, float* C, size_t ldc,
+                      float alpha = 1.0f, const float* bias = nullptr) {
+  constexpr size_t TR = 4;
+  size_t i = 0;
+  for (; i + TR <= M; i += TR) detail::nt_rows<TR, N, K>(A + i * lda, lda, B, ldb, C + i * ldc, ldc, alpha, bias);
+  if constexpr (M % TR != 0)
+    detail::nt_rows<M % TR, N, K>(A + i * lda, lda, B, ldb, C + i * ldc, ldc, alpha, bias);
+}
+
+template <size_t M, size_t N, size_t K>
+inline void matmul_nn(const float* A, size_t lda, const float* B, size_t ldb, float* C, size_t ldc) {
+  constexpr size_t TR = 4;
+  size_t i = 0;
+  for (; i + TR <= M; i += TR) detail::nn_rows<TR, N, K>(A + i * lda, lda, B, ldb, C + i * ldc, ldc);
+  if constexpr (M % TR != 0) detail::nn_rows<M % TR, N, K>(A + i * lda, lda, B, ldb, C + i * ldc, ldc);
+}
+
+}  // namespace stformer::kernels

@@ -1,0 +1,122 @@
+// stformer kernels — row-wise and element-wise operations.
+//
+//   softmax_row:     s ← exp(s − max s) / Σ exp(s − max s); entries equal to −∞ are masked and
+//                    get exactly 0; a row that is all −∞ becomes all 0 (never NaN).
+//   log_softmax_row: s ← s − max s − log Σ exp(s − max s); an all −∞ row stays −∞.
+//   scalenorm_rows:  y[r] = g · x[r] / max(‖x[r]‖₂, 1e-5); scale[r] = g / max(‖x[r]‖₂, 1e-5).
+//   relu, add:       y = max(x, 0), y = a + b.
+#pragma once
+
+#include <limits>
+
+#include "vec.hpp"
+
+namespace stformer::kernels {
+
+inline constexpr float scalenorm_eps = 1e-5f;
+inline constexpr float neg_inf = -std::numeric_limits<float>::infinity();
+
+template <size_t N>
+inline float row_max(const float* s) {
+  constexpr size_t full = N / W * W;
+  float m = neg_inf;
+  if constexpr (full != 0) {
+    vf mv = load(s);
+    for (size_t j = W; j < full; j += W) mv = vmax(mv, load(s + j));
+    m = hmax(mv);
+  }
+  for (size_t j = full; j < N; ++j) m = s[j] > m ? s[j] : m;
+  return m;
+}
+
+// s[j] ← exp(s[j] − m); returns the sum.
+template <size_t N>
+inline float exp_shifted(float* s, float m) {
+  vf acc = splat(0.0f), mv = splat(m);
+  constexpr size_t full = N / W * W;
+  size_t j = 0;
+  for (; j < full; j += W) {
+    vf e = vexp(load(s + j) - mv);
+    store(s + j, e);
+    acc += e;
+  }
+  float sum = hsum(acc);
+  for (j = full; j < N; ++j) sum += (s[j] = std::exp(s[j] - m));
+  return sum;
+}
+
+template <size_t N>
+inline void scale(float* s, float a) {
+  vf av = splat(a);
+  constexpr size_t full = N / W * W;
+  size_t j = 0;
+  for (; j < full; j += W) store(s + j, load(s + j) * av);
+  for (j = full; j < N; ++j) s[j] *= a;
+}
+
+template <size_t N>
+inline void softmax_row(float* s) {
+  float m = row_max<N>(s);
+  if (m == neg_inf) {
+    for (size_t j = 0; j < N; ++j) s[j] = 0.0f;
+    return;
+  }
+  scale<N>(s, 1.0f / exp_shifted<N>(s, m));
+}
+
+template <size_t N>
+inline void log_softmax_row(float* s) {
+  float m = row_max<N>(s);
+  if (m == neg_inf) return;
+  vf acc = splat(0.0f), mv = splat(m);
+  constexpr size_t full = N / W * W;
+  size_t j = 0;
+  for (; j < full; j += W) acc += vexp(load(s + j) - mv);
+  float sum = hsum(acc);
+  for (j = full; j < N; ++j) sum += std::exp(s[j] - m);
+  float lse = m + std::log(sum);
+  for (j = 0; j < N; ++j) s[j] -= lse;
+}
+
+template <size_t N>
+inline float dot(const float* a, const float* b) {
+  vf acc = splat(0.0f);
+  constexpr size_t full = N / W * W;
+  size_t j = 0;
+  for (; j < full; j += W) acc = fma(load(a + j), load(b + j), acc);
+  float s = hsum(acc);
+  for (j = full; j < N; ++j) s += a[j] * b[j];
+  return s;
+}
+
+template <size_t Rows, size_t D>
+inline void scalenorm_rows(const float* x, float* y, float g, float* row_scale) {
+  for (size_t r = 0; r < Rows; ++r, x += D, y += D) {
+    float norm = std::sqrt(dot<D>(x, x));
+    float a = g / (norm > scalenorm_eps ? norm : scalenorm_eps);
+    row_scale[r] = a;
+    vf av = splat(a);
+    constexpr size_t full = D / W * W;
+    for (size_t j = 0; j < full; j += W) store(y + j, load(x + j) * av);
+    for (size_t j = full; j < D; ++j) y[j] = x[j] * a;
+  }
+}
+
+template <size_t N>
+inline void relu(float* x) {
+  vf z = splat(0.0f);
+  constexpr size_t full = N / W * W;
+  size_t j = 0;
+  for (; j < full; j += W) store(x + j, vmax(load(x + j), z));
+  for (j = full; j < N; ++j) x[j] = x[j] > 0.0f ? x[j] : 0.0f;
+}
+
+template <size_t N>
+inline void add(const float* a, const float* b, float* y) {
+  constexpr size_t full = N / W * W;
+  size_t j = 0;
+  for (; j < full; j += W) store(y + j, load(a + j) + load(b + j));
+  for (j = full; j < N; ++j) y[j] = a[j] + b[j];
+}
+
+}  // namespace stformer::kernels

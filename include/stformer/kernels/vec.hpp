@@ -1,0 +1,59 @@
+// stformer kernels — the vector type every kernel is written in.
+//
+// STFORMER_SIMD=1: vf is xsimd::batch<float> for the architecture the build targets
+// (-march from the meson option). STFORMER_SIMD=0: vf is a one-lane struct in plain C++ and
+// xsimd is not included at all, so the same kernels compile for any target (Cortex-M ...).
+// Kernels loop `for (; i + W <= n; i += W)` over vectors and finish with a scalar tail, so
+// they accept any size, multiple of W or not. Loads and stores are unaligned-safe: tensors
+// are aligned, but rows of odd widths inside them are not.
+#pragma once
+
+#include <cmath>
+#include <cstddef>
+
+#if STFORMER_SIMD
+#include <xsimd/xsimd.hpp>
+#endif
+
+namespace stformer::kernels {
+
+using std::size_t;
+
+#if STFORMER_SIMD
+using vf = xsimd::batch<float>;
+inline constexpr size_t W = vf::size;
+inline vf load(const float* p) { return vf::load_unaligned(p); }
+inline void store(float* p, vf v) { v.store_unaligned(p); }
+inline vf splat(float x) { return vf(x); }
+inline vf fma(vf a, vf b, vf c) { return xsimd::fma(a, b, c); }
+inline vf vmax(vf a, vf b) { return xsimd::max(a, b); }
+inline vf vexp(vf a) { return xsimd::exp(a); }
+inline float hsum(vf a) { return xsimd::hadd(a); }
+inline float hmax(vf a) {
+  alignas(vf::arch_type::alignment()) float t[W];
+  a.store_aligned(t);
+  float m = t[0];
+  for (size_t i = 1; i < W; ++i) m = t[i] > m ? t[i] : m;
+  return m;
+}
+#else
+struct vf {
+  float x;
+  friend vf operator+(vf a, vf b) { return {a.x + b.x}; }
+  friend vf operator-(vf a, vf b) { return {a.x - b.x}; }
+  friend vf operator*(vf a, vf b) { return {a.x * b.x}; }
+  vf& operator+=(vf b) { x += b.x; return *this; }
+  vf& operator*=(vf b) { x *= b.x; return *this; }
+};
+inline constexpr size_t W = 1;
+inline vf load(const float* p) { return {*p}; }
+inline void store(float* p, vf v) { *p = v.x; }
+inline vf splat(float x) { return {x}; }
+inline vf fma(vf a, vf b, vf c) { return {a.x * b.x + c.x}; }
+inline vf vmax(vf a, vf b) { return {a.x > b.x ? a.x : b.x}; }
+inline vf vexp(vf a) { return {std::exp(a.x)}; }
+inline float hsum(vf a) { return a.x; }
+inline float hmax(vf a) { return a.x; }
+#endif
+
+}  // namespace stformer::kernels

@@ -1,0 +1,51 @@
+// LanguageModel<V, L, D, H, F, Blocks> — SPEC's Example 2: the next token after a window of L.
+//   ids [B, L] -> embedding = Embedding<V, D> (not scaled) + PositionalEncoding<L, D>
+//              -> blocks.0 .. blocks.{Blocks-1} = EncoderBlock<D, H, F> (no mask)
+//              -> pool = PMA<D, H, 1> -> head = Linear<D, V> -> logits [B, 1, V]
+// Default configuration (SPEC): V = 33,278, L = 32, D = 128, H = 4, F = 512, 2 blocks:
+// 9,030,661 parameters (36 MB): allocate it once (new / static storage), not on the stack.
+#pragma once
+
+#include <array>
+
+#include "../blocks/embedding.hpp"
+#include "../blocks/encoder.hpp"
+#include "../blocks/linear.hpp"
+#include "../blocks/pma.hpp"
+#include "../blocks/positional.hpp"
+
+namespace stformer {
+
+template <size_t V, size_t L, size_t D, size_t H, size_t F, size_t Blocks>
+struct LanguageModel {
+  Embedding<V, D> embedding;
+  PositionalEncoding<L, D> pe;
+  std::array<EncoderBlock<D, H, F>, Blocks> blocks;
+  PMA<D, H, 1> pool;
+  Linear<D, V> head;
+
+  template <class Fn, class... S>
+  static void visit(const Path& at, Fn& f, S&... s) {
+    stformer::visit(at / "embedding", f, s.embedding...);
+    stformer::visit(at / "blocks", f, s.blocks...);
+    stformer::visit(at / "pool", f, s.pool...);
+    stformer::visit(at / "head", f, s.head...);
+  }
+
+  template <size_t B>
+  struct Acts {
+    ActsOf<Embedding<V, D>, B, L> embedding;
+    ActsOf<PositionalEncoding<L, D>, B, L> pe;
+    std::array<ActsOf<EncoderBlock<D, H, F>, B, L>, Blocks> blocks;
+    ActsOf<PMA<D, H, 1>, B, L> pool;
+    ActsOf<Linear<D, V>, B, 1> head;
+
+    const Tensor<B, 1, V>& forward(const LanguageModel& p, const IdTensor<B, L>& ids) {
+      const Tensor<B, L, D>* h = &pe.forward(p.pe, embedding.forward(p.embedding, ids));
+      for (size_t i = 0; i < Blocks; ++i) h = &blocks[i].forward(p.blocks[i], *h);
+      return head.forward(p.head, pool.forward(p.pool, *h));
+    }
+  };
+};
+
+}  // namespace stformer

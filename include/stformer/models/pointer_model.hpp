@@ -1,0 +1,59 @@
+// PointerModel<In, D, H, F, Blocks> — SPEC's `pointer` model of Example 1:
+//   x [B, N, In] -> proj = Linear<In, D> -> blocks.0 .. blocks.{Blocks-1} = EncoderBlock<D, H, F>
+//                -> sn_v = ScaleNorm<D>                                            (keys)
+//   query [1, D] (learned, repeated over the batch) -> sn_q = ScaleNorm<D>        (query)
+//   pointer = PointerAttention<D, D, D>(query, keys) -> log-probabilities [B, 1, N]
+// Permutation-equivariant in the N points. Parameters: proj.*, blocks.i.*, sn_v.g, query,
+// sn_q.g, pointer.*.
+#pragma once
+
+#include <algorithm>
+#include <array>
+
+#include "../blocks/encoder.hpp"
+#include "../blocks/linear.hpp"
+#include "../blocks/pointer.hpp"
+#include "../blocks/scalenorm.hpp"
+
+namespace stformer {
+
+template <size_t In, size_t D, size_t H, size_t F, size_t Blocks>
+struct PointerModel {
+  Linear<In, D> proj;
+  std::array<EncoderBlock<D, H, F>, Blocks> blocks;
+  ScaleNorm<D> sn_v;
+  Tensor<1, D> query;
+  ScaleNorm<D> sn_q;
+  PointerAttention<D, D, D> pointer;
+
+  template <class Fn, class... S>
+  static void visit(const Path& at, Fn& f, S&... s) {
+    stformer::visit(at / "proj", f, s.proj...);
+    stformer::visit(at / "blocks", f, s.blocks...);
+    stformer::visit(at / "sn_v", f, s.sn_v...);
+    f(at / "query", Init{Init::xavier_normal}, s.query...);
+    stformer::visit(at / "sn_q", f, s.sn_q...);
+    stformer::visit(at / "pointer", f, s.pointer...);
+  }
+
+  template <size_t B, size_t N>
+  struct Acts {
+    ActsOf<Linear<In, D>, B, N> proj;
+    std::array<ActsOf<EncoderBlock<D, H, F>, B, N>, Blocks> blocks;
+    ActsOf<ScaleNorm<D>, B, N> sn_v;
+    Tensor<B, 1, D> query;  // the learned query repeated over the batch
+    ActsOf<ScaleNorm<D>, B, 1> sn_q;
+    ActsOf<PointerAttention<D, D, D>, B, 1, N> pointer;
+
+    template <class X>
+    const Tensor<B, 1, N>& forward(const PointerModel& p, const X& x, const KeyMask<B, N>* keys = nullptr) {
+      static_assert(std::is_same_v<X, Tensor<B, N, In>>, "PointerModel: input set x [B, N, In] and the model's input width In differ");
+      const Tensor<B, N, D>* h = &proj.forward(p.proj, x);
+      for (size_t i = 0; i < Blocks; ++i) h = &blocks[i].forward(p.blocks[i], *h, Mask<B, N>{.keys = keys});
+      for (size_t b = 0; b < B; ++b) std::copy(p.query.begin(), p.query.end(), query.begin() + b * D);
+      return pointer.forward(p.pointer, sn_q.forward(p.sn_q, query), sn_v.forward(p.sn_v, *h), keys);
+    }
+  };
+};
+
+}  // namespace stformer

@@ -1,0 +1,121 @@
+// stformer — the parameter visitor.
+//
+// Every block lists its parameters exactly once, in a static member
+//
+//   template <class F, class... S> static void visit(const Path& at, F& f, S&... s);
+//
+// which calls f(path, init, tensor...) for each parameter tensor, with its dotted SPEC name
+// ("blocks.0.attn.wq.weight") and its initialisation, and recurses into sub-blocks with
+// stformer::visit(at / "attn", f, s.attn...). The pack s... holds one or more objects of the
+// same block type visited in lock-step (parameters, gradients, optimiser moments ...), so
+// initialisation, optimisers and checkpoints are all one visit over one list.
+#pragma once
+
+#include <array>
+#include <cmath>
+#include <cstring>
+#include <string_view>
+
+#include "rng.hpp"
+#include "tensor.hpp"
+
+namespace stformer {
+
+// A dotted parameter name in a fixed buffer (no heap).
+class Path {
+ public:
+  static constexpr size_t capacity = 127;
+
+  Path() = default;
+
+  Path operator/(std::string_view part) const {
+    Path p = *this;
+    if (n_ != 0) p.append(".");
+    p.append(part);
+    return p;
+  }
+  Path operator/(size_t index) const {
+    char digits[24];
+    size_t k = 0;
+    do {
+      digits[k++] = char('0' + index % 10);
+      index /= 10;
+    } while (index != 0);
+    char text[24];
+    for (size_t i = 0; i < k; ++i) text[i] = digits[k - 1 - i];
+    return *this / std::string_view(text, k);
+  }
+
+  const char* c_str() const { return s_; }
+  std::string_view view() const { return {s_, n_}; }
+  bool operator==(std::string_view o) const { return view() == o; }
+
+ private:
+  void append(std::string_view part) {
+    STFORMER_CHECK(n_ + part.size() <= capacity, "stformer::Path: parameter name longer than 127 characters");
+    std::memcpy(s_ + n_, part.data(), part.size());
+    n_ += part.size();
+    s_[n_] = '\0';
+  }
+  char s_[capacity + 1] = {};
+  size_t n_ = 0;
+};
+
+// How a parameter is initialised (SPEC.md, "Initialisation").
+struct Init {
+  enum Kind { zeros, constant, normal, xavier_normal, kaiming_normal } kind;
+  float value = 0;  // constant: the value
+};
+
+// Recurse into a sub-block (or a std::array of them, named .0, .1, ...).
+template <class F, class T, class... S>
+void visit(const Path& at, F& f, T& first, S&... rest) {
+  using Block = std::remove_const_t<T>;
+  Block::visit(at, f, first, rest...);
+}
+template <class F, class T, size_t N, class... S>
+void visit(const Path& at, F& f, std::array<T, N>& first, S&... rest) {
+  for (size_t i = 0; i < N; ++i) visit(at / i, f, first[i], rest[i]...);
+}
+template <class F, class T, size_t N, class... S>
+void visit(const Path& at, F& f, const std::array<T, N>& first, S&... rest) {
+  for (size_t i = 0; i < N; ++i) visit(at / i, f, first[i], rest[i]...);
+}
+
+// f(path, init, tensor...) for every parameter tensor of model(s) m..., in declaration order.
+template <class F, class M, class... Ms>
+void for_each_param(F&& f, M& m, Ms&... ms) {
+  visit(Path{}, f, m, ms...);
+}
+
+// Fills every parameter as its Init says, drawing from rng in visit order.
+// 2-D fans as PyTorch: fan_in = shape[1], fan_out = shape[0].
+template <class M>
+void init_params(M& model, Rng& rng) {
+  for_each_param(
+      [&rng](const Path&, Init init, auto& t) {
+        const auto& shape = t.shape();
+        float fan_out = shape.size() >= 2 ? float(shape[0]) : float(t.size());
+        float fan_in = shape.size() >= 2 ? float(t.size() / shape[0]) : float(t.size());
+        float std = 0;
+        switch (init.kind) {
+          case Init::zeros: t.fill(0.0f); return;
+          case Init::constant: t.fill(init.value); return;
+          case Init::normal: std = 1.0f; break;
+          case Init::xavier_normal: std = std::sqrt(2.0f / (fan_in + fan_out)); break;
+          case Init::kaiming_normal: std = std::sqrt(2.0f / fan_in); break;
+        }
+        for (auto& x : t) x = std * rng.normal();
+      },
+      model);
+}
+
+// Number of scalar parameters.
+template <class M>
+size_t param_count(const M& model) {
+  size_t n = 0;
+  for_each_param([&n](const Path&, Init, const auto& t) { n += t.size(); }, model);
+  return n;
+}
+
+}  // namespace stformer

@@ -1,0 +1,22 @@
+// stformer — attention models whose shapes live in the type system. Umbrella header.
+#pragma once
+
+#include "blocks/attention.hpp"
+#include "blocks/decoder.hpp"
+#include "blocks/embedding.hpp"
+#include "blocks/encoder.hpp"
+#include "blocks/feedforward.hpp"
+#include "blocks/isab.hpp"
+#include "blocks/linear.hpp"
+#include "blocks/mab.hpp"
+#include "blocks/pma.hpp"
+#include "blocks/pointer.hpp"
+#include "blocks/positional.hpp"
+#include "blocks/sab.hpp"
+#include "blocks/scalenorm.hpp"
+#include "models/language_model.hpp"
+#include "models/pointer_model.hpp"
+#include "models/set_transformer.hpp"
+#include "params.hpp"
+#include "rng.hpp"
+#include "tensor.hpp"

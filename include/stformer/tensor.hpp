@@ -1,0 +1,94 @@
+// stformer — tensors, masks and run-time checks shared by every block.
+//
+// A tensor is an xt::xtensor_fixed<float, xshape<...>>: its shape is part of its type and its
+// storage lives inside the object (no heap). With STFORMER_SIMD=1 the build also defines
+// XTENSOR_USE_XSIMD, so the storage is aligned to the SIMD width; both macros come from the
+// meson dependency object, never from a source file, so every translation unit agrees.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <type_traits>
+
+#include <xtensor/xfixed.hpp>
+
+#ifndef STFORMER_SIMD
+#error "STFORMER_SIMD is not defined: use meson's stformer_dep (it sets STFORMER_SIMD and the SIMD flags in one place)"
+#endif
+
+#if defined(__cpp_exceptions)
+#include <stdexcept>
+#else
+#include <cstdlib>
+#endif
+
+namespace stformer {
+
+using std::size_t;
+
+template <size_t... N>
+using Tensor = xt::xtensor_fixed<float, xt::xshape<N...>>;
+
+// Token ids (Embedding input).
+template <size_t... N>
+using IdTensor = xt::xtensor_fixed<std::int32_t, xt::xshape<N...>>;
+
+// Key-padding mask: keys[b][j] == true when key j of batch row b exists.
+template <size_t B, size_t Nk>
+using KeyMask = xt::xtensor_fixed<bool, xt::xshape<B, Nk>>;
+
+// Masks of one attention call. causal: query i sees keys j <= i (counted from the first row
+// also when Nq != Nk). keys: optional key-padding mask. A masked key gets weight exactly 0; a
+// query whose keys are all masked gets a zero attention output.
+template <size_t B, size_t Nk>
+struct Mask {
+  bool causal = false;
+  const KeyMask<B, Nk>* keys = nullptr;
+
+  bool sees(size_t b, size_t i, size_t j) const {
+    return (!causal || j <= i) && (keys == nullptr || (*keys)(b, j));
+  }
+};
+
+// Mask from valid lengths: keys[b][j] = j < length[b].
+template <size_t B, size_t Nk>
+KeyMask<B, Nk> key_mask_from_lengths(const size_t (&length)[B]) {
+  KeyMask<B, Nk> m;
+  for (size_t b = 0; b < B; ++b)
+    for (size_t j = 0; j < Nk; ++j) m(b, j) = j < length[b];
+  return m;
+}
+
+// Error on bad run-time input (a token id out of range, a name too long ...): an exception of
+// type std::invalid_argument where exceptions exist; in -fno-exceptions builds (firmware) the
+// handler stformer_fatal, which the program may define, defaulting to std::abort.
+[[noreturn]] inline void fail(const char* what) {
+#if defined(__cpp_exceptions)
+  throw std::invalid_argument(what);
+#else
+  (void)what;
+  std::abort();
+#endif
+}
+
+#define STFORMER_CHECK(cond, what) \
+  do {                              \
+    if (!(cond)) ::stformer::fail(what); \
+  } while (0)
+
+}  // namespace stformer
+
+namespace stformer {
+
+// Activations of Block for the given batch/sequence sizes: ActsOf<Linear<2, 16>, B, N>.
+template <class Block, size_t... Dims>
+using ActsOf = typename Block::template Acts<Dims...>;
+
+// 1/sqrt(n) at compile time (Newton's iteration in double).
+constexpr float inv_sqrt(size_t n) {
+  double x = double(n), r = x > 1 ? x / 2 : 1;
+  for (int i = 0; i < 64; ++i) r = 0.5 * (r + x / r);
+  return float(1.0 / r);
+}
+
+}  // namespace stformer

@@ -1,0 +1,90 @@
+// Runs fixed models on fixed inputs (seeded) and writes every output as raw floats, or
+// compares them with a file written by another build: `backend_dump OUT` / `backend_dump
+// --compare REF`. backends_agree.sh runs the scalar build then the SIMD build.
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <vector>
+
+#include <stformer/stformer.hpp>
+
+using namespace stformer;
+
+namespace {
+std::vector<float> outputs;
+
+template <class T>
+void keep(const T& t) {
+  outputs.insert(outputs.end(), t.begin(), t.end());
+}
+
+template <class T>
+void fill(T& t, Rng& rng) {
+  for (auto& x : t) x = rng.normal();
+}
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc < 2) {
+    std::fprintf(stderr, "usage: %s OUT | --compare REF\n", argv[0]);
+    return 2;
+  }
+  Rng rng(2024);
+  constexpr size_t B = 3, N = 50;
+  static Tensor<B, N, 2> pts;
+  fill(pts, rng);
+  KeyMask<B, N> keys = key_mask_from_lengths<B, N>({50, 17, 1});
+
+  static SetTransformer<2, 64, 4, 16, 2> set;
+  static ActsOf<SetTransformer<2, 64, 4, 16, 2>, B, N> set_acts;
+  init_params(set, rng);
+  keep(set_acts.forward(set, pts));
+  keep(set_acts.forward(set, pts, &keys));
+
+  static PointerModel<2, 16, 1, 64, 2> ptr;
+  static ActsOf<PointerModel<2, 16, 1, 64, 2>, B, N> ptr_acts;
+  init_params(ptr, rng);
+  keep(ptr_acts.forward(ptr, pts));
+
+  static Tensor<B, 33, 40> x;
+  static Tensor<B, 9, 40> m;
+  fill(x, rng);
+  fill(m, rng);
+  static DecoderBlock<40, 5, 72> dec;
+  static ActsOf<DecoderBlock<40, 5, 72>, B, 33, 9> dec_acts;
+  init_params(dec, rng);
+  keep(dec_acts.forward(dec, x, m));
+  static EncoderBlock<40, 4, 100> enc;
+  static ActsOf<EncoderBlock<40, 4, 100>, B, 33> enc_acts;
+  init_params(enc, rng);
+  keep(enc_acts.forward(enc, x, Mask<B, 33>{.causal = true}));
+
+  if (std::strcmp(argv[1], "--compare") != 0) {
+    FILE* f = std::fopen(argv[1], "wb");
+    if (!f || std::fwrite(outputs.data(), sizeof(float), outputs.size(), f) != outputs.size() || std::fclose(f) != 0) {
+      std::perror(argv[1]);
+      return 1;
+    }
+    std::printf("wrote %zu outputs (SIMD backend: %d)\n", outputs.size(), STFORMER_SIMD);
+    return 0;
+  }
+  std::vector<float> want(outputs.size() + 1);
+  FILE* f = argc > 2 ? std::fopen(argv[2], "rb") : nullptr;
+  size_t n = f ? std::fread(want.data(), sizeof(float), want.size(), f) : 0;
+  if (n != outputs.size()) {
+    std::fprintf(stderr, "reference holds %zu outputs, this build computes %zu\n", n, outputs.size());
+    return 1;
+  }
+  double worst = 0;
+  for (size_t i = 0; i < n; ++i) {
+    double tol = 1e-5 * (1 + std::abs(want[i]));
+    double err = std::abs(double(outputs[i]) - want[i]);
+    if (!(err <= tol) && !(std::isinf(want[i]) && outputs[i] == want[i])) {
+      std::fprintf(stderr, "output %zu: %.9g here, %.9g in the reference\n", i, outputs[i], want[i]);
+      return 1;
+    }
+    if (std::isfinite(err)) worst = std::max(worst, err / (1 + std::abs(want[i])));
+  }
+  std::printf("%zu outputs agree; largest relative difference %.3g\n", n, worst);
+  return 0;
+}

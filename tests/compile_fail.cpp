@@ -1,0 +1,47 @@
+// Each CASE must fail to compile with the static_assert message that compile_fail.sh expects.
+#include <stformer/stformer.hpp>
+
+using namespace stformer;
+
+int main() {
+#if CASE == 1  // a Set Transformer whose PMA is narrower than its ISAB
+  ISAB<64, 4, 16> isab;
+  PMA<32, 4, 1> pma;
+  ActsOf<ISAB<64, 4, 16>, 1, 50> ia;
+  ActsOf<PMA<32, 4, 1>, 1, 50> pa;
+  Tensor<1, 50, 64> x;
+  pa.forward(pma, ia.forward(isab, x));
+#elif CASE == 2  // points of width 3 into Linear<2, 16>
+  Linear<2, 16> proj;
+  ActsOf<Linear<2, 16>, 1, 50> a;
+  Tensor<1, 50, 3> x;
+  a.forward(proj, x);
+#elif CASE == 3  // keys of the wrong width
+  MultiHeadAttention<16, 8, 16, 4> mha;
+  ActsOf<MultiHeadAttention<16, 8, 16, 4>, 1, 5, 7> a;
+  Tensor<1, 5, 16> q;
+  Tensor<1, 7, 16> kv;
+  a.forward(mha, q, kv);
+#elif CASE == 4  // heads do not divide the width
+  MultiHeadAttention<16, 16, 18, 4> mha;
+  (void)mha;
+#elif CASE == 5  // decoder memory of another width
+  DecoderBlock<16, 2, 32> dec;
+  ActsOf<DecoderBlock<16, 2, 32>, 1, 5, 7> a;
+  Tensor<1, 5, 16> x;
+  Tensor<1, 7, 32> m;
+  a.forward(dec, x, m);
+#elif CASE == 6  // encoder blocks of different widths chained
+  EncoderBlock<16, 2, 32> e1;
+  EncoderBlock<32, 2, 32> e2;
+  ActsOf<EncoderBlock<16, 2, 32>, 1, 5> a1;
+  ActsOf<EncoderBlock<32, 2, 32>, 1, 5> a2;
+  Tensor<1, 5, 16> x;
+  a2.forward(e2, a1.forward(e1, x));
+#else  // the control: this compiles
+  Linear<2, 16> proj;
+  ActsOf<Linear<2, 16>, 1, 50> a;
+  Tensor<1, 50, 2> x;
+  a.forward(proj, x);
+#endif
+}

@@ -1,0 +1,196 @@
+// Plain double-precision reference implementations written straight from SPEC.md, one batch
+// row at a time, with none of the library's kernels. The tests compare the blocks to these.
+#pragma once
+
+#include <cmath>
+#include <limits>
+#include <vector>
+
+#include <doctest/doctest.h>
+
+namespace ref {
+
+using std::size_t;
+
+struct Mat {
+  size_t r = 0, c = 0;
+  std::vector<double> v;
+  Mat() = default;
+  Mat(size_t rows, size_t cols, double fill = 0) : r(rows), c(cols), v(rows * cols, fill) {}
+  double& operator()(size_t i, size_t j) { return v[i * c + j]; }
+  double operator()(size_t i, size_t j) const { return v[i * c + j]; }
+};
+
+// Batch row b of a [B, N, D] tensor (or the whole of a 2-D [N, D] one).
+template <class T>
+Mat row(const T& t, size_t b) {
+  const auto& s = t.shape();
+  size_t n = s.size() == 3 ? s[1] : s[0], d = s[s.size() - 1];
+  Mat m(n, d);
+  for (size_t i = 0; i < n * d; ++i) m.v[i] = t.data()[b * n * d + i];
+  return m;
+}
+
+inline Mat add(const Mat& a, const Mat& b) {
+  Mat y = a;
+  for (size_t i = 0; i < y.v.size(); ++i) y.v[i] += b.v[i];
+  return y;
+}
+inline Mat relu(Mat x) {
+  for (auto& e : x.v) e = e > 0 ? e : 0;
+  return x;
+}
+// y = x Wᵀ + b, weight [Out, In] as stored by stformer::Linear.
+template <class L>
+Mat linear(const Mat& x, const L& p) {
+  size_t out = p.weight.shape()[0];
+  Mat y(x.r, out);
+  for (size_t i = 0; i < x.r; ++i)
+    for (size_t o = 0; o < out; ++o) {
+      double s = p.bias(o);
+      for (size_t k = 0; k < x.c; ++k) s += x(i, k) * double(p.weight(o, k));
+      y(i, o) = s;
+    }
+  return y;
+}
+// y = g x / max(|x|, 1e-5)
+inline Mat scalenorm(const Mat& x, double g) {
+  Mat y = x;
+  for (size_t i = 0; i < x.r; ++i) {
+    double n = 0;
+    for (size_t j = 0; j < x.c; ++j) n += x(i, j) * x(i, j);
+    n = std::max(std::sqrt(n), 1e-5);
+    for (size_t j = 0; j < x.c; ++j) y(i, j) = g * x(i, j) / n;
+  }
+  return y;
+}
+template <class N>
+Mat norm(const Mat& x, const N& p) {
+  if constexpr (requires { p.g; })
+    return scalenorm(x, p.g(0));
+  else
+    return x;
+}
+// softmax over the keys j with sees(j); unseen get 0, all unseen -> zero row.
+template <class Sees>
+std::vector<double> softmax(const std::vector<double>& s, Sees sees) {
+  double m = -std::numeric_limits<double>::infinity();
+  for (size_t j = 0; j < s.size(); ++j)
+    if (sees(j)) m = std::max(m, s[j]);
+  std::vector<double> a(s.size(), 0.0);
+  if (m == -std::numeric_limits<double>::infinity()) return a;
+  double z = 0;
+  for (size_t j = 0; j < s.size(); ++j)
+    if (sees(j)) z += (a[j] = std::exp(s[j] - m));
+  for (auto& e : a) e /= z;
+  return a;
+}
+// Multi-head attention of one batch row. keys: key-padding mask row (empty = all keys exist).
+template <class P>
+Mat mha(const Mat& xq, const Mat& xkv, const P& p, size_t H, double scale, bool causal = false,
+        const std::vector<bool>& keys = {}) {
+  Mat q = linear(xq, p.wq), k = linear(xkv, p.wk), v = linear(xkv, p.wv);
+  size_t D = q.c, Dh = D / H;
+  Mat o(xq.r, D);
+  for (size_t h = 0; h < H; ++h)
+    for (size_t i = 0; i < q.r; ++i) {
+      std::vector<double> s(k.r);
+      for (size_t j = 0; j < k.r; ++j) {
+        double d = 0;
+        for (size_t c = h * Dh; c < (h + 1) * Dh; ++c) d += q(i, c) * k(j, c);
+        s[j] = scale * d;
+      }
+      auto a = softmax(s, [&](size_t j) { return (!causal || j <= i) && (keys.empty() || keys[j]); });
+      for (size_t c = h * Dh; c < (h + 1) * Dh; ++c) {
+        double acc = 0;
+        for (size_t j = 0; j < k.r; ++j) acc += a[j] * v(j, c);
+        o(i, c) = acc;
+      }
+    }
+  return linear(o, p.wo);
+}
+template <class P>
+Mat ffn(const Mat& x, const P& p) {
+  return linear(relu(linear(x, p.fc1)), p.fc2);
+}
+template <class P>
+Mat encoder(const Mat& x, const P& p, size_t H, bool causal = false, const std::vector<bool>& keys = {}) {
+  Mat n1 = norm(x, p.sn1);
+  Mat h = add(x, mha(n1, n1, p.attn, H, 1.0 / std::sqrt(double(n1.c / H)), causal, keys));
+  return add(h, ffn(norm(h, p.sn2), p.ffn));
+}
+template <class P>
+Mat decoder(const Mat& x, const Mat& m, const P& p, size_t H, const std::vector<bool>& keys = {}) {
+  double s = 1.0 / std::sqrt(double(x.c / H));
+  Mat n1 = norm(x, p.sn1);
+  Mat h1 = add(x, mha(n1, n1, p.self_attn, H, s, true));
+  Mat h2 = add(h1, mha(norm(h1, p.sn2), m, p.cross_attn, H, s, false, keys));
+  return add(h2, ffn(norm(h2, p.sn3), p.ffn));
+}
+template <class P>
+Mat mab(const Mat& x, const Mat& y, const P& p, size_t H, const std::vector<bool>& keys = {}) {
+  double s = 1.0 / std::sqrt(double(x.c / H));
+  Mat h = add(x, mha(norm(x, p.nq), norm(y, p.nkv), p.attn, H, s, false, keys));
+  return add(h, relu(linear(norm(h, p.nff), p.fc)));
+}
+template <class T>
+Mat repeat_rows(const T& t) { return row(t, 0); }
+template <class P>
+Mat isab(const Mat& x, const P& p, size_t H, const std::vector<bool>& keys = {}) {
+  return mab(x, mab(row(p.inducing, 0), x, p.mab1, H, keys), p.mab2, H);
+}
+template <class P>
+Mat pma(const Mat& x, const P& p, size_t H, const std::vector<bool>& keys = {}) {
+  return mab(row(p.seeds, 0), x, p.mab, H, keys);
+}
+template <class P>
+Mat pointer(const Mat& xq, const Mat& xk, const P& p, const std::vector<bool>& keys = {}) {
+  Mat q = linear(xq, p.wq), k = linear(xk, p.wk);
+  Mat out(q.r, k.r);
+  for (size_t i = 0; i < q.r; ++i) {
+    std::vector<double> s(k.r);
+    double m = -std::numeric_limits<double>::infinity();
+    for (size_t j = 0; j < k.r; ++j) {
+      double d = 0;
+      for (size_t c = 0; c < q.c; ++c) d += q(i, c) * k(j, c);
+      s[j] = d / std::sqrt(double(q.c));
+      if (keys.empty() || keys[j]) m = std::max(m, s[j]);
+    }
+    double z = 0;
+    for (size_t j = 0; j < k.r; ++j)
+      if (keys.empty() || keys[j]) z += std::exp(s[j] - m);
+    for (size_t j = 0; j < k.r; ++j)
+      out(i, j) = (keys.empty() || keys[j]) ? s[j] - m - std::log(z) : -std::numeric_limits<double>::infinity();
+  }
+  return out;
+}
+inline Mat positional(const Mat& x) {
+  Mat y = x;
+  for (size_t p = 0; p < x.r; ++p)
+    for (size_t i = 0; 2 * i < x.c; ++i) {
+      double a = double(p) / std::pow(10000.0, 2.0 * double(i) / double(x.c));
+      y(p, 2 * i) += std::sin(a);
+      if (2 * i + 1 < x.c) y(p, 2 * i + 1) += std::cos(a);
+    }
+  return y;
+}
+
+// Largest |got − want| must stay within tol · (1 + max |want|).
+template <class T>
+void check_close(const T& got, size_t b, const Mat& want, double tol = 2e-5) {
+  Mat g = row(got, b);
+  REQUIRE(g.r == want.r);
+  REQUIRE(g.c == want.c);
+  double scale = 1, err = 0;
+  for (size_t i = 0; i < want.v.size(); ++i) {
+    if (std::isinf(want.v[i])) {
+      CHECK(g.v[i] == want.v[i]);
+      continue;
+    }
+    scale = std::max(scale, 1 + std::abs(want.v[i]));
+    err = std::max(err, std::abs(g.v[i] - want.v[i]));
+  }
+  CHECK(err <= tol * scale);
+}
+
+}  // namespace ref

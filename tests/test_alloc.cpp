@@ -1,0 +1,147 @@
+// No heap allocation in any forward pass: malloc, calloc, realloc, the aligned allocators and
+// every global operator new are replaced by counting versions (forwarding to glibc's own),
+// and the count must not move during the forward passes of every block and whole models.
+#include <doctest/doctest.h>
+
+#include <cstdlib>
+#include <new>
+
+#include <stformer/stformer.hpp>
+
+#include "util.hpp"
+
+namespace {
+bool counting = false;
+std::size_t allocations = 0;
+void note() {
+  if (counting) ++allocations;
+}
+}  // namespace
+
+extern "C" {
+void* __libc_malloc(std::size_t);
+void* __libc_calloc(std::size_t, std::size_t);
+void* __libc_realloc(void*, std::size_t);
+void* __libc_memalign(std::size_t, std::size_t);
+void __libc_free(void*);
+
+void* malloc(std::size_t n) {
+  note();
+  return __libc_malloc(n);
+}
+void* calloc(std::size_t n, std::size_t s) {
+  note();
+  return __libc_calloc(n, s);
+}
+void* realloc(void* p, std::size_t n) {
+  note();
+  return __libc_realloc(p, n);
+}
+void* aligned_alloc(std::size_t a, std::size_t n) {
+  note();
+  return __libc_memalign(a, n);
+}
+void* memalign(std::size_t a, std::size_t n) {
+  note();
+  return __libc_memalign(a, n);
+}
+int posix_memalign(void** p, std::size_t a, std::size_t n) {
+  note();
+  *p = __libc_memalign(a, n);
+  return *p ? 0 : ENOMEM;
+}
+void free(void* p) { __libc_free(p); }
+}
+
+void* operator new(std::size_t n) {
+  note();
+  if (void* p = __libc_malloc(n ? n : 1)) return p;
+  throw std::bad_alloc();
+}
+void* operator new[](std::size_t n) { return operator new(n); }
+void* operator new(std::size_t n, std::align_val_t a) {
+  note();
+  if (void* p = __libc_memalign(std::size_t(a), n ? n : 1)) return p;
+  throw std::bad_alloc();
+}
+void* operator new[](std::size_t n, std::align_val_t a) { return operator new(n, a); }
+void operator delete(void* p) noexcept { __libc_free(p); }
+void operator delete[](void* p) noexcept { __libc_free(p); }
+void operator delete(void* p, std::size_t) noexcept { __libc_free(p); }
+void operator delete[](void* p, std::size_t) noexcept { __libc_free(p); }
+void operator delete(void* p, std::align_val_t) noexcept { __libc_free(p); }
+void operator delete[](void* p, std::align_val_t) noexcept { __libc_free(p); }
+void operator delete(void* p, std::size_t, std::align_val_t) noexcept { __libc_free(p); }
+void operator delete[](void* p, std::size_t, std::align_val_t) noexcept { __libc_free(p); }
+
+using namespace stformer;
+
+namespace {
+// Allocates block and activations first, then counts during forward(args...).
+template <class Block, class Acts, class... Args>
+std::size_t allocations_in_forward(Args&... args) {
+  auto p = test::make<Block>();
+  auto a = test::make<Acts>();
+  Rng rng(1);
+  init_params(*p, rng);
+  counting = true;
+  allocations = 0;
+  a->forward(*p, args...);
+  a->forward(*p, args...);
+  counting = false;
+  return allocations;
+}
+}  // namespace
+
+TEST_CASE("the counter sees allocations") {
+  counting = true;
+  allocations = 0;
+  auto* v = new std::vector<int>(100);
+  void* m = std::malloc(10);
+  counting = false;
+  CHECK(allocations >= 3);
+  delete v;
+  std::free(m);
+}
+
+TEST_CASE("no heap allocation during forward passes") {
+  constexpr size_t B = 2, N = 20, M = 7, D = 32;
+  Tensor<B, N, D> x;
+  Tensor<B, M, D> m;
+  Tensor<B, N, 2> pts;
+  Tensor<B, N, 3> x3;
+  Rng rng(3);
+  test::fill(x, rng);
+  test::fill(m, rng);
+  test::fill(pts, rng);
+  test::fill(x3, rng);
+  KeyMask<B, N> keys = key_mask_from_lengths<B, N>({20, 5});
+  Mask<B, N> mask{.causal = true, .keys = &keys};
+  IdTensor<B, N> ids;
+  ids.fill(3);
+
+  CHECK(allocations_in_forward<ScaleNorm<D>, ActsOf<ScaleNorm<D>, B, N>>(x) == 0);
+  CHECK(allocations_in_forward<Identity<D>, ActsOf<Identity<D>, B, N>>(x) == 0);
+  CHECK(allocations_in_forward<Linear<3, D>, ActsOf<Linear<3, D>, B, N>>(x3) == 0);
+  CHECK(allocations_in_forward<MultiHeadAttention<D, D, D, 4>, ActsOf<MultiHeadAttention<D, D, D, 4>, B, N, M>>(x, m) == 0);
+  CHECK(allocations_in_forward<FeedForward<D, 64>, ActsOf<FeedForward<D, 64>, B, N>>(x) == 0);
+  CHECK(allocations_in_forward<EncoderBlock<D, 4, 64>, ActsOf<EncoderBlock<D, 4, 64>, B, N>>(x, mask) == 0);
+  CHECK(allocations_in_forward<DecoderBlock<D, 4, 64>, ActsOf<DecoderBlock<D, 4, 64>, B, N, M>>(x, m) == 0);
+  CHECK(allocations_in_forward<MAB<D, 4>, ActsOf<MAB<D, 4>, B, N, M>>(x, m) == 0);
+  CHECK(allocations_in_forward<SAB<D, 4, Identity>, ActsOf<SAB<D, 4, Identity>, B, N>>(x) == 0);
+  CHECK(allocations_in_forward<ISAB<D, 4, 5>, ActsOf<ISAB<D, 4, 5>, B, N>>(x) == 0);
+  CHECK(allocations_in_forward<PMA<D, 4, 2>, ActsOf<PMA<D, 4, 2>, B, N>>(x) == 0);
+  CHECK(allocations_in_forward<PointerAttention<D, D, 16>, ActsOf<PointerAttention<D, D, 16>, B, N, N>>(x, x) == 0);
+  CHECK(allocations_in_forward<PositionalEncoding<N, D>, ActsOf<PositionalEncoding<N, D>, B, N>>(x) == 0);
+  CHECK(allocations_in_forward<Embedding<10, D>, ActsOf<Embedding<10, D>, B, N>>(ids) == 0);
+  // whole models
+  CHECK(allocations_in_forward<PointerModel<2, 16, 1, 64, 2>, ActsOf<PointerModel<2, 16, 1, 64, 2>, B, N>>(pts) == 0);
+  CHECK(allocations_in_forward<SetTransformer<2, 64, 4, 16, 2>, ActsOf<SetTransformer<2, 64, 4, 16, 2>, B, N>>(pts) == 0);
+  IdTensor<B, 32> window;
+  window.fill(7);
+  CHECK(allocations_in_forward<LanguageModel<1000, 32, 64, 4, 256, 2>, ActsOf<LanguageModel<1000, 32, 64, 4, 256, 2>, B>>(window) == 0);
+}
+
+// The bytes of a model and of its workspace are compile-time constants.
+static_assert(sizeof(SetTransformer<2, 64, 4, 16, 2>) >= 4 * 63819);
+static_assert(sizeof(ActsOf<SetTransformer<2, 64, 4, 16, 2>, 1, 50>) > 0);

@@ -1,0 +1,321 @@
+// Every block's forward pass against the double-precision reference of reference.hpp, with
+// and without masks, plus the symmetry properties SPEC.md asks for.
+#include <doctest/doctest.h>
+
+#include <numeric>
+
+#include <stformer/stformer.hpp>
+
+#include "reference.hpp"
+#include "util.hpp"
+
+using namespace stformer;
+using test::fill;
+using test::make;
+
+namespace {
+
+template <size_t B, size_t N>
+KeyMask<B, N> lengths_mask(std::initializer_list<size_t> lengths) {
+  KeyMask<B, N> m;
+  auto it = lengths.begin();
+  for (size_t b = 0; b < B; ++b, ++it)
+    for (size_t j = 0; j < N; ++j) m(b, j) = j < *it;
+  return m;
+}
+
+template <size_t B, size_t N>
+std::vector<bool> mask_row(const KeyMask<B, N>* m, size_t b) {
+  if (!m) return {};
+  std::vector<bool> r(N);
+  for (size_t j = 0; j < N; ++j) r[j] = (*m)(b, j);
+  return r;
+}
+
+// y[b] = x[b] with rows permuted by perm.
+template <size_t B, size_t N, size_t D>
+Tensor<B, N, D> permute_rows(const Tensor<B, N, D>& x, const std::array<size_t, N>& perm) {
+  Tensor<B, N, D> y;
+  for (size_t b = 0; b < B; ++b)
+    for (size_t i = 0; i < N; ++i)
+      for (size_t c = 0; c < D; ++c) y(b, i, c) = x(b, perm[i], c);
+  return y;
+}
+
+template <size_t N>
+std::array<size_t, N> some_permutation(Rng& rng) {
+  std::array<size_t, N> p;
+  std::iota(p.begin(), p.end(), size_t{0});
+  for (size_t i = N - 1; i > 0; --i) std::swap(p[i], p[rng.below(uint32_t(i + 1))]);
+  return p;
+}
+
+template <class A, class B>
+double max_diff(const A& a, const B& b) {
+  double e = 0;
+  for (size_t i = 0; i < a.size(); ++i) e = std::max(e, double(std::abs(a.data()[i] - b.data()[i])));
+  return e;
+}
+
+}  // namespace
+
+TEST_CASE("Linear over [B, N, In] and [B, In] rows") {
+  Rng rng(1);
+  Linear<5, 7> p;
+  test::randomize(p, rng);
+  Tensor<2, 3, 5> x;
+  fill(x, rng);
+  ActsOf<Linear<5, 7>, 2, 3> a;
+  a.forward(p, x);
+  for (size_t b = 0; b < 2; ++b) ref::check_close(a.out, b, ref::linear(ref::row(x, b), p));
+  Tensor<4, 5> x2;
+  fill(x2, rng);
+  ActsOf<Linear<5, 7>, 4> a2;
+  a2.forward(p, x2);
+  ref::check_close(a2.out, 0, ref::linear(ref::row(x2, 0), p));
+}
+
+TEST_CASE("ScaleNorm and FeedForward") {
+  Rng rng(2);
+  ScaleNorm<17> sn;
+  sn.g(0) = 2.5f;
+  FeedForward<17, 40> ff;
+  test::randomize(ff, rng);
+  Tensor<2, 3, 17> x;
+  fill(x, rng);
+  ActsOf<ScaleNorm<17>, 2, 3> s;
+  ActsOf<FeedForward<17, 40>, 2, 3> f;
+  s.forward(sn, x);
+  f.forward(ff, x);
+  for (size_t b = 0; b < 2; ++b) {
+    ref::check_close(s.out, b, ref::scalenorm(ref::row(x, b), 2.5));
+    ref::check_close(f.fc2.out, b, ref::ffn(ref::row(x, b), ff));
+  }
+}
+
+TEST_CASE("MultiHeadAttention: cross attention, causal, key padding, all-masked rows") {
+  Rng rng(3);
+  constexpr size_t B = 3, Nq = 5, Nk = 7, Dq = 12, Dkv = 20, D = 16, H = 4;
+  using MHA = MultiHeadAttention<Dq, Dkv, D, H>;
+  auto p = make<MHA>();
+  test::randomize(*p, rng);
+  Tensor<B, Nq, Dq> xq;
+  Tensor<B, Nk, Dkv> xkv;
+  fill(xq, rng);
+  fill(xkv, rng);
+  const auto keys = lengths_mask<B, Nk>({7, 3, 0});  // batch row 2: every key masked
+  auto a = make<ActsOf<MHA, B, Nq, Nk>>();
+  for (bool causal : {false, true})
+    for (const KeyMask<B, Nk>* km : {(const KeyMask<B, Nk>*)nullptr, &keys}) {
+      CAPTURE(causal);
+      CAPTURE(km != nullptr);
+      a->forward(*p, xq, xkv, Mask<B, Nk>{.causal = causal, .keys = km});
+      for (size_t b = 0; b < B; ++b)
+        ref::check_close(a->o.out, b, ref::mha(ref::row(xq, b), ref::row(xkv, b), *p, H, 1 / std::sqrt(4.0), causal, mask_row(km, b)));
+      if (km) {  // all-masked query rows: zero weights, out = bo exactly
+        for (size_t h = 0; h < H; ++h)
+          for (size_t i = 0; i < Nq; ++i)
+            for (size_t j = 0; j < Nk; ++j) {
+              CHECK(a->attn(2, h, i, j) == 0.0f);
+              if (j >= 3) CHECK(a->attn(1, h, i, j) == 0.0f);
+            }
+        for (size_t i = 0; i < Nq; ++i)
+          for (size_t c = 0; c < D; ++c) CHECK(a->o.out(2, i, c) == p->wo.bias(c));
+      }
+      if (causal)
+        for (size_t i = 0; i < Nq; ++i)
+          for (size_t j = i + 1; j < Nk; ++j) CHECK(a->attn(0, 1, i, j) == 0.0f);
+    }
+
+  SUBCASE("score scale 1/sqrt(D), the seed project's choice") {
+    using MHA2 = MultiHeadAttention<Dq, Dkv, D, H, ScoreScale::model_width>;
+    MHA2 p2;
+    test::randomize(p2, rng);
+    auto a2 = make<ActsOf<MHA2, B, Nq, Nk>>();
+    a2->forward(p2, xq, xkv);
+    for (size_t b = 0; b < B; ++b) ref::check_close(a2->o.out, b, ref::mha(ref::row(xq, b), ref::row(xkv, b), p2, H, 1 / std::sqrt(16.0)));
+  }
+}
+
+TEST_CASE("EncoderBlock and DecoderBlock") {
+  Rng rng(4);
+  constexpr size_t B = 2, N = 9, M = 6, D = 16, H = 2, F = 40;
+  auto enc = make<EncoderBlock<D, H, F>>();
+  auto dec = make<DecoderBlock<D, 4, F>>();
+  test::randomize(*enc, rng);
+  test::randomize(*dec, rng);
+  Tensor<B, N, D> x;
+  Tensor<B, M, D> m;
+  fill(x, rng);
+  fill(m, rng);
+  const auto keys = lengths_mask<B, N>({9, 4});
+  auto ea = make<ActsOf<EncoderBlock<D, H, F>, B, N>>();
+  for (bool causal : {false, true})
+    for (const KeyMask<B, N>* km : {(const KeyMask<B, N>*)nullptr, &keys}) {
+      ea->forward(*enc, x, Mask<B, N>{.causal = causal, .keys = km});
+      for (size_t b = 0; b < B; ++b) ref::check_close(ea->out, b, ref::encoder(ref::row(x, b), *enc, H, causal, mask_row(km, b)));
+    }
+  const auto mkeys = lengths_mask<B, M>({2, 6});
+  auto da = make<ActsOf<DecoderBlock<D, 4, F>, B, N, M>>();
+  for (const KeyMask<B, M>* km : {(const KeyMask<B, M>*)nullptr, &mkeys}) {
+    da->forward(*dec, x, m, km);
+    for (size_t b = 0; b < B; ++b) ref::check_close(da->out, b, ref::decoder(ref::row(x, b), ref::row(m, b), *dec, 4, mask_row(km, b)));
+  }
+}
+
+TEST_CASE_TEMPLATE("MAB, SAB, ISAB, PMA with ScaleNorm and Identity norms", Tag, ScaleNorm<16>, Identity<16>) {
+  Rng rng(5);
+  constexpr size_t B = 2, N = 11, Nq = 3, D = 16, H = 4, M = 5, K = 2;
+  constexpr bool normed = std::is_same_v<Tag, ScaleNorm<16>>;
+  auto run = [&]<template <size_t> class Norm>() {
+    auto mab = make<MAB<D, H, Norm>>();
+    auto sab = make<SAB<D, H, Norm>>();
+    auto isab = make<ISAB<D, H, M, Norm>>();
+    auto pma = make<PMA<D, H, K, Norm>>();
+    test::randomize(*mab, rng);
+    test::randomize(*sab, rng);
+    test::randomize(*isab, rng);
+    test::randomize(*pma, rng);
+    Tensor<B, N, D> x;
+    Tensor<B, Nq, D> q;
+    fill(x, rng);
+    fill(q, rng);
+    const auto keys = lengths_mask<B, N>({11, 6});
+    auto ma = make<ActsOf<MAB<D, H, Norm>, B, Nq, N>>();
+    auto sa = make<ActsOf<SAB<D, H, Norm>, B, N>>();
+    auto ia = make<ActsOf<ISAB<D, H, M, Norm>, B, N>>();
+    auto pa = make<ActsOf<PMA<D, H, K, Norm>, B, N>>();
+    for (const KeyMask<B, N>* km : {(const KeyMask<B, N>*)nullptr, &keys}) {
+      ma->forward(*mab, q, x, km);
+      sa->forward(*sab, x, km);
+      ia->forward(*isab, x, km);
+      pa->forward(*pma, x, km);
+      for (size_t b = 0; b < B; ++b) {
+        auto xb = ref::row(x, b);
+        auto kb = mask_row(km, b);
+        ref::check_close(ma->out, b, ref::mab(ref::row(q, b), xb, *mab, H, kb));
+        ref::check_close(sa->mab.out, b, ref::mab(xb, xb, sab->mab, H, kb));
+        ref::check_close(ia->mab2.out, b, ref::isab(xb, *isab, H, kb));
+        ref::check_close(pa->mab.out, b, ref::pma(xb, *pma, H, kb));
+      }
+    }
+    size_t gs = 0;
+    for_each_param([&](const Path& path, Init, const auto&) { gs += path.view().ends_with(".g"); }, *mab);
+    CHECK(gs == (normed ? 3u : 0u));
+  };
+  if constexpr (normed)
+    run.template operator()<ScaleNorm>();
+  else
+    run.template operator()<Identity>();
+}
+
+TEST_CASE("PointerAttention, PositionalEncoding, Embedding") {
+  Rng rng(6);
+  constexpr size_t B = 2, Nq = 3, Nk = 10;
+  PointerAttention<8, 12, 16> p;
+  test::randomize(p, rng);
+  Tensor<B, Nq, 8> q;
+  Tensor<B, Nk, 12> k;
+  fill(q, rng);
+  fill(k, rng);
+  const auto keys = lengths_mask<B, Nk>({10, 4});
+  ActsOf<PointerAttention<8, 12, 16>, B, Nq, Nk> a;
+  for (const KeyMask<B, Nk>* km : {(const KeyMask<B, Nk>*)nullptr, &keys}) {
+    a.forward(p, q, k, km);
+    for (size_t b = 0; b < B; ++b) ref::check_close(a.logp, b, ref::pointer(ref::row(q, b), ref::row(k, b), p, mask_row(km, b)));
+  }
+
+  PositionalEncoding<10, 6> pe;
+  Tensor<B, 7, 6> x;
+  fill(x, rng);
+  ActsOf<PositionalEncoding<10, 6>, B, 7> pa;
+  pa.forward(pe, x);
+  for (size_t b = 0; b < B; ++b) ref::check_close(pa.out, b, ref::positional(ref::row(x, b)));
+
+  Embedding<11, 5> e;
+  init_params(e, rng);
+  IdTensor<B, 3> ids = {{0, 10, 4}, {4, 4, 7}};
+  ActsOf<Embedding<11, 5>, B, 3> ea;
+  ea.forward(e, ids);
+  for (size_t b = 0; b < B; ++b)
+    for (size_t i = 0; i < 3; ++i)
+      for (size_t c = 0; c < 5; ++c) CHECK(ea.out(b, i, c) == e.weight(size_t(ids(b, i)), c));
+  ids(1, 2) = 11;
+  CHECK_THROWS_AS(ea.forward(e, ids), std::invalid_argument);
+  ids(1, 2) = -1;
+  CHECK_THROWS_AS(ea.forward(e, ids), std::invalid_argument);
+}
+
+TEST_CASE("SPEC models: pointer and set, against the composed references") {
+  Rng rng(7);
+  constexpr size_t B = 3, N = 50;
+  using Pointer = PointerModel<2, 16, 1, 64, 2>;
+  using Set = SetTransformer<2, 64, 4, 16, 2>;
+  auto pm = make<Pointer>();
+  auto sm = make<Set>();
+  test::randomize(*pm, rng);
+  test::randomize(*sm, rng);
+  Tensor<B, N, 2> x;
+  fill(x, rng);
+  auto pa = make<ActsOf<Pointer, B, N>>();
+  auto sa = make<ActsOf<Set, B, N>>();
+  pa->forward(*pm, x);
+  sa->forward(*sm, x);
+  for (size_t b = 0; b < B; ++b) {
+    auto h = ref::linear(ref::row(x, b), pm->proj);
+    for (const auto& blk : pm->blocks) h = ref::encoder(h, blk, 1);
+    auto keys = ref::norm(h, pm->sn_v);
+    auto query = ref::norm(ref::row(pm->query, 0), pm->sn_q);
+    ref::check_close(pa->pointer.logp, b, ref::pointer(query, keys, pm->pointer), 5e-5);
+
+    auto e = ref::isab(ref::linear(ref::row(x, b), sm->proj), sm->isab, 4);
+    ref::check_close(sa->head.out, b, ref::linear(ref::pma(e, sm->pool, 4), sm->head), 5e-5);
+  }
+}
+
+TEST_CASE("Symmetries: SAB, ISAB, encoder equivariant; PMA and the set model invariant") {
+  Rng rng(8);
+  constexpr size_t B = 2, N = 13, D = 32, H = 4;
+  auto perm = some_permutation<N>(rng);
+  Tensor<B, N, D> x;
+  fill(x, rng);
+  auto xp = permute_rows(x, perm);
+
+  auto sab = make<SAB<D, H>>();
+  auto isab = make<ISAB<D, H, 4>>();
+  auto enc = make<EncoderBlock<D, H, 64>>();
+  auto pma = make<PMA<D, H, 2>>();
+  auto set = make<SetTransformer<D, D, H, 4, 3>>();
+  init_params(*sab, rng);
+  init_params(*isab, rng);
+  init_params(*enc, rng);
+  init_params(*pma, rng);
+  init_params(*set, rng);
+  auto check_equivariant = [&](auto& block, auto& a1, auto& a2) {
+    const auto& y = a1.forward(block, x);
+    const auto& yp = a2.forward(block, xp);
+    CHECK(max_diff(permute_rows(y, perm), yp) < 1e-5);
+  };
+  {
+    auto a1 = make<ActsOf<SAB<D, H>, B, N>>(), a2 = make<ActsOf<SAB<D, H>, B, N>>();
+    check_equivariant(*sab, *a1, *a2);
+  }
+  {
+    auto a1 = make<ActsOf<ISAB<D, H, 4>, B, N>>(), a2 = make<ActsOf<ISAB<D, H, 4>, B, N>>();
+    check_equivariant(*isab, *a1, *a2);
+  }
+  {
+    auto a1 = make<ActsOf<EncoderBlock<D, H, 64>, B, N>>(), a2 = make<ActsOf<EncoderBlock<D, H, 64>, B, N>>();
+    check_equivariant(*enc, *a1, *a2);
+  }
+  {
+    auto a1 = make<ActsOf<PMA<D, H, 2>, B, N>>(), a2 = make<ActsOf<PMA<D, H, 2>, B, N>>();
+    CHECK(max_diff(a1->forward(*pma, x), a2->forward(*pma, xp)) < 1e-5);
+    auto s1 = make<ActsOf<SetTransformer<D, D, H, 4, 3>, B, N>>(), s2 = make<ActsOf<SetTransformer<D, D, H, 4, 3>, B, N>>();
+    CHECK(max_diff(s1->forward(*set, x), s2->forward(*set, xp)) < 1e-5);
+    // and a permutation is not the identity on the outputs that are not invariant
+    auto a3 = make<ActsOf<SAB<D, H>, B, N>>();
+    Tensor<B, N, D> y = a3->forward(*sab, x);
+    CHECK(max_diff(y, a3->forward(*sab, xp)) > 1e-3);
+  }
+}

@@ -1,0 +1,146 @@
+// Every kernel against a naive scalar loop, on sizes that are and are not multiples of the
+// SIMD width (W = 1, 8 or 16 floats depending on the build).
+#include <doctest/doctest.h>
+
+#include <cmath>
+#include <limits>
+#include <vector>
+
+#include <stformer/kernels/matmul.hpp>
+#include <stformer/kernels/rowwise.hpp>
+#include <stformer/rng.hpp>
+
+namespace k = stformer::kernels;
+using std::size_t;
+
+namespace {
+
+std::vector<float> random(size_t n, stformer::Rng& rng) {
+  std::vector<float> v(n);
+  for (auto& x : v) x = rng.normal();
+  return v;
+}
+
+void check_near(const std::vector<float>& got, const std::vector<double>& want, double tol = 1e-5) {
+  REQUIRE(got.size() == want.size());
+  double err = 0, scale = 1;
+  for (size_t i = 0; i < got.size(); ++i) {
+    err = std::max(err, std::abs(double(got[i]) - want[i]));
+    scale = std::max(scale, std::abs(want[i]));
+  }
+  CHECK(err <= tol * scale);
+}
+
+template <size_t M_, size_t N_, size_t K_>
+struct Dims {
+  static constexpr size_t M = M_, N = N_, K = K_;
+};
+
+}  // namespace
+
+TEST_CASE_TEMPLATE("matmul_nt: C = alpha A Bᵀ + bias, with strides", S, Dims<1, 1, 1>, Dims<3, 5, 2>,
+                   Dims<4, 4, 16>, Dims<7, 9, 17>, Dims<16, 33, 64>, Dims<50, 50, 16>, Dims<5, 130, 128>) {
+  constexpr size_t M = S::M, N = S::N, K = S::K, lda = K + 3, ldb = K + 1, ldc = N + 2;
+  stformer::Rng rng(M * 1000 + N * 10 + K);
+  auto A = random(M * lda, rng), B = random(N * ldb, rng), bias = random(N, rng);
+  std::vector<float> C(M * ldc, 7.0f);
+  k::matmul_nt<M, N, K>(A.data(), lda, B.data(), ldb, C.data(), ldc, 0.5f, bias.data());
+  std::vector<float> got;
+  std::vector<double> want;
+  for (size_t i = 0; i < M; ++i)
+    for (size_t j = 0; j < ldc; ++j) {
+      got.push_back(C[i * ldc + j]);
+      if (j >= N) {  // padding between rows is untouched
+        want.push_back(7.0);
+        continue;
+      }
+      double s = 0;
+      for (size_t kk = 0; kk < K; ++kk) s += double(A[i * lda + kk]) * B[j * ldb + kk];
+      want.push_back(0.5 * s + bias[j]);
+    }
+  check_near(got, want);
+}
+
+TEST_CASE_TEMPLATE("matmul_nn: C = A B, with strides", S, Dims<1, 1, 1>, Dims<3, 5, 2>, Dims<4, 16, 16>,
+                   Dims<7, 9, 17>, Dims<16, 33, 64>, Dims<50, 16, 50>, Dims<5, 130, 3>) {
+  constexpr size_t M = S::M, N = S::N, K = S::K, lda = K + 2, ldb = N + 5, ldc = N + 1;
+  stformer::Rng rng(M * 1000 + N * 10 + K + 1);
+  auto A = random(M * lda, rng), B = random(K * ldb, rng);
+  std::vector<float> C(M * ldc, 7.0f);
+  k::matmul_nn<M, N, K>(A.data(), lda, B.data(), ldb, C.data(), ldc);
+  std::vector<float> got;
+  std::vector<double> want;
+  for (size_t i = 0; i < M; ++i)
+    for (size_t j = 0; j < ldc; ++j) {
+      got.push_back(C[i * ldc + j]);
+      double s = 0;
+      for (size_t kk = 0; kk < K; ++kk) s += double(A[i * lda + kk]) * B[kk * ldb + j];
+      want.push_back(j >= N ? 7.0 : s);
+    }
+  check_near(got, want);
+}
+
+template <size_t N_>
+struct Len {
+  static constexpr size_t N = N_;
+};
+
+TEST_CASE_TEMPLATE("softmax_row and log_softmax_row, with masked (-inf) entries", S, Len<1>, Len<5>, Len<8>,
+                   Len<17>, Len<50>, Len<64>) {
+  constexpr size_t N = S::N;
+  stformer::Rng rng(N);
+  for (int masked_every : {0, 3, 1}) {  // none, some, all masked
+    auto s = random(N, rng);
+    for (auto& x : s) x *= 10;  // large logits: the max must be subtracted
+    s[0] += 80;
+    if (masked_every)
+      for (size_t j = 0; j < N; j += masked_every) s[j] = k::neg_inf;
+    std::vector<float> p = s, lp = s;
+    k::softmax_row<N>(p.data());
+    k::log_softmax_row<N>(lp.data());
+    double m = -INFINITY, z = 0;
+    for (float x : s) m = std::max(m, double(x));
+    for (float x : s) z += std::exp(x - m);
+    std::vector<double> want_p(N), want_lp(N);
+    for (size_t j = 0; j < N; ++j) {
+      bool all_masked = m == -INFINITY;
+      want_p[j] = all_masked ? 0.0 : std::exp(s[j] - m) / z;
+      want_lp[j] = all_masked ? -INFINITY : s[j] - m - std::log(z);
+      if (s[j] == k::neg_inf) {
+        CHECK(p[j] == 0.0f);  // exactly zero, never NaN
+        CHECK(lp[j] == k::neg_inf);
+        want_lp[j] = 0, lp[j] = 0;
+      }
+      CHECK(!std::isnan(p[j]));
+    }
+    check_near(p, want_p);
+    check_near(lp, want_lp);
+  }
+}
+
+TEST_CASE_TEMPLATE("scalenorm_rows, relu, add", S, Len<1>, Len<2>, Len<16>, Len<17>, Len<64>, Len<130>) {
+  constexpr size_t D = S::N, R = 5;
+  stformer::Rng rng(D + 100);
+  auto x = random(R * D, rng);
+  for (size_t j = 0; j < D; ++j) x[2 * D + j] = 1e-7f;  // a row with norm below eps
+  std::vector<float> y(R * D), scale(R);
+  k::scalenorm_rows<R, D>(x.data(), y.data(), 3.0f, scale.data());
+  std::vector<double> want(R * D), want_scale(R);
+  for (size_t r = 0; r < R; ++r) {
+    double n = 0;
+    for (size_t j = 0; j < D; ++j) n += double(x[r * D + j]) * x[r * D + j];
+    want_scale[r] = 3.0 / std::max(std::sqrt(n), 1e-5);
+    for (size_t j = 0; j < D; ++j) want[r * D + j] = x[r * D + j] * want_scale[r];
+  }
+  check_near(y, want);
+  check_near(scale, want_scale);
+
+  auto a = random(D, rng), b = random(D, rng);
+  std::vector<float> sum(D), r = a;
+  k::add<D>(a.data(), b.data(), sum.data());
+  k::relu<D>(r.data());
+  for (size_t j = 0; j < D; ++j) {
+    CHECK(sum[j] == a[j] + b[j]);
+    CHECK(r[j] == (a[j] > 0 ? a[j] : 0.0f));
+  }
+}
