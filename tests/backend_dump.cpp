@@ -8,6 +8,10 @@
 
 #include <stformer/stformer.hpp>
 
+#if !STFORMER_SIMD && defined(XSIMD_VERSION_MAJOR)
+#error "the plain C++ backend (simd=none) must not include xsimd"
+#endif
+
 using namespace stformer;
 
 namespace {

@@ -16,6 +16,9 @@ check() {  # case, expected message
   else echo "case $1: expected \"$2\", got:"; echo "$out" | grep -m3 "error"; status=1; fi
 }
 check 0 ""
+# the library also compiles as firmware does: no exceptions, no RTTI, warnings as errors
+out=$(eval "$cmd -fsyntax-only -fno-exceptions -fno-rtti -Wall -Wextra -Werror -DCASE=0 '$file'" 2>&1) ||
+  { echo "does not compile with -fno-exceptions -fno-rtti:"; echo "$out" | head -20; status=1; }
 check 1 "PMA: input set X [B, N, D] and the block's width D differ"
 check 2 "Linear: input rows x [..., In] and weight [Out, In] differ in In"
 check 3 "MultiHeadAttention: keys/values xkv [B, Nk, Dkv] do not match the block's key width Dkv"

@@ -60,8 +60,8 @@ KeyMask<B, Nk> key_mask_from_lengths(const size_t (&length)[B]) {
 }
 
 // Error on bad run-time input (a token id out of range, a name too long ...): an exception of
-// type std::invalid_argument where exceptions exist; in -fno-exceptions builds (firmware) the
-// handler stformer_fatal, which the program may define, defaulting to std::abort.
+// type std::invalid_argument where exceptions exist; std::abort in -fno-exceptions builds
+// (firmware), where such input should be ruled out before it reaches the model.
 [[noreturn]] inline void fail(const char* what) {
 #if defined(__cpp_exceptions)
   throw std::invalid_argument(what);
