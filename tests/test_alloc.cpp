@@ -1,6 +1,7 @@
 // No heap allocation in any forward pass: malloc, calloc, realloc, the aligned allocators and
 // every global operator new are replaced by counting versions (forwarding to glibc's own),
-// and the count must not move during the forward passes of every block and whole models.
+// and the count must not move during the forward and backward passes of every block and of
+// whole models.
 #include <doctest/doctest.h>
 
 #include <cstdlib>
@@ -77,17 +78,24 @@ void operator delete[](void* p, std::size_t, std::align_val_t) noexcept { __libc
 using namespace stformer;
 
 namespace {
-// Allocates block and activations first, then counts during forward(args...).
+// Allocates block, gradients and activations first, then counts during forward(args...) and,
+// where the block has one, backward (with the output as its incoming gradient).
 template <class Block, class Acts, class... Args>
 std::size_t allocations_in_forward(Args&... args) {
   auto p = test::make<Block>();
+  auto g = test::make<Block>();
   auto a = test::make<Acts>();
   Rng rng(1);
   init_params(*p, rng);
   counting = true;
   allocations = 0;
-  a->forward(*p, args...);
-  a->forward(*p, args...);
+  for (int i = 0; i < 2; ++i) {
+    auto y = &a->forward(*p, args...);
+    if constexpr (requires { a->backward(*p, *g, *y); }) {
+      zero_grad(*g);
+      a->backward(*p, *g, *y);
+    }
+  }
   counting = false;
   return allocations;
 }
@@ -104,7 +112,7 @@ TEST_CASE("the counter sees allocations") {
   std::free(m);
 }
 
-TEST_CASE("no heap allocation during forward passes") {
+TEST_CASE("no heap allocation during forward and backward passes") {
   constexpr size_t B = 2, N = 20, M = 7, D = 32;
   Tensor<B, N, D> x;
   Tensor<B, M, D> m;

@@ -124,13 +124,13 @@ TEST_CASE_TEMPLATE("scalenorm_rows, relu, add", S, Len<1>, Len<2>, Len<16>, Len<
   auto x = random(R * D, rng);
   for (size_t j = 0; j < D; ++j) x[2 * D + j] = 1e-7f;  // a row with norm below eps
   std::vector<float> y(R * D), scale(R);
-  k::scalenorm_rows<R, D>(x.data(), y.data(), 3.0f, scale.data());
+  k::scalenorm_rows<R, D>(x.data(), y.data(), 3.0f, scale.data());  // scale = 1 / max(norm, eps)
   std::vector<double> want(R * D), want_scale(R);
   for (size_t r = 0; r < R; ++r) {
     double n = 0;
     for (size_t j = 0; j < D; ++j) n += double(x[r * D + j]) * x[r * D + j];
-    want_scale[r] = 3.0 / std::max(std::sqrt(n), 1e-5);
-    for (size_t j = 0; j < D; ++j) want[r * D + j] = x[r * D + j] * want_scale[r];
+    want_scale[r] = 1.0 / std::max(std::sqrt(n), 1e-5);
+    for (size_t j = 0; j < D; ++j) want[r * D + j] = 3.0 * x[r * D + j] * want_scale[r];
   }
   check_near(y, want);
   check_near(scale, want_scale);
@@ -143,4 +143,35 @@ TEST_CASE_TEMPLATE("scalenorm_rows, relu, add", S, Len<1>, Len<2>, Len<16>, Len<
     CHECK(sum[j] == a[j] + b[j]);
     CHECK(r[j] == (a[j] > 0 ? a[j] : 0.0f));
   }
+}
+
+TEST_CASE_TEMPLATE("matmul_tn (C += Aᵀ B), matmul_nn accumulating, add_column_sums", S, Dims<1, 1, 1>, Dims<3, 5, 2>,
+                   Dims<16, 17, 9>, Dims<7, 33, 50>, Dims<64, 16, 4>) {
+  constexpr size_t M = S::M, N = S::N, K = S::K, lda = M + 1, ldb = N + 3, ldc = N + 2;
+  stformer::Rng rng(M * 7 + N * 5 + K);
+  auto A = random(K * lda, rng), B = random(K * ldb, rng), C0 = random(M * ldc, rng);
+  auto C = C0, C2 = C0;
+  k::matmul_tn<M, N, K>(A.data(), lda, B.data(), ldb, C.data(), ldc);
+  std::vector<double> want(M * ldc);
+  for (size_t i = 0; i < M; ++i)
+    for (size_t j = 0; j < ldc; ++j) {
+      double s = C0[i * ldc + j];
+      if (j < N)
+        for (size_t kk = 0; kk < K; ++kk) s += double(A[kk * lda + i]) * B[kk * ldb + j];
+      want[i * ldc + j] = s;
+    }
+  check_near(C, want);
+  // the same product through matmul_nn with an explicit transpose, accumulating
+  std::vector<float> At(M * K);
+  for (size_t i = 0; i < M; ++i)
+    for (size_t kk = 0; kk < K; ++kk) At[i * K + kk] = A[kk * lda + i];
+  k::matmul_nn<M, N, K, true>(At.data(), K, B.data(), ldb, C2.data(), ldc);
+  check_near(C2, want);
+
+  std::vector<float> sums(N, 1.0f), rows = random(K * N, rng);
+  k::add_column_sums<K, N>(rows.data(), sums.data());
+  std::vector<double> want_sums(N, 1.0);
+  for (size_t r = 0; r < K; ++r)
+    for (size_t j = 0; j < N; ++j) want_sums[j] += rows[r * N + j];
+  check_near(sums, want_sums);
 }

@@ -119,3 +119,13 @@ size_t param_count(const M& model) {
 }
 
 }  // namespace stformer
+
+namespace stformer {
+
+// Sets every parameter (of a gradient structure) to 0.
+template <class M>
+void zero_grad(M& grad) {
+  for_each_param([](const Path&, Init, auto& t) { t.fill(0.0f); }, grad);
+}
+
+}  // namespace stformer

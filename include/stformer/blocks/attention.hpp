@@ -5,6 +5,10 @@
 //     A_h = softmax_row(s · q_h k_hᵀ, masked keys removed)                  [B, H, Nq, Nk]
 //     o_h = A_h v_h
 //   out = concat_h(o_h) Woᵀ + bo                                           [B, Nq, D]
+// backward, per head, from dO_h (the gradient of concat_h(o_h)):
+//   dv_h = A_hᵀ dO_h,  dA_h = dO_h v_hᵀ,  dS_h = s · A_h ⊙ (dA_h − rowsum(dA_h ⊙ A_h)),
+//   dq_h = dS_h k_h,   dk_h = dS_hᵀ q_h;  then the projections' backward. dL/dxq is in dxq(),
+//   dL/dxkv in dxkv (for self-attention the caller adds the two).
 //
 // Score scale s: ScoreScale::head_width gives 1/sqrt(Dh) (the default), ScoreScale::model_width
 // gives 1/sqrt(D) (the seed project's choice). A masked key gets weight exactly 0; a query
@@ -45,6 +49,11 @@ struct MultiHeadAttention {
     Tensor<B, H, Nq, Nk> attn;  // A_h
     Tensor<B, Nq, D> heads;     // concat_h(o_h)
     ActsOf<Linear<D, D>, B, Nq> o;
+    Tensor<B, Nq, D> dq;
+    Tensor<B, Nk, D> dk, dv;
+    Tensor<Nq, Nk> ds;  // one head's dA, then dS
+    Tensor<B, Nk, Dkv> dxkv;
+    const Tensor<B, Nq, Dq>& dxq() const { return q.dx; }
 
     template <class XQ, class XKV>
     const Tensor<B, Nq, D>& forward(const MultiHeadAttention& p, const XQ& xq, const XKV& xkv, Mask<B, Nk> mask = {}) {
@@ -70,6 +79,23 @@ struct MultiHeadAttention {
           kernels::matmul_nn<Nq, Dh, Nk>(a, Nk, vh, D, heads.data() + b * Nq * D + h * Dh, D);
         }
       return o.forward(p.wo, heads);
+    }
+
+    void backward(const MultiHeadAttention& p, MultiHeadAttention& grad, const Tensor<B, Nq, D>& dout) {
+      const auto& dheads = o.backward(p.wo, grad.wo, dout);
+      for (size_t b = 0; b < B; ++b)
+        for (size_t h = 0; h < H; ++h) {
+          size_t qo = b * Nq * D + h * Dh, ko = b * Nk * D + h * Dh;
+          const float* a = attn.data() + (b * H + h) * Nq * Nk;
+          const float* doh = dheads.data() + qo;
+          kernels::matmul_tn<Nk, Dh, Nq, false>(a, Nk, doh, D, dv.data() + ko, D);
+          kernels::matmul_nt<Nq, Nk, Dh>(doh, D, v.out.data() + ko, D, ds.data(), Nk);
+          for (size_t i = 0; i < Nq; ++i) kernels::softmax_backward_row<Nk>(a + i * Nk, ds.data() + i * Nk, score_scale);
+          kernels::matmul_nn<Nq, Dh, Nk>(ds.data(), Nk, k.out.data() + ko, D, dq.data() + qo, D);
+          kernels::matmul_tn<Nk, Dh, Nq, false>(ds.data(), Nk, q.out.data() + qo, D, dk.data() + ko, D);
+        }
+      q.backward(p.wq, grad.wq, dq);
+      kernels::add<B * Nk * Dkv>(k.backward(p.wk, grad.wk, dk).data(), v.backward(p.wv, grad.wv, dv).data(), dxkv.data());
     }
   };
 };

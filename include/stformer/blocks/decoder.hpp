@@ -3,6 +3,8 @@
 //   h1  = x  + SelfMHA(SN1(x), SN1(x))     causal
 //   h2  = h1 + CrossMHA(SN2(h1), m)        (optionally key-padded over m)
 //   out = h2 + FFN(SN3(h2))
+//   backward: dh2 = dout + SN3ᵀ FFNᵀ dout; dh1 = dh2 + SN2ᵀ dxq(CrossMHAᵀ dh2);
+//             dx = dh1 + SN1ᵀ (dxq + dxkv of SelfMHAᵀ dh1); dm = dxkv of CrossMHAᵀ dh2
 // Parameters: sn1.g, self_attn.*, sn2.g, cross_attn.*, sn3.g, ffn.*.
 #pragma once
 
@@ -42,6 +44,8 @@ struct DecoderBlock {
     ActsOf<ScaleNorm<D>, B, N> sn3;
     ActsOf<FeedForward<D, F>, B, N> ffn;
     Tensor<B, N, D> out;
+    Tensor<B, N, D> dh2, dh1, dn1, dx;
+    const Tensor<B, M, D>& dm() const { return cross_attn.dxkv; }  // gradient into the memory
 
     template <class X, class Mem>
     const Tensor<B, N, D>& forward(const DecoderBlock& p, const X& x, const Mem& m, const KeyMask<B, M>* memory_mask = nullptr) {
@@ -53,6 +57,16 @@ struct DecoderBlock {
       kernels::add<B * N * D>(h1.data(), cross_attn.forward(p.cross_attn, n2, m, Mask<B, M>{.keys = memory_mask}).data(), h2.data());
       kernels::add<B * N * D>(h2.data(), ffn.forward(p.ffn, sn3.forward(p.sn3, h2)).data(), out.data());
       return out;
+    }
+
+    const Tensor<B, N, D>& backward(const DecoderBlock& p, DecoderBlock& grad, const Tensor<B, N, D>& dout) {
+      kernels::add<B * N * D>(dout.data(), sn3.backward(p.sn3, grad.sn3, ffn.backward(p.ffn, grad.ffn, dout)).data(), dh2.data());
+      cross_attn.backward(p.cross_attn, grad.cross_attn, dh2);
+      kernels::add<B * N * D>(dh2.data(), sn2.backward(p.sn2, grad.sn2, cross_attn.dxq()).data(), dh1.data());
+      self_attn.backward(p.self_attn, grad.self_attn, dh1);
+      kernels::add<B * N * D>(self_attn.dxq().data(), self_attn.dxkv.data(), dn1.data());
+      kernels::add<B * N * D>(dh1.data(), sn1.backward(p.sn1, grad.sn1, dn1).data(), dx.data());
+      return dx;
     }
   };
 };

@@ -1,10 +1,11 @@
 // Embedding<V, D>: row lookup, ids [B, N] (int32, each in [0, V)) -> [B, N, D].
-// Parameter: weight [V, D], standard normal. An id outside [0, V) is an error
+// backward: dweight[id] += dout row, for every position. Parameter: weight [V, D], standard normal. An id outside [0, V) is an error
 // (stformer::fail: std::invalid_argument, or the firmware's abort).
 #pragma once
 
 #include <algorithm>
 
+#include "../kernels/rowwise.hpp"
 #include "../params.hpp"
 
 namespace stformer {
@@ -20,16 +21,22 @@ struct Embedding {
 
   template <size_t B, size_t N>
   struct Acts {
+    const IdTensor<B, N>* ids = nullptr;  // the input of the last forward
     Tensor<B, N, D> out;
 
-    const Tensor<B, N, D>& forward(const Embedding& p, const IdTensor<B, N>& ids) {
+    const Tensor<B, N, D>& forward(const Embedding& p, const IdTensor<B, N>& in) {
+      ids = &in;
       for (size_t r = 0; r < B * N; ++r) {
-        std::int32_t id = ids.data()[r];
+        std::int32_t id = in.data()[r];
         STFORMER_CHECK(id >= 0 && size_t(id) < V, "Embedding: token id outside [0, V)");
         const float* row = p.weight.data() + size_t(id) * D;
         std::copy(row, row + D, out.data() + r * D);
       }
       return out;
+    }
+
+    void backward(const Embedding&, Embedding& grad, const Tensor<B, N, D>& dout) {
+      for (size_t r = 0; r < B * N; ++r) kernels::add_to<D>(dout.data() + r * D, grad.weight.data() + size_t(ids->data()[r]) * D);
     }
   };
 };

@@ -1,6 +1,7 @@
 // EncoderBlock<D, H, F> (pre-norm Transformer encoder layer), rows x [B, N, D]:
 //   h   = x + MHA(SN1(x), SN1(x))        (optionally causal / key-padded)
 //   out = h + FFN(SN2(h))
+//   backward: dh = dout + SN2ᵀ FFNᵀ dout;  dx = dh + SN1ᵀ (dxq + dxkv of MHAᵀ dh)
 // Parameters: sn1.g, attn.*, sn2.g, ffn.*.
 #pragma once
 
@@ -33,6 +34,7 @@ struct EncoderBlock {
     ActsOf<ScaleNorm<D>, B, N> sn2;
     ActsOf<FeedForward<D, F>, B, N> ffn;
     Tensor<B, N, D> out;
+    Tensor<B, N, D> dh, dn1, dx;
 
     template <class X>
     const Tensor<B, N, D>& forward(const EncoderBlock& p, const X& x, Mask<B, N> mask = {}) {
@@ -41,6 +43,14 @@ struct EncoderBlock {
       kernels::add<B * N * D>(x.data(), attn.forward(p.attn, n1, n1, mask).data(), h.data());
       kernels::add<B * N * D>(h.data(), ffn.forward(p.ffn, sn2.forward(p.sn2, h)).data(), out.data());
       return out;
+    }
+
+    const Tensor<B, N, D>& backward(const EncoderBlock& p, EncoderBlock& grad, const Tensor<B, N, D>& dout) {
+      kernels::add<B * N * D>(dout.data(), sn2.backward(p.sn2, grad.sn2, ffn.backward(p.ffn, grad.ffn, dout)).data(), dh.data());
+      attn.backward(p.attn, grad.attn, dh);
+      kernels::add<B * N * D>(attn.dxq().data(), attn.dxkv.data(), dn1.data());
+      kernels::add<B * N * D>(dh.data(), sn1.backward(p.sn1, grad.sn1, dn1).data(), dx.data());
+      return dx;
     }
   };
 };

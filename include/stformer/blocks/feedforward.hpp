@@ -19,6 +19,7 @@ struct FeedForward {
 
   template <size_t... L>
   struct Acts {
+    static constexpr size_t rows = (L * ... * 1);
     ActsOf<Linear<D, F, Init::kaiming_normal>, L...> fc1;  // fc1.out holds ReLU(x W1ᵀ + b1)
     ActsOf<Linear<F, D, Init::kaiming_normal>, L...> fc2;
 
@@ -26,8 +27,14 @@ struct FeedForward {
     const Tensor<L..., D>& forward(const FeedForward& p, const X& x) {
       static_assert(std::is_same_v<X, Tensor<L..., D>>, "FeedForward: input rows x [..., D] and the layer's width D differ");
       fc1.forward(p.fc1, x);
-      kernels::relu<(L * ... * 1) * F>(fc1.out.data());
+      kernels::relu<rows * F>(fc1.out.data());
       return fc2.forward(p.fc2, fc1.out);
+    }
+
+    const Tensor<L..., D>& backward(const FeedForward& p, FeedForward& grad, const Tensor<L..., D>& dout) {
+      fc2.backward(p.fc2, grad.fc2, dout);
+      kernels::relu_backward<rows * F>(fc1.out.data(), fc2.dx.data());
+      return fc1.backward(p.fc1, grad.fc1, fc2.dx);
     }
   };
 };

@@ -1,7 +1,8 @@
 // ISAB<D, H, M, Norm>: Hm = MAB1(I, X), ISAB(X) = MAB2(X, Hm), X [B, N, D], with M learned
 // inducing points I [M, D] (Xavier-normal). Cost O(N·M) instead of O(N²); permutation-
 // equivariant. A key-padding mask over X applies to MAB1 (X is its key side).
-// Parameters: inducing, mab1.*, mab2.*.
+// backward: MAB2ᵀ gives dX (query side) and dHm; MAB1ᵀ dHm gives dI (summed over the batch)
+// and dX (key side). Parameters: inducing, mab1.*, mab2.*.
 #pragma once
 
 #include <algorithm>
@@ -27,12 +28,21 @@ struct ISAB {
     Tensor<B, M, D> i;  // I repeated over the batch
     ActsOf<MAB<D, H, Norm>, B, M, N> mab1;
     ActsOf<MAB<D, H, Norm>, B, N, M> mab2;
+    Tensor<B, N, D> dx;
 
     template <class X>
     const Tensor<B, N, D>& forward(const ISAB& p, const X& x, const KeyMask<B, N>* keys = nullptr) {
       static_assert(std::is_same_v<X, Tensor<B, N, D>>, "ISAB: input set X [B, N, D] and the block's width D differ");
       for (size_t b = 0; b < B; ++b) std::copy(p.inducing.begin(), p.inducing.end(), i.begin() + b * M * D);
       return mab2.forward(p.mab2, x, mab1.forward(p.mab1, i, x, keys));
+    }
+
+    const Tensor<B, N, D>& backward(const ISAB& p, ISAB& grad, const Tensor<B, N, D>& dout) {
+      mab2.backward(p.mab2, grad.mab2, dout);
+      mab1.backward(p.mab1, grad.mab1, mab2.dy);
+      for (size_t b = 0; b < B; ++b) kernels::add_to<M * D>(mab1.dx.data() + b * M * D, grad.inducing.data());
+      kernels::add<B * N * D>(mab2.dx.data(), mab1.dy.data(), dx.data());
+      return dx;
     }
   };
 };

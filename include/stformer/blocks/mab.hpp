@@ -2,6 +2,8 @@
 // pre-norm form, queries X [B, Nq, D], keys/values Y [B, Nk, D]:
 //   h   = X + MHA(Nq(X), Nkv(Y))              (optionally key-padded over Y)
 //   out = h + ReLU(Nff(h) Wfcᵀ + bfc)
+//   backward: dh = dout + Nffᵀ fcᵀ (dout ⊙ [relu > 0]); dX = dh + Nqᵀ dxq(MHAᵀ dh);
+//             dY = Nkvᵀ dxkv(MHAᵀ dh)
 // Norm = ScaleNorm (default) or Identity (the paper's un-normalised block, no g entries).
 // Parameters: nq.g, nkv.g, attn.*, nff.g, fc.weight [D, D] (Kaiming-normal), fc.bias.
 #pragma once
@@ -36,6 +38,8 @@ struct MAB {
     ActsOf<Norm<D>, B, Nq> nff;
     ActsOf<Linear<D, D, Init::kaiming_normal>, B, Nq> fc;  // fc.out holds ReLU(Nff(h) Wfcᵀ + bfc)
     Tensor<B, Nq, D> out;
+    Tensor<B, Nq, D> dfc, dh, dx;  // dx: gradient into the query set X
+    Tensor<B, Nk, D> dy;           // gradient into the key set Y
 
     template <class X, class Y>
     const Tensor<B, Nq, D>& forward(const MAB& p, const X& x, const Y& y, const KeyMask<B, Nk>* keys = nullptr) {
@@ -47,6 +51,15 @@ struct MAB {
       kernels::relu<B * Nq * D>(fc.out.data());
       kernels::add<B * Nq * D>(h.data(), fc.out.data(), out.data());
       return out;
+    }
+
+    void backward(const MAB& p, MAB& grad, const Tensor<B, Nq, D>& dout) {
+      dfc = dout;
+      kernels::relu_backward<B * Nq * D>(fc.out.data(), dfc.data());
+      kernels::add<B * Nq * D>(dout.data(), nff.backward(p.nff, grad.nff, fc.backward(p.fc, grad.fc, dfc)).data(), dh.data());
+      attn.backward(p.attn, grad.attn, dh);
+      kernels::add<B * Nq * D>(dh.data(), nq.backward(p.nq, grad.nq, attn.dxq()).data(), dx.data());
+      dy = nkv.backward(p.nkv, grad.nkv, attn.dxkv);
     }
   };
 };

@@ -30,6 +30,13 @@ struct PMA {
       for (size_t b = 0; b < B; ++b) std::copy(p.seeds.begin(), p.seeds.end(), s.begin() + b * K * D);
       return mab.forward(p.mab, s, x, keys);
     }
+
+    // dS (summed over the batch) goes to the seeds; returns dX.
+    const Tensor<B, N, D>& backward(const PMA& p, PMA& grad, const Tensor<B, K, D>& dout) {
+      mab.backward(p.mab, grad.mab, dout);
+      for (size_t b = 0; b < B; ++b) kernels::add_to<K * D>(mab.dx.data() + b * K * D, grad.seeds.data());
+      return mab.dy;
+    }
   };
 };
 

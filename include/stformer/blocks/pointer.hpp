@@ -1,7 +1,9 @@
 // PointerAttention<Dq, Dk, Da> (Vinyals et al. 2015): log-probabilities over keys,
 //   logp = log_softmax((q Wqᵀ + bq)(k Wkᵀ + bk)ᵀ / sqrt(Da))     q [B, Nq, Dq], k [B, Nk, Dk]
 // -> [B, Nq, Nk]. A masked key gets log-probability −∞ (probability exactly 0); a row whose
-// keys are all masked is all −∞. Parameters: wq.*, wk.* (Xavier-normal, zero bias).
+// keys are all masked is all −∞.
+//   backward: dS = (dlogp − exp(logp) Σ dlogp) / sqrt(Da);  dq = dS k,  dk = dSᵀ q; then the
+//   projections' backward: dL/dq in dxq(), dL/dk in dxk(). Parameters: wq.*, wk.* (Xavier-normal, zero bias).
 #pragma once
 
 #include "../kernels/matmul.hpp"
@@ -26,6 +28,11 @@ struct PointerAttention {
     ActsOf<Linear<Dq, Da>, B, Nq> q;
     ActsOf<Linear<Dk, Da>, B, Nk> k;
     Tensor<B, Nq, Nk> logp;
+    Tensor<B, Nq, Nk> ds;
+    Tensor<B, Nq, Da> dq;
+    Tensor<B, Nk, Da> dk;
+    const Tensor<B, Nq, Dq>& dxq() const { return q.dx; }
+    const Tensor<B, Nk, Dk>& dxk() const { return k.dx; }
 
     template <class XQ, class XK>
     const Tensor<B, Nq, Nk>& forward(const PointerAttention& p, const XQ& xq, const XK& xk, const KeyMask<B, Nk>* keys = nullptr) {
@@ -44,6 +51,21 @@ struct PointerAttention {
         }
       }
       return logp;
+    }
+
+    void backward(const PointerAttention& p, PointerAttention& grad, const Tensor<B, Nq, Nk>& dlogp) {
+      ds = dlogp;
+      for (size_t b = 0; b < B; ++b) {
+        float* d = ds.data() + b * Nq * Nk;
+        for (size_t i = 0; i < Nq; ++i) {
+          kernels::log_softmax_backward_row<Nk>(logp.data() + b * Nq * Nk + i * Nk, d + i * Nk);
+          kernels::scale<Nk>(d + i * Nk, inv_sqrt(Da));
+        }
+        kernels::matmul_nn<Nq, Da, Nk>(d, Nk, k.out.data() + b * Nk * Da, Da, dq.data() + b * Nq * Da, Da);
+        kernels::matmul_tn<Nk, Da, Nq, false>(d, Nk, q.out.data() + b * Nq * Da, Da, dk.data() + b * Nk * Da, Da);
+      }
+      q.backward(p.wq, grad.wq, dq);
+      k.backward(p.wk, grad.wk, dk);
     }
   };
 };

@@ -17,11 +17,19 @@ struct SAB {
   template <size_t B, size_t N>
   struct Acts {
     ActsOf<MAB<D, H, Norm>, B, N, N> mab;
+    Tensor<B, N, D> dx;
 
     template <class X>
     const Tensor<B, N, D>& forward(const SAB& p, const X& x, const KeyMask<B, N>* keys = nullptr) {
       static_assert(std::is_same_v<X, Tensor<B, N, D>>, "SAB: input set X [B, N, D] and the block's width D differ");
       return mab.forward(p.mab, x, x, keys);
+    }
+
+    // dX = dX(query side) + dX(key side)
+    const Tensor<B, N, D>& backward(const SAB& p, SAB& grad, const Tensor<B, N, D>& dout) {
+      mab.backward(p.mab, grad.mab, dout);
+      kernels::add<B * N * D>(mab.dx.data(), mab.dy.data(), dx.data());
+      return dx;
     }
   };
 };

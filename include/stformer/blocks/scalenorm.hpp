@@ -1,6 +1,8 @@
 // ScaleNorm<D> (Nguyen & Salazar 2019): y = g · x / max(‖x‖₂, 1e-5) per row of width D.
 // Parameter: g [1], initialised to sqrt(D). Identity<D> is the no-op norm (no parameters),
 // the Norm that MAB uses for the un-normalised blocks of the Set Transformer paper.
+//   backward: dx = g·r·(dy − x (x·dy) r²), r = 1/max(‖x‖, 1e-5) (dx = g·r·dy where clamped);
+//             dg += Σ_rows (x·dy)·r
 #pragma once
 
 #include "../kernels/rowwise.hpp"
@@ -21,14 +23,21 @@ struct ScaleNorm {
   template <size_t... L>
   struct Acts {
     static constexpr size_t rows = (L * ... * 1);
-    Tensor<L..., D> out;
-    Tensor<rows> scale;  // g / max(‖x‖, eps) of each row
+    const Tensor<L..., D>* x = nullptr;  // the input of the last forward
+    Tensor<L..., D> out, dx;
+    Tensor<rows> rnorm;  // 1 / max(‖x‖, eps) of each row
 
     template <class X>
-    const Tensor<L..., D>& forward(const ScaleNorm& p, const X& x) {
+    const Tensor<L..., D>& forward(const ScaleNorm& p, const X& in) {
       static_assert(std::is_same_v<X, Tensor<L..., D>>, "ScaleNorm: input rows x [..., D] and the norm's width D differ");
-      kernels::scalenorm_rows<rows, D>(x.data(), out.data(), p.g(0), scale.data());
+      x = &in;
+      kernels::scalenorm_rows<rows, D>(in.data(), out.data(), p.g(0), rnorm.data());
       return out;
+    }
+
+    const Tensor<L..., D>& backward(const ScaleNorm& p, ScaleNorm& grad, const Tensor<L..., D>& dout) {
+      kernels::scalenorm_backward_rows<rows, D>(x->data(), dout.data(), p.g(0), rnorm.data(), dx.data(), grad.g(0));
+      return dx;
     }
   };
 };
@@ -45,6 +54,7 @@ struct Identity {
       static_assert(std::is_same_v<X, Tensor<L..., D>>, "Identity: input rows x [..., D] and the norm's width D differ");
       return x;
     }
+    const Tensor<L..., D>& backward(const Identity&, Identity&, const Tensor<L..., D>& dout) { return dout; }
   };
 };
 

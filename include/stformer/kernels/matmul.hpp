@@ -1,11 +1,12 @@
 // stformer kernels — the matrix products of the blocks, over raw row-major pointers with
 // leading dimensions (ld = floats between consecutive rows), sizes known at compile time.
 //
-//   matmul_nt: C[M,N] = alpha · A[M,K] · B[N,K]ᵀ (+ bias[N])   x·Wᵀ (Linear), q·kᵀ (scores)
-//   matmul_nn: C[M,N] = A[M,K] · B[K,N]                         A·v (attention output)
+//   matmul_nt: C[M,N]  = alpha · A[M,K] · B[N,K]ᵀ (+ bias[N])   x·Wᵀ (Linear), q·kᵀ (scores)
+//   matmul_nn: C[M,N] (+)= A[M,K] · B[K,N]                      A·v, dy·W (input gradients)
+//   matmul_tn: C[M,N] (+)= A[K,M]ᵀ · B[K,N]                     dyᵀ·x (weight gradients)
 //
-// Both work in register tiles of 4 rows: matmul_nt accumulates 4×4 dot products along K in
-// vectors and reduces them at the end; matmul_nn broadcasts A[i,k] and runs FMAs along N.
+// All work in register tiles of 4 rows: matmul_nt accumulates 4×4 dot products along K in
+// vectors and reduces them at the end; matmul_nn/tn broadcast A[i,k] and run FMAs along N.
 #pragma once
 
 #include "vec.hpp"
@@ -48,17 +49,18 @@ inline void nt_rows(const float* A, size_t lda, const float* B, size_t ldb, floa
     nt_tile<R, N % TC, K>(A, lda, B + j * ldb, ldb, C + j, ldc, alpha, bias ? bias + j : nullptr);
 }
 
-// R rows × NV vectors of columns starting at column j.
-template <size_t R, size_t NV, size_t K>
-inline void nn_tile(const float* A, size_t lda, const float* B, size_t ldb, float* C, size_t ldc) {
+// R rows × NV vectors of columns of C (+)= op(A) · B, where op(A)[r, k] = A[r·ars + k·aks]
+// (ars = lda, aks = 1 for A; ars = 1, aks = lda for Aᵀ).
+template <size_t R, size_t NV, size_t K, bool Acc>
+inline void nn_tile(const float* A, size_t ars, size_t aks, const float* B, size_t ldb, float* C, size_t ldc) {
   vf acc[R][NV];
   for (size_t r = 0; r < R; ++r)
-    for (size_t v = 0; v < NV; ++v) acc[r][v] = splat(0.0f);
+    for (size_t v = 0; v < NV; ++v) acc[r][v] = Acc ? load(C + r * ldc + v * W) : splat(0.0f);
   for (size_t k = 0; k < K; ++k) {
     vf b[NV];
     for (size_t v = 0; v < NV; ++v) b[v] = load(B + k * ldb + v * W);
     for (size_t r = 0; r < R; ++r) {
-      vf a = splat(A[r * lda + k]);
+      vf a = splat(A[r * ars + k * aks]);
       for (size_t v = 0; v < NV; ++v) acc[r][v] = fma(a, b[v], acc[r][v]);
     }
   }
@@ -66,18 +68,26 @@ inline void nn_tile(const float* A, size_t lda, const float* B, size_t ldb, floa
     for (size_t v = 0; v < NV; ++v) store(C + r * ldc + v * W, acc[r][v]);
 }
 
-template <size_t R, size_t N, size_t K>
-inline void nn_rows(const float* A, size_t lda, const float* B, size_t ldb, float* C, size_t ldc) {
+template <size_t R, size_t N, size_t K, bool Acc>
+inline void nn_rows(const float* A, size_t ars, size_t aks, const float* B, size_t ldb, float* C, size_t ldc) {
   constexpr size_t TV = 4, full = N / W;
   size_t v = 0;
-  for (; v + TV <= full; v += TV) nn_tile<R, TV, K>(A, lda, B + v * W, ldb, C + v * W, ldc);
-  if constexpr (full % TV != 0) nn_tile<R, full % TV, K>(A, lda, B + v * W, ldb, C + v * W, ldc);
+  for (; v + TV <= full; v += TV) nn_tile<R, TV, K, Acc>(A, ars, aks, B + v * W, ldb, C + v * W, ldc);
+  if constexpr (full % TV != 0) nn_tile<R, full % TV, K, Acc>(A, ars, aks, B + v * W, ldb, C + v * W, ldc);
   for (size_t j = full * W; j < N; ++j)  // columns past the last full vector
     for (size_t r = 0; r < R; ++r) {
-      float s = 0;
-      for (size_t k = 0; k < K; ++k) s += A[r * lda + k] * B[k * ldb + j];
+      float s = Acc ? C[r * ldc + j] : 0.0f;
+      for (size_t k = 0; k < K; ++k) s += A[r * ars + k * aks] * B[k * ldb + j];
       C[r * ldc + j] = s;
     }
+}
+
+template <size_t M, size_t N, size_t K, bool Acc>
+inline void nn_any(const float* A, size_t ars, size_t aks, const float* B, size_t ldb, float* C, size_t ldc) {
+  constexpr size_t TR = 4;
+  size_t i = 0;
+  for (; i + TR <= M; i += TR) nn_rows<TR, N, K, Acc>(A + i * ars, ars, aks, B, ldb, C + i * ldc, ldc);
+  if constexpr (M % TR != 0) nn_rows<M % TR, N, K, Acc>(A + i * ars, ars, aks, B, ldb, C + i * ldc, ldc);
 }
 
 }  // namespace detail
@@ -92,12 +102,26 @@ inline void matmul_nt(const float* A, size_t lda, const float* B, size_t ldb, fl
     detail::nt_rows<M % TR, N, K>(A + i * lda, lda, B, ldb, C + i * ldc, ldc, alpha, bias);
 }
 
-template <size_t M, size_t N, size_t K>
+// C[M,N] (+)= A[M,K] · B[K,N]
+template <size_t M, size_t N, size_t K, bool Accumulate = false>
 inline void matmul_nn(const float* A, size_t lda, const float* B, size_t ldb, float* C, size_t ldc) {
-  constexpr size_t TR = 4;
-  size_t i = 0;
-  for (; i + TR <= M; i += TR) detail::nn_rows<TR, N, K>(A + i * lda, lda, B, ldb, C + i * ldc, ldc);
-  if constexpr (M % TR != 0) detail::nn_rows<M % TR, N, K>(A + i * lda, lda, B, ldb, C + i * ldc, ldc);
+  detail::nn_any<M, N, K, Accumulate>(A, lda, 1, B, ldb, C, ldc);
+}
+
+// C[M,N] (+)= A[K,M]ᵀ · B[K,N]   (weight gradients dW += dyᵀ x; dV += Aᵀ dO; dK += dSᵀ Q)
+template <size_t M, size_t N, size_t K, bool Accumulate = true>
+inline void matmul_tn(const float* A, size_t lda, const float* B, size_t ldb, float* C, size_t ldc) {
+  detail::nn_any<M, N, K, Accumulate>(A, 1, lda, B, ldb, C, ldc);
+}
+
+// y[N] += Σ_r x[r, N]   (bias gradients)
+template <size_t Rows, size_t N>
+inline void add_column_sums(const float* x, float* y) {
+  constexpr size_t full = N / W * W;
+  for (size_t r = 0; r < Rows; ++r, x += N) {
+    for (size_t j = 0; j < full; j += W) store(y + j, load(y + j) + load(x + j));
+    for (size_t j = full; j < N; ++j) y[j] += x[j];
+  }
 }
 
 }  // namespace stformer::kernels

@@ -3,8 +3,14 @@
 //   softmax_row:     s ← exp(s − max s) / Σ exp(s − max s); entries equal to −∞ are masked and
 //                    get exactly 0; a row that is all −∞ becomes all 0 (never NaN).
 //   log_softmax_row: s ← s − max s − log Σ exp(s − max s); an all −∞ row stays −∞.
-//   scalenorm_rows:  y[r] = g · x[r] / max(‖x[r]‖₂, 1e-5); scale[r] = g / max(‖x[r]‖₂, 1e-5).
-//   relu, add:       y = max(x, 0), y = a + b.
+//   scalenorm_rows:  y[r] = g · x[r] · rnorm[r], rnorm[r] = 1 / max(‖x[r]‖₂, 1e-5).
+//   relu, add:       y = max(x, 0), y = a + b; add_to: y += a.
+// Backward (d = dL/d(output) in, dL/d(input) out, where in place):
+//   softmax_backward_row:     d ← scale · a ⊙ (d − Σ_j a_j d_j)         (a: the softmax output)
+//   log_softmax_backward_row: d ← d − exp(logp) Σ_j d_j; masked (−∞) entries get 0
+//   scalenorm_backward_rows:  dx = g·rnorm·(dy − x·(x·dy)·rnorm²) (dx = g·rnorm·dy where the
+//                             norm was clamped); dg += Σ_r (x·dy)·rnorm
+//   relu_backward:            d ← d ⊙ [y > 0]
 #pragma once
 
 #include <limits>
@@ -89,12 +95,20 @@ inline float dot(const float* a, const float* b) {
   return s;
 }
 
+template <size_t N>
+inline void axpy(float a, const float* x, float* y) {  // y += a·x
+  constexpr size_t full = N / W * W;
+  vf av = splat(a);
+  for (size_t j = 0; j < full; j += W) store(y + j, fma(av, load(x + j), load(y + j)));
+  for (size_t j = full; j < N; ++j) y[j] += a * x[j];
+}
+
 template <size_t Rows, size_t D>
-inline void scalenorm_rows(const float* x, float* y, float g, float* row_scale) {
+inline void scalenorm_rows(const float* x, float* y, float g, float* rnorm) {
   for (size_t r = 0; r < Rows; ++r, x += D, y += D) {
     float norm = std::sqrt(dot<D>(x, x));
-    float a = g / (norm > scalenorm_eps ? norm : scalenorm_eps);
-    row_scale[r] = a;
+    rnorm[r] = 1.0f / (norm > scalenorm_eps ? norm : scalenorm_eps);
+    float a = g * rnorm[r];
     vf av = splat(a);
     constexpr size_t full = D / W * W;
     for (size_t j = 0; j < full; j += W) store(y + j, load(x + j) * av);
@@ -117,6 +131,42 @@ inline void add(const float* a, const float* b, float* y) {
   size_t j = 0;
   for (; j < full; j += W) store(y + j, load(a + j) + load(b + j));
   for (j = full; j < N; ++j) y[j] = a[j] + b[j];
+}
+
+template <size_t N>
+inline void add_to(const float* a, float* y) {
+  constexpr size_t full = N / W * W;
+  for (size_t j = 0; j < full; j += W) store(y + j, load(y + j) + load(a + j));
+  for (size_t j = full; j < N; ++j) y[j] += a[j];
+}
+
+template <size_t N>
+inline void softmax_backward_row(const float* a, float* d, float scale) {
+  float s = dot<N>(a, d);
+  for (size_t j = 0; j < N; ++j) d[j] = scale * a[j] * (d[j] - s);
+}
+
+template <size_t N>
+inline void log_softmax_backward_row(const float* logp, float* d) {
+  float s = 0;
+  for (size_t j = 0; j < N; ++j) s += logp[j] == neg_inf ? 0.0f : d[j];
+  for (size_t j = 0; j < N; ++j) d[j] = logp[j] == neg_inf ? 0.0f : d[j] - std::exp(logp[j]) * s;
+}
+
+template <size_t Rows, size_t D>
+inline void scalenorm_backward_rows(const float* x, const float* dy, float g, const float* rnorm, float* dx, float& dg) {
+  for (size_t r = 0; r < Rows; ++r, x += D, dy += D, dx += D) {
+    float xdy = dot<D>(x, dy), rn = rnorm[r];
+    bool clamped = std::sqrt(dot<D>(x, x)) <= scalenorm_eps;
+    dg += xdy * rn;
+    for (size_t j = 0; j < D; ++j) dx[j] = g * rn * dy[j];
+    if (!clamped) axpy<D>(-g * xdy * rn * rn * rn, x, dx);
+  }
+}
+
+template <size_t N>
+inline void relu_backward(const float* y, float* d) {
+  for (size_t j = 0; j < N; ++j) d[j] = y[j] > 0.0f ? d[j] : 0.0f;
 }
 
 }  // namespace stformer::kernels

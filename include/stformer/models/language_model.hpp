@@ -45,6 +45,13 @@ struct LanguageModel {
       for (size_t i = 0; i < Blocks; ++i) h = &blocks[i].forward(p.blocks[i], *h);
       return head.forward(p.head, pool.forward(p.pool, *h));
     }
+
+    // Accumulates parameter gradients into grad.
+    void backward(const LanguageModel& p, LanguageModel& grad, const Tensor<B, 1, V>& dlogits) {
+      const Tensor<B, L, D>* dh = &pool.backward(p.pool, grad.pool, head.backward(p.head, grad.head, dlogits));
+      for (size_t i = Blocks; i-- > 0;) dh = &blocks[i].backward(p.blocks[i], grad.blocks[i], *dh);
+      embedding.backward(p.embedding, grad.embedding, *dh);
+    }
   };
 };
 

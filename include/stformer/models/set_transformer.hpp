@@ -38,6 +38,12 @@ struct SetTransformer {
       const auto& e = isab.forward(p.isab, proj.forward(p.proj, x), keys);
       return head.forward(p.head, pool.forward(p.pool, e, keys));
     }
+
+    // Accumulates parameter gradients into grad; returns dL/dx.
+    const Tensor<B, N, In>& backward(const SetTransformer& p, SetTransformer& grad, const Tensor<B, 1, Out>& dy) {
+      const auto& de = pool.backward(p.pool, grad.pool, head.backward(p.head, grad.head, dy));
+      return proj.backward(p.proj, grad.proj, isab.backward(p.isab, grad.isab, de));
+    }
   };
 };
 

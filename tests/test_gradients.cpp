@@ -1,0 +1,389 @@
+// Gradient checks: every block's backward pass against central finite differences.
+//
+// For a block with output y and a fixed random c, L = Σ c ⊙ y, so backward(c) must give dL/dθ
+// for every parameter θ and dL/dx for every input. The finite differences are taken on the
+// double-precision reference of reference.hpp (an independent forward written from SPEC):
+// each float entry is moved by ±h and the exact float step is used, so the difference
+// quotient is accurate to ~1e-8 and the check is limited only by the float backward.
+#include <doctest/doctest.h>
+
+#include <string>
+
+#include <stformer/stformer.hpp>
+
+#include "reference.hpp"
+#include "util.hpp"
+
+using namespace stformer;
+using test::fill;
+using test::make;
+
+namespace {
+
+// Σ_b Σ c[b] ⊙ ref(b), skipping −∞ outputs (masked pointer logits, whose c is irrelevant).
+template <class C, class Ref>
+double project(const C& c, size_t batch, Ref&& ref) {
+  double s = 0;
+  for (size_t b = 0; b < batch; ++b) {
+    ref::Mat y = ref(b);
+    ref::Mat cb = ref::row(c, b);
+    for (size_t i = 0; i < y.v.size(); ++i)
+      if (!std::isinf(y.v[i])) s += cb.v[i] * y.v[i];
+  }
+  return s;
+}
+
+// analytic[i] against (L(v + h) − L(v − h)) / (2h) for every entry of values.
+// The step is small (1e-5 relative) because the reference is exact to ~1e-15: the quotient is
+// then accurate to ~1e-9, and a step rarely crosses a ReLU kink. Errors are measured against
+// the largest gradient of the tensor (at least 1e-2: exact zeros, such as the key bias's
+// gradient under softmax's shift invariance, come out of float arithmetic as ~1e-7).
+template <class Loss>
+void check_fd(const std::string& what, float* values, const float* analytic, size_t n, Loss&& loss, double tol = 2e-4) {
+  std::vector<double> fd(n);
+  double scale = 1e-2;
+  for (size_t i = 0; i < n; ++i) {
+    float old = values[i];
+    float h = 1e-5f * std::max(1.0f, std::abs(old));
+    values[i] = old + h;
+    double up = loss(), hp = double(values[i]) - old;
+    values[i] = old - h;
+    double down = loss(), hm = double(old) - values[i];
+    values[i] = old;
+    fd[i] = (up - down) / (hp + hm);
+    scale = std::max(scale, std::abs(fd[i]));
+  }
+  double worst = 0;
+  size_t at = 0;
+  for (size_t i = 0; i < n; ++i)
+    if (std::abs(analytic[i] - fd[i]) > worst) worst = std::abs(analytic[i] - fd[i]), at = i;
+  INFO(what << ": largest error " << worst << " at entry " << at << " (analytic " << analytic[at] << ", finite difference "
+            << fd[at] << "), gradient scale " << scale);
+  CHECK(worst <= tol * scale);
+}
+
+// Every parameter of p against the gradients accumulated in g.
+template <class P, class Loss>
+void check_params(P& p, const P& g, Loss&& loss, double tol = 2e-4) {
+  for_each_param([&](const Path& path, Init, auto& value, const auto& grad) { check_fd(path.c_str(), value.data(), grad.data(), value.size(), loss, tol); },
+                 p, g);
+}
+
+template <class P>
+std::unique_ptr<P> random_block(Rng& rng) {
+  auto p = make<P>();
+  test::randomize(*p, rng);
+  return p;
+}
+
+template <class P>
+std::unique_ptr<P> zero_grads() {
+  auto g = make<P>();
+  zero_grad(*g);
+  return g;
+}
+
+template <size_t B, size_t N>
+std::vector<bool> mask_row(const KeyMask<B, N>* m, size_t b) {
+  if (!m) return {};
+  std::vector<bool> r(N);
+  for (size_t j = 0; j < N; ++j) r[j] = (*m)(b, j);
+  return r;
+}
+
+template <size_t B, size_t N>
+KeyMask<B, N> lengths(std::initializer_list<size_t> l) {
+  KeyMask<B, N> m;
+  auto it = l.begin();
+  for (size_t b = 0; b < B; ++b, ++it)
+    for (size_t j = 0; j < N; ++j) m(b, j) = j < *it;
+  return m;
+}
+
+}  // namespace
+
+TEST_CASE("gradients: Linear, ScaleNorm (and a clamped row), FeedForward") {
+  Rng rng(11);
+  constexpr size_t B = 2, N = 3;
+  auto lin = random_block<Linear<5, 7>>(rng);
+  auto glin = zero_grads<Linear<5, 7>>();
+  Tensor<B, N, 5> x;
+  Tensor<B, N, 7> c;
+  fill(x, rng);
+  fill(c, rng);
+  ActsOf<Linear<5, 7>, B, N> a;
+  a.forward(*lin, x);
+  a.backward(*lin, *glin, c);
+  auto loss = [&] { return project(c, B, [&](size_t b) { return ref::linear(ref::row(x, b), *lin); }); };
+  check_params(*lin, *glin, loss);
+  check_fd("x", x.data(), a.dx.data(), x.size(), loss);
+
+  ScaleNorm<6> sn, gsn;
+  sn.g(0) = 1.7f;
+  zero_grad(gsn);
+  Tensor<B, N, 6> xs, cs;
+  fill(xs, rng);
+  fill(cs, rng);
+  ActsOf<ScaleNorm<6>, B, N> sa;
+  for (size_t j = 0; j < 6; ++j) xs(1, 2, j) = 1e-8f;  // norm below eps: y = g·x/eps, dx = g·dy/eps
+  sa.forward(sn, xs);
+  sa.backward(sn, gsn, cs);
+  for (size_t j = 0; j < 6; ++j) CHECK(sa.dx(1, 2, j) == doctest::Approx(1.7 * 1e5 * cs(1, 2, j)).epsilon(1e-5));
+  fill(xs, rng);
+  zero_grad(gsn);
+  sa.forward(sn, xs);
+  sa.backward(sn, gsn, cs);
+  auto sloss = [&] { return project(cs, B, [&](size_t b) { return ref::scalenorm(ref::row(xs, b), sn.g(0)); }); };
+  check_params(sn, gsn, sloss);
+  check_fd("x", xs.data(), sa.dx.data(), xs.size(), sloss);
+
+  auto ff = random_block<FeedForward<6, 10>>(rng);
+  auto gff = zero_grads<FeedForward<6, 10>>();
+  ActsOf<FeedForward<6, 10>, B, N> fa;
+  fa.forward(*ff, xs);
+  const auto& fdx = fa.backward(*ff, *gff, cs);
+  auto floss = [&] { return project(cs, B, [&](size_t b) { return ref::ffn(ref::row(xs, b), *ff); }); };
+  check_params(*ff, *gff, floss);
+  check_fd("x", xs.data(), fdx.data(), xs.size(), floss);
+}
+
+template <size_t B_, size_t Nq_, size_t Nk_, size_t Dq_, size_t Dkv_, size_t D_, size_t H_>
+struct MhaShape {
+  static constexpr size_t B = B_, Nq = Nq_, Nk = Nk_, Dq = Dq_, Dkv = Dkv_, D = D_, H = H_;
+};
+
+TEST_CASE_TEMPLATE("gradients: MultiHeadAttention, unmasked, causal, padded, all-masked rows", S, MhaShape<2, 3, 5, 6, 4, 8, 2>,
+                   MhaShape<3, 4, 4, 8, 8, 8, 1>, MhaShape<1, 6, 3, 5, 7, 12, 3>) {
+  Rng rng(12);
+  using MHA = MultiHeadAttention<S::Dq, S::Dkv, S::D, S::H>;
+  constexpr size_t B = S::B, Nq = S::Nq, Nk = S::Nk;
+  auto p = random_block<MHA>(rng);
+  Tensor<B, Nq, S::Dq> xq;
+  Tensor<B, Nk, S::Dkv> xkv;
+  Tensor<B, Nq, S::D> c;
+  fill(xq, rng);
+  fill(xkv, rng);
+  fill(c, rng);
+  KeyMask<B, Nk> keys;
+  for (size_t b = 0; b < B; ++b)
+    for (size_t j = 0; j < Nk; ++j) keys(b, j) = b == 0 ? j != 1 : (b == 1 ? false : j < 2);  // a hole; all masked; a prefix
+  auto a = make<ActsOf<MHA, B, Nq, Nk>>();
+  for (bool causal : {false, true})
+    for (const KeyMask<B, Nk>* km : {(const KeyMask<B, Nk>*)nullptr, (const KeyMask<B, Nk>*)&keys}) {
+      CAPTURE(causal);
+      CAPTURE(km != nullptr);
+      auto g = zero_grads<MHA>();
+      a->forward(*p, xq, xkv, Mask<B, Nk>{.causal = causal, .keys = km});
+      a->backward(*p, *g, c);
+      auto loss = [&] {
+        return project(c, B, [&](size_t b) {
+          return ref::mha(ref::row(xq, b), ref::row(xkv, b), *p, S::H, 1 / std::sqrt(double(S::D / S::H)), causal, mask_row(km, b));
+        });
+      };
+      check_params(*p, *g, loss);
+      check_fd("xq", xq.data(), a->dxq().data(), xq.size(), loss);
+      check_fd("xkv", xkv.data(), a->dxkv.data(), xkv.size(), loss);
+    }
+}
+
+TEST_CASE("gradients: EncoderBlock and DecoderBlock (with the gradient into the memory)") {
+  Rng rng(13);
+  constexpr size_t B = 2, N = 4, M = 3, D = 8;
+  auto enc = random_block<EncoderBlock<D, 2, 12>>(rng);
+  auto dec = random_block<DecoderBlock<D, 2, 12>>(rng);
+  Tensor<B, N, D> x, c;
+  Tensor<B, M, D> m;
+  fill(x, rng);
+  fill(c, rng);
+  fill(m, rng);
+  auto keys = lengths<B, N>({4, 2});
+  auto ea = make<ActsOf<EncoderBlock<D, 2, 12>, B, N>>();
+  for (bool causal : {false, true}) {
+    CAPTURE(causal);
+    auto g = zero_grads<EncoderBlock<D, 2, 12>>();
+    ea->forward(*enc, x, Mask<B, N>{.causal = causal, .keys = &keys});
+    ea->backward(*enc, *g, c);
+    auto loss = [&] { return project(c, B, [&](size_t b) { return ref::encoder(ref::row(x, b), *enc, 2, causal, mask_row(&keys, b)); }); };
+    check_params(*enc, *g, loss);
+    check_fd("x", x.data(), ea->dx.data(), x.size(), loss);
+  }
+  auto mkeys = lengths<B, M>({1, 3});
+  auto da = make<ActsOf<DecoderBlock<D, 2, 12>, B, N, M>>();
+  auto g = zero_grads<DecoderBlock<D, 2, 12>>();
+  da->forward(*dec, x, m, &mkeys);
+  da->backward(*dec, *g, c);
+  auto loss = [&] { return project(c, B, [&](size_t b) { return ref::decoder(ref::row(x, b), ref::row(m, b), *dec, 2, mask_row(&mkeys, b)); }); };
+  check_params(*dec, *g, loss);
+  check_fd("x", x.data(), da->dx.data(), x.size(), loss);
+  check_fd("m", m.data(), da->dm().data(), m.size(), loss);
+}
+
+TEST_CASE_TEMPLATE("gradients: MAB, SAB, ISAB (inducing points), PMA (seeds)", Tag, ScaleNorm<8>, Identity<8>) {
+  Rng rng(14);
+  constexpr size_t B = 2, N = 5, Nq = 3, D = 8, H = 2;
+  auto run = [&]<template <size_t> class Norm>() {
+    auto mab = random_block<MAB<D, H, Norm>>(rng);
+    auto sab = random_block<SAB<D, H, Norm>>(rng);
+    auto isab = random_block<ISAB<D, H, 3, Norm>>(rng);
+    auto pma = random_block<PMA<D, H, 2, Norm>>(rng);
+    Tensor<B, N, D> x, cx;
+    Tensor<B, Nq, D> q, cq;
+    Tensor<B, 2, D> cp;
+    fill(x, rng);
+    fill(q, rng);
+    fill(cx, rng);
+    fill(cq, rng);
+    fill(cp, rng);
+    auto keys = lengths<B, N>({5, 3});
+    {
+      auto g = zero_grads<MAB<D, H, Norm>>();
+      auto a = make<ActsOf<MAB<D, H, Norm>, B, Nq, N>>();
+      a->forward(*mab, q, x, &keys);
+      a->backward(*mab, *g, cq);
+      auto loss = [&] { return project(cq, B, [&](size_t b) { return ref::mab(ref::row(q, b), ref::row(x, b), *mab, H, mask_row(&keys, b)); }); };
+      check_params(*mab, *g, loss);
+      check_fd("X", q.data(), a->dx.data(), q.size(), loss);
+      check_fd("Y", x.data(), a->dy.data(), x.size(), loss);
+    }
+    {
+      auto g = zero_grads<SAB<D, H, Norm>>();
+      auto a = make<ActsOf<SAB<D, H, Norm>, B, N>>();
+      a->forward(*sab, x, &keys);
+      a->backward(*sab, *g, cx);
+      auto loss = [&] { return project(cx, B, [&](size_t b) { return ref::mab(ref::row(x, b), ref::row(x, b), sab->mab, H, mask_row(&keys, b)); }); };
+      check_params(*sab, *g, loss);
+      check_fd("X", x.data(), a->dx.data(), x.size(), loss);
+    }
+    {
+      auto g = zero_grads<ISAB<D, H, 3, Norm>>();
+      auto a = make<ActsOf<ISAB<D, H, 3, Norm>, B, N>>();
+      a->forward(*isab, x, &keys);
+      a->backward(*isab, *g, cx);
+      auto loss = [&] { return project(cx, B, [&](size_t b) { return ref::isab(ref::row(x, b), *isab, H, mask_row(&keys, b)); }); };
+      check_params(*isab, *g, loss);
+      check_fd("X", x.data(), a->dx.data(), x.size(), loss);
+    }
+    {
+      auto g = zero_grads<PMA<D, H, 2, Norm>>();
+      auto a = make<ActsOf<PMA<D, H, 2, Norm>, B, N>>();
+      a->forward(*pma, x, &keys);
+      const auto& dx = a->backward(*pma, *g, cp);
+      auto loss = [&] { return project(cp, B, [&](size_t b) { return ref::pma(ref::row(x, b), *pma, H, mask_row(&keys, b)); }); };
+      check_params(*pma, *g, loss);
+      check_fd("X", x.data(), dx.data(), x.size(), loss);
+    }
+  };
+  if constexpr (std::is_same_v<Tag, ScaleNorm<8>>)
+    run.template operator()<ScaleNorm>();
+  else
+    run.template operator()<Identity>();
+}
+
+TEST_CASE("gradients: PointerAttention (masked), Embedding rows, PositionalEncoding") {
+  Rng rng(15);
+  constexpr size_t B = 2, Nq = 2, Nk = 6;
+  auto p = random_block<PointerAttention<5, 7, 8>>(rng);
+  auto g = zero_grads<PointerAttention<5, 7, 8>>();
+  Tensor<B, Nq, 5> q;
+  Tensor<B, Nk, 7> k;
+  Tensor<B, Nq, Nk> c;
+  fill(q, rng);
+  fill(k, rng);
+  fill(c, rng);
+  auto keys = lengths<B, Nk>({6, 4});
+  ActsOf<PointerAttention<5, 7, 8>, B, Nq, Nk> a;
+  a.forward(*p, q, k, &keys);
+  a.backward(*p, *g, c);
+  auto loss = [&] { return project(c, B, [&](size_t b) { return ref::pointer(ref::row(q, b), ref::row(k, b), *p, mask_row(&keys, b)); }); };
+  check_params(*p, *g, loss);
+  check_fd("q", q.data(), a.dxq().data(), q.size(), loss);
+  check_fd("k", k.data(), a.dxk().data(), k.size(), loss);
+
+  Embedding<7, 4> e, ge;
+  init_params(e, rng);
+  zero_grad(ge);
+  IdTensor<B, 3> ids = {{1, 5, 1}, {0, 1, 6}};
+  Tensor<B, 3, 4> ce;
+  fill(ce, rng);
+  ActsOf<Embedding<7, 4>, B, 3> ea;
+  ActsOf<PositionalEncoding<5, 4>, B, 3> pa;
+  PositionalEncoding<5, 4> pe;
+  pa.forward(pe, ea.forward(e, ids));
+  ea.backward(e, ge, pa.backward(pe, pe, ce));
+  auto eloss = [&] {
+    return project(ce, B, [&](size_t b) {
+      ref::Mat x(3, 4);
+      for (size_t i = 0; i < 3; ++i)
+        for (size_t j = 0; j < 4; ++j) x(i, j) = e.weight(size_t(ids(b, i)), j);
+      return ref::positional(x);
+    });
+  };
+  check_params(e, ge, eloss);
+  CHECK(ge.weight(1, 2) == doctest::Approx(ce(0, 0, 2) + ce(0, 2, 2) + ce(1, 1, 2)));  // row 1 used three times
+  CHECK(ge.weight(3, 0) == 0.0f);                                                      // row 3 unused
+}
+
+TEST_CASE("gradients: the SPEC models (pointer, set, language model)") {
+  Rng rng(16);
+  constexpr size_t B = 2, N = 6;
+  Tensor<B, N, 2> x;
+  fill(x, rng);
+  {
+    using P = PointerModel<2, 8, 2, 12, 2>;
+    auto p = random_block<P>(rng);
+    auto g = zero_grads<P>();
+    auto a = make<ActsOf<P, B, N>>();
+    Tensor<B, 1, N> c;
+    fill(c, rng);
+    a->forward(*p, x);
+    const auto& dx = a->backward(*p, *g, c);
+    auto loss = [&] {
+      return project(c, B, [&](size_t b) {
+        auto h = ref::linear(ref::row(x, b), p->proj);
+        for (const auto& blk : p->blocks) h = ref::encoder(h, blk, 2);
+        return ref::pointer(ref::norm(ref::row(p->query, 0), p->sn_q), ref::norm(h, p->sn_v), p->pointer);
+      });
+    };
+    check_params(*p, *g, loss);
+    check_fd("x", x.data(), dx.data(), x.size(), loss);
+  }
+  {
+    using S = SetTransformer<2, 8, 2, 3, 2>;
+    auto p = random_block<S>(rng);
+    auto g = zero_grads<S>();
+    auto a = make<ActsOf<S, B, N>>();
+    Tensor<B, 1, 2> c;
+    fill(c, rng);
+    a->forward(*p, x);
+    const auto& dx = a->backward(*p, *g, c);
+    auto loss = [&] {
+      return project(c, B, [&](size_t b) {
+        return ref::linear(ref::pma(ref::isab(ref::linear(ref::row(x, b), p->proj), p->isab, 2), p->pool, 2), p->head);
+      });
+    };
+    check_params(*p, *g, loss);
+    check_fd("x", x.data(), dx.data(), x.size(), loss);
+  }
+  {
+    using LM = LanguageModel<11, 5, 8, 2, 12, 2>;
+    auto p = random_block<LM>(rng);
+    auto g = zero_grads<LM>();
+    auto a = make<ActsOf<LM, B>>();
+    IdTensor<B, 5> ids = {{3, 1, 4, 1, 5}, {9, 2, 6, 5, 3}};
+    Tensor<B, 1, 11> c;
+    fill(c, rng);
+    a->forward(*p, ids);
+    a->backward(*p, *g, c);
+    auto loss = [&] {
+      return project(c, B, [&](size_t b) {
+        ref::Mat h(5, 8);
+        for (size_t i = 0; i < 5; ++i)
+          for (size_t j = 0; j < 8; ++j) h(i, j) = p->embedding.weight(size_t(ids(b, i)), j);
+        h = ref::positional(h);
+        for (const auto& blk : p->blocks) h = ref::encoder(h, blk, 2);
+        return ref::linear(ref::pma(h, p->pool, 2), p->head);
+      });
+    };
+    check_params(*p, *g, loss);
+  }
+}
