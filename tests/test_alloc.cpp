@@ -153,3 +153,47 @@ TEST_CASE("no heap allocation during forward and backward passes") {
 // The bytes of a model and of its workspace are compile-time constants.
 static_assert(sizeof(SetTransformer<2, 64, 4, 16, 2>) >= 4 * 63819);
 static_assert(sizeof(ActsOf<SetTransformer<2, 64, 4, 16, 2>, 1, 50>) > 0);
+
+TEST_CASE("no heap allocation in a whole training step (forward, loss, backward, clipping, optimiser)") {
+  constexpr size_t B = 4, N = 50;
+  using P = PointerModel<2, 16, 1, 64, 2>;
+  using LM = LanguageModel<500, 32, 32, 4, 64, 2>;
+  auto p = test::make<P>();
+  auto g = test::make<P>();
+  auto a = test::make<ActsOf<P, B, N>>();
+  auto adamw = std::make_unique<AdamW<P>>();
+  auto sgd = std::make_unique<SGD<P>>(SGDOptions{.momentum = 0.9f, .weight_decay = 1e-4f, .nesterov = true});
+  auto lm = test::make<LM>();
+  auto lg = test::make<LM>();
+  auto la = test::make<ActsOf<LM, B>>();
+  auto adam = std::make_unique<Adam<LM>>();
+  Rng rng(5);
+  init_params(*p, rng);
+  init_params(*lm, rng);
+  Tensor<B, N, 2> x;
+  test::fill(x, rng);
+  IdTensor<B> target = {1, 2, 3, 4};
+  Tensor<B, 1, N> dlogp;
+  IdTensor<B, 32> window;
+  window.fill(9);
+  Tensor<B, 1, 500> dlogits;
+  Schedule schedule{Schedule::warmup_cosine, 1e-3f, 100, 10};
+
+  counting = true;
+  allocations = 0;
+  for (int step = 0; step < 3; ++step) {
+    nll_loss(a->forward(*p, x), target, dlogp);
+    zero_grad(*g);
+    a->backward(*p, *g, dlogp);
+    clip_grad_norm(*g, 1.0f);
+    adamw->step(*p, *g, schedule(step));
+    sgd->step(*p, *g, 0.01f);
+
+    cross_entropy(la->forward(*lm, window), target, dlogits);
+    zero_grad(*lg);
+    la->backward(*lm, *lg, dlogits);
+    adam->step(*lm, *lg, 1e-3f);
+  }
+  counting = false;
+  CHECK(allocations == 0);
+}

@@ -17,6 +17,8 @@
 #include "models/language_model.hpp"
 #include "models/pointer_model.hpp"
 #include "models/set_transformer.hpp"
+#include "train/loss.hpp"
+#include "train/optim.hpp"
 #include "params.hpp"
 #include "rng.hpp"
 #include "tensor.hpp"

@@ -1,0 +1,57 @@
+// stformer kernels — fused optimiser updates, one pass over a parameter tensor (PyTorch 1.13's
+// single-tensor formulas; scalars precomputed in double by the caller).
+//
+//   sgd_update:  d = g + wd·p;  buf = d (first step) or momentum·buf + (1 − dampening)·d;
+//                d = d + momentum·buf (Nesterov) or buf;  p −= lr·d      (momentum = 0: no buf)
+//   adam_update: p ·= decay (AdamW: 1 − lr·wd, else 1);  g += l2·p (Adam's weight decay);
+//                m = β1·m + (1 − β1)·g;  v = β2·v + (1 − β2)·g²;
+//                p −= step_size · m / (sqrt(v) / sqrt(bc2) + eps)
+#pragma once
+
+#include <cmath>
+
+#include "vec.hpp"
+
+namespace stformer::kernels {
+
+struct AdamCoefficients {
+  float decay, l2, beta1, beta2, step_size, inv_sqrt_bc2, eps;
+};
+
+inline void adam_update(float* p, const float* g, float* m, float* v, size_t N, const AdamCoefficients& c) {
+  const vf decay = splat(c.decay), l2 = splat(c.l2), b1 = splat(c.beta1), b2 = splat(c.beta2), nb1 = splat(1 - c.beta1),
+           nb2 = splat(1 - c.beta2), step = splat(c.step_size), isb = splat(c.inv_sqrt_bc2), eps = splat(c.eps);
+  const size_t full = N / W * W;
+  for (size_t j = 0; j < full; j += W) {
+    vf pj = load(p + j) * decay, gj = fma(l2, load(p + j), load(g + j));
+    vf mj = fma(b1, load(m + j), nb1 * gj);
+    vf vj = fma(b2, load(v + j), nb2 * gj * gj);
+    store(m + j, mj);
+    store(v + j, vj);
+#if STFORMER_SIMD
+    store(p + j, pj - step * mj / (xsimd::sqrt(vj) * isb + eps));
+#else
+    store(p + j, {pj.x - step.x * mj.x / (std::sqrt(vj.x) * isb.x + eps.x)});
+#endif
+  }
+  for (size_t j = full; j < N; ++j) {
+    float gj = g[j] + c.l2 * p[j];
+    m[j] = c.beta1 * m[j] + (1 - c.beta1) * gj;
+    v[j] = c.beta2 * v[j] + (1 - c.beta2) * gj * gj;
+    p[j] = p[j] * c.decay - c.step_size * m[j] / (std::sqrt(v[j]) * c.inv_sqrt_bc2 + c.eps);
+  }
+}
+
+inline void sgd_update(float* p, const float* g, float* buf, size_t N, float lr, float momentum, float dampening, float wd, bool nesterov,
+                       bool first) {
+  for (size_t j = 0; j < N; ++j) {
+    float d = g[j] + wd * p[j];
+    if (momentum != 0.0f) {
+      buf[j] = first ? d : momentum * buf[j] + (1 - dampening) * d;
+      d = nesterov ? d + momentum * buf[j] : buf[j];
+    }
+    p[j] -= lr * d;
+  }
+}
+
+}  // namespace stformer::kernels

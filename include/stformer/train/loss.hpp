@@ -1,0 +1,93 @@
+// Losses. Each returns the mean loss over its rows and writes dL/d(input) into grad (same
+// shape as the input). Rows are all axes but the last; targets are one int32 per row.
+//
+//   mse_loss:        L = mean over elements (p − t)²;            dp = 2(p − t)/n
+//   euclidean_loss:  L = mean over rows ‖p_r − t_r‖₂;            dp_r = (p_r − t_r)/(R ‖p_r − t_r‖),
+//                                                                0 where the distance is 0
+//   nll_loss:        L = −mean_r logp[r, t_r];                    dlogp[r, t_r] = −1/R
+//   cross_entropy:   L = mean_r (logsumexp z_r − z_r[t_r]);       dz_r = (softmax z_r − onehot t_r)/R
+//                    fused and stable: row maximum subtracted, one exp per logit (V = 33,278 ok)
+// A target outside [0, C) is an error (stformer::fail).
+#pragma once
+
+#include <cmath>
+
+#include "../kernels/rowwise.hpp"
+#include "../tensor.hpp"
+
+namespace stformer {
+
+namespace detail {
+template <size_t... S>
+constexpr size_t last_dim() {
+  constexpr size_t d[] = {S...};
+  return d[sizeof...(S) - 1];
+}
+}  // namespace detail
+
+template <size_t... S>
+float mse_loss(const Tensor<S...>& pred, const Tensor<S...>& target, Tensor<S...>& grad) {
+  constexpr size_t n = (S * ...);
+  double sum = 0;
+  for (size_t i = 0; i < n; ++i) {
+    float d = pred.data()[i] - target.data()[i];
+    sum += double(d) * d;
+    grad.data()[i] = 2.0f * d / float(n);
+  }
+  return float(sum / double(n));
+}
+
+template <size_t... S>
+float euclidean_loss(const Tensor<S...>& pred, const Tensor<S...>& target, Tensor<S...>& grad) {
+  constexpr size_t C = detail::last_dim<S...>(), R = (S * ...) / C;
+  double sum = 0;
+  for (size_t r = 0; r < R; ++r) {
+    const float *p = pred.data() + r * C, *t = target.data() + r * C;
+    float* g = grad.data() + r * C;
+    double d2 = 0;
+    for (size_t c = 0; c < C; ++c) d2 += double(p[c] - t[c]) * (p[c] - t[c]);
+    double d = std::sqrt(d2);
+    sum += d;
+    for (size_t c = 0; c < C; ++c) g[c] = d > 0 ? float((p[c] - t[c]) / (double(R) * d)) : 0.0f;
+  }
+  return float(sum / double(R));
+}
+
+template <size_t... S, size_t R>
+float nll_loss(const Tensor<S...>& logp, const IdTensor<R>& target, Tensor<S...>& grad) {
+  constexpr size_t C = detail::last_dim<S...>();
+  static_assert((S * ...) / C == R, "nll_loss: one target per row of log-probabilities");
+  grad.fill(0.0f);
+  double sum = 0;
+  for (size_t r = 0; r < R; ++r) {
+    std::int32_t t = target(r);
+    STFORMER_CHECK(t >= 0 && size_t(t) < C, "nll_loss: target outside [0, C)");
+    sum -= logp.data()[r * C + size_t(t)];
+    grad.data()[r * C + size_t(t)] = -1.0f / float(R);
+  }
+  return float(sum / double(R));
+}
+
+template <size_t... S, size_t R>
+float cross_entropy(const Tensor<S...>& logits, const IdTensor<R>& target, Tensor<S...>& grad) {
+  constexpr size_t C = detail::last_dim<S...>();
+  static_assert((S * ...) / C == R, "cross_entropy: one target per row of logits");
+  double sum = 0;
+  for (size_t r = 0; r < R; ++r) {
+    std::int32_t t = target(r);
+    STFORMER_CHECK(t >= 0 && size_t(t) < C, "cross_entropy: target outside [0, C)");
+    const float* z = logits.data() + r * C;
+    float* g = grad.data() + r * C;
+    float m = kernels::row_max<C>(z);
+    for (size_t c = 0; c < C; ++c) g[c] = z[c];
+    kernels::exp_shifted<C>(g, m);  // g = exp(z − m)
+    double total = 0;               // summed again in double: C may be 33,278
+    for (size_t c = 0; c < C; ++c) total += g[c];
+    sum += std::log(total) + m - z[t];
+    kernels::scale<C>(g, float(1.0 / (total * double(R))));
+    g[t] -= 1.0f / float(R);
+  }
+  return float(sum / double(R));
+}
+
+}  // namespace stformer

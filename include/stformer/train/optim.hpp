@@ -1,0 +1,133 @@
+// Optimisers with PyTorch's update rules (torch.optim, 1.13), schedules and gradient clipping.
+//
+// The optimiser state is held in objects of the model's own type (momentum buffer; Adam's
+// first and second moments), visited in lock-step with the parameters and the gradients:
+// one fused pass over each parameter tensor per step, no allocation. For large models make
+// the optimiser itself once on the heap (std::make_unique<AdamW<Model>>()).
+//
+//   SGD:   momentum, dampening, Nesterov, weight decay as L2 added to the gradient.
+//   Adam:  weight decay as L2 added to the gradient.            AdamW: decoupled decay,
+//          p ·= 1 − lr·wd before the Adam step, applied to every parameter (SPEC).
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+#include <numbers>
+
+#include "../kernels/optim.hpp"
+#include "../params.hpp"
+
+namespace stformer {
+
+struct SGDOptions {
+  float momentum = 0, dampening = 0, weight_decay = 0;
+  bool nesterov = false;
+};
+
+template <class M>
+struct SGD {
+  SGDOptions options;
+  M momentum_buffer;
+  std::int64_t steps = 0;
+
+  explicit SGD(SGDOptions o = {}) : options(o) { zero_grad(momentum_buffer); }
+
+  void step(M& params, const M& grads, float lr) {
+    const auto& o = options;
+    bool first = steps++ == 0;
+    for_each_param(
+        [&](const Path&, Init, auto& p, const auto& g, auto& buf) {
+          kernels::sgd_update(p.data(), g.data(), buf.data(), p.size(), lr, o.momentum, o.dampening, o.weight_decay, o.nesterov, first);
+        },
+        params, grads, momentum_buffer);
+  }
+};
+
+struct AdamOptions {
+  float beta1 = 0.9f, beta2 = 0.999f, eps = 1e-8f, weight_decay = 0;
+  bool decoupled = false;  // true: AdamW
+};
+
+template <class M>
+struct Adam {
+  AdamOptions options;
+  M exp_avg, exp_avg_sq;
+  std::int64_t steps = 0;
+
+  explicit Adam(AdamOptions o = {}) : options(o) {
+    zero_grad(exp_avg);
+    zero_grad(exp_avg_sq);
+  }
+
+  void step(M& params, const M& grads, float lr) {
+    const auto& o = options;
+    ++steps;
+    double bc1 = 1 - std::pow(double(o.beta1), double(steps)), bc2 = 1 - std::pow(double(o.beta2), double(steps));
+    kernels::AdamCoefficients c{o.decoupled ? float(1 - double(lr) * o.weight_decay) : 1.0f,
+                                o.decoupled ? 0.0f : o.weight_decay,
+                                o.beta1,
+                                o.beta2,
+                                float(double(lr) / bc1),
+                                float(1 / std::sqrt(bc2)),
+                                o.eps};
+    for_each_param(
+        [&](const Path&, Init, auto& p, const auto& g, auto& m, auto& v) {
+          kernels::adam_update(p.data(), g.data(), m.data(), v.data(), p.size(), c);
+        },
+        params, grads, exp_avg, exp_avg_sq);
+  }
+};
+
+// AdamW with PyTorch's default weight decay 0.01.
+template <class M>
+struct AdamW : Adam<M> {
+  explicit AdamW(float weight_decay = 0.01f, float beta1 = 0.9f, float beta2 = 0.999f, float eps = 1e-8f)
+      : Adam<M>(AdamOptions{beta1, beta2, eps, weight_decay, true}) {}
+};
+
+// Learning rate at step t (0-based, stepped once per iteration):
+//   constant:      base
+//   cosine:        eta_min + (base − eta_min)(1 + cos(π t / total)) / 2         (CosineAnnealingLR)
+//   warmup_cosine: base · t / warmup for t < warmup (from 0), then
+//                  base (1 + cos(π (t − warmup) / (total − warmup))) / 2 down to 0 at t = total
+struct Schedule {
+  enum Kind { constant, cosine, warmup_cosine } kind = constant;
+  float base = 1e-3f;
+  std::int64_t total = 1, warmup = 0;
+  float eta_min = 0;
+
+  float operator()(std::int64_t t) const {
+    constexpr double pi = std::numbers::pi;
+    switch (kind) {
+      case constant: return base;
+      case cosine: return float(eta_min + (double(base) - eta_min) * (1 + std::cos(pi * double(std::min(t, total)) / double(total))) / 2);
+      case warmup_cosine:
+        if (t < warmup) return float(double(base) * double(t) / double(warmup));
+        return float(double(base) * (1 + std::cos(pi * double(std::min(t, total) - warmup) / double(std::max<std::int64_t>(total - warmup, 1)))) / 2);
+    }
+    return base;
+  }
+};
+
+// Global L2 norm of all gradients (accumulated in double); when it exceeds max_norm, every
+// gradient is scaled by max_norm / (norm + 1e-6) (torch.nn.utils.clip_grad_norm_). Returns the
+// norm before clipping.
+template <class M>
+float clip_grad_norm(M& grads, float max_norm) {
+  double sum = 0;
+  for_each_param(
+      [&](const Path&, Init, const auto& g) {
+        for (float x : g) sum += double(x) * x;
+      },
+      grads);
+  double norm = std::sqrt(sum), coef = double(max_norm) / (norm + 1e-6);
+  if (coef < 1)
+    for_each_param(
+        [&](const Path&, Init, auto& g) {
+          for (auto& x : g) x = float(x * coef);
+        },
+        grads);
+  return float(norm);
+}
+
+}  // namespace stformer
