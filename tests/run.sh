@@ -5,7 +5,7 @@
 # Google Benchmark programs are built too, so that they keep compiling.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-bash targets/install-deps.sh
+bash targets/install-deps.sh python3-torch   # python3-torch: the PyTorch parity test
 backends=(x86-64-v3 none)
 grep -q avx512f /proc/cpuinfo && backends+=(x86-64-v4)
 for simd in "${backends[@]}"; do

@@ -1,0 +1,185 @@
+// PyTorch parity, as llm.c checks itself: tests/torch/make_parity.py runs SPEC's models in
+// PyTorch (tests/torch/stformer_torch.py) and writes weights, inputs, outputs, loss, every
+// parameter gradient, and the losses and weights after 10 AdamW steps. Here stformer loads the
+// same weights by their SPEC names, repeats everything and compares: forward to 1e-5 and
+// gradients to 1e-4 (relative to the tensor's largest entry), the 10 losses to 1e-4 and the
+// weights after 10 steps to 1e-3. The directory comes from STFORMER_PARITY_DIR.
+#include <doctest/doctest.h>
+
+#include <cstdlib>
+#include <cstring>
+#include <string>
+
+#include <stformer/checkpoint.hpp>
+#include <stformer/safetensors.hpp>
+#include <stformer/stformer.hpp>
+
+#include "util.hpp"
+
+using namespace stformer;
+
+namespace {
+
+std::string parity_file(const char* name) {
+  const char* dir = std::getenv("STFORMER_PARITY_DIR");
+  REQUIRE_MESSAGE(dir != nullptr, "STFORMER_PARITY_DIR is not set (run through meson test)");
+  return std::string(dir) + "/" + name;
+}
+
+// Copies tensor `name` (F32 or I32, or U8 for masks) into t, checking element count and dtype.
+template <class T>
+void read(const safetensors::File& f, const std::string& name, T& t) {
+  const auto& v = f.at(name);
+  using E = std::remove_cvref_t<decltype(*t.data())>;
+  size_t n = 1;
+  for (size_t d : v.shape) n *= d;
+  REQUIRE_MESSAGE(n == t.size(), name << " has " << n << " elements, expected " << t.size());
+  if constexpr (std::is_same_v<E, bool>) {
+    REQUIRE(v.dtype == safetensors::Dtype::U8);
+    for (size_t i = 0; i < n; ++i) t.data()[i] = v.bytes[i] != std::byte{0};
+  } else {
+    REQUIRE(v.bytes.size() == n * sizeof(E));
+    REQUIRE(v.dtype == (std::is_same_v<E, float> ? safetensors::Dtype::F32 : safetensors::Dtype::I32));
+    std::memcpy(t.data(), v.bytes.data(), v.bytes.size());
+  }
+}
+
+double worst = 0;  // largest err / scale of the current check group, reported by MESSAGE
+
+template <class A, class B>
+void check_rel(const std::string& what, const A& got, const B& want, double tol) {
+  double scale = 1e-3, err = 0;  // floor: exact zeros (the key bias's gradient) are ~1e-8 noise in float
+  size_t infinite = 0, mismatched = 0;
+  for (size_t i = 0; i < want.size(); ++i) {
+    float w = want.data()[i], g = got.data()[i];
+    if (std::isinf(w)) {  // masked log-probabilities: −∞ on both sides
+      ++infinite;
+      mismatched += g != w;
+      continue;
+    }
+    scale = std::max(scale, double(std::abs(w)));
+    err = std::isnan(g) ? INFINITY : std::max(err, double(std::abs(g - w)));
+  }
+  CHECK_MESSAGE(mismatched == 0, what << ": " << mismatched << " of " << infinite << " infinite entries differ");
+  worst = std::max(worst, err / scale);
+  INFO(what << ": largest difference " << err << ", largest entry " << scale);
+  CHECK(err <= tol * scale);
+}
+
+// Every parameter tensor of got against want (same model type).
+template <class M>
+void check_params(const char* what, const M& got, const M& want, double tol) {
+  for_each_param(
+      [&](const Path& p, Init, const auto& g, const auto& w) {
+        // The key bias's gradient is exactly 0 (softmax is shift-invariant); in float it is
+        // rounding noise, which Adam normalises to steps of ±lr in both implementations alike.
+        // It changes no output, so after the optimiser steps it is only checked for size.
+        if (std::string_view(what) == "after 10 AdamW steps" && p.view().ends_with("wk.bias")) {
+          for (size_t i = 0; i < g.size(); ++i) CHECK(std::abs(g.data()[i] - w.data()[i]) <= 0.25f);
+          return;
+        }
+        check_rel(std::string(what) + " " + p.c_str(), g, w, tol);
+      },
+      got, want);
+}
+
+// Loads the weights, checks output, loss, gradients, then 10 AdamW steps (lr 0.01, wd 0.01).
+template <class M, class Acts, class Forward, class Loss>
+void run_case(const char* file, Forward&& forward, Loss&& loss_of) {
+  auto f = safetensors::File::read(parity_file(file));
+  auto p = test::make<M>();
+  auto g = test::make<M>();
+  auto want = test::make<M>();
+  auto a = test::make<Acts>();
+  load_params(f, *p, "param.");
+  load_params(f, *want, "grad.");
+
+  worst = 0;
+  const auto& out = forward(*a, *p);
+  auto expected_out = std::make_unique<std::remove_cvref_t<decltype(out)>>();
+  read(f, "output", *expected_out);
+  check_rel("output", out, *expected_out, 1e-5);
+  MESSAGE(std::string(file) << ": output relative difference " << worst);
+  worst = 0;
+  Tensor<1> expected_loss;
+  read(f, "loss", expected_loss);
+  zero_grad(*g);
+  float loss = loss_of(*a, *p, *g);
+  CHECK(loss == doctest::Approx(expected_loss(0)).epsilon(1e-5));
+  check_params("gradient", *g, *want, 1e-4);
+  MESSAGE(std::string(file) << ": gradients, largest relative difference " << worst);
+
+  Tensor<10> step_losses;
+  read(f, "step_losses", step_losses);
+  auto p2 = test::make<M>();
+  load_params(f, *p2, "param.");
+  AdamW<M> opt(0.01f);
+  for (size_t s = 0; s < 10; ++s) {
+    forward(*a, *p2);
+    zero_grad(*g);
+    float l = loss_of(*a, *p2, *g);
+    CHECK_MESSAGE(l == doctest::Approx(step_losses(s)).epsilon(1e-4), "step " << s);
+    opt.step(*p2, *g, 0.01f);
+  }
+  load_params(f, *want, "final.");
+  worst = 0;
+  check_params("after 10 AdamW steps", *p2, *want, 1e-3);
+  MESSAGE(std::string(file) << ": weights after 10 AdamW steps, largest relative difference " << worst);
+}
+
+}  // namespace
+
+TEST_CASE("PyTorch parity: pointer model (encoder blocks, key padding, NLL)") {
+  using M = PointerModel<2, 16, 2, 32, 2>;
+  using A = ActsOf<M, 4, 12>;
+  auto f = safetensors::File::read(parity_file("pointer.safetensors"));
+  Tensor<4, 12, 2> x;
+  KeyMask<4, 12> keys;
+  IdTensor<4> target;
+  read(f, "input.x", x);
+  read(f, "input.keys", keys);
+  read(f, "input.target", target);
+  Tensor<4, 1, 12> dlogp;
+  run_case<M, A>(
+      "pointer.safetensors", [&](A& a, const M& p) -> const auto& { return a.forward(p, x, &keys); },
+      [&](A& a, const M& p, M& g) {
+        float l = nll_loss(a.pointer.logp, target, dlogp);
+        a.backward(p, g, dlogp);
+        return l;
+      });
+}
+
+TEST_CASE("PyTorch parity: Set Transformer (ISAB + PMA, Euclidean distance)") {
+  using M = SetTransformer<2, 16, 4, 4, 2>;
+  using A = ActsOf<M, 4, 12>;
+  auto f = safetensors::File::read(parity_file("set.safetensors"));
+  Tensor<4, 12, 2> x;
+  Tensor<4, 1, 2> y, dy;
+  read(f, "input.x", x);
+  read(f, "input.y", y);
+  run_case<M, A>(
+      "set.safetensors", [&](A& a, const M& p) -> const auto& { return a.forward(p, x); },
+      [&](A& a, const M& p, M& g) {
+        float l = euclidean_loss(a.head.out, y, dy);
+        a.backward(p, g, dy);
+        return l;
+      });
+}
+
+TEST_CASE("PyTorch parity: language model (embedding, positions, encoder blocks, PMA, cross-entropy)") {
+  using M = LanguageModel<50, 8, 16, 2, 32, 2>;
+  using A = ActsOf<M, 4>;
+  auto f = safetensors::File::read(parity_file("lm.safetensors"));
+  IdTensor<4, 8> ids;
+  IdTensor<4> target;
+  read(f, "input.ids", ids);
+  read(f, "input.target", target);
+  Tensor<4, 1, 50> dlogits;
+  run_case<M, A>(
+      "lm.safetensors", [&](A& a, const M& p) -> const auto& { return a.forward(p, ids); },
+      [&](A& a, const M& p, M& g) {
+        float l = cross_entropy(a.head.out, target, dlogits);
+        a.backward(p, g, dlogits);
+        return l;
+      });
+}
