@@ -31,6 +31,7 @@
 #include <vector>
 
 #include <stformer/params.hpp>
+#include <stformer/rng.hpp>
 
 #include "safetensors.hpp"
 
@@ -59,9 +60,9 @@ void add_params(safetensors::Writer& w, const M& model, std::string_view prefix 
       model);
 }
 
-// Loads every parameter of model from f (see top for the checks and the unexpected tensors).
+// Throws the first problem that would stop load_params (see top); changes nothing.
 template <class M>
-void load_params(const safetensors::File& f, M& model, std::string_view prefix = "", Unexpected unexpected = Unexpected::reject) {
+void check_params(const safetensors::File& f, const M& model, std::string_view prefix = "", Unexpected unexpected = Unexpected::reject) {
   std::set<std::string, std::less<>> expected;
   std::string problem;
   for_each_param(
@@ -80,7 +81,7 @@ void load_params(const safetensors::File& f, M& model, std::string_view prefix =
         }
         expected.insert(std::move(name));
       },
-      std::as_const(model));
+      model);
   if (problem.empty() && unexpected == Unexpected::reject) {
     std::vector<std::string_view> extra;
     for (const auto& v : f.tensors())
@@ -93,6 +94,12 @@ void load_params(const safetensors::File& f, M& model, std::string_view prefix =
     }
   }
   if (!problem.empty()) throw std::runtime_error("checkpoint " + f.label() + ": " + problem);
+}
+
+// Copies every parameter of model from f, after check_params: all or nothing.
+template <class M>
+void load_params(const safetensors::File& f, M& model, std::string_view prefix = "", Unexpected unexpected = Unexpected::reject) {
+  check_params(f, std::as_const(model), prefix, unexpected);
   for_each_param(
       [&](const Path& path, Init, auto& t) {
         const auto bytes = f.at(std::string(prefix) + path.c_str()).bytes;
@@ -114,6 +121,73 @@ void save_params(const std::filesystem::path& path, const M& model, const std::m
 template <class M>
 void load_params(const std::filesystem::path& path, M& model) {
   load_params(safetensors::File::read(path), model);
+}
+
+// Training checkpoints: the model (SPEC names), the optimiser's buffers under
+// "optim.<buffer>.<parameter name>" (exp_avg, exp_avg_sq / momentum_buffer), the optimiser's
+// step count "optim.steps" (I64 scalar), the training step "state.step" (I64 scalar) and the
+// generator "state.rng" (U64 [2]: state, increment). Saving then loading restores a run
+// exactly: the next steps are bit-identical to a run that never stopped.
+struct TrainingState {
+  std::int64_t step = 0;
+  Rng rng;
+};
+
+namespace detail {
+template <class T>
+void add_scalar(safetensors::Writer& w, std::string name, safetensors::Dtype dtype, std::vector<size_t> shape, const T* values) {
+  size_t n = 1;
+  for (size_t d : shape) n *= d;
+  w.add(std::move(name), dtype, std::move(shape), std::as_bytes(std::span(values, n)));
+}
+template <class T>
+void check_scalar(const safetensors::File& f, const std::string& name, safetensors::Dtype dtype, size_t count) {
+  const auto* v = f.find(name);
+  if (v == nullptr) throw std::runtime_error("checkpoint " + f.label() + ": tensor '" + name + "' is missing (not a training checkpoint?)");
+  if (v->dtype != dtype || v->bytes.size() != count * sizeof(T))
+    throw std::runtime_error("checkpoint " + f.label() + ": tensor '" + name + "' should be " + std::string(dtype_name(dtype)) + " with " +
+                             std::to_string(count) + " element(s)");
+}
+}  // namespace detail
+
+template <class M, class Optimizer>
+void save_checkpoint(const std::filesystem::path& path, const M& model, const Optimizer& opt, const TrainingState& state,
+                     const std::map<std::string, std::string>& metadata = {}) {
+  safetensors::Writer w;
+  for (const auto& [key, value] : metadata) w.set_metadata(key, value);
+  add_params(w, model);
+  Optimizer::visit_buffers(opt, [&](const char* buffer, const M& b) { add_params(w, b, std::string("optim.") + buffer + "."); });
+  detail::add_scalar(w, "optim.steps", safetensors::Dtype::I64, {}, &opt.steps);
+  detail::add_scalar(w, "state.step", safetensors::Dtype::I64, {}, &state.step);
+  const std::uint64_t rng[2] = {state.rng.state(), state.rng.increment()};
+  detail::add_scalar(w, "state.rng", safetensors::Dtype::U64, {2}, rng);
+  w.write(path);
+}
+
+// Loads model, optimiser and state from a training checkpoint; checks everything first, so a
+// file that fails leaves all three unchanged. A file holding only the model is rejected here
+// (use load_params for it).
+template <class M, class Optimizer>
+void load_checkpoint(const safetensors::File& f, M& model, Optimizer& opt, TrainingState& state) {
+  check_params(f, std::as_const(model));
+  Optimizer::visit_buffers(std::as_const(opt), [&](const char* buffer, const M& b) {
+    check_params(f, b, std::string("optim.") + buffer + ".");
+  });
+  detail::check_scalar<std::int64_t>(f, "optim.steps", safetensors::Dtype::I64, 1);
+  detail::check_scalar<std::int64_t>(f, "state.step", safetensors::Dtype::I64, 1);
+  detail::check_scalar<std::uint64_t>(f, "state.rng", safetensors::Dtype::U64, 2);
+  load_params(f, model);
+  Optimizer::visit_buffers(opt, [&](const char* buffer, M& b) { load_params(f, b, std::string("optim.") + buffer + "."); });
+  std::memcpy(&opt.steps, f.at("optim.steps").bytes.data(), sizeof opt.steps);
+  std::memcpy(&state.step, f.at("state.step").bytes.data(), sizeof state.step);
+  std::uint64_t rng[2];
+  std::memcpy(rng, f.at("state.rng").bytes.data(), sizeof rng);
+  state.rng.restore(rng[0], rng[1]);
+}
+
+template <class M, class Optimizer>
+void load_checkpoint(const std::filesystem::path& path, M& model, Optimizer& opt, TrainingState& state) {
+  load_checkpoint(safetensors::File::read(path), model, opt, state);
 }
 
 }  // namespace stformer

@@ -32,6 +32,12 @@ struct SGD {
 
   explicit SGD(SGDOptions o = {}) : options(o) { zero_grad(momentum_buffer); }
 
+  // f(name, buffer) for each state buffer (checkpoints); Self is SGD or const SGD.
+  template <class Self, class F>
+  static void visit_buffers(Self& self, F&& f) {
+    f("momentum_buffer", self.momentum_buffer);
+  }
+
   void step(M& params, const M& grads, float lr) {
     const auto& o = options;
     bool first = steps++ == 0;
@@ -57,6 +63,13 @@ struct Adam {
   explicit Adam(AdamOptions o = {}) : options(o) {
     zero_grad(exp_avg);
     zero_grad(exp_avg_sq);
+  }
+
+  // f(name, buffer) for each state buffer (checkpoints); Self is Adam or const Adam.
+  template <class Self, class F>
+  static void visit_buffers(Self& self, F&& f) {
+    f("exp_avg", self.exp_avg);
+    f("exp_avg_sq", self.exp_avg_sq);
   }
 
   void step(M& params, const M& grads, float lr) {
