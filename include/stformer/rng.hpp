@@ -11,7 +11,8 @@ namespace stformer {
 
 class Rng {
  public:
-  explicit Rng(std::uint64_t seed = 0, std::uint64_t stream = 54) { reseed(seed, stream); }
+  Rng() { reseed(0); }
+  explicit Rng(std::uint64_t seed, std::uint64_t stream = 54) { reseed(seed, stream); }
 
   void reseed(std::uint64_t seed, std::uint64_t stream = 54) {
     state_ = 0;
