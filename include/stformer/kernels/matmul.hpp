@@ -83,23 +83,93 @@ inline void nn_rows(const float* A, size_t ars, size_t aks, const float* B, size
 }
 
 template <size_t M, size_t N, size_t K, bool Acc>
-inline void nn_any(const float* A, size_t ars, size_t aks, const float* B, size_t ldb, float* C, size_t ldc) {
+inline void nn_block(const float* A, size_t ars, size_t aks, const float* B, size_t ldb, float* C, size_t ldc) {
   constexpr size_t TR = 4;
   size_t i = 0;
   for (; i + TR <= M; i += TR) nn_rows<TR, N, K, Acc>(A + i * ars, ars, aks, B, ldb, C + i * ldc, ldc);
   if constexpr (M % TR != 0) nn_rows<M % TR, N, K, Acc>(A + i * ars, ars, aks, B, ldb, C + i * ldc, ldc);
 }
 
+// Long K (a weight gradient sums over every row of the batch) is taken in chunks of KC, so that
+// the chunk of A and B stays in cache while every tile of C passes over it.
+template <size_t M, size_t N, size_t K, bool Acc>
+inline void nn_any(const float* A, size_t ars, size_t aks, const float* B, size_t ldb, float* C, size_t ldc) {
+  constexpr size_t KC = 256;
+  if constexpr (K <= KC) {
+    nn_block<M, N, K, Acc>(A, ars, aks, B, ldb, C, ldc);
+  } else {
+    nn_block<M, N, KC, Acc>(A, ars, aks, B, ldb, C, ldc);
+    size_t k = KC;
+    for (; k + KC <= K; k += KC) nn_block<M, N, KC, true>(A + k * aks, ars, aks, B + k * ldb, ldb, C, ldc);
+    if constexpr (K % KC != 0) nn_block<M, N, K % KC, true>(A + k * aks, ars, aks, B + k * ldb, ldb, C, ldc);
+  }
+}
+
 }  // namespace detail
 
+namespace detail {
+
+// Rows × NV vectors of C = alpha · A · P + bias, P a packed panel [K, NV·W] of Bᵀ (zero beyond
+// the last column); only the first `cols` columns are stored.
+template <size_t R, size_t NV, size_t K>
+inline void panel_tile(const float* A, size_t lda, const float* P, float* C, size_t ldc, float alpha, const float* bias_panel,
+                       size_t cols) {
+  constexpr size_t NP = NV * W;
+  vf acc[R][NV];
+  for (size_t r = 0; r < R; ++r)
+    for (size_t v = 0; v < NV; ++v) acc[r][v] = splat(0.0f);
+  for (size_t k = 0; k < K; ++k) {
+    vf b[NV];
+    for (size_t v = 0; v < NV; ++v) b[v] = load(P + k * NP + v * W);
+    for (size_t r = 0; r < R; ++r) {
+      vf a = splat(A[r * lda + k]);
+      for (size_t v = 0; v < NV; ++v) acc[r][v] = fma(a, b[v], acc[r][v]);
+    }
+  }
+  const vf al = splat(alpha);
+  for (size_t r = 0; r < R; ++r) {
+    if (cols == NP) {
+      for (size_t v = 0; v < NV; ++v) store(C + r * ldc + v * W, fma(acc[r][v], al, load(bias_panel + v * W)));
+    } else {
+      float row[NP];
+      for (size_t v = 0; v < NV; ++v) store(row + v * W, fma(acc[r][v], al, load(bias_panel + v * W)));
+      for (size_t j = 0; j < cols; ++j) C[r * ldc + j] = row[j];
+    }
+  }
+}
+
+}  // namespace detail
+
+// C[M,N] = alpha · A[M,K] · B[N,K]ᵀ (+ bias[N]). SIMD builds pack Bᵀ in panels of NV·W
+// columns (on the stack: K · NV·W floats) and broadcast A's entries against them, which needs
+// no horizontal sums; the one-lane build takes dot products.
 template <size_t M, size_t N, size_t K>
-inline void matmul_nt(const float* A, size_t lda, const float* B, size_t ldb, float* C, size_t ldc,
-                      float alpha = 1.0f, const float* bias = nullptr) {
+inline void matmul_nt(const float* A, size_t lda, const float* B, size_t ldb, float* C, size_t ldc, float alpha = 1.0f,
+                      const float* bias = nullptr) {
   constexpr size_t TR = 4;
-  size_t i = 0;
-  for (; i + TR <= M; i += TR) detail::nt_rows<TR, N, K>(A + i * lda, lda, B, ldb, C + i * ldc, ldc, alpha, bias);
-  if constexpr (M % TR != 0)
-    detail::nt_rows<M % TR, N, K>(A + i * lda, lda, B, ldb, C + i * ldc, ldc, alpha, bias);
+  if constexpr (W == 1) {
+    size_t i = 0;
+    for (; i + TR <= M; i += TR) detail::nt_rows<TR, N, K>(A + i * lda, lda, B, ldb, C + i * ldc, ldc, alpha, bias);
+    if constexpr (M % TR != 0) detail::nt_rows<M % TR, N, K>(A + i * lda, lda, B, ldb, C + i * ldc, ldc, alpha, bias);
+  } else {
+    constexpr size_t NV = W >= 16 ? 4 : 2, NP = NV * W;
+    constexpr size_t NVused = (N + W - 1) / W < NV ? (N + W - 1) / W : NV;  // narrow outputs: fewer vectors
+    constexpr size_t NPused = NVused * W;
+    alignas(64) float panel[K * NPused];
+    alignas(64) float bias_panel[NPused];
+    (void)NP;
+    for (size_t j0 = 0; j0 < N; j0 += NPused) {
+      size_t cols = N - j0 < NPused ? N - j0 : NPused;
+      for (size_t k = 0; k < K; ++k)
+        for (size_t j = 0; j < NPused; ++j) panel[k * NPused + j] = j < cols ? B[(j0 + j) * ldb + k] : 0.0f;
+      for (size_t j = 0; j < NPused; ++j) bias_panel[j] = bias && j < cols ? bias[j0 + j] : 0.0f;
+      size_t i = 0;
+      for (; i + TR <= M; i += TR)
+        detail::panel_tile<TR, NVused, K>(A + i * lda, lda, panel, C + i * ldc + j0, ldc, alpha, bias_panel, cols);
+      if constexpr (M % TR != 0)
+        detail::panel_tile<M % TR, NVused, K>(A + i * lda, lda, panel, C + i * ldc + j0, ldc, alpha, bias_panel, cols);
+    }
+  }
 }
 
 // C[M,N] (+)= A[M,K] · B[K,N]

@@ -143,7 +143,10 @@ inline void add_to(const float* a, float* y) {
 template <size_t N>
 inline void softmax_backward_row(const float* a, float* d, float scale) {
   float s = dot<N>(a, d);
-  for (size_t j = 0; j < N; ++j) d[j] = scale * a[j] * (d[j] - s);
+  constexpr size_t full = N / W * W;
+  const vf sv = splat(s), cv = splat(scale);
+  for (size_t j = 0; j < full; j += W) store(d + j, cv * load(a + j) * (load(d + j) - sv));
+  for (size_t j = full; j < N; ++j) d[j] = scale * a[j] * (d[j] - s);
 }
 
 template <size_t N>
