@@ -1,0 +1,211 @@
+// max_value — SPEC Example 1 with stformer's own training loop.
+//
+//   max_value train   --model pointer|set [--seed S] [--iterations I] [--lr LR] [--fresh]
+//                     [--checkpoint PATH]
+//   max_value eval    --checkpoint PATH [--seed S] [--sets 1000]
+//   max_value predict --checkpoint PATH --input IN.safetensors --output OUT.safetensors
+//   max_value plot    --checkpoint PATH [--seed S] [--output max_value.png]  (+ .csv)
+//
+// Checkpoints are safetensors files under SPEC's names; `train` adds the optimiser and
+// generator state, and every command also accepts a file that holds only the parameters
+// (for instance exported from PyTorch): the model is recognised by its tensors.
+#include <CLI/CLI.hpp>
+
+#include <cstring>
+#include <fstream>
+#include <iostream>
+#include <sstream>
+
+#include <stformer/gnuplot.hpp>
+
+#include "max_value.hpp"
+
+using namespace max_value;
+
+namespace {
+
+// Generators: parameters use (seed, 0), training sets (seed, 1), evaluation sets (seed, 2).
+Rng eval_rng(std::uint64_t seed) { return Rng(seed, 2); }
+
+void print_metrics(const char* model, const Metrics& m) {
+  if (std::strcmp(model, "pointer") == 0)
+    std::printf("test on %zu fresh sets: accuracy %.1f%% (mean distance to the true point %.4f)\n", m.sets, 100 * m.accuracy, m.distance);
+  else
+    std::printf("test on %zu fresh sets: mean distance %.4f, nearest-point hits %.1f%%\n", m.sets, m.distance, 100 * m.accuracy);
+}
+
+template <class Net>
+int train(const TrainOptions& o, const std::string& checkpoint) {
+  using T = Task<Net>;
+  Run<Net> run(o.seed);
+  int iterations = o.iterations > 0 ? o.iterations : T::iterations;
+  std::printf("training %s (%zu parameters) for %d iterations, seed %llu%s\n", T::name, param_count(*run.model), iterations,
+              (unsigned long long)o.seed, (o.fresh < 0 ? T::fresh : o.fresh == 1) ? ", fresh sets every iteration" : "");
+  auto start = std::chrono::steady_clock::now();
+  run.train(o, [&](int it, float loss, double rate, double eta) {
+    if (!o.quiet) std::printf("  iteration %5d  loss %.4f  %6.1f it/s  ETA %4.0f s\n", it, loss, rate, eta);
+    std::fflush(stdout);
+  });
+  double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  std::printf("%.1f ms per iteration\n", 1000 * seconds / iterations);
+  Rng rng = eval_rng(o.seed);
+  print_metrics(T::name, run.evaluate(rng, 1000));
+  if (!checkpoint.empty()) {
+    save_checkpoint(checkpoint, *run.model, *run.opt, run.state, {{"model", T::name}, {"seed", std::to_string(o.seed)}});
+    std::printf("checkpoint: %s\n", checkpoint.c_str());
+  }
+  return 0;
+}
+
+// Loads whichever model the checkpoint holds and calls f(run, name).
+template <class F>
+int with_checkpoint(const std::string& path, F&& f) {
+  auto file = safetensors::File::read(path);
+  std::string kind;
+  if (auto it = file.metadata().find("model"); it != file.metadata().end()) kind = it->second;
+  if (kind.empty()) {  // parameters only: recognise the model by its tensors
+    try {
+      check_params(file, *std::make_unique<PointerNet>());
+      kind = "pointer";
+    } catch (const std::runtime_error&) {
+      kind = "set";
+    }
+  }
+  if (kind == "pointer") {
+    auto run = std::make_unique<Run<PointerNet>>(0);
+    load_params(file, *run->model);
+    return f(*run, "pointer");
+  }
+  if (kind == "set") {
+    auto run = std::make_unique<Run<SetNet>>(0);
+    load_params(file, *run->model);
+    return f(*run, "set");
+  }
+  throw std::runtime_error("checkpoint " + path + ": unknown model '" + kind + "' (expected pointer or set)");
+}
+
+// predict: x [B, 50, 2] in, log_probs [B, 50] (pointer) or y [B, 2] (set) out.
+template <class Net>
+int predict(Run<Net>& run, const char* kind, const std::string& input, const std::string& output) {
+  auto in = safetensors::File::read(input);
+  const auto* x = in.find("x");
+  if (x == nullptr) throw std::runtime_error("input " + input + ": no tensor 'x'");
+  if (x->dtype != safetensors::Dtype::F32 || x->shape.size() != 3 || x->shape[1] != N || x->shape[2] != 2)
+    throw std::runtime_error("input " + input + ": 'x' must be F32 [B, 50, 2], it is " + std::string(dtype_name(x->dtype)) + " " +
+                             safetensors::shape_string(x->shape));
+  size_t count = x->shape[0];
+  bool pointer = std::strcmp(kind, "pointer") == 0;
+  size_t width = pointer ? N : 2;
+  std::vector<float> points(count * N * 2), out(count * width);
+  std::memcpy(points.data(), x->bytes.data(), x->bytes.size());
+  for (float v : points)
+    if (!std::isfinite(v)) throw std::runtime_error("input " + input + ": 'x' holds a value that is not finite");
+  for (size_t done = 0; done < count; done += Batch) {
+    size_t n = std::min(Batch, count - done);
+    run.sets->x.fill(0.0f);
+    std::memcpy(run.sets->x.data(), points.data() + done * N * 2, n * N * 2 * sizeof(float));
+    run.acts->forward(*run.model, run.sets->x);
+    for (size_t b = 0; b < n; ++b)
+      for (size_t j = 0; j < width; ++j)
+        if constexpr (std::is_same_v<Net, PointerNet>)
+          out[(done + b) * width + j] = run.acts->pointer.logp(b, 0, j);
+        else
+          out[(done + b) * width + j] = run.acts->head.out(b, 0, j);
+  }
+  safetensors::Writer w;
+  w.set_metadata("model", kind);
+  w.add(pointer ? "log_probs" : "y", safetensors::Dtype::F32, {count, width}, std::as_bytes(std::span(out)));
+  w.write(output);
+  std::printf("%s: %s [%zu, %zu]\n", output.c_str(), pointer ? "log_probs" : "y", count, width);
+  return 0;
+}
+
+// plot: six fresh sets, grey points, the true largest-norm point in blue, the prediction in
+// green when right and red when wrong; PNG through gnuplot and the same data as CSV.
+template <class Net>
+int plot(Run<Net>& run, const char* kind, std::uint64_t seed, const std::string& png) {
+  Rng rng = eval_rng(seed);
+  run.sets->draw(rng);
+  run.acts->forward(*run.model, run.sets->x);
+  std::string csv = png.substr(0, png.rfind('.')) + ".csv";
+  std::ofstream table(csv);
+  table << "set,x,y,role\n";
+  std::ostringstream script;
+  script << "set terminal pngcairo size 1200,800\nset output '" << png << "'\nset multiplot layout 2,3 title 'max value, "
+         << kind << " model: true largest-norm point (blue), prediction (green right, red wrong)'\n"
+         << "unset key\nset size ratio -1\n";
+  size_t right = 0;
+  for (size_t b = 0; b < 6; ++b) {
+    Prediction p = Task<Net>::predict(*run.acts, *run.sets, b);
+    bool ok = p.index == size_t(run.sets->target(b));
+    right += ok;
+    for (size_t i = 0; i < N; ++i) table << b << ',' << run.sets->x(b, i, 0) << ',' << run.sets->x(b, i, 1) << ",point\n";
+    table << b << ',' << run.sets->point(b, 0, 0) << ',' << run.sets->point(b, 0, 1) << ",true\n";
+    table << b << ',' << p.px << ',' << p.py << (ok ? ",right\n" : ",wrong\n");
+    script << "set title 'set " << b + 1 << (ok ? ": right" : ": wrong") << "'\nplot '-' with points pt 7 ps 0.8 lc rgb '#999999', "
+           << "'-' with points pt 7 ps 2.2 lc rgb '#1f4fd8', '-' with points pt 7 ps 1.2 lc rgb '" << (ok ? "#1a9641" : "#d7191c") << "'\n";
+    for (size_t i = 0; i < N; ++i) script << run.sets->x(b, i, 0) << ' ' << run.sets->x(b, i, 1) << '\n';
+    script << "e\n" << run.sets->point(b, 0, 0) << ' ' << run.sets->point(b, 0, 1) << "\ne\n" << p.px << ' ' << p.py << "\ne\n";
+  }
+  script << "unset multiplot\n";
+  if (!table) throw std::runtime_error("cannot write " + csv);
+  gnuplot(script.str());
+  std::printf("%s (%zu of 6 right), %s\n", png.c_str(), right, csv.c_str());
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"max_value: SPEC Example 1 (find the largest-norm point of a 2-D set) with stformer"};
+  app.require_subcommand(1);
+
+  TrainOptions o;
+  std::string model = "pointer", checkpoint, input, output, png = "max_value.png";
+  bool fresh = false;
+  size_t sets = 1000;
+
+  auto* train_cmd = app.add_subcommand("train", "train a model, evaluate it on 1,000 fresh sets, save a checkpoint");
+  train_cmd->add_option("--model", model, "pointer (2022) or set (2019)")->check(CLI::IsMember({"pointer", "set"}))->capture_default_str();
+  train_cmd->add_option("--seed", o.seed, "seed of every generator")->capture_default_str();
+  train_cmd->add_option("--iterations", o.iterations, "iterations (default: SPEC's, 300 pointer / 2000 set)")->check(CLI::Range(1, 10000000));
+  train_cmd->add_option("--lr", o.lr, "learning rate (default: SPEC's, 0.01 pointer / 1e-3 set)")->check(CLI::PositiveNumber);
+  train_cmd->add_flag("--fresh", fresh, "draw 500 new training sets every iteration (the set model always does)");
+  train_cmd->add_option("--checkpoint", checkpoint, "where to save the trained model (safetensors)");
+  train_cmd->add_option("--report", o.report_every, "iterations between progress lines")->check(CLI::Range(1, 1000000))->capture_default_str();
+
+  auto* eval_cmd = app.add_subcommand("eval", "evaluate a checkpoint on fresh sets");
+  eval_cmd->add_option("--checkpoint", checkpoint, "checkpoint (safetensors)")->required()->check(CLI::ExistingFile);
+  eval_cmd->add_option("--seed", o.seed, "seed of the test sets")->capture_default_str();
+  eval_cmd->add_option("--sets", sets, "number of fresh sets")->check(CLI::Range(size_t{1}, size_t{100000000}))->capture_default_str();
+
+  auto* predict_cmd = app.add_subcommand("predict", "predict for sets x [B, 50, 2] read from a safetensors file");
+  predict_cmd->add_option("--checkpoint", checkpoint, "checkpoint (safetensors)")->required()->check(CLI::ExistingFile);
+  predict_cmd->add_option("--input", input, "safetensors file with x [B, 50, 2] (F32)")->required()->check(CLI::ExistingFile);
+  predict_cmd->add_option("--output", output, "safetensors file for log_probs [B, 50] or y [B, 2]")->required();
+
+  auto* plot_cmd = app.add_subcommand("plot", "the seed project's figure for 6 fresh sets (PNG and CSV)");
+  plot_cmd->add_option("--checkpoint", checkpoint, "checkpoint (safetensors)")->required()->check(CLI::ExistingFile);
+  plot_cmd->add_option("--seed", o.seed, "seed of the sets")->capture_default_str();
+  plot_cmd->add_option("--output", png, "PNG file (the CSV goes next to it)")->capture_default_str();
+
+  CLI11_PARSE(app, argc, argv);
+  try {
+    if (*train_cmd) {
+      if (fresh) o.fresh = 1;
+      return model == "pointer" ? train<PointerNet>(o, checkpoint) : train<SetNet>(o, checkpoint);
+    }
+    if (*eval_cmd)
+      return with_checkpoint(checkpoint, [&](auto& run, const char* kind) {
+        Rng rng = eval_rng(o.seed);
+        print_metrics(kind, run.evaluate(rng, sets));
+        return 0;
+      });
+    if (*predict_cmd) return with_checkpoint(checkpoint, [&](auto& run, const char* kind) { return predict(run, kind, input, output); });
+    if (*plot_cmd) return with_checkpoint(checkpoint, [&](auto& run, const char* kind) { return plot(run, kind, o.seed, png); });
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "max_value: %s\n", e.what());
+    return 1;
+  }
+  return 0;
+}

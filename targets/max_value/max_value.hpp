@@ -1,0 +1,202 @@
+// The max-value task of SPEC Example 1: sets of N = 50 points x = randn(50, 2) + randn(1, 2);
+// the target is the point with the largest Euclidean norm. Two models, as the two versions
+// of the reference project: `pointer` (PointerModel, NLL of the target's index, AdamW 0.01,
+// cosine over 300 iterations, one batch of 500 training sets) and `set` (SetTransformer
+// regressing the point, mean Euclidean distance, Adam 1e-3, 500 fresh sets per iteration,
+// 2,000 iterations). Everything is drawn from one seeded generator per purpose.
+#pragma once
+
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <functional>
+#include <memory>
+#include <string>
+
+#include <stformer/checkpoint.hpp>
+#include <stformer/stformer.hpp>
+
+namespace max_value {
+
+using namespace stformer;
+
+constexpr size_t N = 50, Batch = 500;
+using PointerNet = PointerModel<2, 16, 1, 64, 2>;
+using SetNet = SetTransformer<2, 64, 4, 16, 2>;
+
+// B sets with, for each, the index and the coordinates of its largest-norm point.
+template <size_t B>
+struct Sets {
+  Tensor<B, N, 2> x;
+  IdTensor<B> target;
+  Tensor<B, 1, 2> point;
+
+  void draw(Rng& rng) {
+    for (size_t b = 0; b < B; ++b) {
+      float sx = rng.normal(), sy = rng.normal();
+      for (size_t i = 0; i < N; ++i) x(b, i, 0) = rng.normal() + sx, x(b, i, 1) = rng.normal() + sy;
+      label(b);
+    }
+  }
+  void label(size_t b) {
+    float best = -1;
+    for (size_t i = 0; i < N; ++i) {
+      float n = x(b, i, 0) * x(b, i, 0) + x(b, i, 1) * x(b, i, 1);
+      if (n > best) best = n, target(b) = std::int32_t(i);
+    }
+    point(b, 0, 0) = x(b, size_t(target(b)), 0);
+    point(b, 0, 1) = x(b, size_t(target(b)), 1);
+  }
+};
+
+// Index of the point of set b nearest to (px, py).
+template <size_t B>
+size_t nearest(const Sets<B>& s, size_t b, float px, float py) {
+  size_t arg = 0;
+  float best = INFINITY;
+  for (size_t i = 0; i < N; ++i) {
+    float dx = s.x(b, i, 0) - px, dy = s.x(b, i, 1) - py, d = dx * dx + dy * dy;
+    if (d < best) best = d, arg = i;
+  }
+  return arg;
+}
+
+// What a model predicts for set b: the chosen index and the predicted point.
+struct Prediction {
+  size_t index;
+  float px, py;
+};
+
+// The two models behind one interface: loss and gradient, prediction, SPEC defaults.
+template <class Net>
+struct Task;
+
+template <>
+struct Task<PointerNet> {
+  static constexpr const char* name = "pointer";
+  static constexpr int iterations = 300;
+  static constexpr float lr = 0.01f;
+  static constexpr bool fresh = false;  // SPEC: one batch of 500 training sets
+  using Optimizer = AdamW<PointerNet>;
+  static std::unique_ptr<Optimizer> optimizer() { return std::make_unique<Optimizer>(0.01f); }
+  static Schedule schedule(float lr, int iterations) { return {Schedule::cosine, lr, iterations}; }
+
+  template <class Acts, size_t B>
+  static float loss(Acts& a, const Sets<B>& s, Tensor<B, 1, N>& d) {
+    return nll_loss(a.pointer.logp, s.target, d);
+  }
+  template <class Acts, size_t B>
+  static Prediction predict(const Acts& a, const Sets<B>& s, size_t b) {
+    size_t arg = 0;
+    for (size_t i = 1; i < N; ++i)
+      if (a.pointer.logp(b, 0, i) > a.pointer.logp(b, 0, arg)) arg = i;
+    return {arg, s.x(b, arg, 0), s.x(b, arg, 1)};
+  }
+  template <size_t B>
+  using Grad = Tensor<B, 1, N>;
+};
+
+template <>
+struct Task<SetNet> {
+  static constexpr const char* name = "set";
+  static constexpr int iterations = 2000;
+  static constexpr float lr = 1e-3f;
+  static constexpr bool fresh = true;  // SPEC: 500 fresh sets drawn every iteration
+  using Optimizer = Adam<SetNet>;
+  static std::unique_ptr<Optimizer> optimizer() { return std::make_unique<Optimizer>(); }
+  static Schedule schedule(float lr, int) { return {Schedule::constant, lr}; }
+
+  template <class Acts, size_t B>
+  static float loss(Acts& a, const Sets<B>& s, Tensor<B, 1, 2>& d) {
+    return euclidean_loss(a.head.out, s.point, d);
+  }
+  template <class Acts, size_t B>
+  static Prediction predict(const Acts& a, const Sets<B>& s, size_t b) {
+    float px = a.head.out(b, 0, 0), py = a.head.out(b, 0, 1);
+    return {nearest(s, b, px, py), px, py};
+  }
+  template <size_t B>
+  using Grad = Tensor<B, 1, 2>;
+};
+
+// accuracy: share of sets whose predicted index is the target (for `set`: the point nearest
+// to the prediction, i.e. the nearest-point hit rate); distance: mean distance from the
+// predicted point to the true one.
+struct Metrics {
+  double accuracy = 0, distance = 0;
+  size_t sets = 0;
+};
+
+struct TrainOptions {
+  std::uint64_t seed = 0;
+  int iterations = 0;  // 0: SPEC's
+  float lr = 0;        // 0: SPEC's
+  int fresh = -1;      // -1: SPEC's; 1: draw new training sets every iteration
+  int report_every = 25;
+  bool quiet = false;
+};
+
+// Model, gradients, activations and optimiser, allocated once; training and evaluation
+// allocate nothing per iteration.
+template <class Net>
+struct Run {
+  using T = Task<Net>;
+  std::unique_ptr<Net> model = std::make_unique<Net>(), grad = std::make_unique<Net>();
+  std::unique_ptr<ActsOf<Net, Batch, N>> acts = std::make_unique<ActsOf<Net, Batch, N>>();
+  std::unique_ptr<typename T::Optimizer> opt = T::optimizer();
+  std::unique_ptr<Sets<Batch>> sets = std::make_unique<Sets<Batch>>();
+  std::unique_ptr<typename T::template Grad<Batch>> dout = std::make_unique<typename T::template Grad<Batch>>();
+  TrainingState state;
+
+  explicit Run(std::uint64_t seed) : state{0, Rng(seed, 1)} {
+    Rng init(seed, 0);
+    init_params(*model, init);
+  }
+
+  // Trains; calls report(iteration, loss, iterations per second, seconds left) every
+  // report_every iterations and at the end. Returns the last loss.
+  float train(const TrainOptions& o, const std::function<void(int, float, double, double)>& report) {
+    int iterations = o.iterations > 0 ? o.iterations : T::iterations;
+    float lr = o.lr > 0 ? o.lr : T::lr;
+    bool fresh = o.fresh < 0 ? T::fresh : o.fresh == 1;
+    Schedule schedule = T::schedule(lr, iterations);
+    if (!fresh) sets->draw(state.rng);
+    float loss = 0;
+    auto start = std::chrono::steady_clock::now();
+    for (int it = 0; it < iterations; ++it, ++state.step) {
+      if (fresh) sets->draw(state.rng);
+      acts->forward(*model, sets->x);
+      loss = T::loss(*acts, *sets, *dout);
+      STFORMER_CHECK(std::isfinite(loss), "max_value: the loss is not finite");
+      zero_grad(*grad);
+      acts->backward(*model, *grad, *dout);
+      opt->step(*model, *grad, schedule(it));
+      if ((it + 1) % o.report_every == 0 || it + 1 == iterations) {
+        double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+        double rate = (it + 1) / seconds;
+        report(it + 1, loss, rate, (iterations - it - 1) / rate);
+      }
+    }
+    return loss;
+  }
+
+  // Metrics on `count` fresh sets from rng (in batches of 500).
+  Metrics evaluate(Rng& rng, size_t count) {
+    Metrics m;
+    for (size_t done = 0; done < count; done += Batch) {
+      sets->draw(rng);
+      acts->forward(*model, sets->x);
+      for (size_t b = 0; b < Batch && done + b < count; ++b) {
+        Prediction p = T::predict(*acts, *sets, b);
+        m.accuracy += p.index == size_t(sets->target(b));
+        m.distance += std::hypot(p.px - sets->point(b, 0, 0), p.py - sets->point(b, 0, 1));
+        ++m.sets;
+      }
+    }
+    m.accuracy /= double(m.sets);
+    m.distance /= double(m.sets);
+    return m;
+  }
+};
+
+}  // namespace max_value
