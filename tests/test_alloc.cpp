@@ -9,6 +9,7 @@
 
 #include <stformer/stformer.hpp>
 
+#include "max_value.hpp"
 #include "util.hpp"
 
 namespace {
@@ -195,5 +196,22 @@ TEST_CASE("no heap allocation in a whole training step (forward, loss, backward,
     adam->step(*lm, *lg, 1e-3f);
   }
   counting = false;
+  CHECK(allocations == 0);
+}
+
+TEST_CASE("no heap allocation per iteration of the max-value training loop") {
+  max_value::Run<max_value::PointerNet> pointer(1);
+  max_value::Run<max_value::SetNet> set(1);
+  max_value::TrainOptions o;
+  o.iterations = 3;
+  o.report_every = 1;
+  size_t reports = 0;
+  std::function<void(int, float, double, double)> report = [&](int, float, double, double) { ++reports; };
+  counting = true;
+  allocations = 0;
+  pointer.train(o, report);
+  set.train(o, report);
+  counting = false;
+  CHECK(reports == 6);
   CHECK(allocations == 0);
 }
