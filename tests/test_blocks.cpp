@@ -15,23 +15,6 @@ using test::make;
 
 namespace {
 
-template <size_t B, size_t N>
-KeyMask<B, N> lengths_mask(std::initializer_list<size_t> lengths) {
-  KeyMask<B, N> m;
-  auto it = lengths.begin();
-  for (size_t b = 0; b < B; ++b, ++it)
-    for (size_t j = 0; j < N; ++j) m(b, j) = j < *it;
-  return m;
-}
-
-template <size_t B, size_t N>
-std::vector<bool> mask_row(const KeyMask<B, N>* m, size_t b) {
-  if (!m) return {};
-  std::vector<bool> r(N);
-  for (size_t j = 0; j < N; ++j) r[j] = (*m)(b, j);
-  return r;
-}
-
 // y[b] = x[b] with rows permuted by perm.
 template <size_t B, size_t N, size_t D>
 Tensor<B, N, D> permute_rows(const Tensor<B, N, D>& x, const std::array<size_t, N>& perm) {
@@ -103,7 +86,7 @@ TEST_CASE("MultiHeadAttention: cross attention, causal, key padding, all-masked 
   Tensor<B, Nk, Dkv> xkv;
   fill(xq, rng);
   fill(xkv, rng);
-  const auto keys = lengths_mask<B, Nk>({7, 3, 0});  // batch row 2: every key masked
+  const auto keys = test::lengths_mask<B, Nk>({7, 3, 0});  // batch row 2: every key masked
   auto a = make<ActsOf<MHA, B, Nq, Nk>>();
   for (bool causal : {false, true})
     for (const KeyMask<B, Nk>* km : {(const KeyMask<B, Nk>*)nullptr, &keys}) {
@@ -111,7 +94,7 @@ TEST_CASE("MultiHeadAttention: cross attention, causal, key padding, all-masked 
       CAPTURE(km != nullptr);
       a->forward(*p, xq, xkv, Mask<B, Nk>{.causal = causal, .keys = km});
       for (size_t b = 0; b < B; ++b)
-        ref::check_close(a->o.out, b, ref::mha(ref::row(xq, b), ref::row(xkv, b), *p, H, 1 / std::sqrt(4.0), causal, mask_row(km, b)));
+        ref::check_close(a->o.out, b, ref::mha(ref::row(xq, b), ref::row(xkv, b), *p, H, 1 / std::sqrt(4.0), causal, test::mask_row(km, b)));
       if (km) {  // all-masked query rows: zero weights, out = bo exactly
         for (size_t h = 0; h < H; ++h)
           for (size_t i = 0; i < Nq; ++i)
@@ -148,18 +131,18 @@ TEST_CASE("EncoderBlock and DecoderBlock") {
   Tensor<B, M, D> m;
   fill(x, rng);
   fill(m, rng);
-  const auto keys = lengths_mask<B, N>({9, 4});
+  const auto keys = test::lengths_mask<B, N>({9, 4});
   auto ea = make<ActsOf<EncoderBlock<D, H, F>, B, N>>();
   for (bool causal : {false, true})
     for (const KeyMask<B, N>* km : {(const KeyMask<B, N>*)nullptr, &keys}) {
       ea->forward(*enc, x, Mask<B, N>{.causal = causal, .keys = km});
-      for (size_t b = 0; b < B; ++b) ref::check_close(ea->out, b, ref::encoder(ref::row(x, b), *enc, H, causal, mask_row(km, b)));
+      for (size_t b = 0; b < B; ++b) ref::check_close(ea->out, b, ref::encoder(ref::row(x, b), *enc, H, causal, test::mask_row(km, b)));
     }
-  const auto mkeys = lengths_mask<B, M>({2, 6});
+  const auto mkeys = test::lengths_mask<B, M>({2, 6});
   auto da = make<ActsOf<DecoderBlock<D, 4, F>, B, N, M>>();
   for (const KeyMask<B, M>* km : {(const KeyMask<B, M>*)nullptr, &mkeys}) {
     da->forward(*dec, x, m, km);
-    for (size_t b = 0; b < B; ++b) ref::check_close(da->out, b, ref::decoder(ref::row(x, b), ref::row(m, b), *dec, 4, mask_row(km, b)));
+    for (size_t b = 0; b < B; ++b) ref::check_close(da->out, b, ref::decoder(ref::row(x, b), ref::row(m, b), *dec, 4, test::mask_row(km, b)));
   }
 }
 
@@ -180,7 +163,7 @@ TEST_CASE_TEMPLATE("MAB, SAB, ISAB, PMA with ScaleNorm and Identity norms", Tag,
     Tensor<B, Nq, D> q;
     fill(x, rng);
     fill(q, rng);
-    const auto keys = lengths_mask<B, N>({11, 6});
+    const auto keys = test::lengths_mask<B, N>({11, 6});
     auto ma = make<ActsOf<MAB<D, H, Norm>, B, Nq, N>>();
     auto sa = make<ActsOf<SAB<D, H, Norm>, B, N>>();
     auto ia = make<ActsOf<ISAB<D, H, M, Norm>, B, N>>();
@@ -192,7 +175,7 @@ TEST_CASE_TEMPLATE("MAB, SAB, ISAB, PMA with ScaleNorm and Identity norms", Tag,
       pa->forward(*pma, x, km);
       for (size_t b = 0; b < B; ++b) {
         auto xb = ref::row(x, b);
-        auto kb = mask_row(km, b);
+        auto kb = test::mask_row(km, b);
         ref::check_close(ma->out, b, ref::mab(ref::row(q, b), xb, *mab, H, kb));
         ref::check_close(sa->mab.out, b, ref::mab(xb, xb, sab->mab, H, kb));
         ref::check_close(ia->mab2.out, b, ref::isab(xb, *isab, H, kb));
@@ -218,11 +201,11 @@ TEST_CASE("PointerAttention, PositionalEncoding, Embedding") {
   Tensor<B, Nk, 12> k;
   fill(q, rng);
   fill(k, rng);
-  const auto keys = lengths_mask<B, Nk>({10, 4});
+  const auto keys = test::lengths_mask<B, Nk>({10, 4});
   ActsOf<PointerAttention<8, 12, 16>, B, Nq, Nk> a;
   for (const KeyMask<B, Nk>* km : {(const KeyMask<B, Nk>*)nullptr, &keys}) {
     a.forward(p, q, k, km);
-    for (size_t b = 0; b < B; ++b) ref::check_close(a.logp, b, ref::pointer(ref::row(q, b), ref::row(k, b), p, mask_row(km, b)));
+    for (size_t b = 0; b < B; ++b) ref::check_close(a.logp, b, ref::pointer(ref::row(q, b), ref::row(k, b), p, test::mask_row(km, b)));
   }
 
   PositionalEncoding<10, 6> pe;

@@ -83,23 +83,6 @@ std::unique_ptr<P> zero_grads() {
   return g;
 }
 
-template <size_t B, size_t N>
-std::vector<bool> mask_row(const KeyMask<B, N>* m, size_t b) {
-  if (!m) return {};
-  std::vector<bool> r(N);
-  for (size_t j = 0; j < N; ++j) r[j] = (*m)(b, j);
-  return r;
-}
-
-template <size_t B, size_t N>
-KeyMask<B, N> lengths(std::initializer_list<size_t> l) {
-  KeyMask<B, N> m;
-  auto it = l.begin();
-  for (size_t b = 0; b < B; ++b, ++it)
-    for (size_t j = 0; j < N; ++j) m(b, j) = j < *it;
-  return m;
-}
-
 }  // namespace
 
 TEST_CASE("gradients: Linear, ScaleNorm (and a clamped row), FeedForward") {
@@ -177,7 +160,7 @@ TEST_CASE_TEMPLATE("gradients: MultiHeadAttention, unmasked, causal, padded, all
       a->backward(*p, *g, c);
       auto loss = [&] {
         return project(c, B, [&](size_t b) {
-          return ref::mha(ref::row(xq, b), ref::row(xkv, b), *p, S::H, 1 / std::sqrt(double(S::D / S::H)), causal, mask_row(km, b));
+          return ref::mha(ref::row(xq, b), ref::row(xkv, b), *p, S::H, 1 / std::sqrt(double(S::D / S::H)), causal, test::mask_row(km, b));
         });
       };
       check_params(*p, *g, loss);
@@ -196,23 +179,23 @@ TEST_CASE("gradients: EncoderBlock and DecoderBlock (with the gradient into the 
   fill(x, rng);
   fill(c, rng);
   fill(m, rng);
-  auto keys = lengths<B, N>({4, 2});
+  auto keys = test::lengths_mask<B, N>({4, 2});
   auto ea = make<ActsOf<EncoderBlock<D, 2, 12>, B, N>>();
   for (bool causal : {false, true}) {
     CAPTURE(causal);
     auto g = zero_grads<EncoderBlock<D, 2, 12>>();
     ea->forward(*enc, x, Mask<B, N>{.causal = causal, .keys = &keys});
     ea->backward(*enc, *g, c);
-    auto loss = [&] { return project(c, B, [&](size_t b) { return ref::encoder(ref::row(x, b), *enc, 2, causal, mask_row(&keys, b)); }); };
+    auto loss = [&] { return project(c, B, [&](size_t b) { return ref::encoder(ref::row(x, b), *enc, 2, causal, test::mask_row(&keys, b)); }); };
     check_params(*enc, *g, loss);
     check_fd("x", x.data(), ea->dx.data(), x.size(), loss);
   }
-  auto mkeys = lengths<B, M>({1, 3});
+  auto mkeys = test::lengths_mask<B, M>({1, 3});
   auto da = make<ActsOf<DecoderBlock<D, 2, 12>, B, N, M>>();
   auto g = zero_grads<DecoderBlock<D, 2, 12>>();
   da->forward(*dec, x, m, &mkeys);
   da->backward(*dec, *g, c);
-  auto loss = [&] { return project(c, B, [&](size_t b) { return ref::decoder(ref::row(x, b), ref::row(m, b), *dec, 2, mask_row(&mkeys, b)); }); };
+  auto loss = [&] { return project(c, B, [&](size_t b) { return ref::decoder(ref::row(x, b), ref::row(m, b), *dec, 2, test::mask_row(&mkeys, b)); }); };
   check_params(*dec, *g, loss);
   check_fd("x", x.data(), da->dx.data(), x.size(), loss);
   check_fd("m", m.data(), da->dm().data(), m.size(), loss);
@@ -234,13 +217,13 @@ TEST_CASE_TEMPLATE("gradients: MAB, SAB, ISAB (inducing points), PMA (seeds)", T
     fill(cx, rng);
     fill(cq, rng);
     fill(cp, rng);
-    auto keys = lengths<B, N>({5, 3});
+    auto keys = test::lengths_mask<B, N>({5, 3});
     {
       auto g = zero_grads<MAB<D, H, Norm>>();
       auto a = make<ActsOf<MAB<D, H, Norm>, B, Nq, N>>();
       a->forward(*mab, q, x, &keys);
       a->backward(*mab, *g, cq);
-      auto loss = [&] { return project(cq, B, [&](size_t b) { return ref::mab(ref::row(q, b), ref::row(x, b), *mab, H, mask_row(&keys, b)); }); };
+      auto loss = [&] { return project(cq, B, [&](size_t b) { return ref::mab(ref::row(q, b), ref::row(x, b), *mab, H, test::mask_row(&keys, b)); }); };
       check_params(*mab, *g, loss);
       check_fd("X", q.data(), a->dx.data(), q.size(), loss);
       check_fd("Y", x.data(), a->dy.data(), x.size(), loss);
@@ -250,7 +233,7 @@ TEST_CASE_TEMPLATE("gradients: MAB, SAB, ISAB (inducing points), PMA (seeds)", T
       auto a = make<ActsOf<SAB<D, H, Norm>, B, N>>();
       a->forward(*sab, x, &keys);
       a->backward(*sab, *g, cx);
-      auto loss = [&] { return project(cx, B, [&](size_t b) { return ref::mab(ref::row(x, b), ref::row(x, b), sab->mab, H, mask_row(&keys, b)); }); };
+      auto loss = [&] { return project(cx, B, [&](size_t b) { return ref::mab(ref::row(x, b), ref::row(x, b), sab->mab, H, test::mask_row(&keys, b)); }); };
       check_params(*sab, *g, loss);
       check_fd("X", x.data(), a->dx.data(), x.size(), loss);
     }
@@ -259,7 +242,7 @@ TEST_CASE_TEMPLATE("gradients: MAB, SAB, ISAB (inducing points), PMA (seeds)", T
       auto a = make<ActsOf<ISAB<D, H, 3, Norm>, B, N>>();
       a->forward(*isab, x, &keys);
       a->backward(*isab, *g, cx);
-      auto loss = [&] { return project(cx, B, [&](size_t b) { return ref::isab(ref::row(x, b), *isab, H, mask_row(&keys, b)); }); };
+      auto loss = [&] { return project(cx, B, [&](size_t b) { return ref::isab(ref::row(x, b), *isab, H, test::mask_row(&keys, b)); }); };
       check_params(*isab, *g, loss);
       check_fd("X", x.data(), a->dx.data(), x.size(), loss);
     }
@@ -268,7 +251,7 @@ TEST_CASE_TEMPLATE("gradients: MAB, SAB, ISAB (inducing points), PMA (seeds)", T
       auto a = make<ActsOf<PMA<D, H, 2, Norm>, B, N>>();
       a->forward(*pma, x, &keys);
       const auto& dx = a->backward(*pma, *g, cp);
-      auto loss = [&] { return project(cp, B, [&](size_t b) { return ref::pma(ref::row(x, b), *pma, H, mask_row(&keys, b)); }); };
+      auto loss = [&] { return project(cp, B, [&](size_t b) { return ref::pma(ref::row(x, b), *pma, H, test::mask_row(&keys, b)); }); };
       check_params(*pma, *g, loss);
       check_fd("X", x.data(), dx.data(), x.size(), loss);
     }
@@ -290,11 +273,11 @@ TEST_CASE("gradients: PointerAttention (masked), Embedding rows, PositionalEncod
   fill(q, rng);
   fill(k, rng);
   fill(c, rng);
-  auto keys = lengths<B, Nk>({6, 4});
+  auto keys = test::lengths_mask<B, Nk>({6, 4});
   ActsOf<PointerAttention<5, 7, 8>, B, Nq, Nk> a;
   a.forward(*p, q, k, &keys);
   a.backward(*p, *g, c);
-  auto loss = [&] { return project(c, B, [&](size_t b) { return ref::pointer(ref::row(q, b), ref::row(k, b), *p, mask_row(&keys, b)); }); };
+  auto loss = [&] { return project(c, B, [&](size_t b) { return ref::pointer(ref::row(q, b), ref::row(k, b), *p, test::mask_row(&keys, b)); }); };
   check_params(*p, *g, loss);
   check_fd("q", q.data(), a.dxq().data(), q.size(), loss);
   check_fd("k", k.data(), a.dxk().data(), k.size(), loss);

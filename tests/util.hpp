@@ -1,7 +1,9 @@
 // Test helpers: random parameters (biases and g too, so that nothing is left at 0) and inputs.
 #pragma once
 
+#include <initializer_list>
 #include <memory>
+#include <vector>
 
 #include <stformer/params.hpp>
 #include <stformer/rng.hpp>
@@ -28,6 +30,25 @@ void fill(T& t, stformer::Rng& rng, float scale = 1.0f) {
 template <class T>
 std::unique_ptr<T> make() {
   return std::make_unique<T>();
+}
+
+// keys[b][j] = j < lengths[b].
+template <size_t B, size_t N>
+stformer::KeyMask<B, N> lengths_mask(std::initializer_list<size_t> lengths) {
+  stformer::KeyMask<B, N> m;
+  auto it = lengths.begin();
+  for (size_t b = 0; b < B; ++b, ++it)
+    for (size_t j = 0; j < N; ++j) m(b, j) = j < *it;
+  return m;
+}
+
+// Row b of a key mask as the reference takes it (empty: no mask).
+template <size_t B, size_t N>
+std::vector<bool> mask_row(const stformer::KeyMask<B, N>* m, size_t b) {
+  if (!m) return {};
+  std::vector<bool> r(N);
+  for (size_t j = 0; j < N; ++j) r[j] = (*m)(b, j);
+  return r;
 }
 
 }  // namespace test
