@@ -6,6 +6,13 @@ usage: /usr/bin/python3 bench/max_value_torch.py pointer [--seeds 0 1 2 3 4] [--
        /usr/bin/python3 bench/max_value_torch.py set [--seeds 0] [--iterations 2000]
 Prints, per seed, the test metric on 1,000 fresh sets and the milliseconds per iteration.
 Runs on one thread (torch.set_num_threads(1)) unless --threads says otherwise.
+
+PyTorch at its best here needs OpenBLAS (Debian's python3-torch otherwise runs on the
+reference BLAS, 4x slower: apt-get install libopenblas0-pthread), OPENBLAS_CORETYPE unset,
+and glibc keeping freed memory (fresh pages are slow on this machine):
+  env -u OPENBLAS_CORETYPE \
+    GLIBC_TUNABLES=glibc.malloc.mmap_max=0:glibc.malloc.trim_threshold=68719476736:glibc.malloc.top_pad=1073741824 \
+    /usr/bin/python3 bench/max_value_torch.py pointer --seeds 0 1 2 3 4
 """
 import argparse
 import os
