@@ -1,0 +1,241 @@
+// wikitext_lm — SPEC Example 2: encoder blocks + attention pooling predicting the next word.
+//
+//   wikitext_lm train    --data DIR [--steps N] [--seed S] [--lr LR] [--sgd] [--checkpoint P]
+//                        [--eval-every N] [--eval-positions N] [--save-every N] [--resume P]
+//   wikitext_lm eval     --checkpoint P --data DIR [--split valid|test]
+//   wikitext_lm predict  --checkpoint P --context "words ..." [--top 10]
+//   wikitext_lm generate --checkpoint P --prompt "words ..." [--words 30] [--temperature 1]
+//                        [--top-k 40] [--seed S]
+//
+// The checkpoint holds the model under SPEC's names, the vocabulary ("state.vocab", U8: the
+// words in id order, one per line) and, from `train`, the optimiser and generator state.
+#include <CLI/CLI.hpp>
+
+#include <chrono>
+#include <cstdio>
+#include <sstream>
+
+#include <stformer/corpus.hpp>
+
+#include "lm.hpp"
+
+using namespace stformer;
+
+namespace {
+
+constexpr size_t V = 33278, L = 32, D = 128, H = 4, F = 512, Blocks = 2, B = 32;  // SPEC's default
+using LmRun = lm::Run<V, L, D, H, F, Blocks, B>;
+
+void check_vocabulary(const Vocabulary& vocab, const std::string& where) {
+  if (vocab.size() != V)
+    throw std::runtime_error(where + ": the vocabulary has " + std::to_string(vocab.size()) + " words; this build's model has V = " +
+                             std::to_string(V) + " (SPEC's WikiText-2 configuration)");
+}
+
+void save(const std::string& path, LmRun& run, const Vocabulary& vocab, const lm::TrainOptions& o) {
+  // model + optimiser + state through save_checkpoint's layout, plus the vocabulary
+  safetensors::Writer w;
+  w.set_metadata("model", "wikitext_lm");
+  w.set_metadata("config", "V=33278 L=32 D=128 H=4 F=512 blocks=2 batch=32");
+  add_params(w, *run.model);
+  auto add_buffers = [&](auto& opt) {
+    std::remove_cvref_t<decltype(opt)>::visit_buffers(opt, [&](const char* name, const auto& b) {
+      add_params(w, b, std::string("optim.") + name + ".");
+    });
+    w.add("optim.steps", safetensors::Dtype::I64, {}, std::as_bytes(std::span(&opt.steps, 1)));
+  };
+  if (o.sgd)
+    add_buffers(*run.sgd);
+  else
+    add_buffers(*run.adamw);
+  w.add("state.step", safetensors::Dtype::I64, {}, std::as_bytes(std::span(&run.state.step, 1)));
+  const std::uint64_t rng[2] = {run.state.rng.state(), run.state.rng.increment()};
+  w.add("state.rng", safetensors::Dtype::U64, {2}, std::as_bytes(std::span(rng)));
+  std::string words = vocab.serialize();
+  w.add("state.vocab", safetensors::Dtype::U8, {words.size()}, std::as_bytes(std::span(words)));
+  w.write(path);
+}
+
+// Model and vocabulary from a checkpoint (a parameters-only file plus state.vocab is enough).
+Vocabulary load_model(const std::string& path, LmRun& run) {
+  auto f = safetensors::File::read(path);
+  const auto* v = f.find("state.vocab");
+  if (v == nullptr || v->dtype != safetensors::Dtype::U8)
+    throw std::runtime_error("checkpoint " + path + ": no vocabulary (tensor 'state.vocab', U8)");
+  Vocabulary vocab = Vocabulary::deserialize({reinterpret_cast<const char*>(v->bytes.data()), v->bytes.size()});
+  check_vocabulary(vocab, "checkpoint " + path);
+  load_params(f, *run.model);
+  return vocab;
+}
+
+// The last L ids of text's words (unknown words are an error), left-padded with <eos>.
+void context_window(const Vocabulary& vocab, const std::string& text, IdTensor<B, L>& window) {
+  std::vector<std::int32_t> ids;
+  std::istringstream words(text);
+  for (std::string w; words >> w;) {
+    std::int32_t id = vocab.find(w);
+    if (id < 0) throw std::runtime_error("the word '" + w + "' is not in the vocabulary (WikiText-2 writes rare words as <unk>)");
+    ids.push_back(id);
+  }
+  std::int32_t eos = vocab.find(Vocabulary::eos);
+  for (size_t b = 0; b < B; ++b)
+    for (size_t i = 0; i < L; ++i) {
+      size_t from_end = L - i;
+      window(b, i) = from_end <= ids.size() ? ids[ids.size() - from_end] : eos;
+    }
+}
+
+// Probabilities of the next word after row 0's window, softmax with temperature.
+std::vector<double> next_word(LmRun& run, double temperature = 1.0) {
+  const auto& z = run.acts->forward(*run.model, run.window);
+  double m = -1e30, sum = 0;
+  for (size_t v = 0; v < V; ++v) m = std::max(m, double(z(0, 0, v)));
+  std::vector<double> p(V);
+  for (size_t v = 0; v < V; ++v) sum += p[v] = std::exp((double(z(0, 0, v)) - m) / temperature);
+  for (auto& x : p) x /= sum;
+  return p;
+}
+
+int train(const std::string& data, std::int64_t steps, std::uint64_t seed, lm::TrainOptions o, const std::string& checkpoint,
+          std::int64_t eval_every, size_t eval_positions, std::int64_t save_every, const std::string& resume) {
+  auto t_read = std::chrono::steady_clock::now();
+  Corpus c = Corpus::read(data);
+  check_vocabulary(c.vocab, "corpus " + data);
+  std::printf("corpus %s: %zu words, %zu / %zu / %zu tokens (%.1f s)\n", data.c_str(), c.vocab.size(), c.train.size(), c.valid.size(),
+              c.test.size(), std::chrono::duration<double>(std::chrono::steady_clock::now() - t_read).count());
+  auto run = std::make_unique<LmRun>(seed);
+  if (!resume.empty()) {
+    if (o.sgd)
+      load_checkpoint(resume, *run->model, *run->sgd, run->state);
+    else
+      load_checkpoint(resume, *run->model, *run->adamw, run->state);
+    std::printf("resumed from %s at step %lld\n", resume.c_str(), (long long)run->state.step);
+  }
+  o.steps = steps;
+  o.warmup = std::min<std::int64_t>(o.warmup, steps / 4);  // SPEC: 500; short runs warm up over a quarter
+  std::printf("training %zu parameters, batch %zu, %lld steps, %s lr %g\n", param_count(*run->model), B, (long long)steps,
+              o.sgd ? "SGD (Nesterov 0.9, decay 1e-4)" : "AdamW (decay 0.01, warm-up 500, cosine)", o.lr);
+  auto start = std::chrono::steady_clock::now();
+  std::int64_t first = run->state.step;
+  double loss_sum = 0;
+  int loss_count = 0;
+  while (run->state.step < steps) {
+    loss_sum += run->step(c.train, o);
+    ++loss_count;
+    std::int64_t s = run->state.step;
+    if (s % 100 == 0 || s == steps) {
+      double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+      double rate = double(s - first) / seconds;
+      Schedule schedule{Schedule::warmup_cosine, o.lr, o.steps, o.warmup};
+      std::printf("step %7lld  loss %.4f  %6.0f samples/s  lr %.2e  ETA %5.0f s\n", (long long)s, loss_sum / loss_count, rate * B,
+                  schedule(s), double(steps - s) / rate);
+      std::fflush(stdout);
+      loss_sum = 0, loss_count = 0;
+    }
+    if (eval_every > 0 && s % eval_every == 0)
+      std::printf("step %7lld  validation perplexity %.2f (first %zu positions)\n", (long long)s,
+                  std::exp(run->mean_nll(c.valid, L, L + eval_positions)), eval_positions);
+    if (save_every > 0 && s % save_every == 0 && !checkpoint.empty()) save(checkpoint, *run, c.vocab, o);
+  }
+  if (!checkpoint.empty()) {
+    save(checkpoint, *run, c.vocab, o);
+    std::printf("checkpoint: %s\n", checkpoint.c_str());
+  }
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"wikitext_lm: SPEC Example 2, a WikiText-2 language model trained and used by stformer"};
+  app.require_subcommand(1);
+  std::string data, checkpoint, resume, split = "test", text;
+  std::int64_t steps = 1000, eval_every = 1000, save_every = 0;
+  size_t eval_positions = 20000, top = 10, words = 30, top_k = 40;
+  std::uint64_t seed = 0;
+  double temperature = 1.0;
+  lm::TrainOptions o;
+
+  auto* t = app.add_subcommand("train", "train on DIR/train.txt, with validation perplexity and checkpoints");
+  t->add_option("--data", data, "WikiText-2 folder (train.txt, valid.txt, test.txt)")->required()->check(CLI::ExistingDirectory);
+  t->add_option("--steps", steps, "optimiser steps (the schedule's length)")->check(CLI::Range(std::int64_t{1}, std::int64_t{1} << 40))->capture_default_str();
+  t->add_option("--seed", seed, "seed of initialisation and sample order")->capture_default_str();
+  t->add_option("--lr", o.lr, "peak learning rate")->check(CLI::PositiveNumber)->capture_default_str();
+  t->add_flag("--sgd", o.sgd, "the seed's recipe: SGD, momentum 0.9, Nesterov, weight decay 1e-4");
+  t->add_option("--checkpoint", checkpoint, "checkpoint written at the end (and every --save-every steps)");
+  t->add_option("--save-every", save_every, "steps between checkpoints (0: only at the end)")->check(CLI::NonNegativeNumber);
+  t->add_option("--eval-every", eval_every, "steps between validation perplexities (0: never)")->check(CLI::NonNegativeNumber)->capture_default_str();
+  t->add_option("--eval-positions", eval_positions, "validation positions used there")->check(CLI::Range(size_t{1}, size_t{1} << 30))->capture_default_str();
+  t->add_option("--resume", resume, "continue from a training checkpoint")->check(CLI::ExistingFile);
+
+  auto* e = app.add_subcommand("eval", "perplexity over every position of a split");
+  e->add_option("--checkpoint", checkpoint, "checkpoint")->required()->check(CLI::ExistingFile);
+  e->add_option("--data", data, "WikiText-2 folder")->required()->check(CLI::ExistingDirectory);
+  e->add_option("--split", split, "valid or test")->check(CLI::IsMember({"valid", "test"}))->capture_default_str();
+
+  auto* p = app.add_subcommand("predict", "the most likely next words after a context");
+  p->add_option("--checkpoint", checkpoint, "checkpoint")->required()->check(CLI::ExistingFile);
+  p->add_option("--context", text, "words before the prediction")->required();
+  p->add_option("--top", top, "how many words")->check(CLI::Range(size_t{1}, V))->capture_default_str();
+
+  auto* g = app.add_subcommand("generate", "sample a continuation");
+  g->add_option("--checkpoint", checkpoint, "checkpoint")->required()->check(CLI::ExistingFile);
+  g->add_option("--prompt", text, "words to continue")->required();
+  g->add_option("--words", words, "words to generate")->check(CLI::Range(size_t{1}, size_t{100000}))->capture_default_str();
+  g->add_option("--temperature", temperature, "softmax temperature")->check(CLI::Range(1e-3, 100.0))->capture_default_str();
+  g->add_option("--top-k", top_k, "sample among the k most likely words")->check(CLI::Range(size_t{1}, V))->capture_default_str();
+  g->add_option("--seed", seed, "seed of the sampling")->capture_default_str();
+
+  CLI11_PARSE(app, argc, argv);
+  try {
+    if (*t) return train(data, steps, seed, o, checkpoint, eval_every, eval_positions, save_every, resume);
+    auto run = std::make_unique<LmRun>(0);
+    Vocabulary vocab = load_model(checkpoint, *run);
+    if (*e) {
+      Corpus c = Corpus::read(data);
+      check_vocabulary(c.vocab, "corpus " + data);
+      if (c.vocab.serialize() != vocab.serialize()) throw std::runtime_error("the corpus's vocabulary differs from the checkpoint's");
+      const auto& ids = split == "valid" ? c.valid : c.test;
+      auto start = std::chrono::steady_clock::now();
+      double nll = run->mean_nll(ids);
+      std::printf("%s perplexity %.2f over %zu positions (%.1f s)\n", split.c_str(), std::exp(nll), ids.size() - L,
+                  std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+      return 0;
+    }
+    context_window(vocab, text, run->window);
+    if (*p) {
+      auto prob = next_word(*run);
+      std::vector<size_t> idx(V);
+      std::iota(idx.begin(), idx.end(), size_t{0});
+      std::partial_sort(idx.begin(), idx.begin() + long(top), idx.end(), [&](size_t a, size_t b) { return prob[a] > prob[b]; });
+      for (size_t i = 0; i < top; ++i) std::printf("%-20s %.4f\n", vocab.word(std::int32_t(idx[i])).c_str(), prob[idx[i]]);
+      return 0;
+    }
+    Rng rng(seed, 3);
+    std::printf("%s", text.c_str());
+    for (size_t n = 0; n < words; ++n) {
+      auto prob = next_word(*run, temperature);
+      std::vector<size_t> idx(V);
+      std::iota(idx.begin(), idx.end(), size_t{0});
+      std::partial_sort(idx.begin(), idx.begin() + long(top_k), idx.end(), [&](size_t a, size_t b) { return prob[a] > prob[b]; });
+      double total = 0;
+      for (size_t i = 0; i < top_k; ++i) total += prob[idx[i]];
+      double u = rng.uniform() * total;
+      size_t pick = idx[0];
+      for (size_t i = 0; i < top_k; ++i)
+        if ((u -= prob[idx[i]]) <= 0) {
+          pick = idx[i];
+          break;
+        }
+      const std::string& w = vocab.word(std::int32_t(pick));
+      std::printf(w == Vocabulary::eos ? "\n" : " %s", w.c_str());
+      for (size_t i = 0; i + 1 < L; ++i) run->window(0, i) = run->window(0, i + 1);
+      run->window(0, L - 1) = std::int32_t(pick);
+    }
+    std::printf("\n");
+  } catch (const std::exception& ex) {
+    std::fprintf(stderr, "wikitext_lm: %s\n", ex.what());
+    return 1;
+  }
+  return 0;
+}
