@@ -150,17 +150,24 @@ void check_scalar(const safetensors::File& f, const std::string& name, safetenso
 }
 }  // namespace detail
 
+// Adds model, optimiser buffers and state to w (the layout above); a program can add more
+// (a vocabulary under "state.") before writing.
 template <class M, class Optimizer>
-void save_checkpoint(const std::filesystem::path& path, const M& model, const Optimizer& opt, const TrainingState& state,
-                     const std::map<std::string, std::string>& metadata = {}) {
-  safetensors::Writer w;
-  for (const auto& [key, value] : metadata) w.set_metadata(key, value);
+void add_checkpoint(safetensors::Writer& w, const M& model, const Optimizer& opt, const TrainingState& state) {
   add_params(w, model);
   Optimizer::visit_buffers(opt, [&](const char* buffer, const M& b) { add_params(w, b, std::string("optim.") + buffer + "."); });
   detail::add_scalar(w, "optim.steps", safetensors::Dtype::I64, {}, &opt.steps);
   detail::add_scalar(w, "state.step", safetensors::Dtype::I64, {}, &state.step);
   const std::uint64_t rng[2] = {state.rng.state(), state.rng.increment()};
   detail::add_scalar(w, "state.rng", safetensors::Dtype::U64, {2}, rng);
+}
+
+template <class M, class Optimizer>
+void save_checkpoint(const std::filesystem::path& path, const M& model, const Optimizer& opt, const TrainingState& state,
+                     const std::map<std::string, std::string>& metadata = {}) {
+  safetensors::Writer w;
+  for (const auto& [key, value] : metadata) w.set_metadata(key, value);
+  add_checkpoint(w, model, opt, state);
   w.write(path);
 }
 

@@ -33,24 +33,13 @@ void check_vocabulary(const Vocabulary& vocab, const std::string& where) {
 }
 
 void save(const std::string& path, LmRun& run, const Vocabulary& vocab, const lm::TrainOptions& o) {
-  // model + optimiser + state through save_checkpoint's layout, plus the vocabulary
-  safetensors::Writer w;
+  safetensors::Writer w;  // save_checkpoint's layout plus the vocabulary
   w.set_metadata("model", "wikitext_lm");
   w.set_metadata("config", "V=33278 L=32 D=128 H=4 F=512 blocks=2 batch=32");
-  add_params(w, *run.model);
-  auto add_buffers = [&](auto& opt) {
-    std::remove_cvref_t<decltype(opt)>::visit_buffers(opt, [&](const char* name, const auto& b) {
-      add_params(w, b, std::string("optim.") + name + ".");
-    });
-    w.add("optim.steps", safetensors::Dtype::I64, {}, std::as_bytes(std::span(&opt.steps, 1)));
-  };
   if (o.sgd)
-    add_buffers(*run.sgd);
+    add_checkpoint(w, *run.model, *run.sgd, run.state);
   else
-    add_buffers(*run.adamw);
-  w.add("state.step", safetensors::Dtype::I64, {}, std::as_bytes(std::span(&run.state.step, 1)));
-  const std::uint64_t rng[2] = {run.state.rng.state(), run.state.rng.increment()};
-  w.add("state.rng", safetensors::Dtype::U64, {2}, std::as_bytes(std::span(rng)));
+    add_checkpoint(w, *run.model, *run.adamw, run.state);
   std::string words = vocab.serialize();
   w.add("state.vocab", safetensors::Dtype::U8, {words.size()}, std::as_bytes(std::span(words)));
   w.write(path);
