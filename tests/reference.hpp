@@ -133,8 +133,6 @@ Mat mab(const Mat& x, const Mat& y, const P& p, size_t H, const std::vector<bool
   Mat h = add(x, mha(norm(x, p.nq), norm(y, p.nkv), p.attn, H, s, false, keys));
   return add(h, relu(linear(norm(h, p.nff), p.fc)));
 }
-template <class T>
-Mat repeat_rows(const T& t) { return row(t, 0); }
 template <class P>
 Mat isab(const Mat& x, const P& p, size_t H, const std::vector<bool>& keys = {}) {
   return mab(x, mab(row(p.inducing, 0), x, p.mab1, H, keys), p.mab2, H);

@@ -152,12 +152,11 @@ inline void matmul_nt(const float* A, size_t lda, const float* B, size_t ldb, fl
     for (; i + TR <= M; i += TR) detail::nt_rows<TR, N, K>(A + i * lda, lda, B, ldb, C + i * ldc, ldc, alpha, bias);
     if constexpr (M % TR != 0) detail::nt_rows<M % TR, N, K>(A + i * lda, lda, B, ldb, C + i * ldc, ldc, alpha, bias);
   } else {
-    constexpr size_t NV = W >= 16 ? 4 : 2, NP = NV * W;
+    constexpr size_t NV = W >= 16 ? 4 : 2;  // panel width in vectors
     constexpr size_t NVused = (N + W - 1) / W < NV ? (N + W - 1) / W : NV;  // narrow outputs: fewer vectors
     constexpr size_t NPused = NVused * W;
     alignas(64) float panel[K * NPused];
     alignas(64) float bias_panel[NPused];
-    (void)NP;
     for (size_t j0 = 0; j0 < N; j0 += NPused) {
       size_t cols = N - j0 < NPused ? N - j0 : NPused;
       for (size_t k = 0; k < K; ++k)
