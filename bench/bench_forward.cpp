@@ -62,4 +62,4 @@ BENCHMARK(BM_EncoderBlock<1, 128, 128, 8>);
 BENCHMARK(BM_EncoderBlock<1, 256, 128, 8>);
 BENCHMARK(BM_EncoderBlock<32, 64, 64, 4>);
 
-BENCHMARK_MAIN();
+

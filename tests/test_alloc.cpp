@@ -200,7 +200,7 @@ TEST_CASE("no heap allocation in a whole training step (forward, loss, backward,
 }
 
 TEST_CASE("no heap allocation per iteration of the max-value training loop") {
-  max_value::Run<max_value::PointerNet> pointer(1);
+  max_value::Run<max_value::PointerNet> pointer(1, 2);  // two threads (started here, not per step)
   max_value::Run<max_value::SetNet> set(1);
   max_value::TrainOptions o;
   o.iterations = 3;

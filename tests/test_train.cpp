@@ -3,9 +3,13 @@
 // training run that must learn.
 #include <doctest/doctest.h>
 
+#include <atomic>
 #include <numbers>
+#include <thread>
+#include <vector>
 
 #include <stformer/stformer.hpp>
+#include <stformer/train/parallel.hpp>
 
 #include "util.hpp"
 
@@ -260,4 +264,90 @@ TEST_CASE("training learns: pointer model on small max-norm sets") {
   MESSAGE("loss " << first << " -> " << last << ", accuracy on fresh sets " << accuracy());
   CHECK(last < 0.5f * first);
   CHECK(accuracy() > 0.7);
+}
+
+// --- Data-parallel training: losses over chunks, the thread pool, the split passes ---------
+
+TEST_CASE("losses over chunks: with `of` = the batch's rows, the chunks' losses and gradients add up to the batch's") {
+  Rng rng(21);
+  Tensor<8, 1, 5> logp, grad, cgrad[2];
+  Tensor<8, 1, 2> pred, target, pgrad, cpgrad[2];
+  IdTensor<8> t;
+  for (auto& v : logp) v = rng.normal();
+  for (auto& v : pred) v = rng.normal();
+  for (auto& v : target) v = rng.normal();
+  for (size_t i = 0; i < 8; ++i) t(i) = std::int32_t(rng.below(5));
+  float whole = cross_entropy(logp, t, grad), pwhole = euclidean_loss(pred, target, pgrad);
+  float parts = 0, pparts = 0;
+  for (size_t c = 0; c < 2; ++c) {
+    Tensor<4, 1, 5> z, g;
+    Tensor<4, 1, 2> p, q, pg;
+    IdTensor<4> tc;
+    std::copy_n(logp.data() + c * 20, 20, z.data());
+    std::copy_n(pred.data() + c * 8, 8, p.data());
+    std::copy_n(target.data() + c * 8, 8, q.data());
+    std::copy_n(t.data() + c * 4, 4, tc.data());
+    parts += cross_entropy(z, tc, g, 8);
+    pparts += euclidean_loss(p, q, pg, 8);
+    for (size_t i = 0; i < 20; ++i) CHECK(g.data()[i] == doctest::Approx(grad.data()[c * 20 + i]).epsilon(1e-6));
+    for (size_t i = 0; i < 8; ++i) CHECK(pg.data()[i] == doctest::Approx(pgrad.data()[c * 8 + i]).epsilon(1e-6));
+  }
+  CHECK(parts == doctest::Approx(whole).epsilon(1e-6));
+  CHECK(pparts == doctest::Approx(pwhole).epsilon(1e-6));
+}
+
+TEST_CASE("ThreadPool: task i runs once, on thread i % T, and a task's exception reaches the caller") {
+  for (size_t threads : {1, 2, 3}) {
+    ThreadPool pool(threads);
+    CHECK(pool.size() == threads);
+    for (int round = 0; round < 3; ++round) {  // the same pool, several calls
+      std::vector<int> runs(11, 0);
+      std::vector<std::thread::id> who(11);
+      pool.run(runs.size(), [&](size_t i) {
+        ++runs[i];
+        who[i] = std::this_thread::get_id();
+      });
+      for (size_t i = 0; i < runs.size(); ++i) {
+        CHECK(runs[i] == 1);
+        CHECK((who[i] == who[i % threads]));
+        if (i < threads && i > 0) CHECK((who[i] != who[0]));
+      }
+      CHECK((who[0] == std::this_thread::get_id()));
+    }
+    CHECK_THROWS_AS(pool.run(4, [](size_t i) { if (i == 1) fail("task 1 failed"); }), std::invalid_argument);
+    int after = 0;
+    pool.run(4, [&](size_t) { std::atomic_ref<int>(after).fetch_add(1); });  // still usable
+    CHECK(after == 4);
+  }
+}
+
+TEST_CASE("split passes: every element once for any number of parts; optimiser steps on a pool equal serial ones bit for bit") {
+  using Net = PointerModel<2, 16, 1, 64, 2>;
+  auto ones = std::make_unique<Net>();
+  for (size_t parts : {1, 2, 3, 7}) {
+    zero_grad(*ones);
+    for_each_param_part(Serial{}, parts, [](size_t, size_t, size_t n, float* p) { for (size_t i = 0; i < n; ++i) p[i] += 1; }, *ones);
+    for_each_param([](const Path& name, Init, const auto& t) {
+      for (float v : t) REQUIRE_MESSAGE(v == 1.0f, name.c_str());
+    }, *ones);
+  }
+  Rng rng(4);
+  auto p = std::make_unique<Net>(), q = std::make_unique<Net>(), g = std::make_unique<Net>();
+  init_params(*p, rng);
+  *q = *p;
+  ThreadPool pool(2);
+  AdamW<Net> a, b;
+  SGD<Net> s(SGDOptions{.momentum = 0.9f, .weight_decay = 1e-4f, .nesterov = true}), t(SGDOptions{.momentum = 0.9f, .weight_decay = 1e-4f, .nesterov = true});
+  for (int step = 0; step < 3; ++step) {
+    for_each_param([&](const Path&, Init, auto& x) { for (auto& v : x) v = rng.normal(); }, *g);
+    auto h = std::make_unique<Net>(*g);
+    CHECK(clip_grad_norm(*g, 0.5f, Serial{}, 2) == clip_grad_norm(*h, 0.5f, pool, 2));
+    a.step(*p, *g, 1e-2f);
+    b.step(*q, *h, 1e-2f, pool);
+    s.step(*p, *g, 1e-2f);
+    t.step(*q, *h, 1e-2f, pool);
+  }
+  bool same = true;
+  for_each_param([&](const Path&, Init, const auto& x, const auto& y) { same = same && std::equal(x.begin(), x.end(), y.begin()); }, *p, *q);
+  CHECK(same);
 }

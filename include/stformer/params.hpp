@@ -11,6 +11,7 @@
 // initialisation, optimisers and checkpoints are all one visit over one list.
 #pragma once
 
+#include <algorithm>
 #include <array>
 #include <cmath>
 #include <cstring>
@@ -121,6 +122,33 @@ size_t param_count(const M& model) {
 }  // namespace stformer
 
 namespace stformer {
+
+// Runs f(i) for i in [0, n) in order, on the calling thread: the default pool of the passes
+// below (stformer/train/parallel.hpp's ThreadPool is the other).
+struct Serial {
+  size_t size() const { return 1; }
+  template <class F>
+  void run(size_t n, F&& f) const {
+    for (size_t i = 0; i < n; ++i) f(i);
+  }
+};
+
+// Elementwise pass over every parameter tensor of m... in lock-step, cut into `parts` parts run
+// on pool: f(part, offset, count, data...) with data... the tensors' float pointers (+offset).
+// Cuts fall on multiples of 16 floats, so kernels with a vector body and a scalar tail treat
+// every element the same way however many parts there are.
+template <class Pool, class F, class M, class... Ms>
+void for_each_param_part(Pool&& pool, size_t parts, F&& f, M& m, Ms&... ms) {
+  pool.run(parts, [&](size_t i) {
+    for_each_param(
+        [&](const Path&, Init, auto& t, auto&... ts) {
+          size_t n = t.size(), blocks = (n + 15) / 16;
+          size_t b = std::min(n, blocks * i / parts * 16), e = std::min(n, blocks * (i + 1) / parts * 16);
+          if (b < e) f(i, b, e - b, t.data() + b, ts.data() + b...);
+        },
+        m, ms...);
+  });
+}
 
 // Sets every parameter (of a gradient structure) to 0.
 template <class M>

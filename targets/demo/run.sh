@@ -5,7 +5,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 bash targets/install-deps.sh
-[ -f build/build.ninja ] || meson setup build
+[ -f build/build.ninja ] || meson setup build -Dsimd=native   # this CPU's widest vectors
 ninja -C build targets/max_value/max_value targets/demo/stformer_demo
 mkdir -p demo-output
 ./build/targets/max_value/max_value train --model pointer --seed "${SEED:-0}" --checkpoint demo-output/pointer.safetensors "$@"

@@ -15,6 +15,7 @@
 #include <fstream>
 #include <iostream>
 #include <sstream>
+#include <thread>
 
 #include <stformer/gnuplot.hpp>
 
@@ -37,7 +38,7 @@ void print_metrics(const char* model, const Metrics& m) {
 template <class Net>
 int train(const TrainOptions& o, const std::string& checkpoint) {
   using T = Task<Net>;
-  Run<Net> run(o.seed);
+  Run<Net> run(o.seed, o.threads);
   int iterations = o.iterations > 0 ? o.iterations : T::iterations;
   std::printf("training %s (%zu parameters) for %d iterations, seed %llu%s\n", T::name, param_count(*run.model), iterations,
               (unsigned long long)o.seed, (o.fresh < 0 ? T::fresh : o.fresh == 1) ? ", fresh sets every iteration" : "");
@@ -59,7 +60,7 @@ int train(const TrainOptions& o, const std::string& checkpoint) {
 
 // Loads whichever model the checkpoint holds and calls f(run, name).
 template <class F>
-int with_checkpoint(const std::string& path, F&& f) {
+int with_checkpoint(const std::string& path, size_t threads, F&& f) {
   auto file = safetensors::File::read(path);
   std::string kind;
   if (auto it = file.metadata().find("model"); it != file.metadata().end()) kind = it->second;
@@ -72,12 +73,12 @@ int with_checkpoint(const std::string& path, F&& f) {
     }
   }
   if (kind == "pointer") {
-    auto run = std::make_unique<Run<PointerNet>>(0);
+    auto run = std::make_unique<Run<PointerNet>>(0, threads);
     load_params(file, *run->model);
     return f(*run, "pointer");
   }
   if (kind == "set") {
-    auto run = std::make_unique<Run<SetNet>>(0);
+    auto run = std::make_unique<Run<SetNet>>(0, threads);
     load_params(file, *run->model);
     return f(*run, "set");
   }
@@ -104,13 +105,8 @@ int predict(Run<Net>& run, const char* kind, const std::string& input, const std
     size_t n = std::min(Batch, count - done);
     run.sets->x.fill(0.0f);
     std::memcpy(run.sets->x.data(), points.data() + done * N * 2, n * N * 2 * sizeof(float));
-    run.acts->forward(*run.model, run.sets->x);
-    for (size_t b = 0; b < n; ++b)
-      for (size_t j = 0; j < width; ++j)
-        if constexpr (std::is_same_v<Net, PointerNet>)
-          out[(done + b) * width + j] = run.acts->pointer.logp(b, 0, j);
-        else
-          out[(done + b) * width + j] = run.acts->head.out(b, 0, j);
+    const auto& y = run.infer();
+    std::copy_n(y.data(), n * width, out.data() + done * width);
   }
   safetensors::Writer w;
   w.set_metadata("model", kind);
@@ -126,7 +122,7 @@ template <class Net>
 int plot(Run<Net>& run, const char* kind, std::uint64_t seed, const std::string& png) {
   Rng rng = eval_rng(seed);
   run.sets->draw(rng);
-  run.acts->forward(*run.model, run.sets->x);
+  run.infer();
   std::string csv = png.substr(0, png.rfind('.')) + ".csv";
   std::ofstream table(csv);
   table << "set,x,y,role\n";
@@ -136,7 +132,7 @@ int plot(Run<Net>& run, const char* kind, std::uint64_t seed, const std::string&
          << "unset key\nset size ratio -1\n";
   size_t right = 0;
   for (size_t b = 0; b < 6; ++b) {
-    Prediction p = Task<Net>::predict(*run.acts, *run.sets, b);
+    Prediction p = Task<Net>::predict(*run.out, *run.sets, b);
     bool ok = p.index == size_t(run.sets->target(b));
     right += ok;
     for (size_t i = 0; i < N; ++i) table << b << ',' << run.sets->x(b, i, 0) << ',' << run.sets->x(b, i, 1) << ",point\n";
@@ -163,6 +159,7 @@ int main(int argc, char** argv) {
   TrainOptions o;
   std::string model = "pointer", checkpoint, input, output, png = "max_value.png";
   bool fresh = false;
+  std::string schedule;
   size_t sets = 1000;
 
   auto* train_cmd = app.add_subcommand("train", "train a model, evaluate it on 1,000 fresh sets, save a checkpoint");
@@ -170,6 +167,8 @@ int main(int argc, char** argv) {
   train_cmd->add_option("--seed", o.seed, "seed of every generator")->capture_default_str();
   train_cmd->add_option("--iterations", o.iterations, "iterations (default: SPEC's, 300 pointer / 2000 set)")->check(CLI::Range(1, 10000000));
   train_cmd->add_option("--lr", o.lr, "learning rate (default: SPEC's, 0.01 pointer / 1e-3 set)")->check(CLI::PositiveNumber);
+  train_cmd->add_option("--schedule", schedule, "learning-rate schedule: constant, or cosine to 0 over the run (default: SPEC's, cosine pointer / constant set)")
+      ->check(CLI::IsMember({"constant", "cosine"}));
   train_cmd->add_flag("--fresh", fresh, "draw 500 new training sets every iteration (the set model always does)");
   train_cmd->add_option("--checkpoint", checkpoint, "where to save the trained model (safetensors)");
   train_cmd->add_option("--report", o.report_every, "iterations between progress lines")->check(CLI::Range(1, 1000000))->capture_default_str();
@@ -189,20 +188,25 @@ int main(int argc, char** argv) {
   plot_cmd->add_option("--seed", o.seed, "seed of the sets")->capture_default_str();
   plot_cmd->add_option("--output", png, "PNG file (the CSV goes next to it)")->capture_default_str();
 
+  o.threads = std::clamp<size_t>(std::thread::hardware_concurrency(), 1, 2);
+  for (auto* cmd : {train_cmd, eval_cmd, predict_cmd, plot_cmd})
+    cmd->add_option("--threads", o.threads, "threads, 1 or 2 (the results do not depend on it)")->check(CLI::Range(1, 2))->capture_default_str();
+
   CLI11_PARSE(app, argc, argv);
   try {
     if (*train_cmd) {
       if (fresh) o.fresh = 1;
+      if (!schedule.empty()) o.schedule = schedule == "cosine" ? Schedule::cosine : Schedule::constant;
       return model == "pointer" ? train<PointerNet>(o, checkpoint) : train<SetNet>(o, checkpoint);
     }
     if (*eval_cmd)
-      return with_checkpoint(checkpoint, [&](auto& run, const char* kind) {
+      return with_checkpoint(checkpoint, o.threads, [&](auto& run, const char* kind) {
         Rng rng = eval_rng(o.seed);
         print_metrics(kind, run.evaluate(rng, sets));
         return 0;
       });
-    if (*predict_cmd) return with_checkpoint(checkpoint, [&](auto& run, const char* kind) { return predict(run, kind, input, output); });
-    if (*plot_cmd) return with_checkpoint(checkpoint, [&](auto& run, const char* kind) { return plot(run, kind, o.seed, png); });
+    if (*predict_cmd) return with_checkpoint(checkpoint, o.threads, [&](auto& run, const char* kind) { return predict(run, kind, input, output); });
+    if (*plot_cmd) return with_checkpoint(checkpoint, o.threads, [&](auto& run, const char* kind) { return plot(run, kind, o.seed, png); });
   } catch (const std::exception& e) {
     std::fprintf(stderr, "max_value: %s\n", e.what());
     return 1;

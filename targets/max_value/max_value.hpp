@@ -6,6 +6,8 @@
 // 2,000 iterations). Everything is drawn from one seeded generator per purpose.
 #pragma once
 
+#include <algorithm>
+#include <array>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -15,6 +17,7 @@
 
 #include <stformer/checkpoint.hpp>
 #include <stformer/stformer.hpp>
+#include <stformer/train/parallel.hpp>
 
 namespace max_value {
 
@@ -67,7 +70,7 @@ struct Prediction {
   float px, py;
 };
 
-// The two models behind one interface: loss and gradient, prediction, SPEC defaults.
+// The two models behind one interface: output, loss and gradient, prediction, SPEC defaults.
 template <class Net>
 struct Task;
 
@@ -79,21 +82,21 @@ struct Task<PointerNet> {
   static constexpr bool fresh = false;  // SPEC: one batch of 500 training sets
   using Optimizer = AdamW<PointerNet>;
   static std::unique_ptr<Optimizer> optimizer() { return std::make_unique<Optimizer>(0.01f); }
-  static Schedule schedule(float lr, int iterations) { return {Schedule::cosine, lr, iterations}; }
+  static constexpr Schedule::Kind schedule = Schedule::constant;
 
-  template <class Acts, size_t B>
-  static float loss(Acts& a, const Sets<B>& s, Tensor<B, 1, N>& d) {
-    return nll_loss(a.pointer.logp, s.target, d);
-  }
-  template <class Acts, size_t B>
-  static Prediction predict(const Acts& a, const Sets<B>& s, size_t b) {
+  template <size_t B>
+  using Out = Tensor<B, 1, N>;  // log-probabilities over the points
+  template <class Acts>
+  static const auto& output(const Acts& a) { return a.pointer.logp; }
+  template <size_t B>
+  static float loss(const Out<B>& logp, const Sets<B>& s, Out<B>& d, size_t of) { return nll_loss(logp, s.target, d, of); }
+  template <size_t B>
+  static Prediction predict(const Out<B>& logp, const Sets<B>& s, size_t b) {
     size_t arg = 0;
     for (size_t i = 1; i < N; ++i)
-      if (a.pointer.logp(b, 0, i) > a.pointer.logp(b, 0, arg)) arg = i;
+      if (logp(b, 0, i) > logp(b, 0, arg)) arg = i;
     return {arg, s.x(b, arg, 0), s.x(b, arg, 1)};
   }
-  template <size_t B>
-  using Grad = Tensor<B, 1, N>;
 };
 
 template <>
@@ -104,19 +107,19 @@ struct Task<SetNet> {
   static constexpr bool fresh = true;  // SPEC: 500 fresh sets drawn every iteration
   using Optimizer = Adam<SetNet>;
   static std::unique_ptr<Optimizer> optimizer() { return std::make_unique<Optimizer>(); }
-  static Schedule schedule(float lr, int) { return {Schedule::constant, lr}; }
+  static constexpr Schedule::Kind schedule = Schedule::constant;
 
-  template <class Acts, size_t B>
-  static float loss(Acts& a, const Sets<B>& s, Tensor<B, 1, 2>& d) {
-    return euclidean_loss(a.head.out, s.point, d);
-  }
-  template <class Acts, size_t B>
-  static Prediction predict(const Acts& a, const Sets<B>& s, size_t b) {
-    float px = a.head.out(b, 0, 0), py = a.head.out(b, 0, 1);
+  template <size_t B>
+  using Out = Tensor<B, 1, 2>;  // the predicted point
+  template <class Acts>
+  static const auto& output(const Acts& a) { return a.head.out; }
+  template <size_t B>
+  static float loss(const Out<B>& y, const Sets<B>& s, Out<B>& d, size_t of) { return euclidean_loss(y, s.point, d, of); }
+  template <size_t B>
+  static Prediction predict(const Out<B>& y, const Sets<B>& s, size_t b) {
+    float px = y(b, 0, 0), py = y(b, 0, 1);
     return {nearest(s, b, px, py), px, py};
   }
-  template <size_t B>
-  using Grad = Tensor<B, 1, 2>;
 };
 
 // accuracy: share of sets whose predicted index is the target (for `set`: the point nearest
@@ -132,25 +135,92 @@ struct TrainOptions {
   int iterations = 0;  // 0: SPEC's
   float lr = 0;        // 0: SPEC's
   int fresh = -1;      // -1: SPEC's; 1: draw new training sets every iteration
+  int schedule = -1;   // -1: SPEC's; else a Schedule::Kind (constant or cosine to 0 over the run)
   int report_every = 25;
   bool quiet = false;
+  size_t threads = 1;  // 1 or 2 (Run::Lanes); the results are the same
 };
 
-// Model, gradients, activations and optimiser, allocated once; training and evaluation
-// allocate nothing per iteration.
+// Model, optimiser and the batch, allocated once; training and evaluation allocate nothing
+// per iteration. A batch of 500 sets runs as 50 chunks of 10 over two lanes (see
+// stformer/train/parallel.hpp): each lane keeps one chunk's activations (cache-sized, instead
+// of the whole batch's) and its own gradient, and does forward, loss and backward chunk by
+// chunk; the lanes' gradients are summed in lane order. The work is the same for 1 or 2
+// threads, so the results are bit-identical whatever `threads` is.
 template <class Net>
 struct Run {
   using T = Task<Net>;
-  std::unique_ptr<Net> model = std::make_unique<Net>(), grad = std::make_unique<Net>();
-  std::unique_ptr<ActsOf<Net, Batch, N>> acts = std::make_unique<ActsOf<Net, Batch, N>>();
+  static constexpr size_t Chunk = 10, Lanes = 2, Chunks = Batch / Chunk;
+  static_assert(Batch % Chunk == 0 && Chunks % Lanes == 0);
+
+  struct Lane {
+    Net grad;
+    ActsOf<Net, Chunk, N> acts;
+    Sets<Chunk> sets;
+    typename T::template Out<Chunk> dout;
+    double loss;
+  };
+
+  std::unique_ptr<Net> model = std::make_unique<Net>();
+  std::unique_ptr<std::array<Lane, Lanes>> lanes = std::make_unique<std::array<Lane, Lanes>>();
   std::unique_ptr<typename T::Optimizer> opt = T::optimizer();
   std::unique_ptr<Sets<Batch>> sets = std::make_unique<Sets<Batch>>();
-  std::unique_ptr<typename T::template Grad<Batch>> dout = std::make_unique<typename T::template Grad<Batch>>();
+  std::unique_ptr<typename T::template Out<Batch>> out = std::make_unique<typename T::template Out<Batch>>();
   TrainingState state;
+  ThreadPool pool;
 
-  explicit Run(std::uint64_t seed) : state{0, Rng(seed, 1)} {
+  explicit Run(std::uint64_t seed, size_t threads = 1) : state{0, Rng(seed, 1)}, pool(std::min(threads, Lanes)) {
     Rng init(seed, 0);
     init_params(*model, init);
+  }
+
+  // Chunk c of *sets into lane l's own sets.
+  void take_chunk(Lane& lane, size_t c) {
+    const size_t first = c * Chunk;
+    std::copy_n(sets->x.data() + first * N * 2, Chunk * N * 2, lane.sets.x.data());
+    std::copy_n(sets->target.data() + first, Chunk, lane.sets.target.data());
+    std::copy_n(sets->point.data() + first * 2, Chunk * 2, lane.sets.point.data());
+  }
+
+  // Loss and gradient on *sets: the lanes' gradients summed, in lane order, into grad().
+  // Returns the batch's mean loss.
+  float gradient() {
+    pool.run(Lanes, [this](size_t l) {
+      Lane& lane = (*lanes)[l];
+      zero_grad(lane.grad);
+      lane.loss = 0;
+      for (size_t c = l; c < Chunks; c += Lanes) {
+        take_chunk(lane, c);
+        lane.acts.forward(*model, lane.sets.x);
+        lane.loss += T::loss(T::output(lane.acts), lane.sets, lane.dout, Batch);
+        lane.acts.backward(*model, lane.grad, lane.dout);
+      }
+    });
+    double loss = (*lanes)[0].loss;
+    for (size_t l = 1; l < Lanes; ++l) add_grads(grad(), (*lanes)[l].grad), loss += (*lanes)[l].loss;
+    return float(loss);
+  }
+  Net& grad() { return (*lanes)[0].grad; }
+
+  // One optimiser step on *sets; returns the loss before it.
+  float step(float lr) {
+    float loss = gradient();
+    opt->step(*model, grad(), lr);
+    return loss;
+  }
+
+  // The model's outputs for *sets, into *out.
+  const typename T::template Out<Batch>& infer() {
+    pool.run(Lanes, [this](size_t l) {
+      Lane& lane = (*lanes)[l];
+      for (size_t c = l; c < Chunks; c += Lanes) {
+        take_chunk(lane, c);
+        lane.acts.forward(*model, lane.sets.x);
+        const auto& y = T::output(lane.acts);
+        std::copy(y.begin(), y.end(), out->begin() + c * y.size());
+      }
+    });
+    return *out;
   }
 
   // Trains; calls report(iteration, loss, iterations per second, seconds left) every
@@ -159,18 +229,14 @@ struct Run {
     int iterations = o.iterations > 0 ? o.iterations : T::iterations;
     float lr = o.lr > 0 ? o.lr : T::lr;
     bool fresh = o.fresh < 0 ? T::fresh : o.fresh == 1;
-    Schedule schedule = T::schedule(lr, iterations);
+    Schedule schedule{o.schedule < 0 ? T::schedule : Schedule::Kind(o.schedule), lr, iterations};
     if (!fresh) sets->draw(state.rng);
     float loss = 0;
     auto start = std::chrono::steady_clock::now();
     for (int it = 0; it < iterations; ++it, ++state.step) {
       if (fresh) sets->draw(state.rng);
-      acts->forward(*model, sets->x);
-      loss = T::loss(*acts, *sets, *dout);
+      loss = step(schedule(it));
       STFORMER_CHECK(std::isfinite(loss), "max_value: the loss is not finite");
-      zero_grad(*grad);
-      acts->backward(*model, *grad, *dout);
-      opt->step(*model, *grad, schedule(it));
       if ((it + 1) % o.report_every == 0 || it + 1 == iterations) {
         double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
         double rate = (it + 1) / seconds;
@@ -185,9 +251,9 @@ struct Run {
     Metrics m;
     for (size_t done = 0; done < count; done += Batch) {
       sets->draw(rng);
-      acts->forward(*model, sets->x);
+      infer();
       for (size_t b = 0; b < Batch && done + b < count; ++b) {
-        Prediction p = T::predict(*acts, *sets, b);
+        Prediction p = T::predict(*out, *sets, b);
         m.accuracy += p.index == size_t(sets->target(b));
         m.distance += std::hypot(p.px - sets->point(b, 0, 0), p.py - sets->point(b, 0, 1));
         ++m.sets;

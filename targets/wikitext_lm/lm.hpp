@@ -6,6 +6,7 @@
 #pragma once
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <memory>
 #include <numeric>
@@ -13,6 +14,7 @@
 
 #include <stformer/checkpoint.hpp>
 #include <stformer/stformer.hpp>
+#include <stformer/train/parallel.hpp>
 
 namespace lm {
 
@@ -26,31 +28,60 @@ struct TrainOptions {
   bool sgd = false;            // the seed's recipe: SGD, momentum 0.9, Nesterov, weight decay 1e-4
 };
 
+// Negative log-likelihood of target t under logits z [V] (stable; exp in float, sums in
+// double); scratch [V] is overwritten.
+template <size_t V>
+double nll_of(const float* z, std::int32_t t, float* scratch) {
+  float m = kernels::row_max<V>(z);
+  std::copy_n(z, V, scratch);
+  kernels::exp_shifted<V>(scratch, m);
+  double e = 0;
+  for (size_t v = 0; v < V; ++v) e += scratch[v];
+  return std::log(e) + m - z[t];
+}
+
+// Model, optimisers and the batch's workspace, allocated once. The batch of B windows is
+// split into Lanes halves (stformer/train/parallel.hpp): each lane runs forward, loss and
+// backward on its half into its own gradient; the gradients are summed in lane order, then
+// clipping and the optimiser step run split over the pool. The work does not depend on the
+// number of threads (1 or 2), so neither do the results.
 template <size_t V, size_t L, size_t D, size_t H, size_t F, size_t Blocks, size_t B>
 struct Run {
   using Model = LanguageModel<V, L, D, H, F, Blocks>;
-  std::unique_ptr<Model> model = std::make_unique<Model>(), grad = std::make_unique<Model>();
-  std::unique_ptr<ActsOf<Model, B>> acts = std::make_unique<ActsOf<Model, B>>();
+  static constexpr size_t Lanes = B % 2 == 0 ? 2 : 1, Chunk = B / Lanes;
+
+  struct Lane {
+    Model grad;
+    ActsOf<Model, Chunk> acts;
+    Tensor<Chunk, 1, V> dlogits;
+    IdTensor<Chunk, L> window;
+    IdTensor<Chunk> next;
+    double loss;
+  };
+
+  std::unique_ptr<Model> model = std::make_unique<Model>();
+  std::unique_ptr<std::array<Lane, Lanes>> lanes = std::make_unique<std::array<Lane, Lanes>>();
   std::unique_ptr<AdamW<Model>> adamw = std::make_unique<AdamW<Model>>(0.01f);
   std::unique_ptr<SGD<Model>> sgd = std::make_unique<SGD<Model>>(SGDOptions{.momentum = 0.9f, .weight_decay = 1e-4f, .nesterov = true});
-  std::unique_ptr<Tensor<B, 1, V>> dlogits = std::make_unique<Tensor<B, 1, V>>();
-  IdTensor<B, L> window;
-  IdTensor<B> next;
   TrainingState state;
   std::vector<std::uint32_t> order;  // shuffled sample positions of the current pass
   size_t cursor = 0;
+  ThreadPool pool;
 
-  explicit Run(std::uint64_t seed) : state{0, Rng(seed, 1)} {
+  explicit Run(std::uint64_t seed, size_t threads = 1) : state{0, Rng(seed, 1)}, pool(std::min(threads, Lanes)) {
     Rng init(seed, 0);
     init_params(*model, init);
   }
 
-  // Fills window/next with samples at positions ids[t] (t ≥ L).
-  void gather(const std::vector<std::int32_t>& ids, const std::uint32_t* positions, size_t count) {
-    for (size_t b = 0; b < B; ++b) {
+  Model& grad() { return (*lanes)[0].grad; }
+
+  // Fills a lane's window/next with the samples at positions ids[t] (t ≥ L); rows past
+  // `count` repeat the last sample.
+  static void gather(Lane& lane, const std::vector<std::int32_t>& ids, const std::uint32_t* positions, size_t count) {
+    for (size_t b = 0; b < Chunk; ++b) {
       size_t t = positions[b < count ? b : count - 1];
-      for (size_t i = 0; i < L; ++i) window(b, i) = ids[t - L + i];
-      next(b) = ids[t];
+      for (size_t i = 0; i < L; ++i) lane.window(b, i) = ids[t - L + i];
+      lane.next(b) = ids[t];
     }
   }
 
@@ -63,41 +94,48 @@ struct Run {
       for (size_t i = order.size() - 1; i > 0; --i) std::swap(order[i], order[state.rng.below(std::uint32_t(i + 1))]);
       cursor = 0;
     }
-    gather(train, order.data() + cursor, B);
+    const std::uint32_t* positions = order.data() + cursor;
     cursor += B;
-    float loss = cross_entropy(acts->forward(*model, window), next, *dlogits);
+    pool.run(Lanes, [&](size_t l) {
+      Lane& lane = (*lanes)[l];
+      gather(lane, train, positions + l * Chunk, Chunk);
+      zero_grad(lane.grad);
+      lane.loss = cross_entropy(lane.acts.forward(*model, lane.window), lane.next, lane.dlogits, B);
+      lane.acts.backward(*model, lane.grad, lane.dlogits);
+    });
+    double loss = (*lanes)[0].loss;
+    for (size_t l = 1; l < Lanes; ++l) add_grads(grad(), (*lanes)[l].grad, pool), loss += (*lanes)[l].loss;
     STFORMER_CHECK(std::isfinite(loss), "lm: the loss is not finite");
-    zero_grad(*grad);
-    acts->backward(*model, *grad, *dlogits);
-    if (o.clip > 0) clip_grad_norm(*grad, o.clip);
+    if (o.clip > 0) clip_grad_norm(grad(), o.clip, pool, Lanes);
     Schedule schedule{Schedule::warmup_cosine, o.lr, o.steps, o.warmup};
     if (o.sgd)
-      sgd->step(*model, *grad, schedule(state.step));
+      sgd->step(*model, grad(), schedule(state.step), pool);
     else
-      adamw->step(*model, *grad, schedule(state.step));
+      adamw->step(*model, grad(), schedule(state.step), pool);
     ++state.step;
-    return loss;
+    return float(loss);
   }
 
-  // Mean NLL over positions [first, last) of ids (each t ≥ L), in batches; exp of it is the
-  // perplexity. The last batch repeats its last sample, which is not counted.
+  // Mean NLL over positions [first, last) of ids (each t ≥ L), B windows at a time split over
+  // the lanes, summed in lane order; exp of it is the perplexity.
   double mean_nll(const std::vector<std::int32_t>& ids, size_t first = L, size_t last = 0) {
     if (last == 0 || last > ids.size()) last = ids.size();
     first = std::max(first, L);
+    if (first >= last) return 0;
     double sum = 0;
-    std::uint32_t positions[B];
     for (size_t t0 = first; t0 < last; t0 += B) {
-      size_t count = std::min(B, last - t0);
-      for (size_t b = 0; b < B; ++b) positions[b] = std::uint32_t(t0 + std::min(b, count - 1));
-      gather(ids, positions, count);
-      const auto& logits = acts->forward(*model, window);
-      for (size_t b = 0; b < count; ++b) {
-        const float* z = logits.data() + b * V;
-        float m = kernels::row_max<V>(z);
-        double e = 0;
-        for (size_t v = 0; v < V; ++v) e += std::exp(double(z[v]) - m);
-        sum += std::log(e) + m - z[next(b)];
-      }
+      pool.run(Lanes, [&](size_t l) {
+        Lane& lane = (*lanes)[l];
+        lane.loss = 0;
+        size_t begin = t0 + l * Chunk, count = begin < last ? std::min(Chunk, last - begin) : 0;
+        if (count == 0) return;
+        std::uint32_t positions[Chunk];
+        for (size_t b = 0; b < Chunk; ++b) positions[b] = std::uint32_t(begin + std::min(b, count - 1));
+        gather(lane, ids, positions, count);
+        const auto& logits = lane.acts.forward(*model, lane.window);
+        for (size_t b = 0; b < count; ++b) lane.loss += nll_of<V>(logits.data() + b * V, lane.next(b), lane.dlogits.data());
+      });
+      for (size_t l = 0; l < Lanes; ++l) sum += (*lanes)[l].loss;
     }
     return sum / double(last - first);
   }

@@ -14,6 +14,7 @@
 #include <chrono>
 #include <cstdio>
 #include <sstream>
+#include <thread>
 
 #include <stformer/corpus.hpp>
 
@@ -25,6 +26,14 @@ namespace {
 
 constexpr size_t V = 33278, L = 32, D = 128, H = 4, F = 512, Blocks = 2, B = 32;  // SPEC's default
 using LmRun = lm::Run<V, L, D, H, F, Blocks, B>;
+using Model = LmRun::Model;
+
+// predict and generate: one window at a time.
+struct Inference {
+  Model model;
+  ActsOf<Model, 1> acts;
+  IdTensor<1, L> window;
+};
 
 void check_vocabulary(const Vocabulary& vocab, const std::string& where) {
   if (vocab.size() != V)
@@ -46,19 +55,19 @@ void save(const std::string& path, LmRun& run, const Vocabulary& vocab, const lm
 }
 
 // Model and vocabulary from a checkpoint (a parameters-only file plus state.vocab is enough).
-Vocabulary load_model(const std::string& path, LmRun& run) {
+Vocabulary load_model(const std::string& path, Model& model) {
   auto f = safetensors::File::read(path);
   const auto* v = f.find("state.vocab");
   if (v == nullptr || v->dtype != safetensors::Dtype::U8)
     throw std::runtime_error("checkpoint " + path + ": no vocabulary (tensor 'state.vocab', U8)");
   Vocabulary vocab = Vocabulary::deserialize({reinterpret_cast<const char*>(v->bytes.data()), v->bytes.size()});
   check_vocabulary(vocab, "checkpoint " + path);
-  load_params(f, *run.model);
+  load_params(f, model);
   return vocab;
 }
 
 // The last L ids of text's words (unknown words are an error), left-padded with <eos>.
-void context_window(const Vocabulary& vocab, const std::string& text, IdTensor<B, L>& window) {
+void context_window(const Vocabulary& vocab, const std::string& text, IdTensor<1, L>& window) {
   std::vector<std::int32_t> ids;
   std::istringstream words(text);
   for (std::string w; words >> w;) {
@@ -67,16 +76,15 @@ void context_window(const Vocabulary& vocab, const std::string& text, IdTensor<B
     ids.push_back(id);
   }
   std::int32_t eos = vocab.find(Vocabulary::eos);
-  for (size_t b = 0; b < B; ++b)
-    for (size_t i = 0; i < L; ++i) {
-      size_t from_end = L - i;
-      window(b, i) = from_end <= ids.size() ? ids[ids.size() - from_end] : eos;
-    }
+  for (size_t i = 0; i < L; ++i) {
+    size_t from_end = L - i;
+    window(0, i) = from_end <= ids.size() ? ids[ids.size() - from_end] : eos;
+  }
 }
 
-// Probabilities of the next word after row 0's window, softmax with temperature.
-std::vector<double> next_word(LmRun& run, double temperature = 1.0) {
-  const auto& z = run.acts->forward(*run.model, run.window);
+// Probabilities of the next word after the window, softmax with temperature.
+std::vector<double> next_word(Inference& run, double temperature = 1.0) {
+  const auto& z = run.acts.forward(run.model, run.window);
   double m = -1e30, sum = 0;
   for (size_t v = 0; v < V; ++v) m = std::max(m, double(z(0, 0, v)));
   std::vector<double> p(V);
@@ -85,14 +93,14 @@ std::vector<double> next_word(LmRun& run, double temperature = 1.0) {
   return p;
 }
 
-int train(const std::string& data, std::int64_t steps, std::uint64_t seed, lm::TrainOptions o, const std::string& checkpoint,
+int train(const std::string& data, std::int64_t steps, std::uint64_t seed, size_t threads, lm::TrainOptions o, const std::string& checkpoint,
           std::int64_t eval_every, size_t eval_positions, std::int64_t save_every, const std::string& resume) {
   auto t_read = std::chrono::steady_clock::now();
   Corpus c = Corpus::read(data);
   check_vocabulary(c.vocab, "corpus " + data);
   std::printf("corpus %s: %zu words, %zu / %zu / %zu tokens (%.1f s)\n", data.c_str(), c.vocab.size(), c.train.size(), c.valid.size(),
               c.test.size(), std::chrono::duration<double>(std::chrono::steady_clock::now() - t_read).count());
-  auto run = std::make_unique<LmRun>(seed);
+  auto run = std::make_unique<LmRun>(seed, threads);
   if (!resume.empty()) {
     if (o.sgd)
       load_checkpoint(resume, *run->model, *run->sgd, run->state);
@@ -175,12 +183,16 @@ int main(int argc, char** argv) {
   g->add_option("--top-k", top_k, "sample among the k most likely words")->check(CLI::Range(size_t{1}, V))->capture_default_str();
   g->add_option("--seed", seed, "seed of the sampling")->capture_default_str();
 
+  size_t threads = std::clamp<size_t>(std::thread::hardware_concurrency(), 1, 2);
+  for (auto* cmd : {t, e})
+    cmd->add_option("--threads", threads, "threads, 1 or 2 (the results do not depend on it)")->check(CLI::Range(1, 2))->capture_default_str();
+
   CLI11_PARSE(app, argc, argv);
   try {
-    if (*t) return train(data, steps, seed, o, checkpoint, eval_every, eval_positions, save_every, resume);
-    auto run = std::make_unique<LmRun>(0);
-    Vocabulary vocab = load_model(checkpoint, *run);
+    if (*t) return train(data, steps, seed, threads, o, checkpoint, eval_every, eval_positions, save_every, resume);
     if (*e) {
+      auto run = std::make_unique<LmRun>(0, threads);
+      Vocabulary vocab = load_model(checkpoint, *run->model);
       Corpus c = Corpus::read(data);
       check_vocabulary(c.vocab, "corpus " + data);
       if (c.vocab.serialize() != vocab.serialize()) throw std::runtime_error("the corpus's vocabulary differs from the checkpoint's");
@@ -191,6 +203,8 @@ int main(int argc, char** argv) {
                   std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
       return 0;
     }
+    auto run = std::make_unique<Inference>();
+    Vocabulary vocab = load_model(checkpoint, run->model);
     context_window(vocab, text, run->window);
     if (*p) {
       auto prob = next_word(*run);

@@ -142,12 +142,13 @@ inline void panel_tile(const float* A, size_t lda, const float* P, float* C, siz
 
 // C[M,N] = alpha · A[M,K] · B[N,K]ᵀ (+ bias[N]). SIMD builds pack Bᵀ in panels of NV·W
 // columns (on the stack: K · NV·W floats) and broadcast A's entries against them, which needs
-// no horizontal sums; the one-lane build takes dot products.
+// no horizontal sums; the one-lane build, and few rows (M < 8, where packing B would cost as
+// much as the product: one token through a 33,278-word head), take dot products along K.
 template <size_t M, size_t N, size_t K>
 inline void matmul_nt(const float* A, size_t lda, const float* B, size_t ldb, float* C, size_t ldc, float alpha = 1.0f,
                       const float* bias = nullptr) {
   constexpr size_t TR = 4;
-  if constexpr (W == 1) {
+  if constexpr (W == 1 || M < 8) {
     size_t i = 0;
     for (; i + TR <= M; i += TR) detail::nt_rows<TR, N, K>(A + i * lda, lda, B, ldb, C + i * ldc, ldc, alpha, bias);
     if constexpr (M % TR != 0) detail::nt_rows<M % TR, N, K>(A + i * lda, lda, B, ldb, C + i * ldc, ldc, alpha, bias);

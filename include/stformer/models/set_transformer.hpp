@@ -10,11 +10,11 @@
 
 namespace stformer {
 
-template <size_t In, size_t D, size_t H, size_t M, size_t Out>
+template <size_t In, size_t D, size_t H, size_t M, size_t Out, template <size_t> class Norm = ScaleNorm>
 struct SetTransformer {
   Linear<In, D> proj;
-  ISAB<D, H, M> isab;
-  PMA<D, H, 1> pool;
+  ISAB<D, H, M, Norm> isab;
+  PMA<D, H, 1, Norm> pool;
   Linear<D, Out> head;
 
   template <class F, class... S>
@@ -28,8 +28,8 @@ struct SetTransformer {
   template <size_t B, size_t N>
   struct Acts {
     ActsOf<Linear<In, D>, B, N> proj;
-    ActsOf<ISAB<D, H, M>, B, N> isab;
-    ActsOf<PMA<D, H, 1>, B, N> pool;
+    ActsOf<ISAB<D, H, M, Norm>, B, N> isab;
+    ActsOf<PMA<D, H, 1, Norm>, B, N> pool;
     ActsOf<Linear<D, Out>, B, 1> head;
 
     template <class X>

@@ -38,12 +38,15 @@ struct SGD {
     f("momentum_buffer", self.momentum_buffer);
   }
 
-  void step(M& params, const M& grads, float lr) {
+  // One step; the pass may be split over a thread pool (the result does not depend on it).
+  template <class Pool = Serial>
+  void step(M& params, const M& grads, float lr, Pool&& pool = Pool{}) {
     const auto& o = options;
     bool first = steps++ == 0;
-    for_each_param(
-        [&](const Path&, Init, auto& p, const auto& g, auto& buf) {
-          kernels::sgd_update(p.data(), g.data(), buf.data(), p.size(), lr, o.momentum, o.dampening, o.weight_decay, o.nesterov, first);
+    for_each_param_part(
+        pool, pool.size(),
+        [&](size_t, size_t, size_t n, float* p, const float* g, float* buf) {
+          kernels::sgd_update(p, g, buf, n, lr, o.momentum, o.dampening, o.weight_decay, o.nesterov, first);
         },
         params, grads, momentum_buffer);
   }
@@ -72,7 +75,9 @@ struct Adam {
     f("exp_avg_sq", self.exp_avg_sq);
   }
 
-  void step(M& params, const M& grads, float lr) {
+  // One step; the pass may be split over a thread pool (the result does not depend on it).
+  template <class Pool = Serial>
+  void step(M& params, const M& grads, float lr, Pool&& pool = Pool{}) {
     const auto& o = options;
     ++steps;
     double bc1 = 1 - std::pow(double(o.beta1), double(steps)), bc2 = 1 - std::pow(double(o.beta2), double(steps));
@@ -83,10 +88,9 @@ struct Adam {
                                 float(double(lr) / bc1),
                                 float(1 / std::sqrt(bc2)),
                                 o.eps};
-    for_each_param(
-        [&](const Path&, Init, auto& p, const auto& g, auto& m, auto& v) {
-          kernels::adam_update(p.data(), g.data(), m.data(), v.data(), p.size(), c);
-        },
+    for_each_param_part(
+        pool, pool.size(),
+        [&](size_t, size_t, size_t n, float* p, const float* g, float* m, float* v) { kernels::adam_update(p, g, m, v, n, c); },
         params, grads, exp_avg, exp_avg_sq);
   }
 };
@@ -124,20 +128,28 @@ struct Schedule {
 
 // Global L2 norm of all gradients (accumulated in double); when it exceeds max_norm, every
 // gradient is scaled by max_norm / (norm + 1e-6) (torch.nn.utils.clip_grad_norm_). Returns the
-// norm before clipping.
-template <class M>
-float clip_grad_norm(M& grads, float max_norm) {
-  double sum = 0;
-  for_each_param(
-      [&](const Path&, Init, const auto& g) {
-        for (float x : g) sum += double(x) * x;
+// norm before clipping. The sum of squares runs in `parts` (≤ 64) parts on pool, added in part
+// order: the norm depends on `parts`, not on the number of threads.
+template <class M, class Pool = Serial>
+float clip_grad_norm(M& grads, float max_norm, Pool&& pool = Pool{}, size_t parts = 1) {
+  STFORMER_CHECK(parts >= 1 && parts <= 64, "clip_grad_norm: parts must be in [1, 64]");
+  double partial[64] = {};
+  for_each_param_part(
+      pool, parts,
+      [&](size_t i, size_t, size_t n, const float* g) {
+        double s = 0;
+        for (size_t j = 0; j < n; ++j) s += double(g[j]) * g[j];
+        partial[i] += s;
       },
       grads);
+  double sum = 0;
+  for (size_t i = 0; i < parts; ++i) sum += partial[i];
   double norm = std::sqrt(sum), coef = double(max_norm) / (norm + 1e-6);
   if (coef < 1)
-    for_each_param(
-        [&](const Path&, Init, auto& g) {
-          for (auto& x : g) x = float(x * coef);
+    for_each_param_part(
+        pool, pool.size(),
+        [&](size_t, size_t, size_t n, float* g) {
+          for (size_t j = 0; j < n; ++j) g[j] = float(g[j] * coef);
         },
         grads);
   return float(norm);

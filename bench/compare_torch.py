@@ -1,0 +1,233 @@
+#!/usr/bin/python3
+"""stformer against PyTorch, the same cases side by side in one run, one table of medians.
+
+usage: STFORMER_BUILD=build-bench /usr/bin/python3 bench/compare_torch.py [--repetitions 5] [--only SUBSTRING]
+       (bench/run.sh installs what is missing, builds build-bench with -Dsimd=native and runs this)
+
+Runs `$STFORMER_BUILD/bench/bench_stformer` (Google Benchmark, median of --repetitions), then
+the same cases in PyTorch (Debian's python3-torch) in a child process, same shapes and thread
+count, and prints: case, stformer's median, PyTorch's median, PyTorch / stformer, and
+stformer's GFLOP/s as a fraction of the FMA peak measured by the same binary (per thread used).
+
+PyTorch runs at its best: OPENBLAS_CORETYPE is unset (this machine's environment sets it and
+halves OpenBLAS's GEMM speed), glibc keeps freed memory for reuse
+(GLIBC_TUNABLES=glibc.malloc.mmap_max=0:...; fresh pages are slow here), gradients are kept
+between steps as PyTorch's optimisers do, and a warning is printed when Debian's python3-torch
+is not running on OpenBLAS (apt-get install libopenblas0-pthread; the reference BLAS is ~4x
+slower). PyTorch cases are the same models as tests/torch/stformer_torch.py (SPEC's maths);
+MultiHeadAttention is PyTorch's own nn.MultiheadAttention, in inference mode.
+Exits non-zero when a case cannot run on either side.
+"""
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+
+# name, stformer benchmark, threads, PyTorch case (kind, args)
+CASES = [
+    ("MHA fwd b1 N16 D64 H4", "BM_MultiHeadAttention<1, 16, 64, 4>", 1, ("mha", 1, 16, 64, 4)),
+    ("MHA fwd b1 N64 D64 H4", "BM_MultiHeadAttention<1, 64, 64, 4>", 1, ("mha", 1, 64, 64, 4)),
+    ("MHA fwd b1 N128 D128 H8", "BM_MultiHeadAttention<1, 128, 128, 8>", 1, ("mha", 1, 128, 128, 8)),
+    ("MHA fwd b1 N256 D128 H8", "BM_MultiHeadAttention<1, 256, 128, 8>", 1, ("mha", 1, 256, 128, 8)),
+    ("Encoder fwd b1 N16 D64 H4", "BM_EncoderBlock<1, 16, 64, 4>", 1, ("encoder", 1, 16, 64, 4)),
+    ("Encoder fwd b1 N64 D64 H4", "BM_EncoderBlock<1, 64, 64, 4>", 1, ("encoder", 1, 64, 64, 4)),
+    ("Encoder fwd b1 N128 D128 H8", "BM_EncoderBlock<1, 128, 128, 8>", 1, ("encoder", 1, 128, 128, 8)),
+    ("Encoder fwd b1 N256 D128 H8", "BM_EncoderBlock<1, 256, 128, 8>", 1, ("encoder", 1, 256, 128, 8)),
+    ("Encoder fwd b32 N64 D64 H4", "BM_EncoderBlock<32, 64, 64, 4>", 1, ("encoder", 32, 64, 64, 4)),
+    ("max-value step, pointer, 1 thread", "BM_MaxValueStep<max_value::PointerNet>/threads:1/real_time", 1, ("pointer_step",)),
+    ("max-value step, pointer, 2 threads", "BM_MaxValueStep<max_value::PointerNet>/threads:2/real_time", 2, ("pointer_step",)),
+    ("max-value step, set, 1 thread", "BM_MaxValueStep<max_value::SetNet>/threads:1/real_time", 1, ("set_step",)),
+    ("max-value step, set, 2 threads", "BM_MaxValueStep<max_value::SetNet>/threads:2/real_time", 2, ("set_step",)),
+    ("LM train step b32, 1 thread", "BM_LmStep/threads:1/real_time", 1, ("lm_step",)),
+    ("LM train step b32, 2 threads", "BM_LmStep/threads:2/real_time", 2, ("lm_step",)),
+    ("LM inference, one window", "BM_LmInference", 1, ("lm_infer",)),
+]
+PEAK = "BM_FmaPeak"
+
+
+def run_stformer(build, repetitions, cases):
+    exe = os.path.join(build, "bench", "bench_stformer")
+    if not os.access(exe, os.X_OK):
+        sys.exit(f"compare_torch: {exe} not found (build it: meson setup {build} -Dsimd=native && ninja -C {build})")
+    names = [PEAK] + [c[1] for c in cases]
+    pattern = "|".join("^" + n.replace("<", ".").replace(">", ".").replace("/", ".").replace(" ", ".") for n in names)
+    cmd = [exe, f"--benchmark_filter={pattern}", "--benchmark_format=json", f"--benchmark_repetitions={repetitions}",
+           "--benchmark_report_aggregates_only=true", "--benchmark_min_time=0.3"]
+    out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
+    results = {}
+    scale = {"ns": 1e-9, "us": 1e-6, "ms": 1e-3, "s": 1.0}
+    for b in json.loads(out)["benchmarks"]:
+        if b.get("aggregate_name") != "median":
+            continue
+        results[b["run_name"]] = (b["real_time"] * scale[b["time_unit"]], b.get("GFLOP"))
+    return results
+
+
+# --- the PyTorch side (runs in a child process with its own environment) --------------------
+
+def torch_case(kind, *args):
+    import torch
+    sys.path.insert(0, os.path.join(ROOT, "tests", "torch"))
+    import stformer_torch as st
+    torch.manual_seed(0)
+    if kind == "mha":
+        b, n, d, h = args
+        m = torch.nn.MultiheadAttention(d, h, batch_first=True).eval()
+        x = torch.randn(b, n, d)
+
+        def fn():
+            with torch.inference_mode():
+                m(x, x, x, need_weights=False)
+        return fn
+    if kind == "encoder":
+        b, n, d, h = args
+        m = st.EncoderBlock(d, h, 4 * d).eval()
+        x = torch.randn(b, n, d)
+
+        def fn():
+            with torch.inference_mode():
+                m(x)
+        return fn
+    if kind in ("pointer_step", "set_step"):
+        x = torch.randn(500, 50, 2) + torch.randn(500, 1, 2)
+        target = x.norm(dim=-1).argmax(-1)
+        point = x[torch.arange(500), target]
+        if kind == "pointer_step":
+            m = st.PointerModel(2, 16, 1, 64, 2)
+            opt = torch.optim.AdamW(m.parameters(), lr=1e-4, weight_decay=0.01)
+
+            def loss():
+                return torch.nn.functional.nll_loss(m(x)[:, 0, :], target)
+        else:
+            m = st.SetTransformer(2, 64, 4, 16, 2)
+            opt = torch.optim.Adam(m.parameters(), lr=1e-4)
+
+            def loss():
+                return (m(x)[:, 0, :] - point).norm(dim=-1).mean()
+
+        def fn():
+            opt.zero_grad(set_to_none=False)
+            loss().backward()
+            opt.step()
+        return fn
+    if kind in ("lm_step", "lm_infer"):
+        v, length = 33278, 32
+        m = st.LanguageModel(v, length, 128, 4, 512, 2)
+        if kind == "lm_infer":
+            ids = torch.randint(0, v, (1, length))
+            m.eval()
+
+            def fn():
+                with torch.inference_mode():
+                    m(ids)
+            return fn
+        ids = torch.randint(0, v, (32, length))
+        nxt = torch.randint(0, v, (32,))
+        opt = torch.optim.AdamW(m.parameters(), lr=1e-4, weight_decay=0.01)
+
+        def fn():
+            opt.zero_grad(set_to_none=False)
+            torch.nn.functional.cross_entropy(m(ids)[:, 0, :], nxt).backward()
+            torch.nn.utils.clip_grad_norm_(m.parameters(), 1.0)
+            opt.step()
+        return fn
+    raise ValueError(kind)
+
+
+def median_seconds(fn, repetitions, min_time=0.3):
+    for _ in range(3):
+        fn()
+    times = []
+    for _ in range(repetitions):
+        n, elapsed = 0, 0.0
+        start = time.perf_counter()
+        while elapsed < min_time:
+            fn()
+            n += 1
+            elapsed = time.perf_counter() - start
+        times.append(elapsed / n)
+    return statistics.median(times)
+
+
+def torch_worker(repetitions, selected):
+    import torch
+    results = {"blas": "", "torch": torch.__version__}
+    torch.ones(64, 64) @ torch.ones(64, 64)
+    with open("/proc/self/maps") as f:
+        maps = f.read()
+    results["blas"] = "openblas" if "openblas" in maps else ("blis" if "blis" in maps else "reference")
+    for name, _, threads, case in CASES:
+        if name not in selected:
+            continue
+        torch.set_num_threads(threads)
+        results[name] = median_seconds(torch_case(*case), repetitions)
+    print(json.dumps(results))
+
+
+def run_torch(repetitions, selected):
+    env = dict(os.environ)
+    env.pop("OPENBLAS_CORETYPE", None)
+    env["GLIBC_TUNABLES"] = "glibc.malloc.mmap_max=0:glibc.malloc.trim_threshold=68719476736:glibc.malloc.top_pad=1073741824"
+    cmd = ["/usr/bin/python3", os.path.abspath(__file__), "--torch-worker", "--repetitions", str(repetitions)]
+    for s in selected:
+        cmd += ["--case", s]
+    out = subprocess.run(cmd, check=True, capture_output=True, text=True, env=env).stdout
+    return json.loads(out.strip().splitlines()[-1])
+
+
+def fmt(seconds):
+    if seconds >= 1e-3:
+        return f"{seconds * 1e3:.2f} ms"
+    return f"{seconds * 1e6:.1f} µs"
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--repetitions", type=int, default=5)
+    p.add_argument("--only", default="", help="run the cases whose name contains this")
+    p.add_argument("--torch-worker", action="store_true", help=argparse.SUPPRESS)
+    p.add_argument("--case", action="append", default=[], help=argparse.SUPPRESS)
+    a = p.parse_args()
+    if a.torch_worker:
+        torch_worker(a.repetitions, set(a.case))
+        return 0
+    cases = [c for c in CASES if a.only in c[0]]
+    if not cases:
+        sys.exit(f"compare_torch: no case matches '{a.only}'")
+    build = os.environ.get("STFORMER_BUILD", "build")
+    ours = run_stformer(build, a.repetitions, cases)
+    if PEAK not in ours:
+        sys.exit("compare_torch: the FMA peak benchmark did not run")
+    peak = ours[PEAK][1]
+    theirs = run_torch(a.repetitions, [c[0] for c in cases])
+    if theirs["blas"] != "openblas":
+        print(f"warning: PyTorch runs on the {theirs['blas']} BLAS, not OpenBLAS: apt-get install libopenblas0-pthread", file=sys.stderr)
+    print(f"stformer build: {build}; FMA peak {peak:.1f} GFLOP/s per thread; PyTorch {theirs['torch']} on {theirs['blas']}; "
+          f"medians of {a.repetitions}")
+    print()
+    print("| case | stformer | PyTorch | PyTorch / stformer | stformer GFLOP/s | of FMA peak |")
+    print("|---|---|---|---|---|---|")
+    missing = []
+    for name, bench, threads, _ in cases:
+        if bench not in ours or name not in theirs:
+            missing.append(name)
+            continue
+        t, gflops = ours[bench]
+        tt = theirs[name]
+        g = f"{gflops:.1f}" if gflops else "–"
+        frac = f"{100 * gflops / (peak * threads):.0f}%" if gflops else "–"
+        print(f"| {name} | {fmt(t)} | {fmt(tt)} | {tt / t:.2f}× | {g} | {frac} |")
+    if missing:
+        print("compare_torch: cases that did not run: " + ", ".join(missing), file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

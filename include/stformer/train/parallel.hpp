@@ -1,0 +1,120 @@
+// Data-parallel training on a fixed pool of threads.
+//
+// ThreadPool(T) starts T − 1 threads once; run(n, f) calls f(i) for i in [0, n), task i on
+// thread i % T (the caller is thread 0), and returns when all are done. The assignment is
+// static and nothing is allocated per call.
+//
+// Training splits a batch into chunks and the chunks over a fixed number of lanes: lane l owns
+// its own activations and gradient accumulator and handles chunks l, l + Lanes, ...; the
+// lanes' gradients are then summed in lane order (add_grads). With the number of lanes fixed,
+// the floating-point operations and their order do not depend on the number of threads
+// (any T ≤ Lanes), so 1 and 2 threads give bit-identical parameters.
+// Training code only: it needs <thread>, which bare-metal builds do not include.
+#pragma once
+
+#include <condition_variable>
+#include <cstddef>
+#include <exception>
+#include <mutex>
+#include <thread>
+#include <type_traits>
+#include <vector>
+
+#include "../params.hpp"
+
+namespace stformer {
+
+class ThreadPool {
+ public:
+  explicit ThreadPool(size_t threads = 1) : size_(threads == 0 ? 1 : threads) {
+    for (size_t t = 1; t < size_; ++t) workers_.emplace_back([this, t] { work(t); });
+  }
+  ~ThreadPool() {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      stop_ = true;
+      ++generation_;
+    }
+    wake_.notify_all();
+    for (auto& w : workers_) w.join();
+  }
+  ThreadPool(const ThreadPool&) = delete;
+  ThreadPool& operator=(const ThreadPool&) = delete;
+
+  size_t size() const { return size_; }
+
+  // f(i) for i in [0, tasks); task i runs on thread i % size(), tasks of one thread in
+  // increasing order. An exception thrown by a task is rethrown here (the first one).
+  template <class F>
+  void run(size_t tasks, F&& f) {
+    using Fn = std::remove_reference_t<F>;
+    if (size_ == 1 || tasks <= 1) {
+      for (size_t i = 0; i < tasks; ++i) f(i);
+      return;
+    }
+    fn_ = static_cast<void*>(&f);
+    call_ = [](void* fn, size_t i) { (*static_cast<Fn*>(fn))(i); };
+    tasks_ = tasks;
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      pending_ = size_ - 1;
+      ++generation_;
+    }
+    wake_.notify_all();
+    share(0);
+    std::unique_lock<std::mutex> lock(mutex_);
+    done_.wait(lock, [this] { return pending_ == 0; });
+    if (error_) {
+      std::exception_ptr e = std::move(error_);
+      error_ = nullptr;
+      std::rethrow_exception(e);
+    }
+  }
+
+ private:
+  void share(size_t thread) {
+    try {
+      for (size_t i = thread; i < tasks_; i += size_) call_(fn_, i);
+    } catch (...) {
+      std::lock_guard<std::mutex> lock(mutex_);
+      if (!error_) error_ = std::current_exception();
+    }
+  }
+  void work(size_t thread) {
+    size_t seen = 0;
+    for (;;) {
+      {
+        std::unique_lock<std::mutex> lock(mutex_);
+        wake_.wait(lock, [&] { return generation_ != seen; });
+        seen = generation_;
+        if (stop_) return;
+      }
+      share(thread);
+      std::lock_guard<std::mutex> lock(mutex_);
+      if (--pending_ == 0) done_.notify_one();
+    }
+  }
+
+  size_t size_;
+  std::vector<std::thread> workers_;
+  std::mutex mutex_;
+  std::condition_variable wake_, done_;
+  size_t generation_ = 0, pending_ = 0, tasks_ = 0;
+  bool stop_ = false;
+  void* fn_ = nullptr;
+  void (*call_)(void*, size_t) = nullptr;
+  std::exception_ptr error_;
+};
+
+// into += from, parameter by parameter (the gradients of two lanes), split over pool.
+template <class M, class Pool = Serial>
+void add_grads(M& into, const M& from, Pool&& pool = Pool{}) {
+  for_each_param_part(
+      pool, pool.size(),
+      [](size_t, size_t, size_t n, float* x, const float* y) {
+        for (size_t i = 0; i < n; ++i) x[i] += y[i];
+      },
+      into, from);
+}
+
+}  // namespace stformer
