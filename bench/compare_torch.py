@@ -10,7 +10,8 @@ count, and prints: case, stformer's median, PyTorch's median, PyTorch / stformer
 stformer's GFLOP/s as a fraction of the FMA peak measured by the same binary (per thread used).
 
 PyTorch runs at its best: OPENBLAS_CORETYPE is unset (this machine's environment sets it and
-halves OpenBLAS's GEMM speed), glibc keeps freed memory for reuse
+halves OpenBLAS's GEMM speed), one process per thread count with OMP_NUM_THREADS set and
+OpenBLAS on one thread (its own threads fight PyTorch's), glibc keeps freed memory for reuse
 (GLIBC_TUNABLES=glibc.malloc.mmap_max=0:...; fresh pages are slow here), gradients are kept
 between steps as PyTorch's optimisers do, and a warning is printed when Debian's python3-torch
 is not running on OpenBLAS (apt-get install libopenblas0-pthread; the reference BLAS is ~4x
@@ -171,14 +172,23 @@ def torch_worker(repetitions, selected):
 
 
 def run_torch(repetitions, selected):
-    env = dict(os.environ)
-    env.pop("OPENBLAS_CORETYPE", None)
-    env["GLIBC_TUNABLES"] = "glibc.malloc.mmap_max=0:glibc.malloc.trim_threshold=68719476736:glibc.malloc.top_pad=1073741824"
-    cmd = ["/usr/bin/python3", os.path.abspath(__file__), "--torch-worker", "--repetitions", str(repetitions)]
-    for s in selected:
-        cmd += ["--case", s]
-    out = subprocess.run(cmd, check=True, capture_output=True, text=True, env=env).stdout
-    return json.loads(out.strip().splitlines()[-1])
+    """One worker process per thread count (OMP_NUM_THREADS = threads, OpenBLAS itself on one
+    thread: the fastest of the settings tried here; OpenBLAS's own threads fighting PyTorch's
+    made 2-thread steps 2x slower than 1-thread ones)."""
+    results = {}
+    for threads in sorted({c[2] for c in CASES if c[0] in selected}):
+        env = dict(os.environ)
+        env.pop("OPENBLAS_CORETYPE", None)
+        env["GLIBC_TUNABLES"] = "glibc.malloc.mmap_max=0:glibc.malloc.trim_threshold=68719476736:glibc.malloc.top_pad=1073741824"
+        env["OMP_NUM_THREADS"] = str(threads)
+        env["OPENBLAS_NUM_THREADS"] = "1"
+        cmd = ["/usr/bin/python3", os.path.abspath(__file__), "--torch-worker", "--repetitions", str(repetitions)]
+        for name, _, t, _ in CASES:
+            if name in selected and t == threads:
+                cmd += ["--case", name]
+        out = subprocess.run(cmd, check=True, capture_output=True, text=True, env=env).stdout
+        results.update(json.loads(out.strip().splitlines()[-1]))
+    return results
 
 
 def fmt(seconds):

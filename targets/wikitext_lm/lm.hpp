@@ -85,8 +85,12 @@ struct Run {
     }
   }
 
-  // One optimiser step on the next batch of shuffled training samples; returns the loss.
+  // One optimiser step on the next batch of shuffled training samples at the schedule's
+  // learning rate for o.steps steps; returns the loss.
   float step(const std::vector<std::int32_t>& train, const TrainOptions& o) {
+    return step(train, o, Schedule{Schedule::warmup_cosine, o.lr, o.steps, o.warmup}(state.step));
+  }
+  float step(const std::vector<std::int32_t>& train, const TrainOptions& o, float lr) {
     STFORMER_CHECK(train.size() > L + B, "lm: the training stream is shorter than one batch of windows");
     if (order.empty() || cursor + B > order.size()) {  // a new pass: shuffle every position t >= L
       order.resize(train.size() - L);
@@ -107,11 +111,10 @@ struct Run {
     for (size_t l = 1; l < Lanes; ++l) add_grads(grad(), (*lanes)[l].grad, pool), loss += (*lanes)[l].loss;
     STFORMER_CHECK(std::isfinite(loss), "lm: the loss is not finite");
     if (o.clip > 0) clip_grad_norm(grad(), o.clip, pool, Lanes);
-    Schedule schedule{Schedule::warmup_cosine, o.lr, o.steps, o.warmup};
     if (o.sgd)
-      sgd->step(*model, grad(), schedule(state.step), pool);
+      sgd->step(*model, grad(), lr, pool);
     else
-      adamw->step(*model, grad(), schedule(state.step), pool);
+      adamw->step(*model, grad(), lr, pool);
     ++state.step;
     return float(loss);
   }

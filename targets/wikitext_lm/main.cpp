@@ -1,11 +1,16 @@
 // wikitext_lm — SPEC Example 2: encoder blocks + attention pooling predicting the next word.
 //
-//   wikitext_lm train    --data DIR [--steps N] [--seed S] [--lr LR] [--sgd] [--checkpoint P]
-//                        [--eval-every N] [--eval-positions N] [--save-every N] [--resume P]
+//   wikitext_lm train    --data DIR [--steps N | --minutes M] [--threads T] [--seed S] [--lr LR]
+//                        [--sgd] [--checkpoint P] [--curve CSV] [--eval-every N]
+//                        [--eval-positions N] [--save-every N] [--resume P]
 //   wikitext_lm eval     --checkpoint P --data DIR [--split valid|test]
 //   wikitext_lm predict  --checkpoint P --context "words ..." [--top 10]
 //   wikitext_lm generate --checkpoint P --prompt "words ..." [--words 30] [--temperature 1]
 //                        [--top-k 40] [--seed S]
+//   wikitext_lm plot     --curve CSV [--compare CSV] [--output curve.png]
+//
+// The learning curve (--curve) is a CSV: step, minutes, train_loss (mean over the last 100
+// steps), valid_ppl (empty between validations); bench/lm_torch.py writes the same columns.
 //
 // The checkpoint holds the model under SPEC's names, the vocabulary ("state.vocab", U8: the
 // words in id order, one per line) and, from `train`, the optimiser and generator state.
@@ -13,10 +18,12 @@
 
 #include <chrono>
 #include <cstdio>
+#include <fstream>
 #include <sstream>
 #include <thread>
 
 #include <stformer/corpus.hpp>
+#include <stformer/gnuplot.hpp>
 
 #include "lm.hpp"
 
@@ -93,8 +100,18 @@ std::vector<double> next_word(Inference& run, double temperature = 1.0) {
   return p;
 }
 
-int train(const std::string& data, std::int64_t steps, std::uint64_t seed, size_t threads, lm::TrainOptions o, const std::string& checkpoint,
-          std::int64_t eval_every, size_t eval_positions, std::int64_t save_every, const std::string& resume) {
+struct Budget {
+  std::int64_t steps = 1000;
+  double minutes = 0;  // > 0: a time budget instead of steps
+};
+
+// Trains. With a time budget the schedule's length is estimated once, at the end of warm-up,
+// from the steps per second so far (warm-up: SPEC's 500 steps, or a quarter of a step budget
+// under 2,000); training stops when the time or those steps run out. Validation time is not
+// counted. A time budget depends on the machine's speed: only a step budget is reproducible
+// from the seed.
+int train(const std::string& data, Budget budget, std::uint64_t seed, size_t threads, lm::TrainOptions o, const std::string& checkpoint,
+          const std::string& curve, std::int64_t eval_every, size_t eval_positions, std::int64_t save_every, const std::string& resume) {
   auto t_read = std::chrono::steady_clock::now();
   Corpus c = Corpus::read(data);
   check_vocabulary(c.vocab, "corpus " + data);
@@ -108,36 +125,91 @@ int train(const std::string& data, std::int64_t steps, std::uint64_t seed, size_
       load_checkpoint(resume, *run->model, *run->adamw, run->state);
     std::printf("resumed from %s at step %lld\n", resume.c_str(), (long long)run->state.step);
   }
-  o.steps = steps;
-  o.warmup = std::min<std::int64_t>(o.warmup, steps / 4);  // SPEC: 500; short runs warm up over a quarter
-  std::printf("training %zu parameters, batch %zu, %lld steps, %s lr %g\n", param_count(*run->model), B, (long long)steps,
-              o.sgd ? "SGD (Nesterov 0.9, decay 1e-4)" : "AdamW (decay 0.01, warm-up 500, cosine)", o.lr);
+  const bool timed = budget.minutes > 0;
+  o.steps = timed ? std::int64_t(1) << 40 : budget.steps;  // a time budget: set after warm-up
+  if (!timed) o.warmup = std::min<std::int64_t>(o.warmup, budget.steps / 4);  // SPEC: 500; short runs warm up over a quarter
+  std::printf("training %zu parameters, batch %zu, %s, %zu thread%s, %s lr %g\n", param_count(*run->model), B,
+              timed ? (std::to_string(budget.minutes) + " minutes").c_str() : (std::to_string(budget.steps) + " steps").c_str(),
+              run->pool.size(), run->pool.size() > 1 ? "s" : "",
+              o.sgd ? "SGD (Nesterov 0.9, decay 1e-4)" : "AdamW (decay 0.01, warm-up, cosine)", o.lr);
+  std::ofstream csv;
+  if (!curve.empty()) {
+    csv.open(curve, resume.empty() ? std::ios::trunc : std::ios::app);
+    if (!csv) throw std::runtime_error("cannot write the learning curve to " + curve);
+    if (resume.empty()) csv << "step,minutes,train_loss,valid_ppl\n";
+  }
   auto start = std::chrono::steady_clock::now();
+  double paused = 0;  // seconds of validation: not training time
+  auto seconds_since = [](auto t) { return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count(); };
+  auto minutes = [&] { return (seconds_since(start) - paused) / 60; };
   std::int64_t first = run->state.step;
   double loss_sum = 0;
   int loss_count = 0;
-  while (run->state.step < steps) {
-    loss_sum += run->step(c.train, o);
-    ++loss_count;
+  for (;;) {
     std::int64_t s = run->state.step;
-    if (s % 100 == 0 || s == steps) {
-      double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-      double rate = double(s - first) / seconds;
-      Schedule schedule{Schedule::warmup_cosine, o.lr, o.steps, o.warmup};
-      std::printf("step %7lld  loss %.4f  %6.0f samples/s  lr %.2e  ETA %5.0f s\n", (long long)s, loss_sum / loss_count, rate * B,
-                  schedule(s), double(steps - s) / rate);
+    if (s >= o.steps || (timed && minutes() >= budget.minutes)) break;
+    float lr = Schedule{Schedule::warmup_cosine, o.lr, o.steps, o.warmup}(s);
+    loss_sum += run->step(c.train, o, lr);
+    ++loss_count;
+    s = run->state.step;
+    if (timed && s == first + o.warmup) {  // the schedule's length, from the warm-up's speed
+      double per_minute = double(s - first) / minutes();
+      o.steps = s + std::max<std::int64_t>(1, std::int64_t(per_minute * (budget.minutes - minutes())));
+      std::printf("warm-up done: %.0f steps per minute, schedule of %lld steps\n", per_minute, (long long)o.steps);
+    }
+    bool last = s >= o.steps || (timed && minutes() >= budget.minutes);
+    bool validate = eval_every > 0 && (s % eval_every == 0 || last);
+    if (s % 100 == 0 || last) {
+      double m = minutes(), rate = double(s - first) / (m * 60);
+      double left = timed ? (budget.minutes - m) * 60 : double(o.steps - s) / rate;
+      std::printf("step %7lld  loss %.4f  %6.0f tokens/s  lr %.2e  ETA %5.0f s\n", (long long)s, loss_sum / loss_count, rate * B,
+                  Schedule{Schedule::warmup_cosine, o.lr, o.steps, o.warmup}(s), std::max(0.0, left));
       std::fflush(stdout);
+      if (csv.is_open() && !validate) csv << s << ',' << m << ',' << loss_sum / loss_count << ",\n" << std::flush;
+      if (!validate) loss_sum = 0, loss_count = 0;
+    }
+    if (validate) {
+      double m = minutes();
+      auto t_eval = std::chrono::steady_clock::now();
+      double ppl = std::exp(run->mean_nll(c.valid, L, L + eval_positions));
+      paused += seconds_since(t_eval);
+      std::printf("step %7lld  validation perplexity %.2f (first %zu positions)\n", (long long)s, ppl, eval_positions);
+      if (csv.is_open()) csv << s << ',' << m << ',' << (loss_count ? loss_sum / loss_count : NAN) << ',' << ppl << '\n' << std::flush;
       loss_sum = 0, loss_count = 0;
     }
-    if (eval_every > 0 && s % eval_every == 0)
-      std::printf("step %7lld  validation perplexity %.2f (first %zu positions)\n", (long long)s,
-                  std::exp(run->mean_nll(c.valid, L, L + eval_positions)), eval_positions);
     if (save_every > 0 && s % save_every == 0 && !checkpoint.empty()) save(checkpoint, *run, c.vocab, o);
   }
+  std::printf("%lld steps in %.1f minutes of training (validation not counted)\n", (long long)(run->state.step - first), minutes());
   if (!checkpoint.empty()) {
     save(checkpoint, *run, c.vocab, o);
     std::printf("checkpoint: %s\n", checkpoint.c_str());
   }
+  return 0;
+}
+
+// The learning curve(s): training loss and validation perplexity against steps and minutes.
+int plot(const std::string& curve, const std::string& compare, const std::string& png) {
+  for (const auto& f : {curve, compare})
+    if (!f.empty() && !std::ifstream(f)) throw std::runtime_error("cannot read the learning curve " + f);
+  std::ostringstream g;
+  g << "set terminal pngcairo size 1400,900\nset output '" << png << "'\nset datafile separator ','\nset key autotitle columnhead\n"
+    << "set multiplot layout 2,2 title 'WikiText-2 language model: learning curves'\nset grid\n";
+  auto series = [&](int x, int y, const char* what) {
+    g << "plot '" << curve << "' using " << x << ':' << y << " with lines lw 2 title 'stformer " << what << "'";
+    if (!compare.empty()) g << ", '" << compare << "' using " << x << ':' << y << " with lines lw 2 title 'PyTorch " << what << "'";
+    g << '\n';
+  };
+  g << "set xlabel 'step'\nset ylabel 'training loss'\n";
+  series(1, 3, "train loss");
+  g << "set xlabel 'minutes'\n";
+  series(2, 3, "train loss");
+  g << "set xlabel 'step'\nset ylabel 'validation perplexity'\nset logscale y\n";
+  series(1, 4, "valid ppl");
+  g << "set xlabel 'minutes'\n";
+  series(2, 4, "valid ppl");
+  g << "unset multiplot\n";
+  gnuplot(g.str());
+  std::printf("%s\n", png.c_str());
   return 0;
 }
 
@@ -147,7 +219,8 @@ int main(int argc, char** argv) {
   CLI::App app{"wikitext_lm: SPEC Example 2, a WikiText-2 language model trained and used by stformer"};
   app.require_subcommand(1);
   std::string data, checkpoint, resume, split = "test", text;
-  std::int64_t steps = 1000, eval_every = 1000, save_every = 0;
+  std::int64_t eval_every = 1000, save_every = 0;
+  std::string curve, compare, png = "lm_curve.png";
   size_t eval_positions = 20000, top = 10, words = 30, top_k = 40;
   std::uint64_t seed = 0;
   double temperature = 1.0;
@@ -155,7 +228,12 @@ int main(int argc, char** argv) {
 
   auto* t = app.add_subcommand("train", "train on DIR/train.txt, with validation perplexity and checkpoints");
   t->add_option("--data", data, "WikiText-2 folder (train.txt, valid.txt, test.txt)")->required()->check(CLI::ExistingDirectory);
-  t->add_option("--steps", steps, "optimiser steps (the schedule's length)")->check(CLI::Range(std::int64_t{1}, std::int64_t{1} << 40))->capture_default_str();
+  Budget budget;
+  auto* steps_opt = t->add_option("--steps", budget.steps, "optimiser steps (the schedule's length)")
+                        ->check(CLI::Range(std::int64_t{1}, std::int64_t{1} << 40))->capture_default_str();
+  t->add_option("--minutes", budget.minutes, "a time budget instead of --steps (the schedule fitted to it after warm-up)")
+      ->check(CLI::PositiveNumber)->excludes(steps_opt);
+  t->add_option("--curve", curve, "learning curve CSV (step, minutes, train_loss, valid_ppl)");
   t->add_option("--seed", seed, "seed of initialisation and sample order")->capture_default_str();
   t->add_option("--lr", o.lr, "peak learning rate")->check(CLI::PositiveNumber)->capture_default_str();
   t->add_flag("--sgd", o.sgd, "the seed's recipe: SGD, momentum 0.9, Nesterov, weight decay 1e-4");
@@ -183,13 +261,19 @@ int main(int argc, char** argv) {
   g->add_option("--top-k", top_k, "sample among the k most likely words")->check(CLI::Range(size_t{1}, V))->capture_default_str();
   g->add_option("--seed", seed, "seed of the sampling")->capture_default_str();
 
+  auto* pl = app.add_subcommand("plot", "learning curves (PNG through gnuplot) from train's --curve CSV");
+  pl->add_option("--curve", curve, "stformer's curve CSV")->required()->check(CLI::ExistingFile);
+  pl->add_option("--compare", compare, "a second curve in the same columns (bench/lm_torch.py's)")->check(CLI::ExistingFile);
+  pl->add_option("--output", png, "PNG file")->capture_default_str();
+
   size_t threads = std::clamp<size_t>(std::thread::hardware_concurrency(), 1, 2);
   for (auto* cmd : {t, e})
     cmd->add_option("--threads", threads, "threads, 1 or 2 (the results do not depend on it)")->check(CLI::Range(1, 2))->capture_default_str();
 
   CLI11_PARSE(app, argc, argv);
   try {
-    if (*t) return train(data, steps, seed, threads, o, checkpoint, eval_every, eval_positions, save_every, resume);
+    if (*t) return train(data, budget, seed, threads, o, checkpoint, curve, eval_every, eval_positions, save_every, resume);
+    if (*pl) return plot(curve, compare, png);
     if (*e) {
       auto run = std::make_unique<LmRun>(0, threads);
       Vocabulary vocab = load_model(checkpoint, *run->model);

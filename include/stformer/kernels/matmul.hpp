@@ -38,15 +38,21 @@ inline void nt_tile(const float* A, size_t lda, const float* B, size_t ldb, floa
     }
 }
 
-template <size_t R, size_t N, size_t K>
-inline void nt_rows(const float* A, size_t lda, const float* B, size_t ldb, float* C, size_t ldc,
-                    float alpha, const float* bias) {
-  constexpr size_t TC = 4;
+// C[M,N] by dot products along K, in tiles of 4 rows of A × 4 rows of B; the rows of B are
+// the outer loop, so that B (a large weight) streams through once while A stays in cache.
+template <size_t M, size_t N, size_t K>
+inline void nt_dots(const float* A, size_t lda, const float* B, size_t ldb, float* C, size_t ldc, float alpha,
+                    const float* bias) {
+  constexpr size_t TR = 4, TC = 4;
+  auto rows = [&]<size_t Cn>(size_t j) {
+    size_t i = 0;
+    for (; i + TR <= M; i += TR) nt_tile<TR, Cn, K>(A + i * lda, lda, B + j * ldb, ldb, C + i * ldc + j, ldc, alpha, bias ? bias + j : nullptr);
+    if constexpr (M % TR != 0)
+      nt_tile<M % TR, Cn, K>(A + i * lda, lda, B + j * ldb, ldb, C + i * ldc + j, ldc, alpha, bias ? bias + j : nullptr);
+  };
   size_t j = 0;
-  for (; j + TC <= N; j += TC)
-    nt_tile<R, TC, K>(A, lda, B + j * ldb, ldb, C + j, ldc, alpha, bias ? bias + j : nullptr);
-  if constexpr (N % TC != 0)
-    nt_tile<R, N % TC, K>(A, lda, B + j * ldb, ldb, C + j, ldc, alpha, bias ? bias + j : nullptr);
+  for (; j + TC <= N; j += TC) rows.template operator()<TC>(j);
+  if constexpr (N % TC != 0) rows.template operator()<N % TC>(j);
 }
 
 // R rows × NV vectors of columns of C (+)= op(A) · B, where op(A)[r, k] = A[r·ars + k·aks]
@@ -142,16 +148,15 @@ inline void panel_tile(const float* A, size_t lda, const float* P, float* C, siz
 
 // C[M,N] = alpha · A[M,K] · B[N,K]ᵀ (+ bias[N]). SIMD builds pack Bᵀ in panels of NV·W
 // columns (on the stack: K · NV·W floats) and broadcast A's entries against them, which needs
-// no horizontal sums; the one-lane build, and few rows (M < 8, where packing B would cost as
-// much as the product: one token through a 33,278-word head), take dot products along K.
+// no horizontal sums. The one-lane build, and few rows against a long K (M < 4·W, K ≥ 8·W: a
+// batch of tokens through a 33,278-word head, where packing B would cost more than the
+// product) or very few rows (M < 8), take dot products along K instead.
 template <size_t M, size_t N, size_t K>
 inline void matmul_nt(const float* A, size_t lda, const float* B, size_t ldb, float* C, size_t ldc, float alpha = 1.0f,
                       const float* bias = nullptr) {
   constexpr size_t TR = 4;
-  if constexpr (W == 1 || M < 8) {
-    size_t i = 0;
-    for (; i + TR <= M; i += TR) detail::nt_rows<TR, N, K>(A + i * lda, lda, B, ldb, C + i * ldc, ldc, alpha, bias);
-    if constexpr (M % TR != 0) detail::nt_rows<M % TR, N, K>(A + i * lda, lda, B, ldb, C + i * ldc, ldc, alpha, bias);
+  if constexpr (W == 1 || M < 8 || (M < 4 * W && K >= 8 * W)) {
+    detail::nt_dots<M, N, K>(A, lda, B, ldb, C, ldc, alpha, bias);
   } else {
     constexpr size_t NV = W >= 16 ? 4 : 2;  // panel width in vectors
     constexpr size_t NVused = (N + W - 1) / W < NV ? (N + W - 1) / W : NV;  // narrow outputs: fewer vectors
