@@ -11,11 +11,11 @@
 
 #include <stformer/stformer.hpp>
 
+#include "flops.hpp"
+
 using namespace stformer;
 
 namespace {
-
-constexpr double mha_flops(double B, double N, double D) { return B * (8 * N * D * D + 4 * N * N * D); }
 
 template <class Block, class Acts, size_t B, size_t N, size_t D>
 void run(benchmark::State& state, double flops) {
@@ -45,7 +45,7 @@ void BM_MultiHeadAttention(benchmark::State& state) {
 template <size_t B, size_t N, size_t D, size_t H>
 void BM_EncoderBlock(benchmark::State& state) {
   using Block = EncoderBlock<D, H, 4 * D>;
-  run<Block, ActsOf<Block, B, N>, B, N, D>(state, mha_flops(B, N, D) + B * 4.0 * N * D * (4 * D));
+  run<Block, ActsOf<Block, B, N>, B, N, D>(state, encoder_flops(B, N, D, 4 * D));
 }
 
 }  // namespace

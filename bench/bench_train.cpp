@@ -6,7 +6,7 @@
 //     Every GFLOP/s figure of this binary can be read as a fraction of this one (per thread).
 //   MaxValueStep<model>/threads: one training iteration of targets/max_value (500 sets × 50
 //     points: forward, loss, backward, optimiser). FLOP per set and block are counted for the
-//     encoder blocks of the pointer model as for EncoderBlock in bench_forward.cpp, × 3 for
+//     encoder blocks of the pointer model (bench/flops.hpp), × 3 for
 //     forward + backward; `sets` is 500 per iteration.
 //   LmStep/threads: one training step of SPEC's default language model (batch 32 windows of
 //     32 tokens: forward, cross-entropy over 33,278 words, backward, clipping, AdamW) on random
@@ -21,6 +21,7 @@
 
 #include <stformer/kernels/vec.hpp>
 
+#include "flops.hpp"
 #include "lm.hpp"
 #include "max_value.hpp"
 
@@ -44,11 +45,6 @@ void BM_FmaPeak(benchmark::State& state) {
   }
   state.counters["GFLOP"] = benchmark::Counter(2e-9 * double(W) * C * iterations, benchmark::Counter::kIsIterationInvariantRate);
   state.counters["lanes"] = double(W);
-}
-
-// Encoder-block FLOP of B sets of N tokens (as bench_forward.cpp).
-constexpr double encoder_flops(double B, double N, double D, double F) {
-  return B * (8 * N * D * D + 4 * N * N * D + 4 * N * D * F);
 }
 
 template <class Net>

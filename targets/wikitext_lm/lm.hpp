@@ -28,16 +28,16 @@ struct TrainOptions {
   bool sgd = false;            // the seed's recipe: SGD, momentum 0.9, Nesterov, weight decay 1e-4
 };
 
-// Negative log-likelihood of target t under logits z [V] (stable; exp in float, sums in
-// double); scratch [V] is overwritten.
+// Negative log-likelihood of target t under logits z [V]; scratch [V] is overwritten.
 template <size_t V>
 double nll_of(const float* z, std::int32_t t, float* scratch) {
-  float m = kernels::row_max<V>(z);
-  std::copy_n(z, V, scratch);
-  kernels::exp_shifted<V>(scratch, m);
-  double e = 0;
-  for (size_t v = 0; v < V; ++v) e += scratch[v];
-  return std::log(e) + m - z[t];
+  float m;
+  return std::log(exp_shifted_sum<V>(z, scratch, m)) + m - z[t];
+}
+
+// SPEC's schedule: linear warm-up over o.warmup steps, then cosine to 0 at o.steps.
+inline float learning_rate(const TrainOptions& o, std::int64_t step) {
+  return Schedule{Schedule::warmup_cosine, o.lr, o.steps, o.warmup}(step);
 }
 
 // Model, optimisers and the batch's workspace, allocated once. The batch of B windows is
@@ -88,7 +88,7 @@ struct Run {
   // One optimiser step on the next batch of shuffled training samples at the schedule's
   // learning rate for o.steps steps; returns the loss.
   float step(const std::vector<std::int32_t>& train, const TrainOptions& o) {
-    return step(train, o, Schedule{Schedule::warmup_cosine, o.lr, o.steps, o.warmup}(state.step));
+    return step(train, o, learning_rate(o, state.step));
   }
   float step(const std::vector<std::int32_t>& train, const TrainOptions& o, float lr) {
     STFORMER_CHECK(train.size() > L + B, "lm: the training stream is shorter than one batch of windows");

@@ -148,7 +148,7 @@ int train(const std::string& data, Budget budget, std::uint64_t seed, size_t thr
   for (;;) {
     std::int64_t s = run->state.step;
     if (s >= o.steps || (timed && minutes() >= budget.minutes)) break;
-    float lr = Schedule{Schedule::warmup_cosine, o.lr, o.steps, o.warmup}(s);
+    float lr = lm::learning_rate(o, s);
     loss_sum += run->step(c.train, o, lr);
     ++loss_count;
     s = run->state.step;
@@ -163,7 +163,7 @@ int train(const std::string& data, Budget budget, std::uint64_t seed, size_t thr
       double m = minutes(), rate = double(s - first) / (m * 60);
       double left = timed ? (budget.minutes - m) * 60 : double(o.steps - s) / rate;
       std::printf("step %7lld  loss %.4f  %6.0f tokens/s  lr %.2e  ETA %5.0f s\n", (long long)s, loss_sum / loss_count, rate * B,
-                  Schedule{Schedule::warmup_cosine, o.lr, o.steps, o.warmup}(s), std::max(0.0, left));
+                  lm::learning_rate(o, s), std::max(0.0, left));
       std::fflush(stdout);
       if (csv.is_open() && !validate) csv << s << ',' << m << ',' << loss_sum / loss_count << ",\n" << std::flush;
       if (!validate) loss_sum = 0, loss_count = 0;

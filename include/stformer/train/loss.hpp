@@ -27,6 +27,18 @@ constexpr size_t last_dim() {
 }
 }  // namespace detail
 
+// e = exp(z − max z) over a row of C logits (stable); returns Σ e, summed in double (C may be
+// 33,278), and the maximum in m. Then −log softmax(z)[t] = log(Σ e) + m − z[t].
+template <size_t C>
+double exp_shifted_sum(const float* z, float* e, float& m) {
+  m = kernels::row_max<C>(z);
+  for (size_t c = 0; c < C; ++c) e[c] = z[c];
+  kernels::exp_shifted<C>(e, m);
+  double total = 0;
+  for (size_t c = 0; c < C; ++c) total += e[c];
+  return total;
+}
+
 template <size_t... S>
 float mse_loss(const Tensor<S...>& pred, const Tensor<S...>& target, Tensor<S...>& grad) {
   constexpr size_t n = (S * ...);
@@ -83,11 +95,8 @@ float cross_entropy(const Tensor<S...>& logits, const IdTensor<R>& target, Tenso
     STFORMER_CHECK(t >= 0 && size_t(t) < C, "cross_entropy: target outside [0, C)");
     const float* z = logits.data() + r * C;
     float* g = grad.data() + r * C;
-    float m = kernels::row_max<C>(z);
-    for (size_t c = 0; c < C; ++c) g[c] = z[c];
-    kernels::exp_shifted<C>(g, m);  // g = exp(z − m)
-    double total = 0;               // summed again in double: C may be 33,278
-    for (size_t c = 0; c < C; ++c) total += g[c];
+    float m;
+    double total = exp_shifted_sum<C>(z, g, m);  // g = exp(z − m)
     sum += std::log(total) + m - z[t];
     kernels::scale<C>(g, float(1.0 / (total * n)));
     g[t] -= float(1.0 / n);
