@@ -42,6 +42,13 @@ void BM_MultiHeadAttention(benchmark::State& state) {
   run<Block, ActsOf<Block, B, N, N>, B, N, D>(state, mha_flops(B, N, D));
 }
 
+// The inference path: tiles of 32 queries × 64 keys with an online softmax (no N × N matrix).
+template <size_t B, size_t N, size_t D, size_t H>
+void BM_MultiHeadAttentionInfer(benchmark::State& state) {
+  using Block = MultiHeadAttention<D, D, D, H>;
+  run<Block, typename Block::template Infer<B, N, N>, B, N, D>(state, mha_flops(B, N, D));
+}
+
 template <size_t B, size_t N, size_t D, size_t H>
 void BM_EncoderBlock(benchmark::State& state) {
   using Block = EncoderBlock<D, H, 4 * D>;
@@ -56,6 +63,10 @@ BENCHMARK(BM_MultiHeadAttention<1, 64, 64, 4>);
 BENCHMARK(BM_MultiHeadAttention<1, 128, 128, 8>);
 BENCHMARK(BM_MultiHeadAttention<1, 256, 128, 8>);
 BENCHMARK(BM_MultiHeadAttention<32, 64, 64, 4>);
+BENCHMARK(BM_MultiHeadAttentionInfer<1, 16, 64, 4>);
+BENCHMARK(BM_MultiHeadAttentionInfer<1, 64, 64, 4>);
+BENCHMARK(BM_MultiHeadAttentionInfer<1, 128, 128, 8>);
+BENCHMARK(BM_MultiHeadAttentionInfer<1, 256, 128, 8>);
 BENCHMARK(BM_EncoderBlock<1, 16, 64, 4>);
 BENCHMARK(BM_EncoderBlock<1, 64, 64, 4>);
 BENCHMARK(BM_EncoderBlock<1, 128, 128, 8>);

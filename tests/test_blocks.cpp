@@ -120,6 +120,36 @@ TEST_CASE("MultiHeadAttention: cross attention, causal, key padding, all-masked 
   }
 }
 
+TEST_CASE("MultiHeadAttention::Infer: tiles with an online softmax, workspace linear in N") {
+  Rng rng(4);
+  constexpr size_t B = 3, Nq = 40, Nk = 150, Dq = 12, Dkv = 20, D = 16, H = 2;
+  using MHA = MultiHeadAttention<Dq, Dkv, D, H>;
+  auto p = make<MHA>();
+  test::randomize(*p, rng);
+  Tensor<B, Nq, Dq> xq;
+  Tensor<B, Nk, Dkv> xkv;
+  fill(xq, rng);
+  fill(xkv, rng);
+  const auto keys = test::lengths_mask<B, Nk>({150, 70, 0});  // batch row 2: every key masked
+  auto inf = make<MHA::Infer<B, Nq, Nk, 16, 64>>();          // 16 × 64 tiles, both with a remainder
+  for (bool causal : {false, true})
+    for (const KeyMask<B, Nk>* km : {(const KeyMask<B, Nk>*)nullptr, &keys}) {
+      CAPTURE(causal);
+      CAPTURE(km != nullptr);
+      inf->forward(*p, xq, xkv, Mask<B, Nk>{.causal = causal, .keys = km});
+      for (size_t b = 0; b < B; ++b)
+        ref::check_close(inf->out, b, ref::mha(ref::row(xq, b), ref::row(xkv, b), *p, H, 1 / std::sqrt(8.0), causal, test::mask_row(km, b)));
+      if (km)
+        for (size_t i = 0; i < Nq; ++i)
+          for (size_t c = 0; c < D; ++c) CHECK(inf->out(2, i, c) == p->wo.bias(c));
+    }
+  // q, heads, out [Nq, D], k, v [Nk, D] and one tile: no Nq × Nk term.
+  using S = MultiHeadAttention<64, 64, 64, 4>;
+  constexpr size_t s1 = sizeof(S::Infer<1, 256, 256>), s2 = sizeof(S::Infer<1, 512, 512>), s4 = sizeof(S::Infer<1, 1024, 1024>);
+  CHECK(s2 - s1 == 256 * 5 * 64 * sizeof(float));
+  CHECK(s4 - s2 == 512 * 5 * 64 * sizeof(float));
+}
+
 TEST_CASE("EncoderBlock and DecoderBlock") {
   Rng rng(4);
   constexpr size_t B = 2, N = 9, M = 6, D = 16, H = 2, F = 40;

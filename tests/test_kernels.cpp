@@ -175,3 +175,19 @@ TEST_CASE_TEMPLATE("matmul_tn (C += Aᵀ B), matmul_nn accumulating, add_column_
     for (size_t j = 0; j < N; ++j) want_sums[j] += rows[r * N + j];
   check_near(sums, want_sums);
 }
+
+TEST_CASE("hsums: each vector's sum, in order, for whole groups and a remainder") {
+  using namespace stformer::kernels;
+  constexpr size_t n = 37;
+  alignas(64) float x[n * W];
+  for (size_t i = 0; i < n * W; ++i) x[i] = float((i * 7919) % 1000);  // integers: every order of addition is exact
+  vf v[n];
+  for (size_t i = 0; i < n; ++i) v[i] = load(x + i * W);
+  float out[n];
+  hsums<n>(v, out);
+  for (size_t i = 0; i < n; ++i) {
+    float s = 0;
+    for (size_t j = 0; j < W; ++j) s += x[i * W + j];
+    CHECK(out[i] == s);
+  }
+}

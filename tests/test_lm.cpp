@@ -1,7 +1,7 @@
 // The language-model training code (targets/wikitext_lm/lm.hpp) on a small corpus written
 // here: a few steps lower the loss, two runs from one seed (on 1 and on 2 threads) agree to the
 // bit, and the batched perplexity equals a one-window-at-a-time computation over every
-// position t ≥ L.
+// position t ≥ L; a checkpoint brings model and vocabulary back.
 #include <doctest/doctest.h>
 
 #include <filesystem>
@@ -69,8 +69,48 @@ TEST_CASE("language model: loss falls, runs reproduce, batched perplexity = dire
       double direct = sum / double(c.test.size() - L);
       CHECK(run.mean_nll(c.test) == doctest::Approx(direct).epsilon(1e-5));
       MESSAGE("valid perplexity " << std::exp(before) << " -> " << std::exp(nll[r]) << "; test perplexity " << std::exp(direct));
+
+      // save/load round trip: model and vocabulary come back, and give the same perplexity
+      auto path = std::filesystem::temp_directory_path() / ("stformer_lm_ckpt_" + std::to_string(::getpid()) + ".safetensors");
+      run.save(path, c.vocab, o);
+      lm::Run<V, L, D, H, F, 1, 8> loaded(123);
+      Vocabulary vocab = lm::load_model(path, *loaded.model);
+      CHECK(vocab.serialize() == c.vocab.serialize());
+      CHECK(vocab.find("w7") == c.vocab.find("w7"));
+      size_t differ = 0;
+      for_each_param([&](const Path&, Init, const auto& a, const auto& b) { differ += !std::equal(a.begin(), a.end(), b.begin()); },
+                     *run.model, *loaded.model);
+      CHECK(differ == 0);
+      CHECK(loaded.mean_nll(c.test) == run.mean_nll(c.test));
+      auto bigger = std::make_unique<LanguageModel<V + 1, L, D, H, F, 1>>();  // a model of another vocabulary size
+      CHECK_THROWS_WITH_AS(lm::load_model(path, *bigger), doctest::Contains("this build's model has V = 12"), std::runtime_error);
+      std::filesystem::remove(path);
     }
   }
   CHECK(losses[0] == losses[1]);
   CHECK(nll[0] == nll[1]);
+}
+
+TEST_CASE("language model: windows and the shuffled pass over every training position") {
+  Corpus c = small_corpus();
+  using Run = lm::Run<V, L, D, H, F, 1, 8>;
+  Run run(2);
+  lm::TrainOptions o;
+  run.step(c.train, o);
+  // one pass: every position t >= L of the training stream exactly once, not in stream order
+  std::vector<std::uint32_t> sorted = run.order;
+  std::sort(sorted.begin(), sorted.end());
+  std::vector<std::uint32_t> every(c.train.size() - L);
+  std::iota(every.begin(), every.end(), std::uint32_t(L));
+  CHECK(sorted == every);
+  CHECK(run.order != every);
+  // a sample: the window ids[t-L, t) and the next token ids[t]; rows past `count` repeat the last
+  auto lane = std::make_unique<Run::Lane>();
+  const std::uint32_t positions[] = {std::uint32_t(L), 17, 40};
+  Run::gather(*lane, c.train, positions, 3);
+  for (size_t b = 0; b < Run::Chunk; ++b) {
+    size_t t = positions[std::min<size_t>(b, 2)];
+    for (size_t i = 0; i < L; ++i) CHECK(lane->window(b, i) == c.train[t - L + i]);
+    CHECK(lane->next(b) == c.train[t]);
+  }
 }

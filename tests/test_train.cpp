@@ -321,7 +321,7 @@ TEST_CASE("ThreadPool: task i runs once, on thread i % T, and a task's exception
   }
 }
 
-TEST_CASE("split passes: every element once for any number of parts; optimiser steps on a pool equal serial ones bit for bit") {
+TEST_CASE("split passes: every element once for any number of parts; optimiser steps on a pool, and with clipping passed as grad_scale, equal serial ones bit for bit") {
   using Net = PointerModel<2, 16, 1, 64, 2>;
   auto ones = std::make_unique<Net>();
   for (size_t parts : {1, 2, 3, 7}) {
@@ -338,16 +338,29 @@ TEST_CASE("split passes: every element once for any number of parts; optimiser s
   ThreadPool pool(2);
   AdamW<Net> a, b;
   SGD<Net> s(SGDOptions{.momentum = 0.9f, .weight_decay = 1e-4f, .nesterov = true}), t(SGDOptions{.momentum = 0.9f, .weight_decay = 1e-4f, .nesterov = true});
+  auto r = std::make_unique<Net>(*p);  // clipping passed to the steps as grad_scale instead
+  AdamW<Net> c;
+  SGD<Net> u(SGDOptions{.momentum = 0.9f, .weight_decay = 1e-4f, .nesterov = true});
   for (int step = 0; step < 3; ++step) {
     for_each_param([&](const Path&, Init, auto& x) { for (auto& v : x) v = rng.normal(); }, *g);
-    auto h = std::make_unique<Net>(*g);
+    auto h = std::make_unique<Net>(*g), k = std::make_unique<Net>(*g);
+    double n2 = 0;
+    for_each_param([&](const Path&, Init, const auto& x) { for (float v : x) n2 += double(v) * v; }, *g);
+    const float scale = clip_scale(grad_norm(*k, pool, 2), 0.5f);
+    CHECK(grad_norm(*k) == doctest::Approx(std::sqrt(n2)).epsilon(1e-6));
     CHECK(clip_grad_norm(*g, 0.5f, Serial{}, 2) == clip_grad_norm(*h, 0.5f, pool, 2));
     a.step(*p, *g, 1e-2f);
     b.step(*q, *h, 1e-2f, pool);
+    c.step(*r, *k, 1e-2f, pool, scale);
     s.step(*p, *g, 1e-2f);
     t.step(*q, *h, 1e-2f, pool);
+    u.step(*r, *k, 1e-2f, Serial{}, scale);
   }
-  bool same = true;
-  for_each_param([&](const Path&, Init, const auto& x, const auto& y) { same = same && std::equal(x.begin(), x.end(), y.begin()); }, *p, *q);
-  CHECK(same);
+  size_t differ_pool = 0, differ_scale = 0;
+  for_each_param([&](const Path&, Init, const auto& x, const auto& y, const auto& z) {
+    differ_pool += !std::equal(x.begin(), x.end(), y.begin());
+    differ_scale += !std::equal(x.begin(), x.end(), z.begin());
+  }, *p, *q, *r);
+  CHECK(differ_pool == 0);
+  CHECK(differ_scale == 0);
 }

@@ -82,7 +82,7 @@ struct Task<PointerNet> {
   static constexpr bool fresh = false;  // SPEC: one batch of 500 training sets
   using Optimizer = AdamW<PointerNet>;
   static std::unique_ptr<Optimizer> optimizer() { return std::make_unique<Optimizer>(0.01f); }
-  static constexpr Schedule::Kind schedule = Schedule::constant;
+  static constexpr Schedule::Kind schedule = Schedule::cosine;  // SPEC: cosine annealing over the run
 
   template <size_t B>
   using Out = Tensor<B, 1, N>;  // log-probabilities over the points

@@ -10,9 +10,13 @@
 #include <cmath>
 #include <memory>
 #include <numeric>
+#include <span>
+#include <stdexcept>
+#include <string>
 #include <vector>
 
 #include <stformer/checkpoint.hpp>
+#include <stformer/corpus.hpp>
 #include <stformer/stformer.hpp>
 #include <stformer/train/parallel.hpp>
 
@@ -33,6 +37,28 @@ template <size_t V>
 double nll_of(const float* z, std::int32_t t, float* scratch) {
   float m;
   return std::log(exp_shifted_sum<V>(z, scratch, m)) + m - z[t];
+}
+
+template <size_t V>
+void check_vocabulary(const Vocabulary& vocab, const std::string& where) {
+  if (vocab.size() != V)
+    throw std::runtime_error(where + ": the vocabulary has " + std::to_string(vocab.size()) + " words; this build's model has V = " +
+                             std::to_string(V));
+}
+
+// Model and vocabulary from a checkpoint written by Run::save (a parameters-only file under
+// SPEC's names plus state.vocab is enough); a vocabulary whose size is not the model's V is
+// refused.
+template <size_t V, size_t L, size_t D, size_t H, size_t F, size_t Blocks>
+Vocabulary load_model(const std::string& path, LanguageModel<V, L, D, H, F, Blocks>& model) {
+  auto f = safetensors::File::read(path);
+  const auto* v = f.find("state.vocab");
+  if (v == nullptr || v->dtype != safetensors::Dtype::U8)
+    throw std::runtime_error("checkpoint " + path + ": no vocabulary (tensor 'state.vocab', U8)");
+  Vocabulary vocab = Vocabulary::deserialize({reinterpret_cast<const char*>(v->bytes.data()), v->bytes.size()});
+  check_vocabulary<V>(vocab, "checkpoint " + path);
+  load_params(f, model);
+  return vocab;
 }
 
 // SPEC's schedule: linear warm-up over o.warmup steps, then cosine to 0 at o.steps.
@@ -110,13 +136,30 @@ struct Run {
     double loss = (*lanes)[0].loss;
     for (size_t l = 1; l < Lanes; ++l) add_grads(grad(), (*lanes)[l].grad, pool), loss += (*lanes)[l].loss;
     STFORMER_CHECK(std::isfinite(loss), "lm: the loss is not finite");
-    if (o.clip > 0) clip_grad_norm(grad(), o.clip, pool, Lanes);
+    const float scale = o.clip > 0 ? clip_scale(grad_norm(grad(), pool, Lanes), o.clip) : 1.0f;  // clipping, in the step
     if (o.sgd)
-      sgd->step(*model, grad(), lr, pool);
+      sgd->step(*model, grad(), lr, pool, scale);
     else
-      adamw->step(*model, grad(), lr, pool);
+      adamw->step(*model, grad(), lr, pool, scale);
     ++state.step;
     return float(loss);
+  }
+
+  // A checkpoint: save_checkpoint's layout (the model under SPEC's names, the optimiser of
+  // o, the step and generator) plus the vocabulary as "state.vocab" (U8: the words in id
+  // order, one per line).
+  void save(const std::string& path, const Vocabulary& vocab, const TrainOptions& o) {
+    safetensors::Writer w;
+    w.set_metadata("model", "wikitext_lm");
+    w.set_metadata("config", "V=" + std::to_string(V) + " L=" + std::to_string(L) + " D=" + std::to_string(D) + " H=" + std::to_string(H) +
+                                 " F=" + std::to_string(F) + " blocks=" + std::to_string(Blocks) + " batch=" + std::to_string(B));
+    if (o.sgd)
+      add_checkpoint(w, *model, *sgd, state);
+    else
+      add_checkpoint(w, *model, *adamw, state);
+    std::string words = vocab.serialize();
+    w.add("state.vocab", safetensors::Dtype::U8, {words.size()}, std::as_bytes(std::span(words)));
+    w.write(path);
   }
 
   // Mean NLL over positions [first, last) of ids (each t ≥ L), B windows at a time split over

@@ -42,36 +42,7 @@ struct Inference {
   IdTensor<1, L> window;
 };
 
-void check_vocabulary(const Vocabulary& vocab, const std::string& where) {
-  if (vocab.size() != V)
-    throw std::runtime_error(where + ": the vocabulary has " + std::to_string(vocab.size()) + " words; this build's model has V = " +
-                             std::to_string(V) + " (SPEC's WikiText-2 configuration)");
-}
-
-void save(const std::string& path, LmRun& run, const Vocabulary& vocab, const lm::TrainOptions& o) {
-  safetensors::Writer w;  // save_checkpoint's layout plus the vocabulary
-  w.set_metadata("model", "wikitext_lm");
-  w.set_metadata("config", "V=33278 L=32 D=128 H=4 F=512 blocks=2 batch=32");
-  if (o.sgd)
-    add_checkpoint(w, *run.model, *run.sgd, run.state);
-  else
-    add_checkpoint(w, *run.model, *run.adamw, run.state);
-  std::string words = vocab.serialize();
-  w.add("state.vocab", safetensors::Dtype::U8, {words.size()}, std::as_bytes(std::span(words)));
-  w.write(path);
-}
-
-// Model and vocabulary from a checkpoint (a parameters-only file plus state.vocab is enough).
-Vocabulary load_model(const std::string& path, Model& model) {
-  auto f = safetensors::File::read(path);
-  const auto* v = f.find("state.vocab");
-  if (v == nullptr || v->dtype != safetensors::Dtype::U8)
-    throw std::runtime_error("checkpoint " + path + ": no vocabulary (tensor 'state.vocab', U8)");
-  Vocabulary vocab = Vocabulary::deserialize({reinterpret_cast<const char*>(v->bytes.data()), v->bytes.size()});
-  check_vocabulary(vocab, "checkpoint " + path);
-  load_params(f, model);
-  return vocab;
-}
+void check_vocabulary(const Vocabulary& vocab, const std::string& where) { lm::check_vocabulary<V>(vocab, where); }
 
 // The last L ids of text's words (unknown words are an error), left-padded with <eos>.
 void context_window(const Vocabulary& vocab, const std::string& text, IdTensor<1, L>& window) {
@@ -177,11 +148,11 @@ int train(const std::string& data, Budget budget, std::uint64_t seed, size_t thr
       if (csv.is_open()) csv << s << ',' << m << ',' << (loss_count ? loss_sum / loss_count : NAN) << ',' << ppl << '\n' << std::flush;
       loss_sum = 0, loss_count = 0;
     }
-    if (save_every > 0 && s % save_every == 0 && !checkpoint.empty()) save(checkpoint, *run, c.vocab, o);
+    if (save_every > 0 && s % save_every == 0 && !checkpoint.empty()) run->save(checkpoint, c.vocab, o);
   }
   std::printf("%lld steps in %.1f minutes of training (validation not counted)\n", (long long)(run->state.step - first), minutes());
   if (!checkpoint.empty()) {
-    save(checkpoint, *run, c.vocab, o);
+    run->save(checkpoint, c.vocab, o);
     std::printf("checkpoint: %s\n", checkpoint.c_str());
   }
   return 0;
@@ -276,7 +247,7 @@ int main(int argc, char** argv) {
     if (*pl) return plot(curve, compare, png);
     if (*e) {
       auto run = std::make_unique<LmRun>(0, threads);
-      Vocabulary vocab = load_model(checkpoint, *run->model);
+      Vocabulary vocab = lm::load_model(checkpoint, *run->model);
       Corpus c = Corpus::read(data);
       check_vocabulary(c.vocab, "corpus " + data);
       if (c.vocab.serialize() != vocab.serialize()) throw std::runtime_error("the corpus's vocabulary differs from the checkpoint's");
@@ -288,7 +259,7 @@ int main(int argc, char** argv) {
       return 0;
     }
     auto run = std::make_unique<Inference>();
-    Vocabulary vocab = load_model(checkpoint, run->model);
+    Vocabulary vocab = lm::load_model(checkpoint, run->model);
     context_window(vocab, text, run->window);
     if (*p) {
       auto prob = next_word(*run);

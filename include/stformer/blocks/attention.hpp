@@ -16,6 +16,9 @@
 // (Xavier-normal weights, zero biases).
 #pragma once
 
+#include <algorithm>
+#include <cmath>
+
 #include "../kernels/matmul.hpp"
 #include "../kernels/rowwise.hpp"
 #include "linear.hpp"
@@ -96,6 +99,75 @@ struct MultiHeadAttention {
         }
       q.backward(p.wq, grad.wq, dq);
       kernels::add<B * Nk * Dkv>(k.backward(p.wk, grad.wk, dk).data(), v.backward(p.wv, grad.wv, dv).data(), dxkv.data());
+    }
+  };
+
+  // Forward only, for inference: each head's scores are taken in tiles of Tq queries × Tk keys
+  // with an online softmax. Per query row, a running max m and sum l:
+  //   m' = max(m, max_j s_j),  l ← l·e^{m−m'} + Σ_j e^{s_j−m'},  o ← o·e^{m−m'} + Σ_j e^{s_j−m'} v_j
+  // and o/l at the end (0 when every key is masked, as Acts). Nothing of size Nq × Nk is kept:
+  // the workspace, sizeof(Infer), is q, k, v, heads, out and one [Tq, Tk] tile, a compile-time
+  // constant linear in Nq and Nk. Same result as Acts::forward up to float rounding.
+  template <size_t B, size_t Nq, size_t Nk, size_t Tq = 32, size_t Tk = 64>
+  struct Infer {
+    Tensor<B, Nq, D> q, heads, out;
+    Tensor<B, Nk, D> k, v;
+    alignas(64) float s[Tq * Tk];  // one tile of scores, then of e^{s−m'}
+    float m[Tq], l[Tq];
+
+    template <class XQ, class XKV>
+    const Tensor<B, Nq, D>& forward(const MultiHeadAttention& p, const XQ& xq, const XKV& xkv, Mask<B, Nk> mask = {}) {
+      static_assert(std::is_same_v<XQ, Tensor<B, Nq, Dq>>, "MultiHeadAttention: queries xq [B, Nq, Dq] do not match the block's query width Dq");
+      static_assert(std::is_same_v<XKV, Tensor<B, Nk, Dkv>>, "MultiHeadAttention: keys/values xkv [B, Nk, Dkv] do not match the block's key width Dkv");
+      kernels::matmul_nt<B * Nq, D, Dq>(xq.data(), Dq, p.wq.weight.data(), Dq, q.data(), D, 1.0f, p.wq.bias.data());
+      kernels::matmul_nt<B * Nk, D, Dkv>(xkv.data(), Dkv, p.wk.weight.data(), Dkv, k.data(), D, 1.0f, p.wk.bias.data());
+      kernels::matmul_nt<B * Nk, D, Dkv>(xkv.data(), Dkv, p.wv.weight.data(), Dkv, v.data(), D, 1.0f, p.wv.bias.data());
+      for (size_t b = 0; b < B; ++b)
+        for (size_t h = 0; h < H; ++h) {
+          size_t i0 = 0;
+          for (; i0 + Tq <= Nq; i0 += Tq) query_tile<Tq>(b, h, i0, mask);
+          if constexpr (Nq % Tq != 0) query_tile<Nq % Tq>(b, h, i0, mask);
+        }
+      kernels::matmul_nt<B * Nq, D, D>(heads.data(), D, p.wo.weight.data(), D, out.data(), D, 1.0f, p.wo.bias.data());
+      return out;
+    }
+
+   private:
+    template <size_t R>
+    void query_tile(size_t b, size_t h, size_t i0, const Mask<B, Nk>& mask) {
+      const float* qh = q.data() + (b * Nq + i0) * D + h * Dh;
+      float* oh = heads.data() + (b * Nq + i0) * D + h * Dh;
+      for (size_t r = 0; r < R; ++r) {
+        m[r] = kernels::neg_inf, l[r] = 0;
+        std::fill_n(oh + r * D, Dh, 0.0f);
+      }
+      size_t j0 = 0;
+      for (; j0 + Tk <= Nk && !(mask.causal && j0 > i0 + R - 1); j0 += Tk) key_tile<R, Tk>(b, h, i0, j0, qh, oh, mask);
+      if constexpr (Nk % Tk != 0)
+        if (!(mask.causal && j0 > i0 + R - 1)) key_tile<R, Nk % Tk>(b, h, i0, j0, qh, oh, mask);
+      for (size_t r = 0; r < R; ++r) kernels::scale<Dh>(oh + r * D, l[r] > 0 ? 1 / l[r] : 0.0f);
+    }
+
+    template <size_t R, size_t C>
+    void key_tile(size_t b, size_t h, size_t i0, size_t j0, const float* qh, float* oh, const Mask<B, Nk>& mask) {
+      const size_t kv = (b * Nk + j0) * D + h * Dh;
+      kernels::matmul_nt<R, C, Dh>(qh, D, k.data() + kv, D, s, C, score_scale);
+      for (size_t r = 0; r < R; ++r) {
+        float* row = s + r * C;
+        if (mask.causal || mask.keys)
+          for (size_t j = 0; j < C; ++j)
+            if (!mask.sees(b, i0 + r, j0 + j)) row[j] = kernels::neg_inf;
+        const float m1 = std::max(m[r], kernels::row_max<C>(row));
+        if (m1 == kernels::neg_inf) {  // no key seen yet: this tile adds nothing
+          std::fill_n(row, C, 0.0f);
+          continue;
+        }
+        const float correction = std::exp(m[r] - m1);  // 0 on the first keys (m = −∞)
+        l[r] = l[r] * correction + kernels::exp_shifted<C>(row, m1);
+        if (correction != 1.0f) kernels::scale<Dh>(oh + r * D, correction);
+        m[r] = m1;
+      }
+      kernels::matmul_nn<R, Dh, C, true>(s, C, v.data() + kv, D, oh, D);
     }
   };
 };

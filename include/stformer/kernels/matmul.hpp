@@ -5,7 +5,7 @@
 //   matmul_nn: C[M,N] (+)= A[M,K] · B[K,N]                      A·v, dy·W (input gradients)
 //   matmul_tn: C[M,N] (+)= A[K,M]ᵀ · B[K,N]                     dyᵀ·x (weight gradients)
 //
-// All work in register tiles of 4 rows: matmul_nt accumulates 4×4 dot products along K in
+// All work in register tiles of 4 rows (8 when a tile is one vector wide): matmul_nt accumulates 4×4 dot products along K in
 // vectors and reduces them at the end; matmul_nn/tn broadcast A[i,k] and run FMAs along N.
 #pragma once
 
@@ -30,20 +30,24 @@ inline void nt_tile(const float* A, size_t lda, const float* B, size_t ldb, floa
       for (size_t r = 0; r < R; ++r) acc[r][c] = fma(a[r], b, acc[r][c]);
     }
   }
+  float sums[R * C];
+  hsums<R * C>(&acc[0][0], sums);
   for (size_t r = 0; r < R; ++r)
     for (size_t c = 0; c < C; ++c) {
-      float s = hsum(acc[r][c]);
+      float s = sums[r * C + c];
       for (size_t kk = KV; kk < K; ++kk) s += A[r * lda + kk] * B[c * ldb + kk];
       Cm[r * ldc + c] = alpha * s + (bias ? bias[c] : 0.0f);
     }
 }
 
-// C[M,N] by dot products along K, in tiles of 4 rows of A × 4 rows of B; the rows of B are
-// the outer loop, so that B (a large weight) streams through once while A stays in cache.
+// C[M,N] by dot products along K, in tiles of TR rows of A × TC rows of B (4 × 4; one row
+// against 16 (8 with fewer registers), two against 8, so that a tile keeps enough FMA chains);
+// the rows of B are the outer loop, so that B (a large weight) streams through once while A
+// stays in cache.
 template <size_t M, size_t N, size_t K>
 inline void nt_dots(const float* A, size_t lda, const float* B, size_t ldb, float* C, size_t ldc, float alpha,
                     const float* bias) {
-  constexpr size_t TR = 4, TC = 4;
+  constexpr size_t TR = M < 4 ? M : 4, chains = W >= 16 ? 16 : 8, TC = chains / TR > 4 ? chains / TR : 4;
   auto rows = [&]<size_t Cn>(size_t j) {
     size_t i = 0;
     for (; i + TR <= M; i += TR) nt_tile<TR, Cn, K>(A + i * lda, lda, B + j * ldb, ldb, C + i * ldc + j, ldc, alpha, bias ? bias + j : nullptr);
@@ -88,9 +92,14 @@ inline void nn_rows(const float* A, size_t ars, size_t aks, const float* B, size
     }
 }
 
+// Rows per register tile when a tile is `vectors` vectors wide: enough independent FMA chains
+// (rows × vectors ≥ 8) to cover the FMA latency on two ports. Each entry of C is the same
+// chain of FMAs along K whatever the tile, so the tile sizes do not change any result.
+constexpr size_t rows_per_tile(size_t vectors) { return vectors <= 1 ? 8 : 4; }
+
 template <size_t M, size_t N, size_t K, bool Acc>
 inline void nn_block(const float* A, size_t ars, size_t aks, const float* B, size_t ldb, float* C, size_t ldc) {
-  constexpr size_t TR = 4;
+  constexpr size_t TR = rows_per_tile(N / W);
   size_t i = 0;
   for (; i + TR <= M; i += TR) nn_rows<TR, N, K, Acc>(A + i * ars, ars, aks, B, ldb, C + i * ldc, ldc);
   if constexpr (M % TR != 0) nn_rows<M % TR, N, K, Acc>(A + i * ars, ars, aks, B, ldb, C + i * ldc, ldc);
@@ -154,13 +163,12 @@ inline void panel_tile(const float* A, size_t lda, const float* P, float* C, siz
 template <size_t M, size_t N, size_t K>
 inline void matmul_nt(const float* A, size_t lda, const float* B, size_t ldb, float* C, size_t ldc, float alpha = 1.0f,
                       const float* bias = nullptr) {
-  constexpr size_t TR = 4;
   if constexpr (W == 1 || M < 8 || (M < 4 * W && K >= 8 * W)) {
     detail::nt_dots<M, N, K>(A, lda, B, ldb, C, ldc, alpha, bias);
   } else {
     constexpr size_t NV = W >= 16 ? 4 : 2;  // panel width in vectors
     constexpr size_t NVused = (N + W - 1) / W < NV ? (N + W - 1) / W : NV;  // narrow outputs: fewer vectors
-    constexpr size_t NPused = NVused * W;
+    constexpr size_t NPused = NVused * W, TR = detail::rows_per_tile(NVused);
     alignas(64) float panel[K * NPused];
     alignas(64) float bias_panel[NPused];
     for (size_t j0 = 0; j0 < N; j0 += NPused) {

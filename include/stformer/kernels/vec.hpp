@@ -36,6 +36,27 @@ inline float hmax(vf a) {
   for (size_t i = 1; i < W; ++i) m = t[i] > m ? t[i] : m;
   return m;
 }
+// out[i] = hsum(v[i]) for i < n; whole groups of vectors in one transposing reduction (haddp).
+// xsimd 8.1's AVX-512 haddp returns its sums in a permuted order, so with AVX-512 each vector
+// is first folded to 256 bits and the AVX one reduces groups of 8.
+template <size_t n>
+inline void hsums(const vf* v, float* out) {
+  size_t i = 0;
+#if defined(__AVX512F__)
+  using v8 = xsimd::batch<float, xsimd::avx2>;
+  for (; i + 8 <= n; i += 8) {
+    v8 folded[8];
+    for (size_t k = 0; k < 8; ++k) {
+      __m512 x = v[i + k];
+      folded[k] = v8(_mm256_add_ps(_mm512_castps512_ps256(x), _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(x), 1))));
+    }
+    xsimd::haddp(folded).store_unaligned(out + i);
+  }
+#else
+  for (; i + W <= n; i += W) xsimd::haddp(v + i).store_unaligned(out + i);
+#endif
+  for (; i < n; ++i) out[i] = hsum(v[i]);
+}
 #else
 struct vf {
   float x;
@@ -54,6 +75,10 @@ inline vf vmax(vf a, vf b) { return {a.x > b.x ? a.x : b.x}; }
 inline vf vexp(vf a) { return {std::exp(a.x)}; }
 inline float hsum(vf a) { return a.x; }
 inline float hmax(vf a) { return a.x; }
+template <size_t n>
+inline void hsums(const vf* v, float* out) {
+  for (size_t i = 0; i < n; ++i) out[i] = v[i].x;
+}
 #endif
 
 }  // namespace stformer::kernels

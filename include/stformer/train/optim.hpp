@@ -38,15 +38,16 @@ struct SGD {
     f("momentum_buffer", self.momentum_buffer);
   }
 
-  // One step; the pass may be split over a thread pool (the result does not depend on it).
+  // One step with the gradients grad_scale · grads (grad_scale: clip_scale's factor); the pass
+  // may be split over a thread pool (the result does not depend on it).
   template <class Pool = Serial>
-  void step(M& params, const M& grads, float lr, Pool&& pool = Pool{}) {
+  void step(M& params, const M& grads, float lr, Pool&& pool = Pool{}, float grad_scale = 1) {
     const auto& o = options;
     bool first = steps++ == 0;
     for_each_param_part(
         pool, pool.size(),
         [&](size_t, size_t, size_t n, float* p, const float* g, float* buf) {
-          kernels::sgd_update(p, g, buf, n, lr, o.momentum, o.dampening, o.weight_decay, o.nesterov, first);
+          kernels::sgd_update(p, g, buf, n, lr, o.momentum, o.dampening, o.weight_decay, o.nesterov, first, grad_scale);
         },
         params, grads, momentum_buffer);
   }
@@ -75,9 +76,10 @@ struct Adam {
     f("exp_avg_sq", self.exp_avg_sq);
   }
 
-  // One step; the pass may be split over a thread pool (the result does not depend on it).
+  // One step with the gradients grad_scale · grads (grad_scale: clip_scale's factor); the pass
+  // may be split over a thread pool (the result does not depend on it).
   template <class Pool = Serial>
-  void step(M& params, const M& grads, float lr, Pool&& pool = Pool{}) {
+  void step(M& params, const M& grads, float lr, Pool&& pool = Pool{}, float grad_scale = 1) {
     const auto& o = options;
     ++steps;
     double bc1 = 1 - std::pow(double(o.beta1), double(steps)), bc2 = 1 - std::pow(double(o.beta2), double(steps));
@@ -87,7 +89,8 @@ struct Adam {
                                 o.beta2,
                                 float(double(lr) / bc1),
                                 float(1 / std::sqrt(bc2)),
-                                o.eps};
+                                o.eps,
+                                grad_scale};
     for_each_param_part(
         pool, pool.size(),
         [&](size_t, size_t, size_t n, float* p, const float* g, float* m, float* v) { kernels::adam_update(p, g, m, v, n, c); },
@@ -126,33 +129,39 @@ struct Schedule {
   }
 };
 
-// Global L2 norm of all gradients (accumulated in double); when it exceeds max_norm, every
-// gradient is scaled by max_norm / (norm + 1e-6) (torch.nn.utils.clip_grad_norm_). Returns the
-// norm before clipping. The sum of squares runs in `parts` (≤ 64) parts on pool, added in part
-// order: the norm depends on `parts`, not on the number of threads.
+// Gradient clipping (torch.nn.utils.clip_grad_norm_): with the global L2 norm of all
+// gradients, every gradient is scaled by clip_scale = max_norm / (norm + 1e-6) when that is
+// below 1 (rounded to float). grad_norm's sum of squares runs in `parts` (≤ 64) parts on pool,
+// added in part order in double: the norm depends on `parts`, not on the number of threads.
+// clip_grad_norm scales the gradients in place and returns the norm; passing clip_scale to an
+// optimiser's step instead saves that pass over the gradients, with the same result.
 template <class M, class Pool = Serial>
-float clip_grad_norm(M& grads, float max_norm, Pool&& pool = Pool{}, size_t parts = 1) {
-  STFORMER_CHECK(parts >= 1 && parts <= 64, "clip_grad_norm: parts must be in [1, 64]");
+float grad_norm(const M& grads, Pool&& pool = Pool{}, size_t parts = 1) {
+  STFORMER_CHECK(parts >= 1 && parts <= 64, "grad_norm: parts must be in [1, 64]");
   double partial[64] = {};
   for_each_param_part(
-      pool, parts,
-      [&](size_t i, size_t, size_t n, const float* g) {
-        double s = 0;
-        for (size_t j = 0; j < n; ++j) s += double(g[j]) * g[j];
-        partial[i] += s;
-      },
-      grads);
+      pool, parts, [&](size_t i, size_t, size_t n, const float* g) { partial[i] += kernels::sum_squares(g, n); }, grads);
   double sum = 0;
   for (size_t i = 0; i < parts; ++i) sum += partial[i];
-  double norm = std::sqrt(sum), coef = double(max_norm) / (norm + 1e-6);
-  if (coef < 1)
+  return float(std::sqrt(sum));
+}
+
+inline float clip_scale(float norm, float max_norm) {
+  double coef = double(max_norm) / (double(norm) + 1e-6);
+  return coef < 1 ? float(coef) : 1.0f;
+}
+
+template <class M, class Pool = Serial>
+float clip_grad_norm(M& grads, float max_norm, Pool&& pool = Pool{}, size_t parts = 1) {
+  float norm = grad_norm(grads, pool, parts), scale = clip_scale(norm, max_norm);
+  if (scale < 1)
     for_each_param_part(
         pool, pool.size(),
         [&](size_t, size_t, size_t n, float* g) {
-          for (size_t j = 0; j < n; ++j) g[j] = float(g[j] * coef);
+          for (size_t j = 0; j < n; ++j) g[j] *= scale;
         },
         grads);
-  return float(norm);
+  return norm;
 }
 
 }  // namespace stformer
