@@ -114,3 +114,35 @@ TEST_CASE("language model: windows and the shuffled pass over every training pos
     CHECK(lane->next(b) == c.train[t]);
   }
 }
+
+TEST_CASE("language model: a step's gradient (head over the batch, embedding rows per lane) equals the whole batch's") {
+  Corpus c = small_corpus();
+  constexpr size_t B = 8;
+  using Run = lm::Run<V, L, D, H, F, 1, B>;
+  using Model = Run::Model;
+  Run run(6, 2);
+  auto acts = std::make_unique<ActsOf<Model, B>>();
+  auto want = std::make_unique<Model>();
+  Tensor<B, 1, V> dlogits;
+  IdTensor<B, L> window;
+  IdTensor<B> next;
+  for (int k = 0; k < 3; ++k) {  // the second and third batches check that the last one's rows were cleared
+    const float loss = run.gradient(c.train);
+    const std::uint32_t* positions = run.order.data() + run.cursor - B;
+    for (size_t b = 0; b < B; ++b) {
+      for (size_t i = 0; i < L; ++i) window(b, i) = c.train[positions[b] - L + i];
+      next(b) = c.train[positions[b]];
+    }
+    zero_grad(*want);
+    const float want_loss = cross_entropy(acts->forward(*run.model, window), next, dlogits);
+    acts->backward(*run.model, *want, dlogits);
+    CHECK(loss == doctest::Approx(want_loss).epsilon(1e-6));
+    double largest = 0, err = 0;
+    for_each_param([&](const Path&, Init, const auto& w) { for (float x : w) largest = std::max(largest, double(std::abs(x))); }, *want);
+    for_each_param([&](const Path& name, Init, const auto& g, const auto& w) {
+      for (size_t i = 0; i < w.size(); ++i) err = std::max(err, double(std::abs(g.data()[i] - w.data()[i])));
+      CHECK_MESSAGE(err <= 1e-5 * largest, name.c_str());
+    }, run.grad(), *want);
+    run.mean_nll(c.valid, L, L + 20);  // evaluation between steps uses the lanes' windows too
+  }
+}

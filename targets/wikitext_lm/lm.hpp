@@ -71,17 +71,28 @@ inline float learning_rate(const TrainOptions& o, std::int64_t step) {
 // backward on its half into its own gradient; the gradients are summed in lane order, then
 // clipping and the optimiser step run split over the pool. The work does not depend on the
 // number of threads (1 or 2), so neither do the results.
+//
+// Two tensors are 17 MB each in SPEC's configuration and would make a step mostly memory
+// traffic if every lane kept, cleared and added a whole copy of their gradients:
+// - head (Linear<D, V>): its gradient over the whole batch is computed once, straight into
+//   grad(), in two fixed parts of the vocabulary run on the pool (each lane's rows in lane
+//   order); the lanes only take dL/d(pooled) = dlogits · W from it.
+// - embedding: a lane's gradient is non-zero only in the rows of its windows, so only those
+//   rows are added into grad() and cleared (at the start of the next gradient()).
 template <size_t V, size_t L, size_t D, size_t H, size_t F, size_t Blocks, size_t B>
 struct Run {
   using Model = LanguageModel<V, L, D, H, F, Blocks>;
   static constexpr size_t Lanes = B % 2 == 0 ? 2 : 1, Chunk = B / Lanes;
+  static constexpr size_t V1 = V / 2 / 16 * 16;  // the head's gradient: rows [0, V1), [V1, V)
 
   struct Lane {
     Model grad;
     ActsOf<Model, Chunk> acts;
     Tensor<Chunk, 1, V> dlogits;
+    Tensor<Chunk, 1, D> dpooled;
     IdTensor<Chunk, L> window;
     IdTensor<Chunk> next;
+    IdTensor<Chunk, L> written;  // the windows of the last gradient(): its embedding rows
     double loss;
   };
 
@@ -97,8 +108,13 @@ struct Run {
   explicit Run(std::uint64_t seed, size_t threads = 1) : state{0, Rng(seed, 1)}, pool(std::min(threads, Lanes)) {
     Rng init(seed, 0);
     init_params(*model, init);
+    for (Lane& lane : *lanes) {
+      zero_grad(lane.grad);
+      lane.written.fill(0);
+    }
   }
 
+  // The batch's gradient, after gradient().
   Model& grad() { return (*lanes)[0].grad; }
 
   // Fills a lane's window/next with the samples at positions ids[t] (t ≥ L); rows past
@@ -117,6 +133,18 @@ struct Run {
     return step(train, o, learning_rate(o, state.step));
   }
   float step(const std::vector<std::int32_t>& train, const TrainOptions& o, float lr) {
+    float loss = gradient(train);
+    const float scale = o.clip > 0 ? clip_scale(grad_norm(grad(), pool, Lanes), o.clip) : 1.0f;  // clipping, in the step
+    if (o.sgd)
+      sgd->step(*model, grad(), lr, pool, scale);
+    else
+      adamw->step(*model, grad(), lr, pool, scale);
+    ++state.step;
+    return loss;
+  }
+
+  // Loss and gradient (into grad()) of the next batch of shuffled training samples.
+  float gradient(const std::vector<std::int32_t>& train) {
     STFORMER_CHECK(train.size() > L + B, "lm: the training stream is shorter than one batch of windows");
     if (order.empty() || cursor + B > order.size()) {  // a new pass: shuffle every position t >= L
       order.resize(train.size() - L);
@@ -126,23 +154,63 @@ struct Run {
     }
     const std::uint32_t* positions = order.data() + cursor;
     cursor += B;
+    for (Lane& lane : *lanes)  // the embedding rows the last gradient() wrote
+      for (std::int32_t id : lane.written) {
+        std::fill_n(grad().embedding.weight.data() + size_t(id) * D, D, 0.0f);
+        std::fill_n(lane.grad.embedding.weight.data() + size_t(id) * D, D, 0.0f);
+      }
     pool.run(Lanes, [&](size_t l) {
       Lane& lane = (*lanes)[l];
       gather(lane, train, positions + l * Chunk, Chunk);
-      zero_grad(lane.grad);
+      lane.written = lane.window;
+      zero_grad(lane.grad.blocks);
+      zero_grad(lane.grad.pool);
       lane.loss = cross_entropy(lane.acts.forward(*model, lane.window), lane.next, lane.dlogits, B);
-      lane.acts.backward(*model, lane.grad, lane.dlogits);
+    });
+    pool.run(2, [&](size_t part) {
+      if (part == 0)
+        head_gradient<0, V1>();
+      else
+        head_gradient<V1, V - V1>();
+      for (size_t l = part; l < Lanes; l += 2) {
+        Lane& lane = (*lanes)[l];
+        kernels::matmul_nn<Chunk, D, V>(lane.dlogits.data(), V, model->head.weight.data(), D, lane.dpooled.data(), D);
+        lane.acts.backward_pooled(*model, lane.grad, lane.dpooled);
+      }
     });
     double loss = (*lanes)[0].loss;
-    for (size_t l = 1; l < Lanes; ++l) add_grads(grad(), (*lanes)[l].grad, pool), loss += (*lanes)[l].loss;
+    for (size_t l = 1; l < Lanes; ++l) {
+      Lane& lane = (*lanes)[l];
+      add_grads(grad().blocks, lane.grad.blocks, pool);
+      add_grads(grad().pool, lane.grad.pool, pool);
+      for (size_t i = 0; i < Chunk * L; ++i) {  // its embedding rows, each once
+        const size_t id = size_t(lane.window.data()[i]);
+        float* row = lane.grad.embedding.weight.data() + id * D;
+        kernels::add_to<D>(row, grad().embedding.weight.data() + id * D);
+        std::fill_n(row, D, 0.0f);
+      }
+      loss += lane.loss;
+    }
     STFORMER_CHECK(std::isfinite(loss), "lm: the loss is not finite");
-    const float scale = o.clip > 0 ? clip_scale(grad_norm(grad(), pool, Lanes), o.clip) : 1.0f;  // clipping, in the step
-    if (o.sgd)
-      sgd->step(*model, grad(), lr, pool, scale);
-    else
-      adamw->step(*model, grad(), lr, pool, scale);
-    ++state.step;
     return float(loss);
+  }
+
+  // Rows [v0, v0 + M) of the head's gradient over the whole batch, into grad():
+  //   dW = Σ_lanes dlogitsᵀ · pooled,  db = Σ_lanes Σ_rows dlogits.
+  template <size_t v0, size_t M>
+  void head_gradient() {
+    float* dw = grad().head.weight.data() + v0 * D;
+    float* db = grad().head.bias.data() + v0;
+    std::fill_n(db, M, 0.0f);
+    for (size_t l = 0; l < Lanes; ++l) {
+      const Lane& lane = (*lanes)[l];
+      const float* dl = lane.dlogits.data() + v0;
+      if (l == 0)
+        kernels::matmul_tn<M, D, Chunk, false>(dl, V, lane.acts.head.x->data(), D, dw, D);
+      else
+        kernels::matmul_tn<M, D, Chunk, true>(dl, V, lane.acts.head.x->data(), D, dw, D);
+      for (size_t b = 0; b < Chunk; ++b) kernels::add_to<M>(dl + b * V, db);
+    }
   }
 
   // A checkpoint: save_checkpoint's layout (the model under SPEC's names, the optimiser of

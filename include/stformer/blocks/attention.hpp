@@ -108,7 +108,7 @@ struct MultiHeadAttention {
   // and o/l at the end (0 when every key is masked, as Acts). Nothing of size Nq × Nk is kept:
   // the workspace, sizeof(Infer), is q, k, v, heads, out and one [Tq, Tk] tile, a compile-time
   // constant linear in Nq and Nk. Same result as Acts::forward up to float rounding.
-  template <size_t B, size_t Nq, size_t Nk, size_t Tq = 32, size_t Tk = 64>
+  template <size_t B, size_t Nq, size_t Nk, size_t Tq = 64, size_t Tk = 256>
   struct Infer {
     Tensor<B, Nq, D> q, heads, out;
     Tensor<B, Nk, D> k, v;
@@ -162,9 +162,13 @@ struct MultiHeadAttention {
           std::fill_n(row, C, 0.0f);
           continue;
         }
-        const float correction = std::exp(m[r] - m1);  // 0 on the first keys (m = −∞)
-        l[r] = l[r] * correction + kernels::exp_shifted<C>(row, m1);
-        if (correction != 1.0f) kernels::scale<Dh>(oh + r * D, correction);
+        if (m[r] == kernels::neg_inf) {  // the first keys this row sees: o and l are 0
+          l[r] = kernels::exp_shifted<C>(row, m1);
+        } else {
+          const float correction = std::exp(m[r] - m1);
+          l[r] = l[r] * correction + kernels::exp_shifted<C>(row, m1);
+          if (correction != 1.0f) kernels::scale<Dh>(oh + r * D, correction);
+        }
         m[r] = m1;
       }
       kernels::matmul_nn<R, Dh, C, true>(s, C, v.data() + kv, D, oh, D);

@@ -48,7 +48,13 @@ struct LanguageModel {
 
     // Accumulates parameter gradients into grad.
     void backward(const LanguageModel& p, LanguageModel& grad, const Tensor<B, 1, V>& dlogits) {
-      const Tensor<B, L, D>* dh = &pool.backward(p.pool, grad.pool, head.backward(p.head, grad.head, dlogits));
+      backward_pooled(p, grad, head.backward(p.head, grad.head, dlogits));
+    }
+
+    // The same from dL/d(pooled row) [B, 1, D] down (pool, blocks, embedding), for a caller
+    // that computes the head's gradients itself.
+    void backward_pooled(const LanguageModel& p, LanguageModel& grad, const Tensor<B, 1, D>& dpooled) {
+      const Tensor<B, L, D>* dh = &pool.backward(p.pool, grad.pool, dpooled);
       for (size_t i = Blocks; i-- > 0;) dh = &blocks[i].backward(p.blocks[i], grad.blocks[i], *dh);
       embedding.backward(p.embedding, grad.embedding, *dh);
     }
