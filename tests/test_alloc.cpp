@@ -9,6 +9,7 @@
 
 #include <stformer/stformer.hpp>
 
+#include "lm.hpp"
 #include "max_value.hpp"
 #include "util.hpp"
 
@@ -213,5 +214,20 @@ TEST_CASE("no heap allocation per iteration of the max-value training loop") {
   set.train(o, report);
   counting = false;
   CHECK(reports == 6);
+  CHECK(allocations == 0);
+}
+
+TEST_CASE("no heap allocation per language-model training step and evaluation") {
+  lm::Run<50, 8, 16, 2, 32, 1, 8> run(1, 2);  // V, L, D, H, F, blocks, batch; two threads
+  std::vector<std::int32_t> stream(1000);
+  for (size_t i = 0; i < stream.size(); ++i) stream[i] = std::int32_t((i * 7) % 50);
+  lm::TrainOptions o;
+  run.step(stream, o);  // the first step makes the shuffled order of the pass
+  counting = true;
+  allocations = 0;
+  for (int s = 0; s < 5; ++s) run.step(stream, o);
+  double nll = run.mean_nll(stream, 8, 200);
+  counting = false;
+  CHECK(std::isfinite(nll));
   CHECK(allocations == 0);
 }

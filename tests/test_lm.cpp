@@ -82,6 +82,17 @@ TEST_CASE("language model: loss falls, runs reproduce, batched perplexity = dire
                      *run.model, *loaded.model);
       CHECK(differ == 0);
       CHECK(loaded.mean_nll(c.test) == run.mean_nll(c.test));
+      // a parameters-only file under SPEC's names (as exported from PyTorch) plus the vocabulary
+      auto bare = std::filesystem::temp_directory_path() / ("stformer_lm_bare_" + std::to_string(::getpid()) + ".safetensors");
+      safetensors::Writer w;
+      add_params(w, *run.model);
+      std::string words = c.vocab.serialize();
+      w.add("state.vocab", safetensors::Dtype::U8, {words.size()}, std::as_bytes(std::span(words)));
+      w.write(bare);
+      lm::Run<V, L, D, H, F, 1, 8> from_bare(321);
+      CHECK(lm::load_model(bare, *from_bare.model).serialize() == c.vocab.serialize());
+      CHECK(from_bare.mean_nll(c.test) == run.mean_nll(c.test));
+      std::filesystem::remove(bare);
       auto bigger = std::make_unique<LanguageModel<V + 1, L, D, H, F, 1>>();  // a model of another vocabulary size
       CHECK_THROWS_WITH_AS(lm::load_model(path, *bigger), doctest::Contains("this build's model has V = 12"), std::runtime_error);
       std::filesystem::remove(path);
