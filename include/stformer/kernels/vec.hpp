@@ -53,7 +53,7 @@ inline void hsums(const vf* v, float* out) {
     xsimd::haddp(folded).store_unaligned(out + i);
   }
 #else
-  for (; i + W <= n; i += W) xsimd::haddp(v + i).store_unaligned(out + i);
+  for (; i < n / W * W; i += W) xsimd::haddp(v + i).store_unaligned(out + i);
 #endif
   for (; i < n; ++i) out[i] = hsum(v[i]);
 }
