@@ -31,20 +31,16 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 
 # name, stformer benchmark, threads, PyTorch case (kind, args)
-CASES = [
-    ("MHA fwd b1 N16 D64 H4", "BM_MultiHeadAttention<1, 16, 64, 4>", 1, ("mha", 1, 16, 64, 4)),
-    ("MHA fwd b1 N64 D64 H4", "BM_MultiHeadAttention<1, 64, 64, 4>", 1, ("mha", 1, 64, 64, 4)),
-    ("MHA fwd b1 N128 D128 H8", "BM_MultiHeadAttention<1, 128, 128, 8>", 1, ("mha", 1, 128, 128, 8)),
-    ("MHA fwd b1 N256 D128 H8", "BM_MultiHeadAttention<1, 256, 128, 8>", 1, ("mha", 1, 256, 128, 8)),
-    ("MHA inference (tiled) b1 N16 D64 H4", "BM_MultiHeadAttentionInfer<1, 16, 64, 4>", 1, ("mha", 1, 16, 64, 4)),
-    ("MHA inference (tiled) b1 N64 D64 H4", "BM_MultiHeadAttentionInfer<1, 64, 64, 4>", 1, ("mha", 1, 64, 64, 4)),
-    ("MHA inference (tiled) b1 N128 D128 H8", "BM_MultiHeadAttentionInfer<1, 128, 128, 8>", 1, ("mha", 1, 128, 128, 8)),
-    ("MHA inference (tiled) b1 N256 D128 H8", "BM_MultiHeadAttentionInfer<1, 256, 128, 8>", 1, ("mha", 1, 256, 128, 8)),
-    ("Encoder fwd b1 N16 D64 H4", "BM_EncoderBlock<1, 16, 64, 4>", 1, ("encoder", 1, 16, 64, 4)),
-    ("Encoder fwd b1 N64 D64 H4", "BM_EncoderBlock<1, 64, 64, 4>", 1, ("encoder", 1, 64, 64, 4)),
-    ("Encoder fwd b1 N128 D128 H8", "BM_EncoderBlock<1, 128, 128, 8>", 1, ("encoder", 1, 128, 128, 8)),
-    ("Encoder fwd b1 N256 D128 H8", "BM_EncoderBlock<1, 256, 128, 8>", 1, ("encoder", 1, 256, 128, 8)),
-    ("Encoder fwd b32 N64 D64 H4", "BM_EncoderBlock<32, 64, 64, 4>", 1, ("encoder", 32, 64, 64, 4)),
+FORWARD_SHAPES = [(1, 16, 64, 4), (1, 64, 64, 4), (1, 128, 128, 8), (1, 256, 128, 8)]  # batch, N, D, H
+
+
+def forward_case(label, bench, kind, b, n, d, h):
+    return (f"{label} b{b} N{n} D{d} H{h}", f"{bench}<{b}, {n}, {d}, {h}>", 1, (kind, b, n, d, h))
+
+
+CASES = [forward_case("MHA fwd", "BM_MultiHeadAttention", "mha", *s) for s in FORWARD_SHAPES] + [
+    forward_case("MHA inference (tiled)", "BM_MultiHeadAttentionInfer", "mha", *s) for s in FORWARD_SHAPES] + [
+    forward_case("Encoder fwd", "BM_EncoderBlock", "encoder", *s) for s in FORWARD_SHAPES + [(32, 64, 64, 4)]] + [
     ("max-value step, pointer, 1 thread", "BM_MaxValueStep<max_value::PointerNet>/threads:1/real_time", 1, ("pointer_step",)),
     ("max-value step, pointer, 2 threads", "BM_MaxValueStep<max_value::PointerNet>/threads:2/real_time", 2, ("pointer_step",)),
     ("max-value step, set, 1 thread", "BM_MaxValueStep<max_value::SetNet>/threads:1/real_time", 1, ("set_step",)),

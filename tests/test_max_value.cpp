@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "max_value.hpp"
+#include "util.hpp"
 
 using namespace max_value;
 
@@ -66,10 +67,7 @@ void check_recipe(const std::array<float, 3>& lrs, bool fresh) {
     if (fresh) manual->sets->draw(manual->state.rng);
     manual->step(lr);
   }
-  size_t differ = 0;
-  for_each_param([&](const Path&, Init, const auto& a, const auto& b) { differ += !std::equal(a.begin(), a.end(), b.begin()); },
-                 *run->model, *manual->model);
-  CHECK(differ == 0);
+  CHECK(test::tensors_differing(*run->model, *manual->model) == 0);
 }
 
 TEST_CASE("max_value: the default runs follow SPEC's learning rates and training sets") {

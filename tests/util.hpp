@@ -1,6 +1,7 @@
 // Test helpers: random parameters (biases and g too, so that nothing is left at 0) and inputs.
 #pragma once
 
+#include <algorithm>
 #include <initializer_list>
 #include <memory>
 #include <vector>
@@ -30,6 +31,15 @@ void fill(T& t, stformer::Rng& rng, float scale = 1.0f) {
 template <class T>
 std::unique_ptr<T> make() {
   return std::make_unique<T>();
+}
+
+// How many parameter tensors of a and b (same model type) differ in any bit.
+template <class M>
+size_t tensors_differing(const M& a, const M& b) {
+  size_t n = 0;
+  stformer::for_each_param([&](const stformer::Path&, stformer::Init, const auto& x, const auto& y) { n += !std::equal(x.begin(), x.end(), y.begin()); },
+                           a, b);
+  return n;
 }
 
 // keys[b][j] = j < lengths[b].

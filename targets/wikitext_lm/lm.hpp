@@ -154,11 +154,8 @@ struct Run {
     }
     const std::uint32_t* positions = order.data() + cursor;
     cursor += B;
-    for (Lane& lane : *lanes)  // the embedding rows the last gradient() wrote
-      for (std::int32_t id : lane.written) {
-        std::fill_n(grad().embedding.weight.data() + size_t(id) * D, D, 0.0f);
-        std::fill_n(lane.grad.embedding.weight.data() + size_t(id) * D, D, 0.0f);
-      }
+    for (const Lane& lane : *lanes)  // grad()'s embedding rows from the last gradient() (the other lanes' were cleared when added)
+      for (std::int32_t id : lane.written) std::fill_n(grad().embedding.weight.data() + size_t(id) * D, D, 0.0f);
     pool.run(Lanes, [&](size_t l) {
       Lane& lane = (*lanes)[l];
       gather(lane, train, positions + l * Chunk, Chunk);

@@ -42,8 +42,6 @@ struct Inference {
   IdTensor<1, L> window;
 };
 
-void check_vocabulary(const Vocabulary& vocab, const std::string& where) { lm::check_vocabulary<V>(vocab, where); }
-
 // The last L ids of text's words (unknown words are an error), left-padded with <eos>.
 void context_window(const Vocabulary& vocab, const std::string& text, IdTensor<1, L>& window) {
   std::vector<std::int32_t> ids;
@@ -85,7 +83,7 @@ int train(const std::string& data, Budget budget, std::uint64_t seed, size_t thr
           const std::string& curve, std::int64_t eval_every, size_t eval_positions, std::int64_t save_every, const std::string& resume) {
   auto t_read = std::chrono::steady_clock::now();
   Corpus c = Corpus::read(data);
-  check_vocabulary(c.vocab, "corpus " + data);
+  lm::check_vocabulary<V>(c.vocab, "corpus " + data);
   std::printf("corpus %s: %zu words, %zu / %zu / %zu tokens (%.1f s)\n", data.c_str(), c.vocab.size(), c.train.size(), c.valid.size(),
               c.test.size(), std::chrono::duration<double>(std::chrono::steady_clock::now() - t_read).count());
   auto run = std::make_unique<LmRun>(seed, threads);
@@ -249,7 +247,7 @@ int main(int argc, char** argv) {
       auto run = std::make_unique<LmRun>(0, threads);
       Vocabulary vocab = lm::load_model(checkpoint, *run->model);
       Corpus c = Corpus::read(data);
-      check_vocabulary(c.vocab, "corpus " + data);
+      lm::check_vocabulary<V>(c.vocab, "corpus " + data);
       if (c.vocab.serialize() != vocab.serialize()) throw std::runtime_error("the corpus's vocabulary differs from the checkpoint's");
       const auto& ids = split == "valid" ? c.valid : c.test;
       auto start = std::chrono::steady_clock::now();
