@@ -62,7 +62,7 @@ TEST_CASE_TEMPLATE("matmul_nt: C = alpha A Bᵀ + bias, with strides", S, Dims<1
 }
 
 TEST_CASE_TEMPLATE("matmul_nn: C = A B, with strides", S, Dims<1, 1, 1>, Dims<3, 5, 2>, Dims<4, 16, 16>,
-                   Dims<7, 9, 17>, Dims<16, 33, 64>, Dims<50, 16, 50>, Dims<5, 130, 3>) {
+                   Dims<7, 9, 17>, Dims<16, 33, 64>, Dims<50, 16, 50>, Dims<5, 130, 3>, Dims<500, 2, 64>, Dims<20, 3, 7>) {
   constexpr size_t M = S::M, N = S::N, K = S::K, lda = K + 2, ldb = N + 5, ldc = N + 1;
   stformer::Rng rng(M * 1000 + N * 10 + K + 1);
   auto A = random(M * lda, rng), B = random(K * ldb, rng);
@@ -146,7 +146,7 @@ TEST_CASE_TEMPLATE("scalenorm_rows, relu, add", S, Len<1>, Len<2>, Len<16>, Len<
 }
 
 TEST_CASE_TEMPLATE("matmul_tn (C += Aᵀ B), matmul_nn accumulating, add_column_sums", S, Dims<1, 1, 1>, Dims<3, 5, 2>,
-                   Dims<16, 17, 9>, Dims<7, 33, 50>, Dims<64, 16, 4>) {
+                   Dims<16, 17, 9>, Dims<7, 33, 50>, Dims<64, 16, 4>, Dims<64, 2, 500>, Dims<40, 3, 9>) {
   constexpr size_t M = S::M, N = S::N, K = S::K, lda = M + 1, ldb = N + 3, ldc = N + 2;
   stformer::Rng rng(M * 7 + N * 5 + K);
   auto A = random(K * lda, rng), B = random(K * ldb, rng), C0 = random(M * ldc, rng);
@@ -190,4 +190,15 @@ TEST_CASE("hsums: each vector's sum, in order, for whole groups and a remainder"
     for (size_t j = 0; j < W; ++j) s += x[i * W + j];
     CHECK(out[i] == s);
   }
+}
+
+TEST_CASE("fma rounds once in the SIMD builds (the kernels' FMA chains are real FMAs)") {
+  using namespace stformer::kernels;
+  // a·a = 1 + 2^-11 + 2^-24 exactly; rounded to float it is 1 + 2^-11, so a separate multiply and
+  // add give 0 where a fused multiply-add gives 2^-24.
+  const float a = 1.0f + std::ldexp(1.0f, -12), c = -(1.0f + std::ldexp(1.0f, -11));
+  alignas(64) float out[W];
+  store(out, fma(splat(a), splat(a), splat(c)));
+  const float want = W > 1 ? std::ldexp(1.0f, -24) : 0.0f;  // the one-lane build is plain C++: a * b + c
+  for (size_t i = 0; i < W; ++i) CHECK(out[i] == want);
 }

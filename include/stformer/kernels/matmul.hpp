@@ -5,8 +5,10 @@
 //   matmul_nn: C[M,N] (+)= A[M,K] · B[K,N]                      A·v, dy·W (input gradients)
 //   matmul_tn: C[M,N] (+)= A[K,M]ᵀ · B[K,N]                     dyᵀ·x (weight gradients)
 //
-// All work in register tiles of 4 rows (8 when a tile is one vector wide): matmul_nt accumulates 4×4 dot products along K in
-// vectors and reduces them at the end; matmul_nn/tn broadcast A[i,k] and run FMAs along N.
+// All work in register tiles (rows_per_tile): matmul_nt broadcasts A's entries against packed
+// panels of Bᵀ with fused multiply-adds (fma), or for few rows accumulates dot products along K
+// and reduces them at the end; matmul_nn/tn broadcast A[i,k] and run multiply-add chains along
+// N (madd: multiply, then add; see vec.hpp).
 #pragma once
 
 #include "vec.hpp"
@@ -27,7 +29,7 @@ inline void nt_tile(const float* A, size_t lda, const float* B, size_t ldb, floa
     for (size_t r = 0; r < R; ++r) a[r] = load(A + r * lda + k);
     for (size_t c = 0; c < C; ++c) {
       vf b = load(B + c * ldb + k);
-      for (size_t r = 0; r < R; ++r) acc[r][c] = fma(a[r], b, acc[r][c]);
+      for (size_t r = 0; r < R; ++r) acc[r][c] = madd(a[r], b, acc[r][c]);
     }
   }
   float sums[R * C];
@@ -71,7 +73,7 @@ inline void nn_tile(const float* A, size_t ars, size_t aks, const float* B, size
     for (size_t v = 0; v < NV; ++v) b[v] = load(B + k * ldb + v * W);
     for (size_t r = 0; r < R; ++r) {
       vf a = splat(A[r * ars + k * aks]);
-      for (size_t v = 0; v < NV; ++v) acc[r][v] = fma(a, b[v], acc[r][v]);
+      for (size_t v = 0; v < NV; ++v) acc[r][v] = madd(a, b[v], acc[r][v]);
     }
   }
   for (size_t r = 0; r < R; ++r)
@@ -93,10 +95,14 @@ inline void nn_rows(const float* A, size_t ars, size_t aks, const float* B, size
 }
 
 // Rows per register tile when a tile is `vectors` vectors wide and K long: enough independent
-// FMA chains (rows × vectors ≥ 8) to cover the FMA latency on two ports once the chains are
-// long (K ≥ 32; shorter ones measured faster in 4-row tiles). Each entry of C is the same
-// chain of FMAs along K whatever the tile, so the tile sizes do not change any result.
-constexpr size_t rows_per_tile(size_t vectors, size_t K) { return vectors <= 1 && K >= 32 ? 8 : 4; }
+// FMA chains to cover the FMA latency (4 cycles) on two ports once the chains are long (K ≥ 32;
+// shorter ones measured faster in 4-row tiles): 16 with AVX-512's 32 registers, 8 with 16.
+// Each entry of C is the same chain of FMAs along K whatever the tile, so the tile sizes do
+// not change any result.
+constexpr size_t rows_per_tile(size_t vectors, size_t K) {
+  constexpr size_t chains = W >= 16 ? 16 : 8;
+  return K >= 32 && vectors > 0 && vectors * 4 < chains ? chains / vectors : 4;
+}
 
 template <size_t M, size_t N, size_t K, bool Acc>
 inline void nn_block(const float* A, size_t ars, size_t aks, const float* B, size_t ldb, float* C, size_t ldc) {
@@ -174,8 +180,11 @@ inline void matmul_nt(const float* A, size_t lda, const float* B, size_t ldb, fl
     alignas(64) float bias_panel[NPused];
     for (size_t j0 = 0; j0 < N; j0 += NPused) {
       size_t cols = N - j0 < NPused ? N - j0 : NPused;
-      for (size_t k = 0; k < K; ++k)
-        for (size_t j = 0; j < NPused; ++j) panel[k * NPused + j] = j < cols ? B[(j0 + j) * ldb + k] : 0.0f;
+      for (size_t j = 0; j < cols; ++j)  // rows of B read whole, written down the panel's columns
+        for (size_t k = 0; k < K; ++k) panel[k * NPused + j] = B[(j0 + j) * ldb + k];
+      if (cols < NPused)
+        for (size_t k = 0; k < K; ++k)
+          for (size_t j = cols; j < NPused; ++j) panel[k * NPused + j] = 0.0f;
       for (size_t j = 0; j < NPused; ++j) bias_panel[j] = bias && j < cols ? bias[j0 + j] : 0.0f;
       size_t i = 0;
       for (; i + TR <= M; i += TR)
@@ -186,16 +195,37 @@ inline void matmul_nt(const float* A, size_t lda, const float* B, size_t ldb, fl
   }
 }
 
-// C[M,N] (+)= A[M,K] · B[K,N]
+// Outputs narrower than a vector (N < W: the input gradient and weight gradient of a
+// projection from 2-D points) would leave the tiles nothing but their scalar tail; they are
+// computed transposed instead (below), so that the long side runs along the vectors.
+template <size_t M, size_t N>
+constexpr bool narrow = W > 1 && N < W && M >= W && M * N <= 4096;
+
+// C[M,N] (+)= A[M,K] · B[K,N]   (narrow: dot products of A's rows with B's columns, Bᵀ copied)
 template <size_t M, size_t N, size_t K, bool Accumulate = false>
 inline void matmul_nn(const float* A, size_t lda, const float* B, size_t ldb, float* C, size_t ldc) {
-  detail::nn_any<M, N, K, Accumulate>(A, lda, 1, B, ldb, C, ldc);
+  if constexpr (narrow<M, N> && !Accumulate && K * N <= 4096) {
+    alignas(64) float bt[N * K];
+    for (size_t k = 0; k < K; ++k)
+      for (size_t j = 0; j < N; ++j) bt[j * K + k] = B[k * ldb + j];
+    detail::nt_dots<M, N, K>(A, lda, bt, K, C, ldc, 1.0f, nullptr);
+  } else {
+    detail::nn_any<M, N, K, Accumulate>(A, lda, 1, B, ldb, C, ldc);
+  }
 }
 
 // C[M,N] (+)= A[K,M]ᵀ · B[K,N]   (weight gradients dW += dyᵀ x; dV += Aᵀ dO; dK += dSᵀ Q)
+// (narrow: Cᵀ = Bᵀ · A along M, then added transposed)
 template <size_t M, size_t N, size_t K, bool Accumulate = true>
 inline void matmul_tn(const float* A, size_t lda, const float* B, size_t ldb, float* C, size_t ldc) {
-  detail::nn_any<M, N, K, Accumulate>(A, 1, lda, B, ldb, C, ldc);
+  if constexpr (narrow<M, N>) {
+    alignas(64) float ct[N * M];
+    detail::nn_any<N, M, K, false>(B, 1, ldb, A, lda, ct, M);
+    for (size_t i = 0; i < M; ++i)
+      for (size_t j = 0; j < N; ++j) C[i * ldc + j] = (Accumulate ? C[i * ldc + j] : 0.0f) + ct[j * M + i];
+  } else {
+    detail::nn_any<M, N, K, Accumulate>(A, 1, lda, B, ldb, C, ldc);
+  }
 }
 
 // y[N] += Σ_r x[r, N]   (bias gradients)
