@@ -3,5 +3,6 @@
 set -e
 ref=$(mktemp)
 trap 'rm -f "$ref"' EXIT
-"$1" "$ref"
-"$2" --compare "$ref"
+# STFORMER_RUN: the cross build's wrapper (qemu-aarch64 ...), empty on the build machine
+$STFORMER_RUN "$1" "$ref"
+$STFORMER_RUN "$2" --compare "$ref"

@@ -124,7 +124,8 @@ TEST_CASE("max_value predict: log_probs and y for sets read from safetensors; ba
   auto dir = std::filesystem::temp_directory_path() / ("stformer_cli_" + std::to_string(::getpid()));
   std::filesystem::create_directories(dir);
   auto sh = [&](const std::string& args) {
-    std::string cmd = std::string(exe) + " " + args + " > " + (dir / "out.txt").string() + " 2>&1";
+    const char* wrapper = std::getenv("STFORMER_RUN");  // the cross build's exe wrapper (qemu-aarch64 ...)
+    std::string cmd = std::string(wrapper ? wrapper : "") + " " + exe + " " + args + " > " + (dir / "out.txt").string() + " 2>&1";
     int status = std::system(cmd.c_str());
     return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
   };

@@ -5,6 +5,7 @@
 //   max_value eval    --checkpoint PATH [--seed S] [--sets 1000]
 //   max_value predict --checkpoint PATH --input IN.safetensors --output OUT.safetensors
 //   max_value plot    --checkpoint PATH [--seed S] [--output max_value.png]  (+ .csv)
+//   max_value sets    --output OUT.safetensors [--seed S] [--sets 8]   (x [B, 50, 2] for predict)
 //
 // Checkpoints are safetensors files under SPEC's names; `train` adds the optimiser and
 // generator state, and every command also accepts a file that holds only the parameters
@@ -188,6 +189,11 @@ int main(int argc, char** argv) {
   plot_cmd->add_option("--seed", o.seed, "seed of the sets")->capture_default_str();
   plot_cmd->add_option("--output", png, "PNG file (the CSV goes next to it)")->capture_default_str();
 
+  auto* sets_cmd = app.add_subcommand("sets", "write fresh sets x [B, 50, 2] (the input of predict) to a safetensors file");
+  sets_cmd->add_option("--output", output, "safetensors file")->required();
+  sets_cmd->add_option("--seed", o.seed, "seed of the sets")->capture_default_str();
+  sets_cmd->add_option("--sets", sets, "number of sets")->check(CLI::Range(size_t{1}, size_t{Batch}))->capture_default_str();
+
   o.threads = std::clamp<size_t>(std::thread::hardware_concurrency(), 1, 2);
   for (auto* cmd : {train_cmd, eval_cmd, predict_cmd, plot_cmd})
     cmd->add_option("--threads", o.threads, "threads, 1 or 2 (the results do not depend on it)")->check(CLI::Range(1, 2))->capture_default_str();
@@ -206,6 +212,16 @@ int main(int argc, char** argv) {
         return 0;
       });
     if (*predict_cmd) return with_checkpoint(checkpoint, o.threads, [&](auto& run, const char* kind) { return predict(run, kind, input, output); });
+    if (*sets_cmd) {
+      Rng rng = eval_rng(o.seed);
+      auto drawn = std::make_unique<Sets<Batch>>();
+      drawn->draw(rng);
+      safetensors::Writer w;
+      w.add("x", safetensors::Dtype::F32, {sets, N, 2}, std::as_bytes(std::span(drawn->x.data(), sets * N * 2)));
+      w.write(output);
+      std::printf("%s: x [%zu, %zu, 2]\n", output.c_str(), sets, N);
+      return 0;
+    }
     if (*plot_cmd) return with_checkpoint(checkpoint, o.threads, [&](auto& run, const char* kind) { return plot(run, kind, o.seed, png); });
   } catch (const std::exception& e) {
     std::fprintf(stderr, "max_value: %s\n", e.what());

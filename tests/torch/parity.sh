@@ -8,4 +8,4 @@ if ! /usr/bin/python3 -c "import torch" 2>/dev/null; then
   exit 77
 fi
 /usr/bin/python3 "$here/make_parity.py" "$2"
-STFORMER_PARITY_DIR="$2" exec "$1"
+STFORMER_PARITY_DIR="$2" exec $STFORMER_RUN "$1"  # STFORMER_RUN: the cross build's wrapper, if any

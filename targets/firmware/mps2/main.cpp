@@ -1,0 +1,71 @@
+// The max-value pointer model (SPEC Example 1) in bare-metal firmware for the MPS2 AN500
+// (Cortex-M7; also AN386, Cortex-M4), run under qemu-system-arm -semihosting.
+//
+// Weights, test sets and the host build's predictions for them are constexpr arrays in flash,
+// made by checkpoint_header from a checkpoint, a `max_value sets` file and a `max_value
+// predict` file. For each set the firmware prints the predicted index and its
+// log-probability, checks them against the host's (same arg-max, every log-probability within
+// 1e-4 + 1e-4·|host|), and exits with status 0 when all agree. Model and activations are
+// static (sizes known at compile time), there is no heap, and it prints its memory use.
+#include <cmath>
+
+#include <stformer/flash.hpp>
+#include <stformer/models/pointer_model.hpp>
+
+#include "expected.hpp"
+#include "semihosting.hpp"
+#include "sets.hpp"
+#include "weights.hpp"
+
+void no_such_tensor();  // not constexpr: reaching it in a constant expression is a compile error
+
+namespace {
+
+constexpr size_t N = 50;
+using PointerNet = stformer::PointerModel<2, 16, 1, 64, 2>;  // SPEC's `pointer` configuration
+using Acts = stformer::ActsOf<PointerNet, 1, N>;              // one set at a time
+
+constexpr const stformer::ConstTensor& entry(const auto& table, std::string_view name) {
+  for (const auto& e : table)
+    if (name == e.name) return e;
+  no_such_tensor();
+  return table[0];
+}
+constexpr const stformer::ConstTensor& x = entry(sets::tensors, "x");                   // [S, N, 2]
+constexpr const stformer::ConstTensor& want = entry(expected::tensors, "log_probs");  // [S, N]
+constexpr size_t S = x.size / (N * 2);
+static_assert(S > 0 && x.size == S * N * 2 && want.size == S * N, "sets.x [S, 50, 2] and expected.log_probs [S, 50] differ");
+
+PointerNet model;
+Acts acts;
+stformer::Tensor<1, N, 2> set;
+
+size_t argmax(const float* v) {
+  size_t best = 0;
+  for (size_t i = 1; i < N; ++i)
+    if (v[i] > v[best]) best = i;
+  return best;
+}
+
+}  // namespace
+
+// Called by reset_handler (startup.cpp); the exit status goes out through semihosting.
+extern "C" int firmware_main() {
+  using semihosting::write;
+  stformer::load_params(weights::tensors, model);
+  size_t agree = 0;
+  for (size_t s = 0; s < S; ++s) {
+    std::copy(x.data + s * N * 2, x.data + (s + 1) * N * 2, set.data());
+    const float* got = acts.forward(model, set).data();
+    const float* host = want.data + s * N;
+    bool same = argmax(got) == argmax(host);
+    for (size_t i = 0; i < N; ++i) same = same && std::fabs(got[i] - host[i]) <= 1e-4f + 1e-4f * std::fabs(host[i]);
+    agree += same;
+    write("set "), write(s), write(": point "), write(std::uint64_t(argmax(got))), write(", log-probability ");
+    write(got[argmax(got)], 6), write(same ? " (host: the same)\n" : " (host: DIFFERENT)\n");
+  }
+  write("agree with the host build: "), write(agree), write(" of "), write(S), write(" sets\n");
+  write("static RAM: model "), write(sizeof model), write(" B, activations "), write(sizeof acts), write(" B; stack used "),
+      write(semihosting::stack_used()), write(" B\n");
+  return agree == S ? 0 : 1;
+}
