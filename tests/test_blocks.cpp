@@ -76,9 +76,13 @@ TEST_CASE("ScaleNorm and FeedForward") {
   }
 }
 
-TEST_CASE("MultiHeadAttention: cross attention, causal, key padding, all-masked rows") {
-  Rng rng(3);
-  constexpr size_t B = 3, Nq = 5, Nk = 7, Dq = 12, Dkv = 20, D = 16, H = 4;
+// A MultiHeadAttention<Dq, Dkv, D, H> with random parameters on random inputs, for each of causal
+// or not × no mask or key lengths {Nk, mid, 0} (batch row 2: every key masked): the output of
+// forward(p, xq, xkv, mask) [B, Nq, D] against the double-precision reference, and out = bo
+// exactly on the all-masked row; more(causal, masked) checks what else the path exposes.
+template <size_t Nq, size_t Nk, size_t Dq, size_t Dkv, size_t D, size_t H, class Forward, class More>
+void check_mha_masks(Rng& rng, size_t mid, Forward forward, More more) {
+  constexpr size_t B = 3;
   using MHA = MultiHeadAttention<Dq, Dkv, D, H>;
   auto p = make<MHA>();
   test::randomize(*p, rng);
@@ -86,34 +90,48 @@ TEST_CASE("MultiHeadAttention: cross attention, causal, key padding, all-masked 
   Tensor<B, Nk, Dkv> xkv;
   fill(xq, rng);
   fill(xkv, rng);
-  const auto keys = test::lengths_mask<B, Nk>({7, 3, 0});  // batch row 2: every key masked
-  auto a = make<ActsOf<MHA, B, Nq, Nk>>();
+  const auto keys = test::lengths_mask<B, Nk>({Nk, mid, 0});
   for (bool causal : {false, true})
     for (const KeyMask<B, Nk>* km : {(const KeyMask<B, Nk>*)nullptr, &keys}) {
       CAPTURE(causal);
       CAPTURE(km != nullptr);
-      a->forward(*p, xq, xkv, Mask<B, Nk>{.causal = causal, .keys = km});
+      const Tensor<B, Nq, D>& out = forward(*p, xq, xkv, Mask<B, Nk>{.causal = causal, .keys = km});
       for (size_t b = 0; b < B; ++b)
-        ref::check_close(a->o.out, b, ref::mha(ref::row(xq, b), ref::row(xkv, b), *p, H, 1 / std::sqrt(4.0), causal, test::mask_row(km, b)));
-      if (km) {  // all-masked query rows: zero weights, out = bo exactly
-        for (size_t h = 0; h < H; ++h)
-          for (size_t i = 0; i < Nq; ++i)
-            for (size_t j = 0; j < Nk; ++j) {
-              CHECK(a->attn(2, h, i, j) == 0.0f);
-              if (j >= 3) CHECK(a->attn(1, h, i, j) == 0.0f);
-            }
+        ref::check_close(out, b, ref::mha(ref::row(xq, b), ref::row(xkv, b), *p, H, 1 / std::sqrt(double(D / H)), causal, test::mask_row(km, b)));
+      if (km)
         for (size_t i = 0; i < Nq; ++i)
-          for (size_t c = 0; c < D; ++c) CHECK(a->o.out(2, i, c) == p->wo.bias(c));
-      }
-      if (causal)
-        for (size_t i = 0; i < Nq; ++i)
-          for (size_t j = i + 1; j < Nk; ++j) CHECK(a->attn(0, 1, i, j) == 0.0f);
+          for (size_t c = 0; c < D; ++c) CHECK(out(2, i, c) == p->wo.bias(c));
+      more(causal, km != nullptr);
     }
+}
+
+TEST_CASE("MultiHeadAttention: cross attention, causal, key padding, all-masked rows") {
+  Rng rng(3);
+  constexpr size_t B = 3, Nq = 5, Nk = 7, Dq = 12, Dkv = 20, D = 16, H = 4;
+  auto a = make<ActsOf<MultiHeadAttention<Dq, Dkv, D, H>, B, Nq, Nk>>();
+  check_mha_masks<Nq, Nk, Dq, Dkv, D, H>(
+      rng, 3, [&](const auto& p, const auto& xq, const auto& xkv, auto mask) -> const auto& { return a->forward(p, xq, xkv, mask); },
+      [&](bool causal, bool masked) {
+        if (masked)  // all-masked query rows and padded keys: zero weights
+          for (size_t h = 0; h < H; ++h)
+            for (size_t i = 0; i < Nq; ++i)
+              for (size_t j = 0; j < Nk; ++j) {
+                CHECK(a->attn(2, h, i, j) == 0.0f);
+                if (j >= 3) CHECK(a->attn(1, h, i, j) == 0.0f);
+              }
+        if (causal)
+          for (size_t i = 0; i < Nq; ++i)
+            for (size_t j = i + 1; j < Nk; ++j) CHECK(a->attn(0, 1, i, j) == 0.0f);
+      });
 
   SUBCASE("score scale 1/sqrt(D), the seed project's choice") {
     using MHA2 = MultiHeadAttention<Dq, Dkv, D, H, ScoreScale::model_width>;
     MHA2 p2;
     test::randomize(p2, rng);
+    Tensor<B, Nq, Dq> xq;
+    Tensor<B, Nk, Dkv> xkv;
+    fill(xq, rng);
+    fill(xkv, rng);
     auto a2 = make<ActsOf<MHA2, B, Nq, Nk>>();
     a2->forward(p2, xq, xkv);
     for (size_t b = 0; b < B; ++b) ref::check_close(a2->o.out, b, ref::mha(ref::row(xq, b), ref::row(xkv, b), p2, H, 1 / std::sqrt(16.0)));
@@ -123,26 +141,10 @@ TEST_CASE("MultiHeadAttention: cross attention, causal, key padding, all-masked 
 TEST_CASE("MultiHeadAttention::Infer: tiles with an online softmax, workspace linear in N") {
   Rng rng(4);
   constexpr size_t B = 3, Nq = 40, Nk = 150, Dq = 12, Dkv = 20, D = 16, H = 2;
-  using MHA = MultiHeadAttention<Dq, Dkv, D, H>;
-  auto p = make<MHA>();
-  test::randomize(*p, rng);
-  Tensor<B, Nq, Dq> xq;
-  Tensor<B, Nk, Dkv> xkv;
-  fill(xq, rng);
-  fill(xkv, rng);
-  const auto keys = test::lengths_mask<B, Nk>({150, 70, 0});  // batch row 2: every key masked
-  auto inf = make<MHA::Infer<B, Nq, Nk, 16, 64>>();          // 16 × 64 tiles, both with a remainder
-  for (bool causal : {false, true})
-    for (const KeyMask<B, Nk>* km : {(const KeyMask<B, Nk>*)nullptr, &keys}) {
-      CAPTURE(causal);
-      CAPTURE(km != nullptr);
-      inf->forward(*p, xq, xkv, Mask<B, Nk>{.causal = causal, .keys = km});
-      for (size_t b = 0; b < B; ++b)
-        ref::check_close(inf->out, b, ref::mha(ref::row(xq, b), ref::row(xkv, b), *p, H, 1 / std::sqrt(8.0), causal, test::mask_row(km, b)));
-      if (km)
-        for (size_t i = 0; i < Nq; ++i)
-          for (size_t c = 0; c < D; ++c) CHECK(inf->out(2, i, c) == p->wo.bias(c));
-    }
+  auto inf = make<MultiHeadAttention<Dq, Dkv, D, H>::Infer<B, Nq, Nk, 16, 64>>();  // 16 × 64 tiles, both with a remainder
+  check_mha_masks<Nq, Nk, Dq, Dkv, D, H>(
+      rng, 70, [&](const auto& p, const auto& xq, const auto& xkv, auto mask) -> const auto& { return inf->forward(p, xq, xkv, mask); },
+      [](bool, bool) {});
   // q, heads, out [Nq, D], k, v [Nk, D] and one tile: no Nq × Nk term.
   using S = MultiHeadAttention<64, 64, 64, 4>;
   constexpr size_t s1 = sizeof(S::Infer<1, 256, 256>), s2 = sizeof(S::Infer<1, 512, 512>), s4 = sizeof(S::Infer<1, 1024, 1024>);

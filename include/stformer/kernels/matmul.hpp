@@ -95,10 +95,10 @@ inline void nn_rows(const float* A, size_t ars, size_t aks, const float* B, size
 }
 
 // Rows per register tile when a tile is `vectors` vectors wide and K long: enough independent
-// FMA chains to cover the FMA latency (4 cycles) on two ports once the chains are long (K ≥ 32;
-// shorter ones measured faster in 4-row tiles): 16 with AVX-512's 32 registers, 8 with 16.
-// Each entry of C is the same chain of FMAs along K whatever the tile, so the tile sizes do
-// not change any result.
+// multiply-add chains to keep both vector pipes busy once the chains are long (K ≥ 32; shorter
+// ones measured faster in 4-row tiles): 16 with AVX-512's 32 registers, 8 with 16. Each entry
+// of C is the same chain of multiply-adds along K whatever the tile, so the tile sizes do not
+// change any result.
 constexpr size_t rows_per_tile(size_t vectors, size_t K) {
   constexpr size_t chains = W >= 16 ? 16 : 8;
   return K >= 32 && vectors > 0 && vectors * 4 < chains ? chains / vectors : 4;
@@ -199,12 +199,12 @@ inline void matmul_nt(const float* A, size_t lda, const float* B, size_t ldb, fl
 // projection from 2-D points) would leave the tiles nothing but their scalar tail; they are
 // computed transposed instead (below), so that the long side runs along the vectors.
 template <size_t M, size_t N>
-constexpr bool narrow = W > 1 && N < W && M >= W && M * N <= 4096;
+constexpr bool narrow = W > 1 && N < W && M >= W;
 
 // C[M,N] (+)= A[M,K] · B[K,N]   (narrow: dot products of A's rows with B's columns, Bᵀ copied)
 template <size_t M, size_t N, size_t K, bool Accumulate = false>
 inline void matmul_nn(const float* A, size_t lda, const float* B, size_t ldb, float* C, size_t ldc) {
-  if constexpr (narrow<M, N> && !Accumulate && K * N <= 4096) {
+  if constexpr (narrow<M, N> && !Accumulate && K * N <= 4096) {  // Bᵀ on the stack
     alignas(64) float bt[N * K];
     for (size_t k = 0; k < K; ++k)
       for (size_t j = 0; j < N; ++j) bt[j * K + k] = B[k * ldb + j];
@@ -218,7 +218,7 @@ inline void matmul_nn(const float* A, size_t lda, const float* B, size_t ldb, fl
 // (narrow: Cᵀ = Bᵀ · A along M, then added transposed)
 template <size_t M, size_t N, size_t K, bool Accumulate = true>
 inline void matmul_tn(const float* A, size_t lda, const float* B, size_t ldb, float* C, size_t ldc) {
-  if constexpr (narrow<M, N>) {
+  if constexpr (narrow<M, N> && M * N <= 4096) {  // Cᵀ on the stack
     alignas(64) float ct[N * M];
     detail::nn_any<N, M, K, false>(B, 1, ldb, A, lda, ct, M);
     for (size_t i = 0; i < M; ++i)

@@ -32,11 +32,6 @@ inline vf fma(vf a, vf b, vf c) { return _mm512_fmadd_ps(a, b, c); }
 #else
 inline vf fma(vf a, vf b, vf c) { return xsimd::fma(a, b, c); }
 #endif
-// a·b + c in two roundings, a multiply and an add. The broadcast tiles (nn_tile, nt_tile) use it:
-// on this Zen 5 the two go to separate pipes at the same FLOP rate as FMAs, and a chain's
-// latency is the add's 2 cycles instead of the FMA's 4, which measured faster for their narrow
-// tiles (and kept GCC from spilling accumulators); the packed panels use fma.
-inline vf madd(vf a, vf b, vf c) { return a * b + c; }
 inline vf vmax(vf a, vf b) { return xsimd::max(a, b); }
 inline vf vexp(vf a) { return xsimd::exp(a); }
 inline float hsum(vf a) { return xsimd::hadd(a); }
@@ -82,7 +77,6 @@ inline vf load(const float* p) { return {*p}; }
 inline void store(float* p, vf v) { *p = v.x; }
 inline vf splat(float x) { return {x}; }
 inline vf fma(vf a, vf b, vf c) { return {a.x * b.x + c.x}; }
-inline vf madd(vf a, vf b, vf c) { return {a.x * b.x + c.x}; }
 inline vf vmax(vf a, vf b) { return {a.x > b.x ? a.x : b.x}; }
 inline vf vexp(vf a) { return {std::exp(a.x)}; }
 inline float hsum(vf a) { return a.x; }
@@ -92,5 +86,11 @@ inline void hsums(const vf* v, float* out) {
   for (size_t i = 0; i < n; ++i) out[i] = v[i].x;
 }
 #endif
+
+// a·b + c in two roundings, a multiply and an add. The broadcast tiles (nn_tile, nt_tile) use it:
+// on this Zen 5 the two go to separate pipes at the same FLOP rate as FMAs, and a chain's
+// latency is the add's 2 cycles instead of the FMA's 4, which measured faster for their narrow
+// tiles (and kept GCC from spilling accumulators); the packed panels use fma.
+inline vf madd(vf a, vf b, vf c) { return a * b + c; }
 
 }  // namespace stformer::kernels
