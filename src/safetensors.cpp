@@ -2,8 +2,9 @@
 //
 // File::parse rejects, with "safetensors <file>: <problem>": a file shorter than 8 bytes; a
 // header length above 100,000,000 bytes (the reference implementation's limit) or beyond the
-// end of the file; a header that is not valid UTF-8 JSON, not an object, or has a duplicate key
-// at any level (nlohmann would silently keep one; a parser callback sees every key); an entry
+// end of the file; a header holding a NUL byte; a header that is not valid UTF-8 JSON, not an
+// object, or has a duplicate key at any level (nlohmann would silently keep one; a parser
+// callback sees every key); an entry
 // that is not an object, lacks dtype/shape/data_offsets, has another field, or has a field of
 // the wrong JSON type; an unknown dtype; offsets with begin > end or end beyond the data; a
 // byte size != product(shape) * dtype size; overlapping tensors, gaps and trailing bytes;
@@ -146,6 +147,9 @@ File File::parse(std::vector<std::byte> bytes, std::string label) {
     }
     return true;
   };
+  // nlohmann stops at a NUL as at the end of the text: a NUL would hide what follows it.
+  if (const void* nul = std::memchr(text, 0, header_bytes))
+    fail(lab, "the header holds a NUL byte (at byte " + std::to_string(8 + (static_cast<const char*>(nul) - text)) + " of the file)");
   json header;
   try {
     header = json::parse(text, text + header_bytes, on_event);

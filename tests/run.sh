@@ -2,13 +2,26 @@
 # The whole test suite, from a fresh Debian 12 machine: installs what is missing, then builds
 # and runs `meson test` for each kernel backend: x86-64-v3 (the default, AVX2), none (plain
 # C++, no xsimd) and, when this CPU has AVX-512, x86-64-v4. Warnings are errors. The
-# Google Benchmark programs are built too, so that they keep compiling. Then the bare-metal
-# firmware (targets/firmware/mps2) is cross-built for Cortex-M7 and Cortex-M4 with the first
-# backend's trained model, and run on QEMU's MPS2 boards against that build's predictions.
+# Google Benchmark programs are built too, so that they keep compiling. Then:
+# - the suite again with AddressSanitizer and UndefinedBehaviorSanitizer (no report allowed);
+# - the libFuzzer programs (clang) for 60 seconds each (tests/fuzz);
+# - the bare-metal firmware (targets/firmware/mps2), cross-built for Cortex-M7 and Cortex-M4 with
+#   the first backend's trained model, run on QEMU's MPS2 boards against that build's predictions;
+# - the suite cross-built for aarch64 with xsimd's NEON kernels, run under qemu-aarch64.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-# python3-torch: the PyTorch parity test; the Arm toolchain and QEMU: the firmware
-bash targets/install-deps.sh python3-torch gcc-arm-none-eabi libstdc++-arm-none-eabi-newlib libnewlib-arm-none-eabi qemu-system-arm
+# python3-torch: the PyTorch parity test; clang: the fuzzers; the Arm toolchains and QEMU:
+# the firmware and aarch64
+bash targets/install-deps.sh python3-torch clang libclang-rt-14-dev gcc-arm-none-eabi libstdc++-arm-none-eabi-newlib \
+  libnewlib-arm-none-eabi qemu-system-arm g++-aarch64-linux-gnu qemu-user
+
+# setup DIR ARGS...: configures DIR (once; later runs reuse it).
+setup() {
+  local dir=$1
+  shift
+  [ -f "$dir/build.ninja" ] || meson setup "$dir" "$@"
+}
+
 backends=(x86-64-v3 none)
 grep -q avx512f /proc/cpuinfo && backends+=(x86-64-v4)
 for simd in "${backends[@]}"; do
@@ -24,13 +37,31 @@ for simd in "${backends[@]}"; do
 done
 echo "all backends passed: ${backends[*]}"
 
+echo "=== sanitizers: address, undefined (build-test-sanitize)"
+setup build-test-sanitize -Db_sanitize=address,undefined -Doptimization=1 -Dsimd=x86-64-v3 -Dbench=disabled -Dwerror=true
+ninja -C build-test-sanitize
+ASAN_OPTIONS=detect_leaks=1:strict_string_checks=1 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
+  meson test -C build-test-sanitize --print-errorlogs --timeout-multiplier 3
+echo "sanitizers passed"
+
+echo "=== fuzzers, 60 s each (build-test-fuzz)"
+[ -f build-test-fuzz/build.ninja ] || CXX=clang++ meson setup build-test-fuzz -Dfuzz=true -Db_sanitize=address,undefined -Dsimd=none
+ninja -C build-test-fuzz
+FUZZ_SECONDS=60 meson test -C build-test-fuzz --suite fuzz --print-errorlogs
+echo "fuzzers passed"
+
 bash targets/firmware/make-headers.sh "build-test-${backends[0]}" build-firmware-headers
 for cpu in m7 m4; do
   dir=build-test-cortex-$cpu
   echo "=== firmware, Cortex-${cpu^^} ($dir)"
-  [ -f "$dir/build.ninja" ] || meson setup "$dir" --cross-file "targets/cross/cortex-$cpu.ini" -Dsimd=none -Dwerror=true \
-    -Dfirmware="$PWD/build-firmware-headers"
+  setup "$dir" --cross-file "targets/cross/cortex-$cpu.ini" -Dsimd=none -Dwerror=true -Dfirmware="$PWD/build-firmware-headers"
   ninja -C "$dir"
   meson test -C "$dir" --print-errorlogs
 done
 echo "firmware passed on Cortex-M7 and Cortex-M4"
+
+echo "=== aarch64, NEON kernels, under qemu-aarch64 (build-test-aarch64)"
+setup build-test-aarch64 --cross-file targets/cross/aarch64-linux-gnu.ini -Dsimd=neon -Dbench=disabled -Dwerror=true
+ninja -C build-test-aarch64
+meson test -C build-test-aarch64 --print-errorlogs --timeout-multiplier 3
+echo "aarch64 passed"

@@ -42,16 +42,21 @@ void check_reproducible(int iterations) {
   CHECK(metrics[0].accuracy == metrics[1].accuracy);
   CHECK(metrics[0].distance == metrics[1].distance);
   CHECK(bytes_of(dir / "run0.safetensors") == bytes_of(dir / "run1.safetensors"));
-  CHECK(losses[0].back() < 0.6f * losses[0].front());
+  if (!test::emulated()) CHECK(losses[0].back() < 0.6f * losses[0].front());
   MESSAGE(std::string(Task<Net>::name) << ": loss " << losses[0].front() << " -> " << losses[0].back() << " in " << iterations
                           << " iterations; accuracy " << metrics[0].accuracy << ", distance " << metrics[0].distance);
   std::filesystem::remove_all(dir);
 }
 }  // namespace
 
-TEST_CASE("max_value pointer: the loss falls and runs on 1 and 2 threads agree bit for bit") { check_reproducible<PointerNet>(40); }
+// Under an emulator (test::emulated()): two iterations of the pointer model, no set model.
+TEST_CASE("max_value pointer: the loss falls and runs on 1 and 2 threads agree bit for bit") {
+  check_reproducible<PointerNet>(test::emulated() ? 2 : 40);
+}
 
-TEST_CASE("max_value set: the loss falls and runs on 1 and 2 threads agree bit for bit") { check_reproducible<SetNet>(40); }
+TEST_CASE("max_value set: the loss falls and runs on 1 and 2 threads agree bit for bit" * doctest::skip(test::emulated())) {
+  check_reproducible<SetNet>(40);
+}
 
 // SPEC's recipes, checked against the learning rates written out here: `pointer` anneals from
 // 0.01 with a cosine over the run (0.01, 0.0075, 0.0025 for 3 iterations) on one batch drawn
@@ -72,7 +77,7 @@ void check_recipe(const std::array<float, 3>& lrs, bool fresh) {
 
 TEST_CASE("max_value: the default runs follow SPEC's learning rates and training sets") {
   check_recipe<PointerNet>({0.01f, 0.0075f, 0.0025f}, false);
-  check_recipe<SetNet>({1e-3f, 1e-3f, 1e-3f}, true);
+  if (!test::emulated()) check_recipe<SetNet>({1e-3f, 1e-3f, 1e-3f}, true);
 }
 
 // Run's gradient (50 chunks of 10 over 2 lanes, loss divided by the batch) against one
@@ -113,12 +118,12 @@ void check_chunked_gradient() {
 
 TEST_CASE("max_value: the chunked gradient equals the whole batch's") {
   check_chunked_gradient<PointerNet>();
-  check_chunked_gradient<SetNet>();
+  if (!test::emulated()) check_chunked_gradient<SetNet>();
 }
 
 // The program itself (its path in MAX_VALUE): predict on sets written here, against the same
-// model run in-process; bad input exits non-zero with a message.
-TEST_CASE("max_value predict: log_probs and y for sets read from safetensors; bad input is refused") {
+// model run in-process (bad input: tests/programs.sh).
+TEST_CASE("max_value predict: log_probs and y for sets read from safetensors") {
   const char* exe = std::getenv("MAX_VALUE");
   REQUIRE_MESSAGE(exe != nullptr, "MAX_VALUE is not set (run through meson test)");
   auto dir = std::filesystem::temp_directory_path() / ("stformer_cli_" + std::to_string(::getpid()));
@@ -140,6 +145,7 @@ TEST_CASE("max_value predict: log_probs and y for sets read from safetensors; ba
   w.write(dir / "in.safetensors");
 
   for (const char* kind : {"pointer", "set"}) {
+    if (test::emulated() && std::string(kind) == "set") continue;
     CAPTURE(kind);
     auto ckpt = (dir / (std::string(kind) + ".safetensors")).string();
     REQUIRE(sh(std::string("train --model ") + kind + " --iterations 3 --checkpoint " + ckpt) == 0);
@@ -177,12 +183,5 @@ TEST_CASE("max_value predict: log_probs and y for sets read from safetensors; ba
   CHECK(sh("eval --sets 10 --checkpoint " + params_only) == 0);
   CHECK(output().find("nearest-point hits") != std::string::npos);
 
-  // refused, with a message and a non-zero exit
-  CHECK(sh("eval --checkpoint " + (dir / "missing.safetensors").string()) != 0);
-  CHECK(output().find("missing.safetensors") != std::string::npos);
-  CHECK(sh("train --model transformer") != 0);
-  CHECK(sh("train --iterations 0") != 0);
-  CHECK(sh("predict --checkpoint " + params_only + " --input " + params_only + " --output " + (dir / "p.safetensors").string()) != 0);
-  CHECK(output().find("no tensor 'x'") != std::string::npos);
   std::filesystem::remove_all(dir);
 }

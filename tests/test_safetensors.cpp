@@ -362,6 +362,7 @@ TEST_CASE("safetensors: corrupt files are rejected, naming the problem, and the 
     check_rejected(join(header.substr(0, n / 2), data), {"not valid JSON"});
     check_rejected(join(replaced(header, "proj.bias", "proj.b\xff"), data), {"not valid JSON"});  // not UTF-8
     check_rejected(join("[]", {}), {"not a JSON object"});
+    check_rejected(join(header + std::string(1, '\0'), data), {"the header holds a NUL byte (at byte " + std::to_string(8 + n) + " of the file)"});
   }
   SUBCASE("malformed entries") {
     const std::string bias = R"("proj.bias":{"dtype":"F32","shape":[16],"data_offsets":[128,192]})";
@@ -436,6 +437,42 @@ TEST_CASE("safetensors: corrupt files are rejected, naming the problem, and the 
     init(deeper, 1);
     check_rejected<Pointer>(checkpoint_with(deeper, [](auto&...) {}), {"unexpected tensors that the model does not have: 'blocks.2."});
   }
+}
+
+// Every damaged copy of a valid checkpoint: cut at every length, and every bit of the length
+// and of the header flipped in turn. Each is refused with a message that names the file, and
+// the model keeps its parameters.
+TEST_CASE("safetensors: every truncation and every header bit flip is refused, the model unchanged") {
+  Set a, model, before;
+  init(a, 1);
+  init(before, 7);
+  const Bytes good = checkpoint_with(a, [](auto&...) {});
+  const size_t header_end = 8 + split(good).header.size();
+  size_t tried = 0, refused = 0;
+  std::string first_problem;
+  const auto check = [&](const Bytes& bad, const std::string& what) {
+    ++tried;
+    model = before;
+    std::string message;
+    try {
+      load_params(safetensors::File::parse(bad, "bad.safetensors"), model);
+    } catch (const std::runtime_error& e) {
+      message = e.what();
+    }
+    const bool ok = message.find("bad.safetensors: ") != std::string::npos && same_params(model, before);
+    refused += ok;
+    if (!ok && first_problem.empty()) first_problem = what + (message.empty() ? ": loaded" : ": " + message);
+  };
+  for (size_t cut = 0; cut < good.size(); ++cut) check(Bytes(good.begin(), good.begin() + std::ptrdiff_t(cut)), "cut at " + std::to_string(cut));
+  for (size_t i = 0; i < header_end; ++i)
+    for (int bit = 0; bit < 8; ++bit) {
+      Bytes bad = good;
+      bad[i] ^= std::byte(1 << bit);
+      check(bad, "byte " + std::to_string(i) + " bit " + std::to_string(bit));
+    }
+  INFO("first damaged copy not refused: " << first_problem);
+  CHECK(refused == tried);
+  MESSAGE(tried << " damaged copies (" << good.size() << " cuts, " << 8 * header_end << " bit flips), " << refused << " refused");
 }
 
 TEST_CASE("safetensors: cannot open or read") {

@@ -2,6 +2,7 @@
 #pragma once
 
 #include <algorithm>
+#include <cstdlib>
 #include <initializer_list>
 #include <memory>
 #include <vector>
@@ -25,6 +26,15 @@ void randomize(M& m, stformer::Rng& rng) {
 template <class T>
 void fill(T& t, stformer::Rng& rng, float scale = 1.0f) {
   for (auto& x : t) x = scale * rng.normal();
+}
+
+// True when the tests run under an instruction-set emulator (a cross build's exe_wrapper, e.g.
+// qemu-aarch64: tests/meson.build sets STFORMER_EMULATED). Its floating point runs some 300
+// times slower than native, so the tests that train run shorter there (the pointer model
+// only, fewer iterations); the native builds run them whole.
+inline bool emulated() {
+  const char* e = std::getenv("STFORMER_EMULATED");
+  return e != nullptr && *e != '\0';
 }
 
 // Heap-allocated, so that tests can hold large blocks and activations.

@@ -42,7 +42,11 @@ Tensor<1, T, D> tokens;
 
 }  // namespace
 
-int main() {
+int main(int argc, char** argv) {
+  if (argc > 1) {
+    std::fprintf(stderr, "%s: takes no arguments (got '%s'); it runs the built-in example\n", argv[0], argv[1]);
+    return 2;
+  }
   Rng rng(0);
   init_params(set, rng);
   init_params(encoder, rng);

@@ -13,6 +13,8 @@
 
 #include <CLI/CLI.hpp>
 
+#include "../checks.hpp"
+
 #include "stformer/safetensors.hpp"
 
 namespace {
@@ -62,7 +64,7 @@ int main(int argc, char** argv) {
   CLI::App app{"checkpoint_header: a safetensors checkpoint to a C++ header of constexpr arrays (stformer/flash.hpp)"};
   std::string in, out, ns = "weights";
   app.add_option("input", in, "safetensors file")->required()->check(CLI::ExistingFile);
-  app.add_option("output", out, "header to write")->required();
+  app.add_option("output", out, "header to write")->required()->check(OutputPath);
   app.add_option("--namespace", ns, "namespace of the arrays and of `tensors`")->capture_default_str();
   CLI11_PARSE(app, argc, argv);
   try {

@@ -1,7 +1,8 @@
 // max_value — SPEC Example 1 with stformer's own training loop.
 //
 //   max_value train   --model pointer|set [--seed S] [--iterations I] [--lr LR] [--fresh]
-//                     [--checkpoint PATH]
+//                     [--checkpoint PATH] [--save-every I]
+//   max_value train   --resume PATH [--checkpoint PATH] [--save-every I]
 //   max_value eval    --checkpoint PATH [--seed S] [--sets 1000]
 //   max_value predict --checkpoint PATH --input IN.safetensors --output OUT.safetensors
 //   max_value plot    --checkpoint PATH [--seed S] [--output max_value.png]  (+ .csv)
@@ -10,16 +11,23 @@
 // Checkpoints are safetensors files under SPEC's names; `train` adds the optimiser and
 // generator state, and every command also accepts a file that holds only the parameters
 // (for instance exported from PyTorch): the model is recognised by its tensors.
+//
+// Faults (stformer/training.hpp): a non-finite loss or gradient stops training with a message
+// naming the iteration and the tensor, and saves nothing; SIGINT/SIGTERM end the iteration
+// under way, write the checkpoint (which --resume continues bit for bit) and exit with 128 +
+// the signal; checkpoints are replaced atomically, so a kill never leaves a broken one.
 #include <CLI/CLI.hpp>
 
 #include <cstring>
 #include <fstream>
 #include <iostream>
+#include <map>
 #include <sstream>
 #include <thread>
 
 #include <stformer/gnuplot.hpp>
 
+#include "../checks.hpp"
 #include "max_value.hpp"
 
 using namespace max_value;
@@ -36,24 +44,91 @@ void print_metrics(const char* model, const Metrics& m) {
     std::printf("test on %zu fresh sets: mean distance %.4f, nearest-point hits %.1f%%\n", m.sets, m.distance, 100 * m.accuracy);
 }
 
+// The training configuration, kept in a checkpoint's metadata so that --resume goes on with it.
+std::map<std::string, std::string> run_metadata(const char* model, const TrainOptions& o) {
+  char lr[32];
+  std::snprintf(lr, sizeof lr, "%.9g", double(o.lr));  // 9 digits: the same float when read back
+  return {{"model", model},
+          {"seed", std::to_string(o.seed)},
+          {"iterations", std::to_string(o.iterations)},
+          {"lr", lr},
+          {"fresh", std::to_string(o.fresh)},
+          {"schedule", std::to_string(o.schedule)}};
+}
+
+// The configuration of a checkpoint written by train (run_metadata's keys, resolved to SPEC's
+// defaults when it was written).
+TrainOptions resumed_options(const safetensors::File& f, TrainOptions o) {
+  const auto value = [&](const char* key) {
+    auto it = f.metadata().find(key);
+    if (it == f.metadata().end())
+      throw std::runtime_error("checkpoint " + f.label() + ": no \"" + key + "\" in its metadata: not written by max_value train");
+    return it->second;
+  };
+  try {
+    o.seed = std::stoull(value("seed"));
+    o.iterations = std::stoi(value("iterations"));
+    o.lr = std::stof(value("lr"));
+    o.fresh = std::stoi(value("fresh"));
+    o.schedule = std::stoi(value("schedule"));
+  } catch (const std::logic_error&) {  // std::invalid_argument, std::out_of_range
+    throw std::runtime_error("checkpoint " + f.label() + ": its training configuration (metadata) is not readable");
+  }
+  if (o.iterations < 1 || !(o.lr > 0) || o.fresh < 0 || o.fresh > 1 || o.schedule < 0)
+    throw std::runtime_error("checkpoint " + f.label() + ": its training configuration (metadata) is out of range");
+  return o;
+}
+
+// Trains (from the checkpoint `resume` when given), evaluates, saves. SIGINT/SIGTERM: the
+// iteration under way ends, the checkpoint is written, and the exit code is 128 + signal.
 template <class Net>
-int train(const TrainOptions& o, const std::string& checkpoint) {
+int train(TrainOptions o, const std::string& checkpoint, const safetensors::File* resume) {
   using T = Task<Net>;
+  if (resume) o = resumed_options(*resume, o);
+  o.iterations = o.iterations > 0 ? o.iterations : T::iterations;  // SPEC's defaults, written out in the checkpoint
+  o.lr = o.lr > 0 ? o.lr : T::lr;
+  o.fresh = o.fresh < 0 ? T::fresh : o.fresh;
+  o.schedule = o.schedule < 0 ? T::schedule : o.schedule;
   Run<Net> run(o.seed, o.threads);
-  int iterations = o.iterations > 0 ? o.iterations : T::iterations;
-  std::printf("training %s (%zu parameters) for %d iterations, seed %llu%s\n", T::name, param_count(*run.model), iterations,
-              (unsigned long long)o.seed, (o.fresh < 0 ? T::fresh : o.fresh == 1) ? ", fresh sets every iteration" : "");
+  if (resume) {
+    load_checkpoint(*resume, *run.model, *run.opt, run.state);
+    std::printf("resumed from %s at iteration %lld\n", resume->label().c_str(), (long long)run.state.step);
+  }
+  std::printf("training %s (%zu parameters) for %d iterations, seed %llu%s\n", T::name, param_count(*run.model), o.iterations,
+              (unsigned long long)o.seed, o.fresh ? ", fresh sets every iteration" : "");
+  std::int64_t saved = resume && resume->label() == checkpoint ? run.state.step : -1;
+  const auto save = [&] {
+    if (!checkpoint.empty()) save_checkpoint(checkpoint, *run.model, *run.opt, run.state, run_metadata(T::name, o)), saved = run.state.step;
+  };
+  const std::int64_t first = run.state.step;
   auto start = std::chrono::steady_clock::now();
-  run.train(o, [&](int it, float loss, double rate, double eta) {
-    if (!o.quiet) std::printf("  iteration %5d  loss %.4f  %6.1f it/s  ETA %4.0f s\n", it, loss, rate, eta);
-    std::fflush(stdout);
-  });
+  stop_on_signals();
+  try {
+    run.train(
+        o,
+        [&](int it, float loss, double rate, double eta) {
+          if (!o.quiet) std::printf("  iteration %5d  loss %.4f  %6.1f it/s  ETA %4.0f s\n", it, loss, rate, eta);
+          std::fflush(stdout);
+        },
+        save, &stop_signal());
+  } catch (const NonFiniteError& e) {
+    throw NonFiniteError(std::string(e.what()) + "; training stopped" +
+                         (checkpoint.empty() ? std::string()
+                          : saved < 0 ? ", nothing saved"
+                                      : ", the checkpoint " + checkpoint + " of iteration " + std::to_string(saved) + " is unchanged"));
+  }
+  if (const int sig = stop_signal()) {
+    save();
+    std::printf("stopped by signal %d at iteration %lld%s\n", sig, (long long)run.state.step,
+                checkpoint.empty() ? " (no --checkpoint: nothing saved)" : (": checkpoint " + checkpoint + ", continue with --resume").c_str());
+    return 128 + sig;
+  }
   double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  std::printf("%.1f ms per iteration\n", 1000 * seconds / iterations);
+  if (run.state.step > first) std::printf("%.1f ms per iteration\n", 1000 * seconds / double(run.state.step - first));
   Rng rng = eval_rng(o.seed);
   print_metrics(T::name, run.evaluate(rng, 1000));
   if (!checkpoint.empty()) {
-    save_checkpoint(checkpoint, *run.model, *run.opt, run.state, {{"model", T::name}, {"seed", std::to_string(o.seed)}});
+    save();
     std::printf("checkpoint: %s\n", checkpoint.c_str());
   }
   return 0;
@@ -66,12 +141,22 @@ int with_checkpoint(const std::string& path, size_t threads, F&& f) {
   std::string kind;
   if (auto it = file.metadata().find("model"); it != file.metadata().end()) kind = it->second;
   if (kind.empty()) {  // parameters only: recognise the model by its tensors
-    try {
-      check_params(file, *std::make_unique<PointerNet>());
+    std::string problems;
+    const auto fits = [&](const auto& model, const char* name) {
+      try {
+        check_params(file, model);
+        return true;
+      } catch (const std::runtime_error& e) {
+        problems += std::string(problems.empty() ? "" : "; ") + "as the " + name + " model: " + e.what();
+        return false;
+      }
+    };
+    if (fits(*std::make_unique<PointerNet>(), "pointer"))
       kind = "pointer";
-    } catch (const std::runtime_error&) {
+    else if (fits(*std::make_unique<SetNet>(), "set"))
       kind = "set";
-    }
+    else
+      throw std::runtime_error("checkpoint " + path + " holds neither model's parameters (" + problems + ")");
   }
   if (kind == "pointer") {
     auto run = std::make_unique<Run<PointerNet>>(0, threads);
@@ -158,41 +243,44 @@ int main(int argc, char** argv) {
   app.require_subcommand(1);
 
   TrainOptions o;
-  std::string model = "pointer", checkpoint, input, output, png = "max_value.png";
+  std::string model = "pointer", checkpoint, input, output, png = "max_value.png", resume;
   bool fresh = false;
   std::string schedule;
-  size_t sets = 1000;
+  size_t sets = 1000, written_sets = 8;  // eval's and sets' --sets
 
   auto* train_cmd = app.add_subcommand("train", "train a model, evaluate it on 1,000 fresh sets, save a checkpoint");
   train_cmd->add_option("--model", model, "pointer (2022) or set (2019)")->check(CLI::IsMember({"pointer", "set"}))->capture_default_str();
-  train_cmd->add_option("--seed", o.seed, "seed of every generator")->capture_default_str();
+  train_cmd->add_option("--seed", o.seed, "seed of every generator")->check(Seed)->capture_default_str();
   train_cmd->add_option("--iterations", o.iterations, "iterations (default: SPEC's, 300 pointer / 2000 set)")->check(CLI::Range(1, 10000000));
   train_cmd->add_option("--lr", o.lr, "learning rate (default: SPEC's, 0.01 pointer / 1e-3 set)")->check(CLI::PositiveNumber);
   train_cmd->add_option("--schedule", schedule, "learning-rate schedule: constant, or cosine to 0 over the run (default: SPEC's, cosine pointer / constant set)")
       ->check(CLI::IsMember({"constant", "cosine"}));
   train_cmd->add_flag("--fresh", fresh, "draw 500 new training sets every iteration (the set model always does)");
-  train_cmd->add_option("--checkpoint", checkpoint, "where to save the trained model (safetensors)");
+  train_cmd->add_option("--checkpoint", checkpoint, "where to save the trained model (safetensors)")->check(OutputPath);
   train_cmd->add_option("--report", o.report_every, "iterations between progress lines")->check(CLI::Range(1, 1000000))->capture_default_str();
+  train_cmd->add_option("--save-every", o.save_every, "iterations between checkpoints (0: only at the end)")->check(CLI::Range(0, 10000000))->capture_default_str();
+  auto* resume_opt = train_cmd->add_option("--resume", resume, "continue a run from its checkpoint, with its configuration")->check(CLI::ExistingFile);
+  for (const char* name : {"--model", "--seed", "--iterations", "--lr", "--schedule", "--fresh"}) resume_opt->excludes(train_cmd->get_option(name));
 
   auto* eval_cmd = app.add_subcommand("eval", "evaluate a checkpoint on fresh sets");
   eval_cmd->add_option("--checkpoint", checkpoint, "checkpoint (safetensors)")->required()->check(CLI::ExistingFile);
-  eval_cmd->add_option("--seed", o.seed, "seed of the test sets")->capture_default_str();
+  eval_cmd->add_option("--seed", o.seed, "seed of the test sets")->check(Seed)->capture_default_str();
   eval_cmd->add_option("--sets", sets, "number of fresh sets")->check(CLI::Range(size_t{1}, size_t{100000000}))->capture_default_str();
 
   auto* predict_cmd = app.add_subcommand("predict", "predict for sets x [B, 50, 2] read from a safetensors file");
   predict_cmd->add_option("--checkpoint", checkpoint, "checkpoint (safetensors)")->required()->check(CLI::ExistingFile);
   predict_cmd->add_option("--input", input, "safetensors file with x [B, 50, 2] (F32)")->required()->check(CLI::ExistingFile);
-  predict_cmd->add_option("--output", output, "safetensors file for log_probs [B, 50] or y [B, 2]")->required();
+  predict_cmd->add_option("--output", output, "safetensors file for log_probs [B, 50] or y [B, 2]")->required()->check(OutputPath);
 
   auto* plot_cmd = app.add_subcommand("plot", "the seed project's figure for 6 fresh sets (PNG and CSV)");
   plot_cmd->add_option("--checkpoint", checkpoint, "checkpoint (safetensors)")->required()->check(CLI::ExistingFile);
-  plot_cmd->add_option("--seed", o.seed, "seed of the sets")->capture_default_str();
-  plot_cmd->add_option("--output", png, "PNG file (the CSV goes next to it)")->capture_default_str();
+  plot_cmd->add_option("--seed", o.seed, "seed of the sets")->check(Seed)->capture_default_str();
+  plot_cmd->add_option("--output", png, "PNG file (the CSV goes next to it)")->check(OutputPath)->capture_default_str();
 
   auto* sets_cmd = app.add_subcommand("sets", "write fresh sets x [B, 50, 2] (the input of predict) to a safetensors file");
-  sets_cmd->add_option("--output", output, "safetensors file")->required();
-  sets_cmd->add_option("--seed", o.seed, "seed of the sets")->capture_default_str();
-  sets_cmd->add_option("--sets", sets, "number of sets")->check(CLI::Range(size_t{1}, size_t{Batch}))->capture_default_str();
+  sets_cmd->add_option("--output", output, "safetensors file")->required()->check(OutputPath);
+  sets_cmd->add_option("--seed", o.seed, "seed of the sets")->check(Seed)->capture_default_str();
+  sets_cmd->add_option("--sets", written_sets, "number of sets")->check(CLI::Range(size_t{1}, size_t{Batch}))->capture_default_str();
 
   o.threads = std::clamp<size_t>(std::thread::hardware_concurrency(), 1, 2);
   for (auto* cmd : {train_cmd, eval_cmd, predict_cmd, plot_cmd})
@@ -203,7 +291,16 @@ int main(int argc, char** argv) {
     if (*train_cmd) {
       if (fresh) o.fresh = 1;
       if (!schedule.empty()) o.schedule = schedule == "cosine" ? Schedule::cosine : Schedule::constant;
-      return model == "pointer" ? train<PointerNet>(o, checkpoint) : train<SetNet>(o, checkpoint);
+      if (!resume.empty()) {
+        if (checkpoint.empty()) checkpoint = resume;
+        const auto file = safetensors::File::read(resume);
+        const auto kind = file.metadata().find("model");
+        model = kind == file.metadata().end() ? "" : kind->second;
+        if (model != "pointer" && model != "set")
+          throw std::runtime_error("checkpoint " + resume + ": not a training checkpoint of max_value train (metadata \"model\" is not pointer or set)");
+        return model == "pointer" ? train<PointerNet>(o, checkpoint, &file) : train<SetNet>(o, checkpoint, &file);
+      }
+      return model == "pointer" ? train<PointerNet>(o, checkpoint, nullptr) : train<SetNet>(o, checkpoint, nullptr);
     }
     if (*eval_cmd)
       return with_checkpoint(checkpoint, o.threads, [&](auto& run, const char* kind) {
@@ -217,9 +314,9 @@ int main(int argc, char** argv) {
       auto drawn = std::make_unique<Sets<Batch>>();
       drawn->draw(rng);
       safetensors::Writer w;
-      w.add("x", safetensors::Dtype::F32, {sets, N, 2}, std::as_bytes(std::span(drawn->x.data(), sets * N * 2)));
+      w.add("x", safetensors::Dtype::F32, {written_sets, N, 2}, std::as_bytes(std::span(drawn->x.data(), written_sets * N * 2)));
       w.write(output);
-      std::printf("%s: x [%zu, %zu, 2]\n", output.c_str(), sets, N);
+      std::printf("%s: x [%zu, %zu, 2]\n", output.c_str(), written_sets, N);
       return 0;
     }
     if (*plot_cmd) return with_checkpoint(checkpoint, o.threads, [&](auto& run, const char* kind) { return plot(run, kind, o.seed, png); });

@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <array>
 #include <chrono>
+#include <csignal>
 #include <cmath>
 #include <cstdio>
 #include <functional>
@@ -16,6 +17,7 @@
 #include <string>
 
 #include <stformer/checkpoint.hpp>
+#include <stformer/training.hpp>
 #include <stformer/stformer.hpp>
 #include <stformer/train/parallel.hpp>
 
@@ -137,6 +139,7 @@ struct TrainOptions {
   int fresh = -1;      // -1: SPEC's; 1: draw new training sets every iteration
   int schedule = -1;   // -1: SPEC's; else a Schedule::Kind (constant or cosine to 0 over the run)
   int report_every = 25;
+  int save_every = 0;  // > 0: call train's `save` every that many iterations
   bool quiet = false;
   size_t threads = 1;  // 1 or 2 (Run::Lanes); the results are the same
 };
@@ -167,9 +170,10 @@ struct Run {
   std::unique_ptr<Sets<Batch>> sets = std::make_unique<Sets<Batch>>();
   std::unique_ptr<typename T::template Out<Batch>> out = std::make_unique<typename T::template Out<Batch>>();
   TrainingState state;
+  std::uint64_t seed;
   ThreadPool pool;
 
-  explicit Run(std::uint64_t seed, size_t threads = 1) : state{0, Rng(seed, 1)}, pool(std::min(threads, Lanes)) {
+  explicit Run(std::uint64_t seed, size_t threads = 1) : state{0, Rng(seed, 1)}, seed(seed), pool(std::min(threads, Lanes)) {
     Rng init(seed, 0);
     init_params(*model, init);
   }
@@ -202,9 +206,11 @@ struct Run {
   }
   Net& grad() { return (*lanes)[0].grad; }
 
-  // One optimiser step on *sets; returns the loss before it.
+  // One optimiser step on *sets; returns the loss before it. A non-finite loss or gradient
+  // throws NonFiniteError (stformer/training.hpp) before the step, naming it.
   float step(float lr) {
     float loss = gradient();
+    check_finite(state.step + 1, loss, grad_norm(grad()), grad());
     opt->step(*model, grad(), lr);
     return loss;
   }
@@ -223,25 +229,36 @@ struct Run {
     return *out;
   }
 
-  // Trains; calls report(iteration, loss, iterations per second, seconds left) every
-  // report_every iterations and at the end. Returns the last loss.
-  float train(const TrainOptions& o, const std::function<void(int, float, double, double)>& report) {
+  // Trains from state.step (0, or where a checkpoint stopped) to the last iteration; calls
+  // report(iteration, loss, iterations per second, seconds left) every report_every iterations
+  // and at the end, and save() every save_every iterations. Stops early, after a whole
+  // iteration, when *stop becomes non-zero (stformer::stop_signal()). Returns the last loss.
+  // Without fresh sets, the one training batch is drawn first from Rng(seed, 1), also on
+  // resuming, so a resumed run goes on exactly as if it had never stopped.
+  float train(const TrainOptions& o, const std::function<void(int, float, double, double)>& report,
+              const std::function<void()>& save = {}, const volatile std::sig_atomic_t* stop = nullptr) {
     int iterations = o.iterations > 0 ? o.iterations : T::iterations;
     float lr = o.lr > 0 ? o.lr : T::lr;
     bool fresh = o.fresh < 0 ? T::fresh : o.fresh == 1;
     Schedule schedule{o.schedule < 0 ? T::schedule : Schedule::Kind(o.schedule), lr, iterations};
-    if (!fresh) sets->draw(state.rng);
+    if (!fresh) {
+      Rng first(seed, 1);
+      sets->draw(first);
+      if (state.step == 0) state.rng = first;
+    }
     float loss = 0;
+    const std::int64_t start_step = state.step;
     auto start = std::chrono::steady_clock::now();
-    for (int it = 0; it < iterations; ++it, ++state.step) {
+    while (state.step < iterations && !(stop && *stop)) {
       if (fresh) sets->draw(state.rng);
-      loss = step(schedule(it));
-      STFORMER_CHECK(std::isfinite(loss), "max_value: the loss is not finite");
-      if ((it + 1) % o.report_every == 0 || it + 1 == iterations) {
+      loss = step(schedule(state.step));
+      const int done = int(++state.step);
+      if (done % o.report_every == 0 || done == iterations) {
         double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-        double rate = (it + 1) / seconds;
-        report(it + 1, loss, rate, (iterations - it - 1) / rate);
+        double rate = double(state.step - start_step) / seconds;
+        report(done, loss, rate, (iterations - done) / rate);
       }
+      if (save && o.save_every > 0 && done % o.save_every == 0 && done < iterations) save();
     }
     return loss;
   }

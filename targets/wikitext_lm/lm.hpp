@@ -18,6 +18,7 @@
 #include <stformer/checkpoint.hpp>
 #include <stformer/corpus.hpp>
 #include <stformer/stformer.hpp>
+#include <stformer/training.hpp>
 #include <stformer/train/parallel.hpp>
 
 namespace lm {
@@ -134,7 +135,9 @@ struct Run {
   }
   float step(const std::vector<std::int32_t>& train, const TrainOptions& o, float lr) {
     float loss = gradient(train);
-    const float scale = o.clip > 0 ? clip_scale(grad_norm(grad(), pool, Lanes), o.clip) : 1.0f;  // clipping, in the step
+    const float norm = grad_norm(grad(), pool, Lanes);
+    check_finite(state.step + 1, loss, norm, grad());  // NonFiniteError before the step (stformer/training.hpp)
+    const float scale = o.clip > 0 ? clip_scale(norm, o.clip) : 1.0f;  // clipping, in the step
     if (o.sgd)
       sgd->step(*model, grad(), lr, pool, scale);
     else
@@ -188,7 +191,6 @@ struct Run {
       }
       loss += lane.loss;
     }
-    STFORMER_CHECK(std::isfinite(loss), "lm: the loss is not finite");
     return float(loss);
   }
 

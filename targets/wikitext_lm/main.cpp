@@ -12,6 +12,11 @@
 // The learning curve (--curve) is a CSV: step, minutes, train_loss (mean over the last 100
 // steps), valid_ppl (empty between validations); bench/lm_torch.py writes the same columns.
 //
+// Faults (stformer/training.hpp): a non-finite loss or gradient stops training with a message
+// naming the step and the tensor, and saves nothing over the last checkpoint; SIGINT/SIGTERM
+// end the step under way, write the checkpoint (continue with --resume) and exit with 128 +
+// the signal; checkpoints are replaced atomically, so a kill never leaves a broken one.
+//
 // The checkpoint holds the model under SPEC's names, the vocabulary ("state.vocab", U8: the
 // words in id order, one per line) and, from `train`, the optimiser and generator state.
 #include <CLI/CLI.hpp>
@@ -25,6 +30,7 @@
 #include <stformer/corpus.hpp>
 #include <stformer/gnuplot.hpp>
 
+#include "../checks.hpp"
 #include "lm.hpp"
 
 using namespace stformer;
@@ -111,14 +117,22 @@ int train(const std::string& data, Budget budget, std::uint64_t seed, size_t thr
   double paused = 0;  // seconds of validation: not training time
   auto seconds_since = [](auto t) { return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count(); };
   auto minutes = [&] { return (seconds_since(start) - paused) / 60; };
-  std::int64_t first = run->state.step;
+  std::int64_t first = run->state.step, saved = !resume.empty() && resume == checkpoint ? first : -1;
   double loss_sum = 0;
   int loss_count = 0;
+  stop_on_signals();
   for (;;) {
     std::int64_t s = run->state.step;
-    if (s >= o.steps || (timed && minutes() >= budget.minutes)) break;
+    if (s >= o.steps || (timed && minutes() >= budget.minutes) || stop_signal()) break;
     float lr = lm::learning_rate(o, s);
-    loss_sum += run->step(c.train, o, lr);
+    try {
+      loss_sum += run->step(c.train, o, lr);
+    } catch (const NonFiniteError& e) {
+      throw NonFiniteError(std::string(e.what()) + "; training stopped" +
+                           (checkpoint.empty() ? std::string()
+                            : saved < 0 ? ", nothing saved"
+                                        : ", the checkpoint " + checkpoint + " of step " + std::to_string(saved) + " is unchanged"));
+    }
     ++loss_count;
     s = run->state.step;
     if (timed && s == first + o.warmup) {  // the schedule's length, from the warm-up's speed
@@ -146,7 +160,13 @@ int train(const std::string& data, Budget budget, std::uint64_t seed, size_t thr
       if (csv.is_open()) csv << s << ',' << m << ',' << (loss_count ? loss_sum / loss_count : NAN) << ',' << ppl << '\n' << std::flush;
       loss_sum = 0, loss_count = 0;
     }
-    if (save_every > 0 && s % save_every == 0 && !checkpoint.empty()) run->save(checkpoint, c.vocab, o);
+    if (save_every > 0 && s % save_every == 0 && !checkpoint.empty()) run->save(checkpoint, c.vocab, o), saved = s;
+  }
+  if (const int sig = stop_signal()) {
+    if (!checkpoint.empty()) run->save(checkpoint, c.vocab, o);
+    std::printf("stopped by signal %d at step %lld%s\n", sig, (long long)run->state.step,
+                checkpoint.empty() ? " (no --checkpoint: nothing saved)" : (": checkpoint " + checkpoint + ", continue with --resume").c_str());
+    return 128 + sig;
   }
   std::printf("%lld steps in %.1f minutes of training (validation not counted)\n", (long long)(run->state.step - first), minutes());
   if (!checkpoint.empty()) {
@@ -202,11 +222,11 @@ int main(int argc, char** argv) {
                         ->check(CLI::Range(std::int64_t{1}, std::int64_t{1} << 40))->capture_default_str();
   t->add_option("--minutes", budget.minutes, "a time budget instead of --steps (the schedule fitted to it after warm-up)")
       ->check(CLI::PositiveNumber)->excludes(steps_opt);
-  t->add_option("--curve", curve, "learning curve CSV (step, minutes, train_loss, valid_ppl)");
-  t->add_option("--seed", seed, "seed of initialisation and sample order")->capture_default_str();
+  t->add_option("--curve", curve, "learning curve CSV (step, minutes, train_loss, valid_ppl)")->check(OutputPath);
+  t->add_option("--seed", seed, "seed of initialisation and sample order")->check(Seed)->capture_default_str();
   t->add_option("--lr", o.lr, "peak learning rate")->check(CLI::PositiveNumber)->capture_default_str();
   t->add_flag("--sgd", o.sgd, "the seed's recipe: SGD, momentum 0.9, Nesterov, weight decay 1e-4");
-  t->add_option("--checkpoint", checkpoint, "checkpoint written at the end (and every --save-every steps)");
+  t->add_option("--checkpoint", checkpoint, "checkpoint written at the end (and every --save-every steps)")->check(OutputPath);
   t->add_option("--save-every", save_every, "steps between checkpoints (0: only at the end)")->check(CLI::NonNegativeNumber);
   t->add_option("--eval-every", eval_every, "steps between validation perplexities (0: never)")->check(CLI::NonNegativeNumber)->capture_default_str();
   t->add_option("--eval-positions", eval_positions, "validation positions used there")->check(CLI::Range(size_t{1}, size_t{1} << 30))->capture_default_str();
@@ -228,12 +248,12 @@ int main(int argc, char** argv) {
   g->add_option("--words", words, "words to generate")->check(CLI::Range(size_t{1}, size_t{100000}))->capture_default_str();
   g->add_option("--temperature", temperature, "softmax temperature")->check(CLI::Range(1e-3, 100.0))->capture_default_str();
   g->add_option("--top-k", top_k, "sample among the k most likely words")->check(CLI::Range(size_t{1}, V))->capture_default_str();
-  g->add_option("--seed", seed, "seed of the sampling")->capture_default_str();
+  g->add_option("--seed", seed, "seed of the sampling")->check(Seed)->capture_default_str();
 
   auto* pl = app.add_subcommand("plot", "learning curves (PNG through gnuplot) from train's --curve CSV");
   pl->add_option("--curve", curve, "stformer's curve CSV")->required()->check(CLI::ExistingFile);
   pl->add_option("--compare", compare, "a second curve in the same columns (bench/lm_torch.py's)")->check(CLI::ExistingFile);
-  pl->add_option("--output", png, "PNG file")->capture_default_str();
+  pl->add_option("--output", png, "PNG file")->check(OutputPath)->capture_default_str();
 
   size_t threads = std::clamp<size_t>(std::thread::hardware_concurrency(), 1, 2);
   for (auto* cmd : {t, e})

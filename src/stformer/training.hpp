@@ -1,0 +1,58 @@
+// stformer — what the training programs (targets/) do about faults, in one place:
+//
+// - Bad numbers: check_finite(step, loss, norm, grad) throws NonFiniteError naming the step
+//   (1-based, as the progress lines count) and the tensor, e.g.
+//     step 12: the gradient of 'blocks.0.attn.wq.weight' is not finite (element 37 is nan)
+//   before the optimiser uses the gradient, so the parameters stay those of the last good
+//   step and nothing is saved over the last checkpoint.
+// - Interruption: after stop_on_signals(), the first SIGINT or SIGTERM sets stop_signal();
+//   the training loops finish the step under way, write their checkpoint and exit with
+//   128 + the signal's number (130 for Ctrl-C, 143 for SIGTERM). The handler is reset by the
+//   first signal, so a second one ends the process at once. Checkpoints are written to a
+//   temporary file, synced, then renamed (safetensors::Writer::write): a process killed at
+//   any moment, even by SIGKILL, leaves the previous checkpoint whole.
+#pragma once
+
+#include <cmath>
+#include <csignal>
+#include <cstdint>
+#include <stdexcept>
+#include <string>
+
+#include <stformer/params.hpp>
+
+namespace stformer {
+
+struct NonFiniteError : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+// loss: the step's loss; norm: the gradient's global L2 norm (grad_norm); grad: the gradient.
+template <class M>
+void check_finite(std::int64_t step, double loss, float norm, const M& grad) {
+  const std::string at = "step " + std::to_string(step) + ": ";
+  if (!std::isfinite(loss)) throw NonFiniteError(at + "the loss is not finite (" + std::to_string(loss) + ")");
+  if (std::isfinite(norm)) return;
+  const NonFinite bad = first_nonfinite(grad);
+  if (!bad) throw NonFiniteError(at + "the gradient's norm overflows a float (every element is finite)");
+  float value = 0;
+  for_each_param([&](const Path& path, Init, const auto& t) { value = path == bad.name.view() ? t.data()[bad.index] : value; }, grad);
+  throw NonFiniteError(at + "the gradient of '" + bad.name.c_str() + "' is not finite (element " + std::to_string(bad.index) + " is " +
+                       std::to_string(value) + ")");
+}
+
+inline volatile std::sig_atomic_t& stop_signal() {
+  static volatile std::sig_atomic_t signal = 0;
+  return signal;
+}
+
+inline void stop_on_signals() {
+  struct sigaction action {};
+  action.sa_handler = [](int s) { stop_signal() = s; };
+  action.sa_flags = SA_RESETHAND;  // a second signal: the default action
+  sigemptyset(&action.sa_mask);
+  sigaction(SIGINT, &action, nullptr);
+  sigaction(SIGTERM, &action, nullptr);
+}
+
+}  // namespace stformer

@@ -1,0 +1,7 @@
+// libFuzzer entry for fuzz::safetensors_input (inputs.hpp); see tests/fuzz/meson.build.
+#include "inputs.hpp"
+
+extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
+  fuzz::safetensors_input(data, size);
+  return 0;
+}

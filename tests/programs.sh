@@ -1,0 +1,175 @@
+#!/usr/bin/env bash
+# The programs as a user runs them, with bad command lines and bad files (issue 8):
+#   every refusal exits non-zero with a message that names the problem, never with a crash
+#   (a signal, or a sanitizer's report);
+#   SIGINT/SIGTERM during training write a checkpoint, exit with 128 + signal, and --resume
+#   then ends bit for bit where an uninterrupted run ends;
+#   a non-finite loss stops training, naming the step, and leaves the last checkpoint as it was;
+#   SIGKILL while a checkpoint is being written leaves the previous one valid.
+# Usage: programs.sh MAX_VALUE WIKITEXT_LM CHECKPOINT_HEADER DEMO   ($STFORMER_RUN: a wrapper, e.g. qemu)
+set -uo pipefail
+mv_bin=$1 lm_bin=$2 header_bin=$3 demo_bin=$4
+run=(${STFORMER_RUN:-})
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+failures=0
+fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
+
+# refuse "WORDS" PROGRAM ARGS...: exit code in [1, 127], stderr holds every |-separated word,
+# and no sanitizer report.
+refuse() {
+  local words=$1
+  shift
+  "${run[@]}" "$@" >"$tmp/out" 2>"$tmp/err" </dev/null
+  local rc=$?
+  local shown="$(basename "$1") ${*:2}"
+  if [ $rc -eq 0 ] || [ $rc -ge 128 ]; then fail "$shown: exit code $rc, expected a refusal"; sed 's/^/    /' "$tmp/err" | head -5; return; fi
+  if grep -q "Sanitizer\|runtime error:" "$tmp/err"; then fail "$shown: sanitizer report"; head -20 "$tmp/err"; return; fi
+  local IFS='|'
+  for w in $words; do
+    grep -qF -- "$w" "$tmp/err" || { fail "$shown: stderr lacks '$w':"; sed 's/^/    /' "$tmp/err" | head -5; return; }
+  done
+  echo "ok   $shown  ->  $(grep -v '^Run with --help' "$tmp/err" | head -1)"
+}
+
+# Files to feed them: a trained pointer checkpoint, sets, a file that is not safetensors, a
+# pointer checkpoint of another configuration (one encoder block), a "language model" checkpoint
+# with SPEC's 33,278-word vocabulary but the pointer model's tensors, a tiny corpus.
+"${run[@]}" "$mv_bin" train --iterations 3 --checkpoint "$tmp/pointer.safetensors" >/dev/null || fail "train for the fixtures"
+"${run[@]}" "$mv_bin" sets --output "$tmp/sets.safetensors" >/dev/null || fail "sets for the fixtures"
+head -c 1000 /dev/urandom >"$tmp/garbage.safetensors"
+mkdir -p "$tmp/folder" "$tmp/empty_corpus" "$tmp/tiny_corpus"
+for s in train valid test; do echo "a b c" >"$tmp/tiny_corpus/$s.txt"; done
+/usr/bin/python3 - "$tmp" <<'EOF'
+import json, struct, sys
+d = sys.argv[1]
+def read(p):
+    b = open(p, 'rb').read(); n = struct.unpack('<Q', b[:8])[0]
+    return json.loads(b[8:8 + n]), b[8 + n:]
+def write(p, header, tensors):  # tensors: name -> (dtype, shape, bytes)
+    h, data = dict(header), b''
+    for k, (t, s, v) in tensors.items():
+        h[k] = {'dtype': t, 'shape': s, 'data_offsets': [len(data), len(data) + len(v)]}; data += v
+    j = json.dumps(h).encode(); j += b' ' * (-len(j) % 8)
+    open(p, 'wb').write(struct.pack('<Q', len(j)) + j + data)
+h, data = read(d + '/pointer.safetensors')
+params = {k: (v['dtype'], v['shape'], data[v['data_offsets'][0]:v['data_offsets'][1]]) for k, v in h.items()
+          if k != '__metadata__' and not k.startswith(('optim.', 'state.'))}
+write(d + '/one_block.safetensors', {}, {k: v for k, v in params.items() if not k.startswith('blocks.1.')})
+vocab = ''.join('w%d\n' % i for i in range(33278)).encode()
+write(d + '/not_lm.safetensors', {}, dict(params, **{'state.vocab': ('U8', [len(vocab)], vocab)}))
+EOF
+
+echo "== max_value: command lines"
+refuse "A subcommand is required" "$mv_bin" frobnicate
+refuse "A subcommand is required" "$mv_bin"
+refuse "--bogus" "$mv_bin" train --bogus 1
+refuse "--iterations" "$mv_bin" train --iterations 0
+refuse "--iterations" "$mv_bin" train --iterations many
+refuse "--lr" "$mv_bin" train --lr -1
+refuse "--threads" "$mv_bin" train --threads 3
+refuse "--model" "$mv_bin" train --model transformer
+refuse "--seed" "$mv_bin" train --seed -1
+refuse "--sets" "$mv_bin" eval --checkpoint "$tmp/pointer.safetensors" --sets 0
+refuse "--sets" "$mv_bin" sets --output "$tmp/x.safetensors" --sets 501
+refuse "--resume|excludes|--lr" "$mv_bin" train --resume "$tmp/pointer.safetensors" --lr 0.1
+echo "== max_value: paths and files"
+refuse "--checkpoint|$tmp/absent.safetensors" "$mv_bin" eval --checkpoint "$tmp/absent.safetensors"
+refuse "--checkpoint|directory" "$mv_bin" eval --checkpoint "$tmp/folder"
+refuse "--checkpoint|$tmp/no/such/folder" "$mv_bin" train --iterations 1 --checkpoint "$tmp/no/such/folder/x.safetensors"
+refuse "--output|is a folder" "$mv_bin" predict --checkpoint "$tmp/pointer.safetensors" --input "$tmp/sets.safetensors" --output "$tmp/folder"
+refuse "--output|does not exist" "$mv_bin" plot --checkpoint "$tmp/pointer.safetensors" --output "$tmp/no/plot.png"
+refuse "garbage.safetensors|header length" "$mv_bin" eval --checkpoint "$tmp/garbage.safetensors"
+refuse "sets.safetensors|tensor 'proj.weight' is missing" "$mv_bin" eval --checkpoint "$tmp/sets.safetensors"
+refuse "one_block.safetensors|holds neither model|pointer model: |tensor 'blocks.1.|set model: " "$mv_bin" eval --checkpoint "$tmp/one_block.safetensors"
+refuse "input $tmp/pointer.safetensors|no tensor 'x'" "$mv_bin" predict --checkpoint "$tmp/pointer.safetensors" --input "$tmp/pointer.safetensors" --output "$tmp/y.safetensors"
+refuse "not_lm.safetensors|not a training checkpoint" "$mv_bin" train --resume "$tmp/not_lm.safetensors"
+refuse "sets.safetensors|not a training checkpoint" "$mv_bin" train --resume "$tmp/sets.safetensors"
+
+echo "== wikitext_lm"
+refuse "A subcommand is required" "$lm_bin"
+refuse "--bogus" "$lm_bin" eval --checkpoint "$tmp/pointer.safetensors" --data "$tmp/tiny_corpus" --bogus
+refuse "--seed" "$lm_bin" generate --checkpoint "$tmp/pointer.safetensors" --prompt a --seed -3
+refuse "--data|$tmp/absent" "$lm_bin" train --data "$tmp/absent"
+refuse "corpus file|train.txt|missing" "$lm_bin" train --data "$tmp/empty_corpus" --steps 1
+refuse "the vocabulary has 4 words|V = 33278" "$lm_bin" train --data "$tmp/tiny_corpus" --steps 1
+refuse "--steps" "$lm_bin" train --data "$tmp/tiny_corpus" --steps 0
+refuse "--minutes|excludes" "$lm_bin" train --data "$tmp/tiny_corpus" --steps 5 --minutes 1
+refuse "--threads" "$lm_bin" train --data "$tmp/tiny_corpus" --threads 0
+refuse "--checkpoint|does not exist" "$lm_bin" train --data "$tmp/tiny_corpus" --checkpoint "$tmp/no/lm.safetensors"
+refuse "--temperature" "$lm_bin" generate --checkpoint "$tmp/pointer.safetensors" --prompt "a" --temperature 0
+refuse "--top" "$lm_bin" predict --checkpoint "$tmp/pointer.safetensors" --context "a" --top 0
+refuse "pointer.safetensors|no vocabulary" "$lm_bin" predict --checkpoint "$tmp/pointer.safetensors" --context "a"
+refuse "not_lm.safetensors|is missing" "$lm_bin" predict --checkpoint "$tmp/not_lm.safetensors" --context "w1 w2"
+refuse "garbage.safetensors|header length" "$lm_bin" eval --checkpoint "$tmp/garbage.safetensors" --data "$tmp/tiny_corpus"
+refuse "--curve|$tmp/absent.csv" "$lm_bin" plot --curve "$tmp/absent.csv"
+
+echo "== checkpoint_header and the demo"
+refuse "input|$tmp/absent.safetensors" "$header_bin" "$tmp/absent.safetensors" "$tmp/h.hpp"
+refuse "garbage.safetensors|header length" "$header_bin" "$tmp/garbage.safetensors" "$tmp/h.hpp"
+refuse "output|does not exist" "$header_bin" "$tmp/pointer.safetensors" "$tmp/no/h.hpp"
+refuse "--namespace|not a C++ identifier" "$header_bin" "$tmp/pointer.safetensors" "$tmp/h.hpp" --namespace 1x
+refuse "--bogus" "$header_bin" "$tmp/pointer.safetensors" "$tmp/h.hpp" --bogus
+refuse "takes no arguments" "$demo_bin" --help-me
+
+# ---- faults during training ---------------------------------------------------------------
+# wait_for FILE PATTERN: until FILE holds a line matching PATTERN (up to 120 s).
+wait_for() {
+  for _ in $(seq 1200); do grep -q "$2" "$1" 2>/dev/null && return 0; sleep 0.1; done
+  return 1
+}
+
+echo "== SIGINT and SIGTERM: a checkpoint, exit 128 + signal, --resume ends as an uninterrupted run"
+"${run[@]}" "$mv_bin" train --iterations 60 --report 1 --checkpoint "$tmp/straight.safetensors" >/dev/null || fail "uninterrupted run"
+for sig in INT TERM; do
+  ck="$tmp/stopped_$sig.safetensors"
+  "${run[@]}" "$mv_bin" train --iterations 60 --report 1 --checkpoint "$ck" >"$tmp/out" 2>&1 &
+  pid=$!
+  wait_for "$tmp/out" "iteration     5" || fail "SIG$sig: no progress"
+  kill -s "$sig" $pid
+  wait $pid
+  rc=$?
+  code=$((128 + $(kill -l "$sig")))
+  stopped=$(grep -o "stopped by signal [0-9]* at iteration [0-9]*" "$tmp/out")
+  if [ $rc -ne $code ] || [ -z "$stopped" ]; then fail "SIG$sig: exit $rc (expected $code), output: $(tail -2 "$tmp/out")"; continue; fi
+  "${run[@]}" "$mv_bin" train --resume "$ck" --report 100 >"$tmp/out2" 2>&1 || fail "SIG$sig: --resume failed: $(tail -2 "$tmp/out2")"
+  if cmp -s "$ck" "$tmp/straight.safetensors"; then echo "ok   SIG$sig: $stopped, exit $rc; resumed to the uninterrupted run's bytes"
+  else fail "SIG$sig: the resumed run's checkpoint differs from the uninterrupted run's"; fi
+done
+
+echo "== a non-finite loss stops training, naming the step; the last checkpoint stays as it was"
+ck="$tmp/diverge.safetensors"
+"${run[@]}" "$mv_bin" train --iterations 4 --checkpoint "$ck" >/dev/null || fail "first run"
+cp "$ck" "$tmp/before.safetensors"
+refuse "step 2: the loss is not finite|training stopped|nothing saved" "$mv_bin" train --iterations 50 --lr 1e30 --checkpoint "$ck"
+cmp -s "$ck" "$tmp/before.safetensors" && echo "ok   the previous checkpoint is unchanged" || fail "the checkpoint changed"
+cp "$ck" "$tmp/resume.safetensors"
+"${run[@]}" "$mv_bin" train --iterations 50 --lr 1e30 --save-every 1 --checkpoint "$tmp/every.safetensors" >/dev/null 2>"$tmp/err"
+grep -q "step 2: the loss is not finite.*the checkpoint $tmp/every.safetensors of iteration 1 is unchanged" "$tmp/err" &&
+  "${run[@]}" "$mv_bin" eval --checkpoint "$tmp/every.safetensors" --sets 10 >/dev/null &&
+  echo "ok   with --save-every 1: $(cat "$tmp/err")" || fail "--save-every 1 and a non-finite loss: $(cat "$tmp/err")"
+
+echo "== SIGKILL while a checkpoint is being written leaves the previous one valid"
+ck="$tmp/killed.safetensors"
+for attempt in 1 2 3; do
+  "${run[@]}" "$mv_bin" train --model set --iterations 100000 --save-every 1 --report 1000 --checkpoint "$ck" >/dev/null 2>&1 &
+  pid=$!
+  seen=0
+  for _ in $(seq 200000); do  # until a write is under way (its temporary file exists) after a first save
+    if [ -e "$ck" ] && [ -e "$ck.tmp" ]; then kill -KILL $pid; seen=1; break; fi
+  done
+  [ $seen -eq 1 ] || kill -KILL $pid
+  wait $pid 2>/dev/null
+  if [ $seen -eq 0 ]; then fail "SIGKILL $attempt: never saw a write under way"; continue; fi
+  left=$([ -e "$ck.tmp" ] && echo "a partial $(stat -c %s "$ck.tmp")-byte temporary file left" || echo "the write had just ended")
+  if "${run[@]}" "$mv_bin" eval --checkpoint "$ck" --sets 10 >/dev/null 2>"$tmp/err"; then
+    echo "ok   SIGKILL $attempt during a write ($left): the checkpoint loads"
+  else fail "SIGKILL $attempt: the checkpoint does not load: $(cat "$tmp/err")"; fi
+  rm -f "$ck" "$ck.tmp"
+done
+
+if [ $failures -ne 0 ]; then
+  echo "$failures failure(s)"
+  exit 1
+fi
+echo "all passed"
