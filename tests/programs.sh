@@ -6,9 +6,11 @@
 #   then ends bit for bit where an uninterrupted run ends;
 #   a non-finite loss stops training, naming the step, and leaves the last checkpoint as it was;
 #   SIGKILL while a checkpoint is being written leaves the previous one valid.
-# Usage: programs.sh MAX_VALUE WIKITEXT_LM CHECKPOINT_HEADER DEMO   ($STFORMER_RUN: a wrapper, e.g. qemu)
+# With WikiText-2 (WIKITEXT, when the folder exists) the language model is interrupted and
+# made to diverge too.
+# Usage: programs.sh MAX_VALUE WIKITEXT_LM CHECKPOINT_HEADER DEMO [WIKITEXT]   ($STFORMER_RUN: a wrapper)
 set -uo pipefail
-mv_bin=$1 lm_bin=$2 header_bin=$3 demo_bin=$4
+mv_bin=$1 lm_bin=$2 header_bin=$3 demo_bin=$4 wikitext=${5:-}
 run=(${STFORMER_RUN:-})
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
@@ -167,6 +169,26 @@ for attempt in 1 2 3; do
   else fail "SIGKILL $attempt: the checkpoint does not load: $(cat "$tmp/err")"; fi
   rm -f "$ck" "$ck.tmp"
 done
+
+if [ -n "$wikitext" ] && [ -d "$wikitext" ]; then
+  echo "== wikitext_lm on WikiText-2: SIGINT writes a checkpoint that loads; a non-finite loss names the step"
+  ck="$tmp/lm.safetensors"
+  "${run[@]}" "$lm_bin" train --data "$wikitext" --steps 100000 --eval-every 0 --checkpoint "$ck" >"$tmp/out" 2>&1 &
+  pid=$!
+  wait_for "$tmp/out" "^step *100 " || fail "wikitext_lm: no progress: $(tail -2 "$tmp/out")"
+  kill -INT $pid
+  wait $pid
+  rc=$?
+  stopped=$(grep -o "stopped by signal 2 at step [0-9]*" "$tmp/out")
+  if [ $rc -eq 130 ] && [ -n "$stopped" ] && "${run[@]}" "$lm_bin" predict --checkpoint "$ck" --context "the" --top 3 >/dev/null 2>"$tmp/err"; then
+    echo "ok   wikitext_lm SIGINT: $stopped, exit 130, the checkpoint loads"
+  else fail "wikitext_lm SIGINT: exit $rc, $(tail -2 "$tmp/out") $(cat "$tmp/err" 2>/dev/null)"; fi
+  cp "$ck" "$tmp/lm_before.safetensors"
+  refuse "wikitext_lm: step |: the loss is not finite|training stopped|nothing saved" "$lm_bin" train --data "$wikitext" --steps 50 --lr 1e30 --checkpoint "$ck"
+  cmp -s "$ck" "$tmp/lm_before.safetensors" && echo "ok   the previous checkpoint is unchanged" || fail "wikitext_lm: the checkpoint changed"
+else
+  echo "(no WikiText-2 folder: the language model's interruption is not tested)"
+fi
 
 if [ $failures -ne 0 ]; then
   echo "$failures failure(s)"
