@@ -162,7 +162,8 @@ for attempt in $(seq $attempts); do
   "${run[@]}" "$mv_bin" train --model $kill_model --iterations 100000 --save-every 1 --report 1000 --checkpoint "$ck" >/dev/null 2>&1 &
   pid=$!
   seen=0
-  for _ in $(seq 200000); do  # until a write is under way (its temporary file exists) after a first save
+  deadline=$((SECONDS + 600))
+  while [ $SECONDS -lt $deadline ]; do  # until a write is under way (its temporary file exists) after a first save
     if [ -e "$ck" ] && [ -e "$ck.tmp" ]; then kill -KILL $pid; seen=1; break; fi
   done
   [ $seen -eq 1 ] || kill -KILL $pid
