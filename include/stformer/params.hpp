@@ -119,12 +119,13 @@ size_t param_count(const M& model) {
   return n;
 }
 
-// The name of the first tensor (visit order) of m holding a NaN or an infinity, and the flat
-// index of that value; an empty name when every value is finite. Training loops call it once
+// The name of the first tensor (visit order) of m holding a NaN or an infinity, the flat
+// index and the value; an empty name when every value is finite. Training loops call it once
 // a loss or a gradient norm is not finite, to say where.
 struct NonFinite {
   Path name;
   size_t index = 0;
+  float value = 0;
   explicit operator bool() const { return !name.view().empty(); }
 };
 template <class M>
@@ -135,7 +136,7 @@ NonFinite first_nonfinite(const M& m) {
         if (found) return;
         for (size_t i = 0; i < t.size(); ++i)
           if (!std::isfinite(t.data()[i])) {
-            found = {path, i};
+            found = {path, i, t.data()[i]};
             return;
           }
       },

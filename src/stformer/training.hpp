@@ -35,10 +35,20 @@ void check_finite(std::int64_t step, double loss, float norm, const M& grad) {
   if (std::isfinite(norm)) return;
   const NonFinite bad = first_nonfinite(grad);
   if (!bad) throw NonFiniteError(at + "the gradient's norm overflows a float (every element is finite)");
-  float value = 0;
-  for_each_param([&](const Path& path, Init, const auto& t) { value = path == bad.name.view() ? t.data()[bad.index] : value; }, grad);
   throw NonFiniteError(at + "the gradient of '" + bad.name.c_str() + "' is not finite (element " + std::to_string(bad.index) + " is " +
-                       std::to_string(value) + ")");
+                       std::to_string(bad.value) + ")");
+}
+
+// What the programs add to a NonFiniteError's message, and print when a signal stopped them;
+// `saved`: the step of the checkpoint written last (-1: none), `unit`: "step" or "iteration".
+inline std::string stopped_by_numbers(const std::string& checkpoint, std::int64_t saved, const char* unit) {
+  if (checkpoint.empty()) return "; training stopped";
+  if (saved < 0) return "; training stopped, nothing saved";
+  return "; training stopped, the checkpoint " + checkpoint + " of " + unit + " " + std::to_string(saved) + " is unchanged";
+}
+inline std::string stopped_by_signal(int signal, std::int64_t step, const std::string& checkpoint, const char* unit) {
+  return "stopped by signal " + std::to_string(signal) + " at " + unit + " " + std::to_string(step) +
+         (checkpoint.empty() ? " (no --checkpoint: nothing saved)" : ": checkpoint " + checkpoint + ", continue with --resume");
 }
 
 inline volatile std::sig_atomic_t& stop_signal() {

@@ -84,11 +84,7 @@ TrainOptions resumed_options(const safetensors::File& f, TrainOptions o) {
 template <class Net>
 int train(TrainOptions o, const std::string& checkpoint, const safetensors::File* resume) {
   using T = Task<Net>;
-  if (resume) o = resumed_options(*resume, o);
-  o.iterations = o.iterations > 0 ? o.iterations : T::iterations;  // SPEC's defaults, written out in the checkpoint
-  o.lr = o.lr > 0 ? o.lr : T::lr;
-  o.fresh = o.fresh < 0 ? T::fresh : o.fresh;
-  o.schedule = o.schedule < 0 ? T::schedule : o.schedule;
+  o = with_defaults<Net>(resume ? resumed_options(*resume, o) : o);  // written out in the checkpoint
   Run<Net> run(o.seed, o.threads);
   if (resume) {
     load_checkpoint(*resume, *run.model, *run.opt, run.state);
@@ -112,15 +108,11 @@ int train(TrainOptions o, const std::string& checkpoint, const safetensors::File
         },
         save, &stop_signal());
   } catch (const NonFiniteError& e) {
-    throw NonFiniteError(std::string(e.what()) + "; training stopped" +
-                         (checkpoint.empty() ? std::string()
-                          : saved < 0 ? ", nothing saved"
-                                      : ", the checkpoint " + checkpoint + " of iteration " + std::to_string(saved) + " is unchanged"));
+    throw NonFiniteError(e.what() + stopped_by_numbers(checkpoint, saved, "iteration"));
   }
   if (const int sig = stop_signal()) {
     save();
-    std::printf("stopped by signal %d at iteration %lld%s\n", sig, (long long)run.state.step,
-                checkpoint.empty() ? " (no --checkpoint: nothing saved)" : (": checkpoint " + checkpoint + ", continue with --resume").c_str());
+    std::printf("%s\n", stopped_by_signal(sig, run.state.step, checkpoint, "iteration").c_str());
     return 128 + sig;
   }
   double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();

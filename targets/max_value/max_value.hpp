@@ -144,6 +144,17 @@ struct TrainOptions {
   size_t threads = 1;  // 1 or 2 (Run::Lanes); the results are the same
 };
 
+// o with SPEC's value for every option left at "SPEC's" (0 or -1).
+template <class Net>
+TrainOptions with_defaults(TrainOptions o) {
+  using T = Task<Net>;
+  if (o.iterations <= 0) o.iterations = T::iterations;
+  if (!(o.lr > 0)) o.lr = T::lr;
+  if (o.fresh < 0) o.fresh = T::fresh;
+  if (o.schedule < 0) o.schedule = T::schedule;
+  return o;
+}
+
 // Model, optimiser and the batch, allocated once; training and evaluation allocate nothing
 // per iteration. A batch of 500 sets runs as 50 chunks of 10 over two lanes (see
 // stformer/train/parallel.hpp): each lane keeps one chunk's activations (cache-sized, instead
@@ -237,10 +248,10 @@ struct Run {
   // resuming, so a resumed run goes on exactly as if it had never stopped.
   float train(const TrainOptions& o, const std::function<void(int, float, double, double)>& report,
               const std::function<void()>& save = {}, const volatile std::sig_atomic_t* stop = nullptr) {
-    int iterations = o.iterations > 0 ? o.iterations : T::iterations;
-    float lr = o.lr > 0 ? o.lr : T::lr;
-    bool fresh = o.fresh < 0 ? T::fresh : o.fresh == 1;
-    Schedule schedule{o.schedule < 0 ? T::schedule : Schedule::Kind(o.schedule), lr, iterations};
+    const TrainOptions r = with_defaults<Net>(o);
+    const int iterations = r.iterations;
+    const bool fresh = r.fresh == 1;
+    Schedule schedule{Schedule::Kind(r.schedule), r.lr, iterations};
     if (!fresh) {
       Rng first(seed, 1);
       sets->draw(first);

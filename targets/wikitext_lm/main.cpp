@@ -128,10 +128,7 @@ int train(const std::string& data, Budget budget, std::uint64_t seed, size_t thr
     try {
       loss_sum += run->step(c.train, o, lr);
     } catch (const NonFiniteError& e) {
-      throw NonFiniteError(std::string(e.what()) + "; training stopped" +
-                           (checkpoint.empty() ? std::string()
-                            : saved < 0 ? ", nothing saved"
-                                        : ", the checkpoint " + checkpoint + " of step " + std::to_string(saved) + " is unchanged"));
+      throw NonFiniteError(e.what() + stopped_by_numbers(checkpoint, saved, "step"));
     }
     ++loss_count;
     s = run->state.step;
@@ -164,8 +161,7 @@ int train(const std::string& data, Budget budget, std::uint64_t seed, size_t thr
   }
   if (const int sig = stop_signal()) {
     if (!checkpoint.empty()) run->save(checkpoint, c.vocab, o);
-    std::printf("stopped by signal %d at step %lld%s\n", sig, (long long)run->state.step,
-                checkpoint.empty() ? " (no --checkpoint: nothing saved)" : (": checkpoint " + checkpoint + ", continue with --resume").c_str());
+    std::printf("%s\n", stopped_by_signal(sig, run->state.step, checkpoint, "step").c_str());
     return 128 + sig;
   }
   std::printf("%lld steps in %.1f minutes of training (validation not counted)\n", (long long)(run->state.step - first), minutes());
