@@ -204,7 +204,7 @@ TEST_CASE("no heap allocation per iteration of the max-value training loop") {
   max_value::Run<max_value::PointerNet> pointer(1, 2);  // two threads (started here, not per step)
   max_value::Run<max_value::SetNet> set(1);
   max_value::TrainOptions o;
-  o.iterations = test::emulated() ? 1 : 3;
+  o.iterations = test::slow() ? 1 : 3;
   o.report_every = 1;
   size_t reports = 0;
   std::function<void(int, float, double, double)> report = [&](int, float, double, double) { ++reports; };

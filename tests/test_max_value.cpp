@@ -42,19 +42,20 @@ void check_reproducible(int iterations) {
   CHECK(metrics[0].accuracy == metrics[1].accuracy);
   CHECK(metrics[0].distance == metrics[1].distance);
   CHECK(bytes_of(dir / "run0.safetensors") == bytes_of(dir / "run1.safetensors"));
-  if (!test::emulated()) CHECK(losses[0].back() < 0.6f * losses[0].front());
+  if (!test::slow()) CHECK(losses[0].back() < 0.6f * losses[0].front());
   MESSAGE(std::string(Task<Net>::name) << ": loss " << losses[0].front() << " -> " << losses[0].back() << " in " << iterations
                           << " iterations; accuracy " << metrics[0].accuracy << ", distance " << metrics[0].distance);
   std::filesystem::remove_all(dir);
 }
 }  // namespace
 
-// Under an emulator (test::emulated()): two iterations of the pointer model, no set model.
+// In slow builds (test::slow(): an emulator or the sanitizers): two iterations of the pointer
+// model, no set model.
 TEST_CASE("max_value pointer: the loss falls and runs on 1 and 2 threads agree bit for bit") {
-  check_reproducible<PointerNet>(test::emulated() ? 2 : 40);
+  check_reproducible<PointerNet>(test::slow() ? 2 : 40);
 }
 
-TEST_CASE("max_value set: the loss falls and runs on 1 and 2 threads agree bit for bit" * doctest::skip(test::emulated())) {
+TEST_CASE("max_value set: the loss falls and runs on 1 and 2 threads agree bit for bit" * doctest::skip(test::slow())) {
   check_reproducible<SetNet>(40);
 }
 
@@ -77,7 +78,7 @@ void check_recipe(const std::array<float, 3>& lrs, bool fresh) {
 
 TEST_CASE("max_value: the default runs follow SPEC's learning rates and training sets") {
   check_recipe<PointerNet>({0.01f, 0.0075f, 0.0025f}, false);
-  if (!test::emulated()) check_recipe<SetNet>({1e-3f, 1e-3f, 1e-3f}, true);
+  if (!test::slow()) check_recipe<SetNet>({1e-3f, 1e-3f, 1e-3f}, true);
 }
 
 // Run's gradient (50 chunks of 10 over 2 lanes, loss divided by the batch) against one
@@ -118,7 +119,7 @@ void check_chunked_gradient() {
 
 TEST_CASE("max_value: the chunked gradient equals the whole batch's") {
   check_chunked_gradient<PointerNet>();
-  if (!test::emulated()) check_chunked_gradient<SetNet>();
+  if (!test::slow()) check_chunked_gradient<SetNet>();
 }
 
 // The program itself (its path in MAX_VALUE): predict on sets written here, against the same
@@ -145,7 +146,7 @@ TEST_CASE("max_value predict: log_probs and y for sets read from safetensors") {
   w.write(dir / "in.safetensors");
 
   for (const char* kind : {"pointer", "set"}) {
-    if (test::emulated() && std::string(kind) == "set") continue;
+    if (test::slow() && std::string(kind) == "set") continue;
     CAPTURE(kind);
     auto ckpt = (dir / (std::string(kind) + ".safetensors")).string();
     REQUIRE(sh(std::string("train --model ") + kind + " --iterations 3 --checkpoint " + ckpt) == 0);

@@ -29,11 +29,11 @@ void fill(T& t, stformer::Rng& rng, float scale = 1.0f) {
 }
 
 // True when the tests run under an instruction-set emulator (a cross build's exe_wrapper, e.g.
-// qemu-aarch64: tests/meson.build sets STFORMER_EMULATED). Its floating point runs some 300
-// times slower than native, so the tests that train run shorter there (the pointer model
-// only, fewer iterations); the native builds run them whole.
-inline bool emulated() {
-  const char* e = std::getenv("STFORMER_EMULATED");
+// qemu-aarch64: floating point some 300 times slower than native) or built with the sanitizers
+// (some 30 times slower): tests/meson.build then sets STFORMER_SLOW, and the tests that train
+// run shorter (the pointer model only, fewer iterations); the other builds run them whole.
+inline bool slow() {
+  const char* e = std::getenv("STFORMER_SLOW");
   return e != nullptr && *e != '\0';
 }
 
