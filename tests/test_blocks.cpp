@@ -138,6 +138,26 @@ TEST_CASE("MultiHeadAttention: cross attention, causal, key padding, all-masked 
   }
 }
 
+TEST_CASE("MultiHeadAttention: few queries, key and value projections folded into the queries' side") {
+  Rng rng(31);
+  constexpr size_t B = 3, Nq = 2, Nk = 30, Dq = 12, Dkv = 20, D = 16, H = 2;
+  using MHA = MultiHeadAttention<Dq, Dkv, D, H>;
+  static_assert(MHA::folds<Nq, Nk> && MHA::folds<1, 50> && !MHA::folds<20, 5>);
+  static_assert(std::is_same_v<ActsOf<MHA, B, Nq, Nk>, MHA::FoldedActs<B, Nq, Nk>>);
+  static_assert(!MultiHeadAttention<64, 64, 64, 4>::folds<16, 50> && MultiHeadAttention<64, 64, 64, 4>::folds<1, 50>);  // ISAB's MAB1, PMA
+  auto a = make<ActsOf<MHA, B, Nq, Nk>>();
+  check_mha_masks<Nq, Nk, Dq, Dkv, D, H>(
+      rng, 17, [&](const auto& p, const auto& xq, const auto& xkv, auto mask) -> const auto& { return a->forward(p, xq, xkv, mask); },
+      [&](bool causal, bool masked) {
+        for (size_t i = 0; i < Nq; ++i)
+          for (size_t j = 0; j < Nk; ++j) {
+            if (masked) CHECK(a->attn(2, 1, i, j) == 0.0f);
+            if (masked && j >= 17) CHECK(a->attn(1, 1, i, j) == 0.0f);
+            if (causal && j > i) CHECK(a->attn(0, 1, i, j) == 0.0f);
+          }
+      });
+}
+
 TEST_CASE("MultiHeadAttention::Infer: tiles with an online softmax, workspace linear in N") {
   Rng rng(4);
   constexpr size_t B = 3, Nq = 40, Nk = 150, Dq = 12, Dkv = 20, D = 16, H = 2;

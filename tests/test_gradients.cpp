@@ -136,10 +136,11 @@ struct MhaShape {
 };
 
 TEST_CASE_TEMPLATE("gradients: MultiHeadAttention, unmasked, causal, padded, all-masked rows", S, MhaShape<2, 3, 5, 6, 4, 8, 2>,
-                   MhaShape<3, 4, 4, 8, 8, 8, 1>, MhaShape<1, 6, 3, 5, 7, 12, 3>) {
+                   MhaShape<3, 4, 4, 8, 8, 8, 1>, MhaShape<1, 6, 3, 5, 7, 12, 3>, MhaShape<3, 1, 9, 6, 5, 8, 2>, MhaShape<3, 2, 10, 6, 5, 8, 2>) {
   Rng rng(12);
   using MHA = MultiHeadAttention<S::Dq, S::Dkv, S::D, S::H>;
   constexpr size_t B = S::B, Nq = S::Nq, Nk = S::Nk;
+  static_assert(MHA::template folds<Nq, Nk> == (Nq < 4), "the first and the last two shapes take the folded path (FoldedActs)");
   auto p = random_block<MHA>(rng);
   Tensor<B, Nq, S::Dq> xq;
   Tensor<B, Nk, S::Dkv> xkv;

@@ -10,6 +10,14 @@
 //   dq_h = dS_h k_h,   dk_h = dS_hᵀ q_h;  then the projections' backward. dL/dxq is in dxq(),
 //   dL/dxkv in dxkv (for self-attention the caller adds the two).
 //
+// Few queries against many keys (PMA's seeds): Acts is FoldedActs, which moves the key and value
+// projections to the queries' side. With Wk_h, Wv_h the head's rows [Dh, Dkv] of Wk, Wv:
+//   q_h k_hᵀ = (q_h Wk_h) xkvᵀ + (q_h·bk_h)·1ᵀ     (a constant per row: softmax removes it, dbk = 0)
+//   A_h v_h  = (A_h xkv) Wv_hᵀ + rowsum(A_h)·bv_h  (rowsum 1, or 0 on an all-masked row)
+// so no [Nk, D] projection is made. It is chosen when its FLOP count, 4·Nq·D·Dkv + 4·H·Nq·Nk·Dkv,
+// is below the projections' 4·Nk·Dkv·D + 4·Nq·Nk·D (`folds`); the result is the same up to
+// float rounding, and the activations hold A (attn), heads and o as in FullActs.
+//
 // Score scale s: ScoreScale::head_width gives 1/sqrt(Dh) (the default), ScoreScale::model_width
 // gives 1/sqrt(D) (the seed project's choice). A masked key gets weight exactly 0; a query
 // whose keys are all masked gets o_h = 0, so its output row is bo. Parameters: wq, wk, wv, wo
@@ -18,6 +26,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <type_traits>
 
 #include "../kernels/matmul.hpp"
 #include "../kernels/rowwise.hpp"
@@ -45,8 +54,21 @@ struct MultiHeadAttention {
     stformer::visit(at / "wo", f, p.wo...);
   }
 
+  // A_h ← softmax_row(s · q_h k_hᵀ with the keys query i does not see at −∞), for the Nq rows
+  // of batch row b at a.
   template <size_t B, size_t Nq, size_t Nk>
-  struct Acts {
+  static void masked_softmax(float* a, size_t b, const Mask<B, Nk>& mask) {
+    for (size_t i = 0; i < Nq; ++i) {
+      float* row = a + i * Nk;
+      if (mask.causal || mask.keys)
+        for (size_t j = 0; j < Nk; ++j)
+          if (!mask.sees(b, i, j)) row[j] = kernels::neg_inf;
+      kernels::softmax_row<Nk>(row);
+    }
+  }
+
+  template <size_t B, size_t Nq, size_t Nk>
+  struct FullActs {
     ActsOf<Linear<Dq, D>, B, Nq> q;
     ActsOf<Linear<Dkv, D>, B, Nk> k, v;
     Tensor<B, H, Nq, Nk> attn;  // A_h
@@ -72,13 +94,7 @@ struct MultiHeadAttention {
           const float* vh = v.out.data() + b * Nk * D + h * Dh;
           float* a = attn.data() + (b * H + h) * Nq * Nk;
           kernels::matmul_nt<Nq, Nk, Dh>(qh, D, kh, D, a, Nk, score_scale);
-          for (size_t i = 0; i < Nq; ++i) {
-            float* row = a + i * Nk;
-            if (mask.causal || mask.keys)
-              for (size_t j = 0; j < Nk; ++j)
-                if (!mask.sees(b, i, j)) row[j] = kernels::neg_inf;
-            kernels::softmax_row<Nk>(row);
-          }
+          masked_softmax<B, Nq, Nk>(a, b, mask);
           kernels::matmul_nn<Nq, Dh, Nk>(a, Nk, vh, D, heads.data() + b * Nq * D + h * Dh, D);
         }
       return o.forward(p.wo, heads);
@@ -101,6 +117,90 @@ struct MultiHeadAttention {
       kernels::add<B * Nk * Dkv>(k.backward(p.wk, grad.wk, dk).data(), v.backward(p.wv, grad.wv, dv).data(), dxkv.data());
     }
   };
+
+  // The folded form (see the top of this file). Per batch row, the heads' query rows stacked:
+  //   qk = [q_h Wk_h]_h [H·Nq, Dkv],  A = softmax(s · qk xkvᵀ) [H·Nq, Nk],  ax = A xkv [H·Nq, Dkv],
+  //   o_h = ax_h Wv_hᵀ + live·bv_h   (live: 1, or 0 where query i sees no key)
+  // backward, from dO_h:
+  //   dax_h = dO_h Wv_h,  dWv_h += dO_hᵀ ax_h,  dbv += Σ live·dO,  dA = dax xkvᵀ,
+  //   dS = s · A ⊙ (dA − rowsum(dA ⊙ A)),  dxkv = Aᵀ dax + dSᵀ qk,  dqk = dS xkv,
+  //   dq_h = dqk_h Wk_hᵀ,  dWk_h += q_hᵀ dqk_h  (dbk = 0)
+  template <size_t B, size_t Nq, size_t Nk>
+  struct FoldedActs {
+    static constexpr size_t R = H * Nq;
+    const Tensor<B, Nk, Dkv>* xkv = nullptr;  // the keys/values of the last forward
+    ActsOf<Linear<Dq, D>, B, Nq> q;
+    Tensor<B, H, Nq, Dkv> qk, ax;
+    Tensor<B, H, Nq, Nk> attn;  // A_h
+    Tensor<B, Nq> live;
+    Tensor<B, Nq, D> heads;     // concat_h(o_h)
+    ActsOf<Linear<D, D>, B, Nq> o;
+    Tensor<B, Nq, D> dq;
+    Tensor<H, Nq, Dkv> dax, dqk;  // one batch row's
+    Tensor<H, Nq, Nk> ds;         // one batch row's dA, then dS
+    Tensor<B, Nk, Dkv> dxkv;
+    const Tensor<B, Nq, Dq>& dxq() const { return q.dx; }
+
+    template <class XQ, class XKV>
+    const Tensor<B, Nq, D>& forward(const MultiHeadAttention& p, const XQ& xq, const XKV& x_kv, Mask<B, Nk> mask = {}) {
+      static_assert(std::is_same_v<XQ, Tensor<B, Nq, Dq>>, "MultiHeadAttention: queries xq [B, Nq, Dq] do not match the block's query width Dq");
+      static_assert(std::is_same_v<XKV, Tensor<B, Nk, Dkv>>, "MultiHeadAttention: keys/values xkv [B, Nk, Dkv] do not match the block's key width Dkv");
+      xkv = &x_kv;
+      q.forward(p.wq, xq);
+      for (size_t b = 0; b < B; ++b) {
+        const float* x = x_kv.data() + b * Nk * Dkv;
+        float* qkb = qk.data() + b * R * Dkv;
+        float* axb = ax.data() + b * R * Dkv;
+        float* a = attn.data() + b * R * Nk;
+        for (size_t h = 0; h < H; ++h)
+          kernels::matmul_nn<Nq, Dkv, Dh>(q.out.data() + b * Nq * D + h * Dh, D, p.wk.weight.data() + h * Dh * Dkv, Dkv, qkb + h * Nq * Dkv, Dkv);
+        kernels::matmul_nt<R, Nk, Dkv>(qkb, Dkv, x, Dkv, a, Nk, score_scale);
+        for (size_t h = 0; h < H; ++h) masked_softmax<B, Nq, Nk>(a + h * Nq * Nk, b, mask);
+        kernels::matmul_nn<R, Dkv, Nk>(a, Nk, x, Dkv, axb, Dkv);
+        for (size_t h = 0; h < H; ++h)
+          kernels::matmul_nt<Nq, Dh, Dkv>(axb + h * Nq * Dkv, Dkv, p.wv.weight.data() + h * Dh * Dkv, Dkv, heads.data() + b * Nq * D + h * Dh, D,
+                                          1.0f, p.wv.bias.data() + h * Dh);
+        for (size_t i = 0; i < Nq; ++i) {  // a row of A is 0 exactly when its query sees no key
+          live(b, i) = kernels::row_max<Nk>(a + i * Nk) > 0 ? 1.0f : 0.0f;
+          if (live(b, i) == 0) std::fill_n(heads.data() + (b * Nq + i) * D, D, 0.0f);
+        }
+      }
+      return o.forward(p.wo, heads);
+    }
+
+    void backward(const MultiHeadAttention& p, MultiHeadAttention& grad, const Tensor<B, Nq, D>& dout) {
+      const auto& dheads = o.backward(p.wo, grad.wo, dout);
+      for (size_t b = 0; b < B; ++b) {
+        const float* x = xkv->data() + b * Nk * Dkv;
+        const float* a = attn.data() + b * R * Nk;
+        for (size_t h = 0; h < H; ++h) {
+          const float* doh = dheads.data() + b * Nq * D + h * Dh;
+          kernels::matmul_nn<Nq, Dkv, Dh>(doh, D, p.wv.weight.data() + h * Dh * Dkv, Dkv, dax.data() + h * Nq * Dkv, Dkv);
+          kernels::matmul_tn<Dh, Dkv, Nq>(doh, D, ax.data() + (b * R + h * Nq) * Dkv, Dkv, grad.wv.weight.data() + h * Dh * Dkv, Dkv);
+        }
+        for (size_t i = 0; i < Nq; ++i)
+          if (live(b, i) != 0) kernels::add_to<D>(dheads.data() + (b * Nq + i) * D, grad.wv.bias.data());
+        kernels::matmul_nt<R, Nk, Dkv>(dax.data(), Dkv, x, Dkv, ds.data(), Nk);
+        for (size_t r = 0; r < R; ++r) kernels::softmax_backward_row<Nk>(a + r * Nk, ds.data() + r * Nk, score_scale);
+        float* dx = dxkv.data() + b * Nk * Dkv;
+        kernels::matmul_tn<Nk, Dkv, R, false>(a, Nk, dax.data(), Dkv, dx, Dkv);
+        kernels::matmul_tn<Nk, Dkv, R, true>(ds.data(), Nk, qk.data() + b * R * Dkv, Dkv, dx, Dkv);
+        kernels::matmul_nn<R, Dkv, Nk>(ds.data(), Nk, x, Dkv, dqk.data(), Dkv);
+        for (size_t h = 0; h < H; ++h) {
+          const float* dqkh = dqk.data() + h * Nq * Dkv;
+          kernels::matmul_nt<Nq, Dh, Dkv>(dqkh, Dkv, p.wk.weight.data() + h * Dh * Dkv, Dkv, dq.data() + b * Nq * D + h * Dh, D);
+          kernels::matmul_tn<Dh, Dkv, Nq>(q.out.data() + b * Nq * D + h * Dh, D, dqkh, Dkv, grad.wk.weight.data() + h * Dh * Dkv, Dkv);
+        }
+      }
+      q.backward(p.wq, grad.wq, dq);
+    }
+  };
+
+  template <size_t Nq, size_t Nk>
+  static constexpr bool folds = Nq * D * Dkv + H * Nq * Nk * Dkv < Nk * Dkv * D + Nq * Nk * D;
+
+  template <size_t B, size_t Nq, size_t Nk>
+  using Acts = std::conditional_t<folds<Nq, Nk>, FoldedActs<B, Nq, Nk>, FullActs<B, Nq, Nk>>;
 
   // Forward only, for inference: each head's scores are taken in tiles of Tq queries × Tk keys
   // with an online softmax. Per query row, a running max m and sum l:
