@@ -321,6 +321,19 @@ TEST_CASE("ThreadPool: task i runs once, on thread i % T, and a task's exception
   }
 }
 
+TEST_CASE("ThreadPool: subnormal floats are flushed to zero in its tasks, on every thread, and not after run") {
+  volatile float tiny = 1e-30f, scale = 1e-10f;  // volatile: computed at run time
+  const auto product = [&] { return tiny * scale; };  // 1e-40: subnormal
+  REQUIRE(product() != 0.0f);
+  for (size_t threads : {1, 2}) {
+    ThreadPool pool(threads);
+    float in_task[4] = {1, 1, 1, 1};
+    pool.run(4, [&](size_t i) { in_task[i] = product(); });
+    for (float v : in_task) CHECK(v == 0.0f);
+    CHECK(product() != 0.0f);  // the caller's mode is restored
+  }
+}
+
 TEST_CASE("split passes: every element once for any number of parts; optimiser steps on a pool, and with clipping passed as grad_scale, equal serial ones bit for bit") {
   using Net = PointerModel<2, 16, 1, 64, 2>;
   auto ones = std::make_unique<Net>();
