@@ -159,6 +159,7 @@ def median_seconds(fn, repetitions, min_time=0.3):
 def torch_worker(repetitions, selected):
     import torch
     results = {"blas": "", "torch": torch.__version__}
+    torch.set_flush_denormal(True)  # as stformer's ThreadPool: subnormals to zero (PyTorch at its best)
     torch.ones(64, 64) @ torch.ones(64, 64)
     with open("/proc/self/maps") as f:
         maps = f.read()

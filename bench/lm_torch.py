@@ -76,6 +76,7 @@ def main():
     p.add_argument("--test-positions", type=int, default=0, help="0: every position of test.txt")
     a = p.parse_args()
     torch.set_num_threads(a.threads)
+    torch.set_flush_denormal(True)  # as stformer's ThreadPool: subnormals to zero (PyTorch at its best)
     torch.manual_seed(a.seed)
     vocab, s = read_corpus(a.data)
     train, valid, test = s["train"], s["valid"], s["test"]

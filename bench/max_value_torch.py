@@ -80,6 +80,7 @@ def main():
     p.add_argument("--threads", type=int, default=1)
     a = p.parse_args()
     torch.set_num_threads(a.threads)
+    torch.set_flush_denormal(True)  # as stformer's ThreadPool: subnormals to zero (PyTorch at its best)
     iterations = a.iterations or (300 if a.model == "pointer" else 2000)
     for seed in a.seeds:
         ms, metric = run(a.model, seed, iterations, a.fresh)
