@@ -54,6 +54,12 @@ struct MultiHeadAttention {
     stformer::visit(at / "wo", f, p.wo...);
   }
 
+  template <size_t B, size_t Nq, size_t Nk, class XQ, class XKV>
+  static constexpr void check_inputs() {
+    static_assert(std::is_same_v<XQ, Tensor<B, Nq, Dq>>, "MultiHeadAttention: queries xq [B, Nq, Dq] do not match the block's query width Dq");
+    static_assert(std::is_same_v<XKV, Tensor<B, Nk, Dkv>>, "MultiHeadAttention: keys/values xkv [B, Nk, Dkv] do not match the block's key width Dkv");
+  }
+
   // A_h ← softmax_row(s · q_h k_hᵀ with the keys query i does not see at −∞), for the Nq rows
   // of batch row b at a.
   template <size_t B, size_t Nq, size_t Nk>
@@ -82,8 +88,7 @@ struct MultiHeadAttention {
 
     template <class XQ, class XKV>
     const Tensor<B, Nq, D>& forward(const MultiHeadAttention& p, const XQ& xq, const XKV& xkv, Mask<B, Nk> mask = {}) {
-      static_assert(std::is_same_v<XQ, Tensor<B, Nq, Dq>>, "MultiHeadAttention: queries xq [B, Nq, Dq] do not match the block's query width Dq");
-      static_assert(std::is_same_v<XKV, Tensor<B, Nk, Dkv>>, "MultiHeadAttention: keys/values xkv [B, Nk, Dkv] do not match the block's key width Dkv");
+      check_inputs<B, Nq, Nk, XQ, XKV>();
       q.forward(p.wq, xq);
       k.forward(p.wk, xkv);
       v.forward(p.wv, xkv);
@@ -143,8 +148,7 @@ struct MultiHeadAttention {
 
     template <class XQ, class XKV>
     const Tensor<B, Nq, D>& forward(const MultiHeadAttention& p, const XQ& xq, const XKV& x_kv, Mask<B, Nk> mask = {}) {
-      static_assert(std::is_same_v<XQ, Tensor<B, Nq, Dq>>, "MultiHeadAttention: queries xq [B, Nq, Dq] do not match the block's query width Dq");
-      static_assert(std::is_same_v<XKV, Tensor<B, Nk, Dkv>>, "MultiHeadAttention: keys/values xkv [B, Nk, Dkv] do not match the block's key width Dkv");
+      check_inputs<B, Nq, Nk, XQ, XKV>();
       xkv = &x_kv;
       q.forward(p.wq, xq);
       for (size_t b = 0; b < B; ++b) {
@@ -217,8 +221,7 @@ struct MultiHeadAttention {
 
     template <class XQ, class XKV>
     const Tensor<B, Nq, D>& forward(const MultiHeadAttention& p, const XQ& xq, const XKV& xkv, Mask<B, Nk> mask = {}) {
-      static_assert(std::is_same_v<XQ, Tensor<B, Nq, Dq>>, "MultiHeadAttention: queries xq [B, Nq, Dq] do not match the block's query width Dq");
-      static_assert(std::is_same_v<XKV, Tensor<B, Nk, Dkv>>, "MultiHeadAttention: keys/values xkv [B, Nk, Dkv] do not match the block's key width Dkv");
+      check_inputs<B, Nq, Nk, XQ, XKV>();
       kernels::matmul_nt<B * Nq, D, Dq>(xq.data(), Dq, p.wq.weight.data(), Dq, q.data(), D, 1.0f, p.wq.bias.data());
       kernels::matmul_nt<B * Nk, D, Dkv>(xkv.data(), Dkv, p.wk.weight.data(), Dkv, k.data(), D, 1.0f, p.wk.bias.data());
       kernels::matmul_nt<B * Nk, D, Dkv>(xkv.data(), Dkv, p.wv.weight.data(), Dkv, v.data(), D, 1.0f, p.wv.bias.data());
