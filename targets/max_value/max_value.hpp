@@ -158,8 +158,8 @@ TrainOptions with_defaults(TrainOptions o) {
 // Model, optimiser and the batch, allocated once; training and evaluation allocate nothing
 // per iteration. A batch of 500 sets runs as 250 chunks of 2 over two lanes (see
 // stformer/train/parallel.hpp): each lane keeps one chunk's activations (1.1 MB for the set
-// model, about the size of a Zen 5 core's L2, instead of the whole batch's 290 MB) and its own gradient, and does forward, loss and backward chunk by
-// chunk; the lanes' gradients are summed in lane order. The work is the same for 1 or 2
+// model, about a Zen 5 core's L2, instead of the whole batch's 290 MB) and its own gradient,
+// and does forward, loss and backward chunk by chunk; the lanes' gradients are summed in lane order. The work is the same for 1 or 2
 // threads, so the results are bit-identical whatever `threads` is.
 template <class Net>
 struct Run {

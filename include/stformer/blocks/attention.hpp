@@ -125,9 +125,9 @@ struct MultiHeadAttention {
 
   // The folded form (see the top of this file). Per batch row, the heads' query rows stacked:
   //   qk = [q_h Wk_h]_h [H·Nq, Dkv],  A = softmax(s · qk xkvᵀ) [H·Nq, Nk],  ax = A xkv [H·Nq, Dkv],
-  //   o_h = ax_h Wv_hᵀ + live·bv_h   (live: 1, or 0 where query i sees no key)
+  //   o_h = ax_h Wv_hᵀ + bv_h, or 0 where query i sees no key (its row of A is 0)
   // backward, from dO_h:
-  //   dax_h = dO_h Wv_h,  dWv_h += dO_hᵀ ax_h,  dbv += Σ live·dO,  dA = dax xkvᵀ,
+  //   dax_h = dO_h Wv_h,  dWv_h += dO_hᵀ ax_h,  dbv += Σ dO over the rows that see a key,  dA = dax xkvᵀ,
   //   dS = s · A ⊙ (dA − rowsum(dA ⊙ A)),  dxkv = Aᵀ dax + dSᵀ qk,  dqk = dS xkv,
   //   dq_h = dqk_h Wk_hᵀ,  dWk_h += q_hᵀ dqk_h  (dbk = 0)
   template <size_t B, size_t Nq, size_t Nk>
@@ -137,7 +137,6 @@ struct MultiHeadAttention {
     ActsOf<Linear<Dq, D>, B, Nq> q;
     Tensor<B, H, Nq, Dkv> qk, ax;
     Tensor<B, H, Nq, Nk> attn;  // A_h
-    Tensor<B, Nq> live;
     Tensor<B, Nq, D> heads;     // concat_h(o_h)
     ActsOf<Linear<D, D>, B, Nq> o;
     Tensor<B, Nq, D> dq;
@@ -145,6 +144,9 @@ struct MultiHeadAttention {
     Tensor<H, Nq, Nk> ds;         // one batch row's dA, then dS
     Tensor<B, Nk, Dkv> dxkv;
     const Tensor<B, Nq, Dq>& dxq() const { return q.dx; }
+
+    // Row i of A_h (any head): all 0 exactly when query i sees no key, else it sums to 1.
+    static bool sees_a_key(const float* a_row) { return kernels::row_max<Nk>(a_row) > 0; }
 
     template <class XQ, class XKV>
     const Tensor<B, Nq, D>& forward(const MultiHeadAttention& p, const XQ& xq, const XKV& x_kv, Mask<B, Nk> mask = {}) {
@@ -164,10 +166,8 @@ struct MultiHeadAttention {
         for (size_t h = 0; h < H; ++h)
           kernels::matmul_nt<Nq, Dh, Dkv>(axb + h * Nq * Dkv, Dkv, p.wv.weight.data() + h * Dh * Dkv, Dkv, heads.data() + b * Nq * D + h * Dh, D,
                                           1.0f, p.wv.bias.data() + h * Dh);
-        for (size_t i = 0; i < Nq; ++i) {  // a row of A is 0 exactly when its query sees no key
-          live(b, i) = kernels::row_max<Nk>(a + i * Nk) > 0 ? 1.0f : 0.0f;
-          if (live(b, i) == 0) std::fill_n(heads.data() + (b * Nq + i) * D, D, 0.0f);
-        }
+        for (size_t i = 0; i < Nq; ++i)
+          if (!sees_a_key(a + i * Nk)) std::fill_n(heads.data() + (b * Nq + i) * D, D, 0.0f);
       }
       return o.forward(p.wo, heads);
     }
@@ -183,7 +183,7 @@ struct MultiHeadAttention {
           kernels::matmul_tn<Dh, Dkv, Nq>(doh, D, ax.data() + (b * R + h * Nq) * Dkv, Dkv, grad.wv.weight.data() + h * Dh * Dkv, Dkv);
         }
         for (size_t i = 0; i < Nq; ++i)
-          if (live(b, i) != 0) kernels::add_to<D>(dheads.data() + (b * Nq + i) * D, grad.wv.bias.data());
+          if (sees_a_key(a + i * Nk)) kernels::add_to<D>(dheads.data() + (b * Nq + i) * D, grad.wv.bias.data());
         kernels::matmul_nt<R, Nk, Dkv>(dax.data(), Dkv, x, Dkv, ds.data(), Nk);
         for (size_t r = 0; r < R; ++r) kernels::softmax_backward_row<Nk>(a + r * Nk, ds.data() + r * Nk, score_scale);
         float* dx = dxkv.data() + b * Nk * Dkv;

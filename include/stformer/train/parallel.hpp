@@ -39,20 +39,23 @@ namespace stformer {
 // While it lives, the calling thread flushes subnormal floats to zero (inputs and results).
 class FlushDenormals {
  public:
+  FlushDenormals(const FlushDenormals&) = delete;
+  FlushDenormals& operator=(const FlushDenormals&) = delete;
 #if defined(__SSE__)
   FlushDenormals() : saved_(_mm_getcsr()) { _mm_setcsr(saved_ | 0x8040); }  // FTZ (bit 15), DAZ (bit 6)
   ~FlushDenormals() { _mm_setcsr(saved_); }
+
  private:
   unsigned saved_;
 #elif defined(__aarch64__)
   FlushDenormals() : saved_(__builtin_aarch64_get_fpcr64()) { __builtin_aarch64_set_fpcr64(saved_ | (1ull << 24)); }  // FZ
   ~FlushDenormals() { __builtin_aarch64_set_fpcr64(saved_); }
+
  private:
   unsigned long long saved_;
+#else
+  FlushDenormals() = default;  // other targets: the floating-point mode is left as it is
 #endif
- public:
-  FlushDenormals(const FlushDenormals&) = delete;
-  FlushDenormals& operator=(const FlushDenormals&) = delete;
 };
 
 class ThreadPool {
@@ -78,7 +81,8 @@ class ThreadPool {
   size_t size() const { return size_; }
 
   // f(i) for i in [0, tasks); task i runs on thread i % size(), tasks of one thread in
-  // increasing order, subnormals flushed to zero. An exception thrown by a task is rethrown here (the first one).
+  // increasing order, subnormals flushed to zero. An exception thrown by a task is rethrown
+  // here (the first one).
   template <class F>
   void run(size_t tasks, F&& f) {
     using Fn = std::remove_reference_t<F>;
