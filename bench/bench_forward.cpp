@@ -42,7 +42,7 @@ void BM_MultiHeadAttention(benchmark::State& state) {
   run<Block, ActsOf<Block, B, N, N>, B, N, D>(state, mha_flops(B, N, D));
 }
 
-// The inference path: tiles of 64 queries × 256 keys with an online softmax (no N × N matrix).
+// The inference path: tiles of 16 queries × 256 keys with an online softmax (no N × N matrix).
 template <size_t B, size_t N, size_t D, size_t H>
 void BM_MultiHeadAttentionInfer(benchmark::State& state) {
   using Block = MultiHeadAttention<D, D, D, H>;

@@ -165,11 +165,11 @@ TEST_CASE("MultiHeadAttention::Infer: tiles with an online softmax, workspace li
   check_mha_masks<Nq, Nk, Dq, Dkv, D, H>(
       rng, 70, [&](const auto& p, const auto& xq, const auto& xkv, auto mask) -> const auto& { return inf->forward(p, xq, xkv, mask); },
       [](bool, bool) {});
-  // q, heads, out [Nq, D], k, v [Nk, D] and one tile: no Nq × Nk term.
+  // q, heads, out [Nq, D], k, v [Nk, D], one head's kᵀ [D/H, Nk] and one tile: no Nq × Nk term.
   using S = MultiHeadAttention<64, 64, 64, 4>;
   constexpr size_t s1 = sizeof(S::Infer<1, 256, 256>), s2 = sizeof(S::Infer<1, 512, 512>), s4 = sizeof(S::Infer<1, 1024, 1024>);
-  CHECK(s2 - s1 == 256 * 5 * 64 * sizeof(float));
-  CHECK(s4 - s2 == 512 * 5 * 64 * sizeof(float));
+  CHECK(s2 - s1 == 256 * (5 * 64 + 16) * sizeof(float));
+  CHECK(s4 - s2 == 512 * (5 * 64 + 16) * sizeof(float));
 }
 
 TEST_CASE("EncoderBlock and DecoderBlock") {

@@ -2,6 +2,7 @@
 // SIMD width (W = 1, 8 or 16 floats depending on the build).
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <vector>
@@ -39,7 +40,9 @@ struct Dims {
 }  // namespace
 
 TEST_CASE_TEMPLATE("matmul_nt: C = alpha A Bᵀ + bias, with strides", S, Dims<1, 1, 1>, Dims<3, 5, 2>,
-                   Dims<4, 4, 16>, Dims<7, 9, 17>, Dims<16, 33, 64>, Dims<50, 50, 16>, Dims<5, 130, 128>) {
+                   Dims<4, 4, 16>, Dims<7, 9, 17>, Dims<16, 33, 64>, Dims<50, 50, 16>, Dims<5, 130, 128>,
+                   // K in blocks of 128: two and a tail, exactly two, one and a tail of 1
+                   Dims<70, 37, 300>, Dims<9, 64, 256>, Dims<12, 20, 129>) {
   constexpr size_t M = S::M, N = S::N, K = S::K, lda = K + 3, ldb = K + 1, ldc = N + 2;
   stformer::Rng rng(M * 1000 + N * 10 + K);
   auto A = random(M * lda, rng), B = random(N * ldb, rng), bias = random(N, rng);
@@ -115,6 +118,50 @@ TEST_CASE_TEMPLATE("softmax_row and log_softmax_row, with masked (-inf) entries"
     }
     check_near(p, want_p);
     check_near(lp, want_lp);
+    std::vector<float> ps = s;  // softmax(c·s), c = 0.25
+    k::softmax_row<N>(ps.data(), 0.25f);
+    double zs = 0;
+    for (float x : s) zs += std::exp(0.25 * (x - m));
+    for (size_t j = 0; j < N; ++j) want_p[j] = m == -INFINITY ? 0.0 : std::exp(0.25 * (s[j] - m)) / zs;
+    check_near(ps, want_p);
+  }
+}
+
+TEST_CASE_TEMPLATE("softmax_rows: as softmax_row on each row", S, Len<5>, Len<16>, Len<50>, Len<64>) {
+  constexpr size_t N = S::N;
+  stformer::Rng rng(N + 7);
+  auto s = random(3 * N, rng);
+  for (size_t j = 0; j < N; j += 3) s[N + j] = k::neg_inf;  // row 1 partly masked, row 2 all masked
+  for (size_t j = 0; j < N; ++j) s[2 * N + j] = k::neg_inf;
+  std::vector<float> rows = s, one = s;
+  k::softmax_rows<3, N>(rows.data(), 0.3f);
+  for (size_t r = 0; r < 3; ++r) k::softmax_row<N>(one.data() + r * N, 0.3f);
+  CHECK(rows == one);
+}
+
+TEST_CASE("vexp: within 2 ulp of e^x over the float range; -inf, +inf, NaN") {
+  std::vector<float> x;
+  for (double t = -87.3; t < 88.7; t += 0.0173) x.push_back(float(t));
+  for (float t : {0.0f, -0.0f, 1e-30f, -1e-30f, 0.34657359f, -0.34657359f}) x.push_back(t);
+  while (x.size() % k::W) x.push_back(1.0f);
+  double worst = 0;
+  for (size_t i = 0; i < x.size(); i += k::W) {
+    float e[k::W];
+    k::store(e, k::vexp(k::load(x.data() + i)));
+    for (size_t l = 0; l < k::W; ++l) {
+      double want = std::exp(double(x[i + l]));
+      worst = std::max(worst, std::abs(e[l] - want) / want);
+    }
+  }
+  CHECK(worst < 2.4e-7);  // 2 ulp: 2 · 2⁻²³ relative
+  const float special[4] = {-INFINITY, -200.0f, INFINITY, NAN};
+  for (size_t i = 0; i < 4; ++i) {
+    float in[k::W], out[k::W];
+    std::fill_n(in, k::W, special[i]);
+    k::store(out, k::vexp(k::load(in)));
+    if (i < 2) CHECK(out[0] == 0.0f);
+    if (i == 2) CHECK(out[0] == INFINITY);
+    if (i == 3) CHECK(std::isnan(out[0]));
   }
 }
 

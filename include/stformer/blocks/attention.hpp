@@ -60,18 +60,20 @@ struct MultiHeadAttention {
     static_assert(std::is_same_v<XKV, Tensor<B, Nk, Dkv>>, "MultiHeadAttention: keys/values xkv [B, Nk, Dkv] do not match the block's key width Dkv");
   }
 
-  // A_h ← softmax_row(s · q_h k_hᵀ with the keys query i does not see at −∞), for the Nq rows
-  // of batch row b at a.
-  template <size_t B, size_t Nq, size_t Nk>
-  static void masked_softmax(float* a, size_t b, const Mask<B, Nk>& mask) {
-    for (size_t i = 0; i < Nq; ++i) {
-      float* row = a + i * Nk;
-      if (mask.causal || mask.keys)
+  // A_h ← softmax_row(s · (q_h k_hᵀ with the keys query i does not see at −∞)), for the R rows
+  // of raw scores q_h k_hᵀ at a, queries i0 … i0 + R − 1 of batch row b.
+  template <size_t R, size_t B, size_t Nk>
+  static void masked_softmax(float* a, size_t b, size_t i0, const Mask<B, Nk>& mask) {
+    if (mask.causal || mask.keys)
+      for (size_t i = 0; i < R; ++i)
         for (size_t j = 0; j < Nk; ++j)
-          if (!mask.sees(b, i, j)) row[j] = kernels::neg_inf;
-      kernels::softmax_row<Nk>(row);
-    }
+          if (!mask.sees(b, i0 + i, j)) a[i * Nk + j] = kernels::neg_inf;
+    kernels::softmax_rows<R, Nk>(a, score_scale);
   }
+
+  // Query rows per block in the forward passes: a block's scores ([16, Nk]: 16 KB at Nk = 256)
+  // stay in the L1 cache from q_h k_hᵀ through the softmax to A_h v_h.
+  static constexpr size_t query_block = 16;
 
   template <size_t B, size_t Nq, size_t Nk>
   struct FullActs {
@@ -83,6 +85,7 @@ struct MultiHeadAttention {
     Tensor<B, Nq, D> dq;
     Tensor<B, Nk, D> dk, dv;
     Tensor<Nq, Nk> ds;  // one head's dA, then dS
+    Tensor<Dh, Nk> kt;  // one head's k_hᵀ
     Tensor<B, Nk, Dkv> dxkv;
     const Tensor<B, Nq, Dq>& dxq() const { return q.dx; }
 
@@ -95,12 +98,18 @@ struct MultiHeadAttention {
       for (size_t b = 0; b < B; ++b)
         for (size_t h = 0; h < H; ++h) {
           const float* qh = q.out.data() + b * Nq * D + h * Dh;
-          const float* kh = k.out.data() + b * Nk * D + h * Dh;
           const float* vh = v.out.data() + b * Nk * D + h * Dh;
           float* a = attn.data() + (b * H + h) * Nq * Nk;
-          kernels::matmul_nt<Nq, Nk, Dh>(qh, D, kh, D, a, Nk, score_scale);
-          masked_softmax<B, Nq, Nk>(a, b, mask);
-          kernels::matmul_nn<Nq, Dh, Nk>(a, Nk, vh, D, heads.data() + b * Nq * D + h * Dh, D);
+          float* oh = heads.data() + b * Nq * D + h * Dh;
+          kernels::transpose<Dh>(k.out.data() + b * Nk * D + h * Dh, D, Nk, kt.data(), Nk);
+          auto rows = [&]<size_t R>(size_t i0) {  // queries i0 … i0 + R − 1
+            kernels::matmul_nn<R, Nk, Dh>(qh + i0 * D, D, kt.data(), Nk, a + i0 * Nk, Nk);
+            masked_softmax<R>(a + i0 * Nk, b, i0, mask);
+            kernels::matmul_nn<R, Dh, Nk>(a + i0 * Nk, Nk, vh, D, oh + i0 * D, D);
+          };
+          size_t i0 = 0;
+          for (; i0 + query_block <= Nq; i0 += query_block) rows.template operator()<query_block>(i0);
+          if constexpr (Nq % query_block != 0) rows.template operator()<Nq % query_block>(i0);
         }
       return o.forward(p.wo, heads);
     }
@@ -160,8 +169,8 @@ struct MultiHeadAttention {
         float* a = attn.data() + b * R * Nk;
         for (size_t h = 0; h < H; ++h)
           kernels::matmul_nn<Nq, Dkv, Dh>(q.out.data() + b * Nq * D + h * Dh, D, p.wk.weight.data() + h * Dh * Dkv, Dkv, qkb + h * Nq * Dkv, Dkv);
-        kernels::matmul_nt<R, Nk, Dkv>(qkb, Dkv, x, Dkv, a, Nk, score_scale);
-        for (size_t h = 0; h < H; ++h) masked_softmax<B, Nq, Nk>(a + h * Nq * Nk, b, mask);
+        kernels::matmul_nt<R, Nk, Dkv>(qkb, Dkv, x, Dkv, a, Nk);
+        for (size_t h = 0; h < H; ++h) masked_softmax<Nq>(a + h * Nq * Nk, b, 0, mask);
         kernels::matmul_nn<R, Dkv, Nk>(a, Nk, x, Dkv, axb, Dkv);
         for (size_t h = 0; h < H; ++h)
           kernels::matmul_nt<Nq, Dh, Dkv>(axb + h * Nq * Dkv, Dkv, p.wv.weight.data() + h * Dh * Dkv, Dkv, heads.data() + b * Nq * D + h * Dh, D,
@@ -207,16 +216,18 @@ struct MultiHeadAttention {
   using Acts = std::conditional_t<folds<Nq, Nk>, FoldedActs<B, Nq, Nk>, FullActs<B, Nq, Nk>>;
 
   // Forward only, for inference: each head's scores are taken in tiles of Tq queries × Tk keys
-  // with an online softmax. Per query row, a running max m and sum l:
-  //   m' = max(m, max_j s_j),  l ← l·e^{m−m'} + Σ_j e^{s_j−m'},  o ← o·e^{m−m'} + Σ_j e^{s_j−m'} v_j
+  // with an online softmax. Per query row, a running max m and sum l (of raw scores x_j, s > 0):
+  //   m' = max(m, max_j x_j),  l ← l·e^{s(m−m')} + Σ_j e^{s(x_j−m')},  o ← o·e^{s(m−m')} + Σ_j e^{s(x_j−m')} v_j
   // and o/l at the end (0 when every key is masked, as Acts). Nothing of size Nq × Nk is kept:
-  // the workspace, sizeof(Infer), is q, k, v, heads, out and one [Tq, Tk] tile, a compile-time
-  // constant linear in Nq and Nk. Same result as Acts::forward up to float rounding.
-  template <size_t B, size_t Nq, size_t Nk, size_t Tq = 64, size_t Tk = 256>
+  // the workspace, sizeof(Infer), is q, k, v, heads, out, one head's k_hᵀ and one [Tq, Tk]
+  // tile (16 KB by default, in the L1 cache), a compile-time constant linear in Nq and Nk.
+  // Same result as Acts::forward up to float rounding.
+  template <size_t B, size_t Nq, size_t Nk, size_t Tq = query_block, size_t Tk = 256>
   struct Infer {
     Tensor<B, Nq, D> q, heads, out;
     Tensor<B, Nk, D> k, v;
-    alignas(64) float s[Tq * Tk];  // one tile of scores, then of e^{s−m'}
+    Tensor<Dh, Nk> kt;             // one head's k_hᵀ
+    alignas(64) float s[Tq * Tk];  // one tile of scores, then of e^{s(x−m')}
     float m[Tq], l[Tq];
 
     template <class XQ, class XKV>
@@ -227,6 +238,7 @@ struct MultiHeadAttention {
       kernels::matmul_nt<B * Nk, D, Dkv>(xkv.data(), Dkv, p.wv.weight.data(), Dkv, v.data(), D, 1.0f, p.wv.bias.data());
       for (size_t b = 0; b < B; ++b)
         for (size_t h = 0; h < H; ++h) {
+          kernels::transpose<Dh>(k.data() + b * Nk * D + h * Dh, D, Nk, kt.data(), Nk);
           size_t i0 = 0;
           for (; i0 + Tq <= Nq; i0 += Tq) query_tile<Tq>(b, h, i0, mask);
           if constexpr (Nq % Tq != 0) query_tile<Nq % Tq>(b, h, i0, mask);
@@ -253,8 +265,7 @@ struct MultiHeadAttention {
 
     template <size_t R, size_t C>
     void key_tile(size_t b, size_t h, size_t i0, size_t j0, const float* qh, float* oh, const Mask<B, Nk>& mask) {
-      const size_t kv = (b * Nk + j0) * D + h * Dh;
-      kernels::matmul_nt<R, C, Dh>(qh, D, k.data() + kv, D, s, C, score_scale);
+      kernels::matmul_nn<R, C, Dh>(qh, D, kt.data() + j0, Nk, s, C);
       for (size_t r = 0; r < R; ++r) {
         float* row = s + r * C;
         if (mask.causal || mask.keys)
@@ -266,15 +277,15 @@ struct MultiHeadAttention {
           continue;
         }
         if (m[r] == kernels::neg_inf) {  // the first keys this row sees: o and l are 0
-          l[r] = kernels::exp_shifted<C>(row, m1);
+          l[r] = kernels::exp_shifted<C>(row, m1, score_scale);
         } else {
-          const float correction = std::exp(m[r] - m1);
-          l[r] = l[r] * correction + kernels::exp_shifted<C>(row, m1);
+          const float correction = std::exp((m[r] - m1) * score_scale);
+          l[r] = l[r] * correction + kernels::exp_shifted<C>(row, m1, score_scale);
           if (correction != 1.0f) kernels::scale<Dh>(oh + r * D, correction);
         }
         m[r] = m1;
       }
-      kernels::matmul_nn<R, Dh, C, true>(s, C, v.data() + kv, D, oh, D);
+      kernels::matmul_nn<R, Dh, C, true>(s, C, v.data() + (b * Nk + j0) * D + h * Dh, D, oh, D);
     }
   };
 };

@@ -4,16 +4,33 @@
 //   matmul_nt: C[M,N]  = alpha · A[M,K] · B[N,K]ᵀ (+ bias[N])   x·Wᵀ (Linear), q·kᵀ (scores)
 //   matmul_nn: C[M,N] (+)= A[M,K] · B[K,N]                      A·v, dy·W (input gradients)
 //   matmul_tn: C[M,N] (+)= A[K,M]ᵀ · B[K,N]                     dyᵀ·x (weight gradients)
+//   transpose: dst = srcᵀ                                        kᵀ for the scores, panels of Bᵀ
 //
-// All work in register tiles (rows_per_tile): matmul_nt broadcasts A's entries against packed
-// panels of Bᵀ with fused multiply-adds (fma), or for few rows accumulates dot products along K
-// and reduces them at the end; matmul_nn/tn broadcast A[i,k] and run multiply-add chains along
-// N (madd: multiply, then add; see vec.hpp).
+// All work in register tiles of fused multiply-add (fma) chains: matmul_nt broadcasts A's
+// entries against packed panels of Bᵀ, or for few rows accumulates dot products along K and
+// reduces them at the end; matmul_nn/tn broadcast A[i,k] against rows of B (rows_per_tile).
 #pragma once
+
+#include <algorithm>
 
 #include "vec.hpp"
 
 namespace stformer::kernels {
+
+// dst[c·ldd + r] = src[r·lds + c] for r < rows, c < C: a [rows, C] block transposed, W × W tiles
+// in registers (transpose_tile), the edges element by element.
+template <size_t C>
+inline void transpose(const float* src, size_t lds, size_t rows, float* dst, size_t ldd) {
+  constexpr size_t CW = W > 1 ? C / W * W : 0;  // columns in whole tiles
+  const size_t RW = W > 1 ? rows / W * W : 0;     // rows in whole tiles
+  for (size_t r = 0; r < RW; r += W) {
+    for (size_t c = 0; c < CW; c += W) transpose_tile(src + r * lds + c, lds, dst + c * ldd + r, ldd);
+    for (size_t c = CW; c < C; ++c)
+      for (size_t i = 0; i < W; ++i) dst[c * ldd + r + i] = src[(r + i) * lds + c];
+  }
+  for (size_t r = RW; r < rows; ++r)
+    for (size_t c = 0; c < C; ++c) dst[c * ldd + r] = src[r * lds + c];
+}
 
 namespace detail {
 
@@ -29,7 +46,7 @@ inline void nt_tile(const float* A, size_t lda, const float* B, size_t ldb, floa
     for (size_t r = 0; r < R; ++r) a[r] = load(A + r * lda + k);
     for (size_t c = 0; c < C; ++c) {
       vf b = load(B + c * ldb + k);
-      for (size_t r = 0; r < R; ++r) acc[r][c] = madd(a[r], b, acc[r][c]);
+      for (size_t r = 0; r < R; ++r) acc[r][c] = fma(a[r], b, acc[r][c]);
     }
   }
   float sums[R * C];
@@ -73,7 +90,7 @@ inline void nn_tile(const float* A, size_t ars, size_t aks, const float* B, size
     for (size_t v = 0; v < NV; ++v) b[v] = load(B + k * ldb + v * W);
     for (size_t r = 0; r < R; ++r) {
       vf a = splat(A[r * ars + k * aks]);
-      for (size_t v = 0; v < NV; ++v) acc[r][v] = madd(a, b[v], acc[r][v]);
+      for (size_t v = 0; v < NV; ++v) acc[r][v] = fma(a, b[v], acc[r][v]);
     }
   }
   for (size_t r = 0; r < R; ++r)
@@ -131,15 +148,25 @@ inline void nn_any(const float* A, size_t ars, size_t aks, const float* B, size_
 
 namespace detail {
 
-// Rows × NV vectors of C = alpha · A · P + bias, P a packed panel [K, NV·W] of Bᵀ (zero beyond
-// the last column); only the first `cols` columns are stored.
-template <size_t R, size_t NV, size_t K>
+// Rows × NV vectors of C = alpha · A · P + bias over one block of K, P a packed panel [K, NV·W]
+// of Bᵀ (zero beyond the last column). The first block of K starts from 0, later ones from the
+// sums stored in C; the last applies alpha and the bias (a sum is stored and reloaded exactly,
+// so the blocking changes no result). Only the first `cols` columns are read and written.
+template <size_t R, size_t NV, size_t K, bool First, bool Last>
 inline void panel_tile(const float* A, size_t lda, const float* P, float* C, size_t ldc, float alpha, const float* bias_panel,
                        size_t cols) {
   constexpr size_t NP = NV * W;
   vf acc[R][NV];
-  for (size_t r = 0; r < R; ++r)
-    for (size_t v = 0; v < NV; ++v) acc[r][v] = splat(0.0f);
+  for (size_t r = 0; r < R; ++r) {
+    if constexpr (First) {
+      for (size_t v = 0; v < NV; ++v) acc[r][v] = splat(0.0f);
+    } else {
+      float row[NP] = {};
+      const float* c = C + r * ldc;
+      if (cols < NP) std::copy_n(c, cols, row), c = row;
+      for (size_t v = 0; v < NV; ++v) acc[r][v] = load(c + v * W);
+    }
+  }
   for (size_t k = 0; k < K; ++k) {
     vf b[NV];
     for (size_t v = 0; v < NV; ++v) b[v] = load(P + k * NP + v * W);
@@ -150,20 +177,26 @@ inline void panel_tile(const float* A, size_t lda, const float* P, float* C, siz
   }
   const vf al = splat(alpha);
   for (size_t r = 0; r < R; ++r) {
-    if (cols == NP) {
-      for (size_t v = 0; v < NV; ++v) store(C + r * ldc + v * W, fma(acc[r][v], al, load(bias_panel + v * W)));
-    } else {
-      float row[NP];
-      for (size_t v = 0; v < NV; ++v) store(row + v * W, fma(acc[r][v], al, load(bias_panel + v * W)));
-      for (size_t j = 0; j < cols; ++j) C[r * ldc + j] = row[j];
-    }
+    float row[NP];
+    float* c = cols == NP ? C + r * ldc : row;
+    for (size_t v = 0; v < NV; ++v) store(c + v * W, Last ? fma(acc[r][v], al, load(bias_panel + v * W)) : acc[r][v]);
+    if (cols < NP) std::copy_n(row, cols, C + r * ldc);
   }
+}
+
+// panel[k·NP + j] = B[j·ldb + k] for j < cols, k < K, and 0 for cols ≤ j < NP.
+template <size_t K, size_t NP>
+inline void pack_panel(const float* B, size_t ldb, size_t cols, float* panel) {
+  transpose<K>(B, ldb, cols, panel, NP);
+  if (cols < NP)
+    for (size_t k = 0; k < K; ++k) std::fill(panel + k * NP + cols, panel + (k + 1) * NP, 0.0f);
 }
 
 }  // namespace detail
 
 // C[M,N] = alpha · A[M,K] · B[N,K]ᵀ (+ bias[N]). SIMD builds pack Bᵀ in panels of NV·W
-// columns (on the stack: K · NV·W floats) and broadcast A's entries against them, which needs
+// columns and at most KC = 128 rows of K (on the stack, 32 KB with AVX-512: it stays in the L1
+// cache while every row of A passes over it) and broadcast A's entries against them, which needs
 // no horizontal sums. The one-lane build, and few rows against a long K (M < 4·W, K ≥ 8·W: a
 // batch of tokens through a 33,278-word head, where packing B would cost more than the
 // product) or very few rows (M < 8), take dot products along K instead.
@@ -175,22 +208,33 @@ inline void matmul_nt(const float* A, size_t lda, const float* B, size_t ldb, fl
   } else {
     constexpr size_t NV = W >= 16 ? 4 : 2;  // panel width in vectors
     constexpr size_t NVused = (N + W - 1) / W < NV ? (N + W - 1) / W : NV;  // narrow outputs: fewer vectors
-    constexpr size_t NPused = NVused * W, TR = 4;
-    alignas(64) float panel[K * NPused];
+    constexpr size_t NPused = NVused * W, TR = 4, KC = K < 128 ? K : 128, NB = K / KC, KT = K % KC;
+    alignas(64) float panel[KC * NPused];
     alignas(64) float bias_panel[NPused];
     for (size_t j0 = 0; j0 < N; j0 += NPused) {
       size_t cols = N - j0 < NPused ? N - j0 : NPused;
-      for (size_t j = 0; j < cols; ++j)  // rows of B read whole, written down the panel's columns
-        for (size_t k = 0; k < K; ++k) panel[k * NPused + j] = B[(j0 + j) * ldb + k];
-      if (cols < NPused)
-        for (size_t k = 0; k < K; ++k)
-          for (size_t j = cols; j < NPused; ++j) panel[k * NPused + j] = 0.0f;
       for (size_t j = 0; j < NPused; ++j) bias_panel[j] = bias && j < cols ? bias[j0 + j] : 0.0f;
-      size_t i = 0;
-      for (; i + TR <= M; i += TR)
-        detail::panel_tile<TR, NVused, K>(A + i * lda, lda, panel, C + i * ldc + j0, ldc, alpha, bias_panel, cols);
-      if constexpr (M % TR != 0)
-        detail::panel_tile<M % TR, NVused, K>(A + i * lda, lda, panel, C + i * ldc + j0, ldc, alpha, bias_panel, cols);
+      // one block of K: [k0, k0 + KB)
+      auto block = [&]<size_t KB, bool First, bool Last>(size_t k0) {
+        detail::pack_panel<KB, NPused>(B + j0 * ldb + k0, ldb, cols, panel);
+        size_t i = 0;
+        for (; i + TR <= M; i += TR)
+          detail::panel_tile<TR, NVused, KB, First, Last>(A + i * lda + k0, lda, panel, C + i * ldc + j0, ldc, alpha, bias_panel, cols);
+        if constexpr (M % TR != 0)
+          detail::panel_tile<M % TR, NVused, KB, First, Last>(A + i * lda + k0, lda, panel, C + i * ldc + j0, ldc, alpha, bias_panel, cols);
+      };
+      if constexpr (NB == 1 && KT == 0) {
+        block.template operator()<K, true, true>(0);
+      } else {
+        block.template operator()<KC, true, false>(0);
+        for (size_t b = 1; b + 1 < NB; ++b) block.template operator()<KC, false, false>(b * KC);
+        if constexpr (KT == 0) {
+          block.template operator()<KC, false, true>((NB - 1) * KC);
+        } else {
+          if constexpr (NB > 1) block.template operator()<KC, false, false>((NB - 1) * KC);
+          block.template operator()<KT, false, true>(NB * KC);
+        }
+      }
     }
   }
 }

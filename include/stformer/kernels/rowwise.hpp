@@ -1,7 +1,8 @@
 // stformer kernels — row-wise and element-wise operations.
 //
-//   softmax_row:     s ← exp(s − max s) / Σ exp(s − max s); entries equal to −∞ are masked and
-//                    get exactly 0; a row that is all −∞ becomes all 0 (never NaN).
+//   softmax_row:     s ← softmax(c·s) = exp(c·(s − max s)) / Σ exp(c·(s − max s)), c > 0 (1 by
+//                    default); entries equal to −∞ are masked and get exactly 0; a row that is
+//                    all −∞ becomes all 0 (never NaN). softmax_rows: the same on R rows.
 //   log_softmax_row: s ← s − max s − log Σ exp(s − max s); an all −∞ row stays −∞.
 //   scalenorm_rows:  y[r] = g · x[r] · rnorm[r], rnorm[r] = 1 / max(‖x[r]‖₂, 1e-5).
 //   relu, add:       y = max(x, 0), y = a + b; add_to: y += a.
@@ -35,19 +36,19 @@ inline float row_max(const float* s) {
   return m;
 }
 
-// s[j] ← exp(s[j] − m); returns the sum.
+// s[j] ← exp(c · (s[j] − m)); returns the sum.
 template <size_t N>
-inline float exp_shifted(float* s, float m) {
-  vf acc = splat(0.0f), mv = splat(m);
+inline float exp_shifted(float* s, float m, float c = 1.0f) {
+  vf acc = splat(0.0f), mv = splat(m), cv = splat(c);
   constexpr size_t full = N / W * W;
   size_t j = 0;
   for (; j < full; j += W) {
-    vf e = vexp(load(s + j) - mv);
+    vf e = vexp((load(s + j) - mv) * cv);
     store(s + j, e);
     acc += e;
   }
   float sum = hsum(acc);
-  for (j = full; j < N; ++j) sum += (s[j] = std::exp(s[j] - m));
+  for (j = full; j < N; ++j) sum += (s[j] = std::exp((s[j] - m) * c));
   return sum;
 }
 
@@ -60,14 +61,31 @@ inline void scale(float* s, float a) {
   for (j = full; j < N; ++j) s[j] *= a;
 }
 
+// s ← softmax(c · s), c > 0
 template <size_t N>
-inline void softmax_row(float* s) {
+inline void softmax_row(float* s, float c = 1.0f) {
   float m = row_max<N>(s);
   if (m == neg_inf) {
     for (size_t j = 0; j < N; ++j) s[j] = 0.0f;
     return;
   }
-  scale<N>(s, 1.0f / exp_shifted<N>(s, m));
+  scale<N>(s, 1.0f / exp_shifted<N>(s, m, c));
+}
+
+// softmax_row on R rows of N, each pass over all rows before the next (the max, the exps, the
+// scaling): the rows are independent, so short rows overlap instead of waiting on each other's
+// horizontal reductions. Same result as R calls of softmax_row.
+template <size_t R, size_t N>
+inline void softmax_rows(float* s, float c = 1.0f) {
+  float m[R], l[R];
+  for (size_t r = 0; r < R; ++r) m[r] = row_max<N>(s + r * N);
+  for (size_t r = 0; r < R; ++r) l[r] = m[r] == neg_inf ? 0.0f : exp_shifted<N>(s + r * N, m[r], c);
+  for (size_t r = 0; r < R; ++r) {
+    if (m[r] == neg_inf)
+      for (size_t j = 0; j < N; ++j) s[r * N + j] = 0.0f;
+    else
+      scale<N>(s + r * N, 1.0f / l[r]);
+  }
 }
 
 template <size_t N>
