@@ -62,6 +62,10 @@ TEST_CASE_TEMPLATE("matmul_nt: C = alpha A Bᵀ + bias, with strides", S, Dims<1
       want.push_back(0.5 * s + bias[j]);
     }
   check_near(got, want);
+  k::matmul_nt<M, N, K, true>(A.data(), lda, B.data(), ldb, C.data(), ldc, 0.5f, bias.data());  // ReLU fused
+  got.assign(C.begin(), C.end());
+  for (auto& w : want) w = std::max(w, 0.0);
+  check_near(got, want);
 }
 
 TEST_CASE_TEMPLATE("matmul_nn: C = A B, with strides", S, Dims<1, 1, 1>, Dims<3, 5, 2>, Dims<4, 16, 16>,

@@ -124,7 +124,7 @@ TEST_CASE("language model: windows and the shuffled pass over every training pos
   }
 }
 
-TEST_CASE("language model: a step's gradient (head over the batch, embedding rows per lane) equals the whole batch's") {
+TEST_CASE("language model: a step's gradient (head over the batch, embedding rows per lane) and its norm equal the whole batch's") {
   Corpus c = small_corpus();
   constexpr size_t B = 8;
   using Run = lm::Run<V, L, D, H, F, 1, B>;
@@ -152,6 +152,7 @@ TEST_CASE("language model: a step's gradient (head over the batch, embedding row
       for (size_t i = 0; i < w.size(); ++i) err = std::max(err, double(std::abs(g.data()[i] - w.data()[i])));
       CHECK_MESSAGE(err <= 1e-5 * largest, name.c_str());
     }, run.grad(), *want);
+    CHECK(run.norm() == doctest::Approx(grad_norm(run.grad())).epsilon(1e-6));  // the touched rows only: the same norm
     run.mean_nll(c.valid, L, L + 20);  // evaluation between steps uses the lanes' windows too
   }
 }

@@ -75,16 +75,20 @@ inline float learning_rate(const TrainOptions& o, std::int64_t step) {
 //
 // Two tensors are 17 MB each in SPEC's configuration and would make a step mostly memory
 // traffic if every lane kept, cleared and added a whole copy of their gradients:
-// - head (Linear<D, V>): its gradient over the whole batch is computed once, straight into
-//   grad(), in two fixed parts of the vocabulary run on the pool (each lane's rows in lane
-//   order); the lanes only take dL/d(pooled) = dlogits · W from it.
+// - head (Linear<D, V>): its backward over the whole batch runs once, in two fixed parts of the
+//   vocabulary on the pool, each in blocks of HeadRows rows so that a block of W and of its
+//   gradient stays in cache for every lane: dW, db straight into grad() (each lane's rows in
+//   lane order), each lane's share of dL/d(pooled) = dlogits · W (the two parts added in part
+//   order), and the block's sum of squares for the gradient norm.
 // - embedding: a lane's gradient is non-zero only in the rows of its windows, so only those
-//   rows are added into grad() and cleared (at the start of the next gradient()).
+//   rows are added into grad() and cleared (at the start of the next gradient()), and only
+//   those rows enter the gradient norm (norm()).
 template <size_t V, size_t L, size_t D, size_t H, size_t F, size_t Blocks, size_t B>
 struct Run {
   using Model = LanguageModel<V, L, D, H, F, Blocks>;
   static constexpr size_t Lanes = B % 2 == 0 ? 2 : 1, Chunk = B / Lanes;
-  static constexpr size_t V1 = V / 2 / 16 * 16;  // the head's gradient: rows [0, V1), [V1, V)
+  static constexpr size_t V1 = V / 2 / 16 * 16;  // the head's backward: rows [0, V1), [V1, V)
+  static constexpr size_t HeadRows = 256;         // ... in blocks of 256 rows (W's: 128 KB at D = 128)
 
   struct Lane {
     Model grad;
@@ -101,6 +105,9 @@ struct Run {
   std::unique_ptr<std::array<Lane, Lanes>> lanes = std::make_unique<std::array<Lane, Lanes>>();
   std::unique_ptr<AdamW<Model>> adamw = std::make_unique<AdamW<Model>>(0.01f);
   std::unique_ptr<SGD<Model>> sgd = std::make_unique<SGD<Model>>(SGDOptions{.momentum = 0.9f, .weight_decay = 1e-4f, .nesterov = true});
+  Tensor<2, Lanes, Chunk, D> head_dx;  // each head part's share of each lane's dL/d(pooled)
+  double head_sq[2] = {};              // each head part's Σ dW² + Σ db²
+  std::vector<std::uint8_t> seen = std::vector<std::uint8_t>(V);  // norm(): embedding rows counted
   TrainingState state;
   std::vector<std::uint32_t> order;  // shuffled sample positions of the current pass
   size_t cursor = 0;
@@ -135,7 +142,7 @@ struct Run {
   }
   float step(const std::vector<std::int32_t>& train, const TrainOptions& o, float lr) {
     float loss = gradient(train);
-    const float norm = grad_norm(grad(), pool, Lanes);
+    const float norm = this->norm();
     check_finite(state.step + 1, loss, norm, grad());  // NonFiniteError before the step (stformer/training.hpp)
     const float scale = o.clip > 0 ? clip_scale(norm, o.clip) : 1.0f;  // clipping, in the step
     if (o.sgd)
@@ -169,14 +176,14 @@ struct Run {
     });
     pool.run(2, [&](size_t part) {
       if (part == 0)
-        head_gradient<0, V1>();
+        head_backward<0, 0, V1>();
       else
-        head_gradient<V1, V - V1>();
-      for (size_t l = part; l < Lanes; l += 2) {
-        Lane& lane = (*lanes)[l];
-        kernels::matmul_nn<Chunk, D, V>(lane.dlogits.data(), V, model->head.weight.data(), D, lane.dpooled.data(), D);
-        lane.acts.backward_pooled(*model, lane.grad, lane.dpooled);
-      }
+        head_backward<1, V1, V - V1>();
+    });
+    pool.run(Lanes, [&](size_t l) {
+      Lane& lane = (*lanes)[l];
+      kernels::add<Chunk * D>(head_dx.data() + l * Chunk * D, head_dx.data() + (Lanes + l) * Chunk * D, lane.dpooled.data());
+      lane.acts.backward_pooled(*model, lane.grad, lane.dpooled);
     });
     double loss = (*lanes)[0].loss;
     for (size_t l = 1; l < Lanes; ++l) {
@@ -194,22 +201,51 @@ struct Run {
     return float(loss);
   }
 
-  // Rows [v0, v0 + M) of the head's gradient over the whole batch, into grad():
-  //   dW = Σ_lanes dlogitsᵀ · pooled,  db = Σ_lanes Σ_rows dlogits.
-  template <size_t v0, size_t M>
-  void head_gradient() {
-    float* dw = grad().head.weight.data() + v0 * D;
-    float* db = grad().head.bias.data() + v0;
-    std::fill_n(db, M, 0.0f);
-    for (size_t l = 0; l < Lanes; ++l) {
-      const Lane& lane = (*lanes)[l];
-      const float* dl = lane.dlogits.data() + v0;
-      if (l == 0)
-        kernels::matmul_tn<M, D, Chunk, false>(dl, V, lane.acts.head.x->data(), D, dw, D);
-      else
-        kernels::matmul_tn<M, D, Chunk, true>(dl, V, lane.acts.head.x->data(), D, dw, D);
-      for (size_t b = 0; b < Chunk; ++b) kernels::add_to<M>(dl + b * V, db);
-    }
+  // Rows [v0, v0 + M) of the head's backward over the whole batch, block by block:
+  //   dW = Σ_lanes dlogitsᵀ · pooled,  db = Σ_lanes Σ_rows dlogits      (into grad())
+  //   head_dx[part][lane] = Σ_blocks dlogits_lane[:, block] · W[block]  (its share of dL/d(pooled))
+  //   head_sq[part] = Σ dW² + Σ db²
+  template <size_t part, size_t v0, size_t M>
+  void head_backward() {
+    float* dx = head_dx.data() + part * Lanes * Chunk * D;
+    std::fill_n(dx, Lanes * Chunk * D, 0.0f);
+    double sq = 0;
+    auto block = [&]<size_t R>(size_t v) {
+      float* dw = grad().head.weight.data() + v * D;
+      float* db = grad().head.bias.data() + v;
+      std::fill_n(db, R, 0.0f);
+      for (size_t l = 0; l < Lanes; ++l) {
+        const Lane& lane = (*lanes)[l];
+        const float* dl = lane.dlogits.data() + v;
+        if (l == 0)
+          kernels::matmul_tn<R, D, Chunk, false>(dl, V, lane.acts.head.x->data(), D, dw, D);
+        else
+          kernels::matmul_tn<R, D, Chunk, true>(dl, V, lane.acts.head.x->data(), D, dw, D);
+        for (size_t b = 0; b < Chunk; ++b) kernels::add_to<R>(dl + b * V, db);
+        kernels::matmul_nn<Chunk, D, R, true>(dl, V, model->head.weight.data() + v * D, D, dx + l * Chunk * D, D);
+      }
+      sq += kernels::sum_squares(dw, R * D) + kernels::sum_squares(db, R);
+    };
+    size_t v = v0;
+    for (; v + HeadRows <= v0 + M; v += HeadRows) block.template operator()<HeadRows>(v);
+    if constexpr (M % HeadRows != 0) block.template operator()<M % HeadRows>(v);
+    head_sq[part] = sq;
+  }
+
+  // The global L2 norm of grad() after gradient() (as grad_norm(grad()), up to summation
+  // order): the head's from head_backward, the embedding's over the rows this batch's windows
+  // touched (every other row is 0), the blocks' and the pool's in full.
+  float norm() {
+    double sum = head_sq[0] + head_sq[1] + grad_sum_squares(grad().blocks) + grad_sum_squares(grad().pool);
+    for (const Lane& lane : *lanes)
+      for (std::int32_t id : lane.written)
+        if (!seen[size_t(id)]) {
+          seen[size_t(id)] = 1;
+          sum += kernels::sum_squares(grad().embedding.weight.data() + size_t(id) * D, D);
+        }
+    for (const Lane& lane : *lanes)
+      for (std::int32_t id : lane.written) seen[size_t(id)] = 0;
+    return float(std::sqrt(sum));
   }
 
   // A checkpoint: save_checkpoint's layout (the model under SPEC's names, the optimiser of

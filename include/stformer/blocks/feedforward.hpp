@@ -26,9 +26,7 @@ struct FeedForward {
     template <class X>
     const Tensor<L..., D>& forward(const FeedForward& p, const X& x) {
       static_assert(std::is_same_v<X, Tensor<L..., D>>, "FeedForward: input rows x [..., D] and the layer's width D differ");
-      fc1.forward(p.fc1, x);
-      kernels::relu<rows * F>(fc1.out.data());
-      return fc2.forward(p.fc2, fc1.out);
+      return fc2.forward(p.fc2, fc1.template forward<true>(p.fc1, x));
     }
 
     const Tensor<L..., D>& backward(const FeedForward& p, FeedForward& grad, const Tensor<L..., D>& dout) {

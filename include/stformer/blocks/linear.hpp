@@ -28,11 +28,12 @@ struct Linear {
     Tensor<L..., Out> out;
     Tensor<L..., In> dx;
 
-    template <class X>
+    // Relu: out = max(x Wᵀ + b, 0) in the same pass (FeedForward's first layer)
+    template <bool Relu = false, class X>
     const Tensor<L..., Out>& forward(const Linear& p, const X& in) {
       static_assert(std::is_same_v<X, Tensor<L..., In>>, "Linear: input rows x [..., In] and weight [Out, In] differ in In");
       x = &in;
-      kernels::matmul_nt<rows, Out, In>(in.data(), In, p.weight.data(), In, out.data(), Out, 1.0f, p.bias.data());
+      kernels::matmul_nt<rows, Out, In, Relu>(in.data(), In, p.weight.data(), In, out.data(), Out, 1.0f, p.bias.data());
       return out;
     }
 

@@ -47,9 +47,7 @@ struct MAB {
       static_assert(std::is_same_v<Y, Tensor<B, Nk, D>>, "MAB: key set Y [B, Nk, D] and the block's width D differ");
       const auto& a = attn.forward(p.attn, nq.forward(p.nq, x), nkv.forward(p.nkv, y), Mask<B, Nk>{.keys = keys});
       kernels::add<B * Nq * D>(x.data(), a.data(), h.data());
-      fc.forward(p.fc, nff.forward(p.nff, h));
-      kernels::relu<B * Nq * D>(fc.out.data());
-      kernels::add<B * Nq * D>(h.data(), fc.out.data(), out.data());
+      kernels::add<B * Nq * D>(h.data(), fc.template forward<true>(p.fc, nff.forward(p.nff, h)).data(), out.data());
       return out;
     }
 

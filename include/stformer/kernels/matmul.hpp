@@ -1,8 +1,8 @@
 // stformer kernels — the matrix products of the blocks, over raw row-major pointers with
 // leading dimensions (ld = floats between consecutive rows), sizes known at compile time.
 //
-//   matmul_nt: C[M,N]  = alpha · A[M,K] · B[N,K]ᵀ (+ bias[N])   x·Wᵀ (Linear), q·kᵀ (scores)
-//   matmul_nn: C[M,N] (+)= A[M,K] · B[K,N]                      A·v, dy·W (input gradients)
+//   matmul_nt: C[M,N]  = alpha · A[M,K] · B[N,K]ᵀ (+ bias[N])   x·Wᵀ (Linear, ReLU fused or not)
+//   matmul_nn: C[M,N] (+)= A[M,K] · B[K,N]                      q·kᵀ (kᵀ transposed), A·v, dy·W
 //   matmul_tn: C[M,N] (+)= A[K,M]ᵀ · B[K,N]                     dyᵀ·x (weight gradients)
 //   transpose: dst = srcᵀ                                        kᵀ for the scores, panels of Bᵀ
 //
@@ -34,7 +34,7 @@ inline void transpose(const float* src, size_t lds, size_t rows, float* dst, siz
 
 namespace detail {
 
-template <size_t R, size_t C, size_t K>
+template <size_t R, size_t C, size_t K, bool Relu>
 inline void nt_tile(const float* A, size_t lda, const float* B, size_t ldb, float* Cm, size_t ldc,
                     float alpha, const float* bias) {
   vf acc[R][C];
@@ -55,7 +55,8 @@ inline void nt_tile(const float* A, size_t lda, const float* B, size_t ldb, floa
     for (size_t c = 0; c < C; ++c) {
       float s = sums[r * C + c];
       for (size_t kk = KV; kk < K; ++kk) s += A[r * lda + kk] * B[c * ldb + kk];
-      Cm[r * ldc + c] = alpha * s + (bias ? bias[c] : 0.0f);
+      const float y = alpha * s + (bias ? bias[c] : 0.0f);
+      Cm[r * ldc + c] = Relu && !(y > 0.0f) ? 0.0f : y;
     }
 }
 
@@ -63,15 +64,15 @@ inline void nt_tile(const float* A, size_t lda, const float* B, size_t ldb, floa
 // against 16 (8 with fewer registers), two against 8, so that a tile keeps enough FMA chains);
 // the rows of B are the outer loop, so that B (a large weight) streams through once while A
 // stays in cache.
-template <size_t M, size_t N, size_t K>
+template <size_t M, size_t N, size_t K, bool Relu>
 inline void nt_dots(const float* A, size_t lda, const float* B, size_t ldb, float* C, size_t ldc, float alpha,
                     const float* bias) {
   constexpr size_t TR = M < 4 ? M : 4, chains = W >= 16 ? 16 : 8, TC = chains / TR > 4 ? chains / TR : 4;
   auto rows = [&]<size_t Cn>(size_t j) {
     size_t i = 0;
-    for (; i + TR <= M; i += TR) nt_tile<TR, Cn, K>(A + i * lda, lda, B + j * ldb, ldb, C + i * ldc + j, ldc, alpha, bias ? bias + j : nullptr);
+    for (; i + TR <= M; i += TR) nt_tile<TR, Cn, K, Relu>(A + i * lda, lda, B + j * ldb, ldb, C + i * ldc + j, ldc, alpha, bias ? bias + j : nullptr);
     if constexpr (M % TR != 0)
-      nt_tile<M % TR, Cn, K>(A + i * lda, lda, B + j * ldb, ldb, C + i * ldc + j, ldc, alpha, bias ? bias + j : nullptr);
+      nt_tile<M % TR, Cn, K, Relu>(A + i * lda, lda, B + j * ldb, ldb, C + i * ldc + j, ldc, alpha, bias ? bias + j : nullptr);
   };
   size_t j = 0;
   for (; j + TC <= N; j += TC) rows.template operator()<TC>(j);
@@ -152,7 +153,7 @@ namespace detail {
 // of Bᵀ (zero beyond the last column). The first block of K starts from 0, later ones from the
 // sums stored in C; the last applies alpha and the bias (a sum is stored and reloaded exactly,
 // so the blocking changes no result). Only the first `cols` columns are read and written.
-template <size_t R, size_t NV, size_t K, bool First, bool Last>
+template <size_t R, size_t NV, size_t K, bool First, bool Last, bool Relu>
 inline void panel_tile(const float* A, size_t lda, const float* P, float* C, size_t ldc, float alpha, const float* bias_panel,
                        size_t cols) {
   constexpr size_t NP = NV * W;
@@ -179,7 +180,10 @@ inline void panel_tile(const float* A, size_t lda, const float* P, float* C, siz
   for (size_t r = 0; r < R; ++r) {
     float row[NP];
     float* c = cols == NP ? C + r * ldc : row;
-    for (size_t v = 0; v < NV; ++v) store(c + v * W, Last ? fma(acc[r][v], al, load(bias_panel + v * W)) : acc[r][v]);
+    for (size_t v = 0; v < NV; ++v) {
+      vf y = Last ? fma(acc[r][v], al, load(bias_panel + v * W)) : acc[r][v];
+      store(c + v * W, Last && Relu ? vmax(y, splat(0.0f)) : y);
+    }
     if (cols < NP) std::copy_n(row, cols, C + r * ldc);
   }
 }
@@ -194,21 +198,22 @@ inline void pack_panel(const float* B, size_t ldb, size_t cols, float* panel) {
 
 }  // namespace detail
 
-// C[M,N] = alpha · A[M,K] · B[N,K]ᵀ (+ bias[N]). SIMD builds pack Bᵀ in panels of NV·W
+// C[M,N] = alpha · A[M,K] · B[N,K]ᵀ (+ bias[N]), then max(·, 0) when Relu (FeedForward's first
+// layer, fused). SIMD builds pack Bᵀ in panels of NV·W
 // columns and at most KC = 128 rows of K (on the stack, 32 KB with AVX-512: it stays in the L1
-// cache while every row of A passes over it) and broadcast A's entries against them, which needs
-// no horizontal sums. The one-lane build, and few rows against a long K (M < 4·W, K ≥ 8·W: a
+// cache while every row of A passes over it) and broadcast A's entries against them, 6 rows at a
+// time (24 accumulators with AVX-512), which needs no horizontal sums. The one-lane build, and few rows against a long K (M < 4·W, K ≥ 8·W: a
 // batch of tokens through a 33,278-word head, where packing B would cost more than the
 // product) or very few rows (M < 8), take dot products along K instead.
-template <size_t M, size_t N, size_t K>
+template <size_t M, size_t N, size_t K, bool Relu = false>
 inline void matmul_nt(const float* A, size_t lda, const float* B, size_t ldb, float* C, size_t ldc, float alpha = 1.0f,
                       const float* bias = nullptr) {
   if constexpr (W == 1 || M < 8 || (M < 4 * W && K >= 8 * W)) {
-    detail::nt_dots<M, N, K>(A, lda, B, ldb, C, ldc, alpha, bias);
+    detail::nt_dots<M, N, K, Relu>(A, lda, B, ldb, C, ldc, alpha, bias);
   } else {
     constexpr size_t NV = W >= 16 ? 4 : 2;  // panel width in vectors
     constexpr size_t NVused = (N + W - 1) / W < NV ? (N + W - 1) / W : NV;  // narrow outputs: fewer vectors
-    constexpr size_t NPused = NVused * W, TR = 4, KC = K < 128 ? K : 128, NB = K / KC, KT = K % KC;
+    constexpr size_t NPused = NVused * W, TR = 6, KC = K < 128 ? K : 128, NB = K / KC, KT = K % KC;
     alignas(64) float panel[KC * NPused];
     alignas(64) float bias_panel[NPused];
     for (size_t j0 = 0; j0 < N; j0 += NPused) {
@@ -219,9 +224,9 @@ inline void matmul_nt(const float* A, size_t lda, const float* B, size_t ldb, fl
         detail::pack_panel<KB, NPused>(B + j0 * ldb + k0, ldb, cols, panel);
         size_t i = 0;
         for (; i + TR <= M; i += TR)
-          detail::panel_tile<TR, NVused, KB, First, Last>(A + i * lda + k0, lda, panel, C + i * ldc + j0, ldc, alpha, bias_panel, cols);
+          detail::panel_tile<TR, NVused, KB, First, Last, Relu>(A + i * lda + k0, lda, panel, C + i * ldc + j0, ldc, alpha, bias_panel, cols);
         if constexpr (M % TR != 0)
-          detail::panel_tile<M % TR, NVused, KB, First, Last>(A + i * lda + k0, lda, panel, C + i * ldc + j0, ldc, alpha, bias_panel, cols);
+          detail::panel_tile<M % TR, NVused, KB, First, Last, Relu>(A + i * lda + k0, lda, panel, C + i * ldc + j0, ldc, alpha, bias_panel, cols);
       };
       if constexpr (NB == 1 && KT == 0) {
         block.template operator()<K, true, true>(0);
@@ -252,7 +257,7 @@ inline void matmul_nn(const float* A, size_t lda, const float* B, size_t ldb, fl
     alignas(64) float bt[N * K];
     for (size_t k = 0; k < K; ++k)
       for (size_t j = 0; j < N; ++j) bt[j * K + k] = B[k * ldb + j];
-    detail::nt_dots<M, N, K>(A, lda, bt, K, C, ldc, 1.0f, nullptr);
+    detail::nt_dots<M, N, K, false>(A, lda, bt, K, C, ldc, 1.0f, nullptr);
   } else {
     detail::nn_any<M, N, K, Accumulate>(A, lda, 1, B, ldb, C, ldc);
   }

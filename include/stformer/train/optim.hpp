@@ -135,15 +135,21 @@ struct Schedule {
 // added in part order in double: the norm depends on `parts`, not on the number of threads.
 // clip_grad_norm scales the gradients in place and returns the norm; passing clip_scale to an
 // optimiser's step instead saves that pass over the gradients, with the same result.
+// grad_sum_squares is the sum of squares itself (in double), for a caller that adds parts of it.
 template <class M, class Pool = Serial>
-float grad_norm(const M& grads, Pool&& pool = Pool{}, size_t parts = 1) {
+double grad_sum_squares(const M& grads, Pool&& pool = Pool{}, size_t parts = 1) {
   STFORMER_CHECK(parts >= 1 && parts <= 64, "grad_norm: parts must be in [1, 64]");
   double partial[64] = {};
   for_each_param_part(
       pool, parts, [&](size_t i, size_t, size_t n, const float* g) { partial[i] += kernels::sum_squares(g, n); }, grads);
   double sum = 0;
   for (size_t i = 0; i < parts; ++i) sum += partial[i];
-  return float(std::sqrt(sum));
+  return sum;
+}
+
+template <class M, class Pool = Serial>
+float grad_norm(const M& grads, Pool&& pool = Pool{}, size_t parts = 1) {
+  return float(std::sqrt(grad_sum_squares(grads, pool, parts)));
 }
 
 inline float clip_scale(float norm, float max_norm) {
