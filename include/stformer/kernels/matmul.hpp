@@ -255,8 +255,7 @@ template <size_t M, size_t N, size_t K, bool Accumulate = false>
 inline void matmul_nn(const float* A, size_t lda, const float* B, size_t ldb, float* C, size_t ldc) {
   if constexpr (narrow<M, N> && !Accumulate && K * N <= 4096) {  // Bᵀ on the stack
     alignas(64) float bt[N * K];
-    for (size_t k = 0; k < K; ++k)
-      for (size_t j = 0; j < N; ++j) bt[j * K + k] = B[k * ldb + j];
+    transpose<N>(B, ldb, K, bt, K);
     detail::nt_dots<M, N, K, false>(A, lda, bt, K, C, ldc, 1.0f, nullptr);
   } else {
     detail::nn_any<M, N, K, Accumulate>(A, lda, 1, B, ldb, C, ldc);

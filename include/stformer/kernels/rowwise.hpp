@@ -61,20 +61,9 @@ inline void scale(float* s, float a) {
   for (j = full; j < N; ++j) s[j] *= a;
 }
 
-// s ← softmax(c · s), c > 0
-template <size_t N>
-inline void softmax_row(float* s, float c = 1.0f) {
-  float m = row_max<N>(s);
-  if (m == neg_inf) {
-    for (size_t j = 0; j < N; ++j) s[j] = 0.0f;
-    return;
-  }
-  scale<N>(s, 1.0f / exp_shifted<N>(s, m, c));
-}
-
-// softmax_row on R rows of N, each pass over all rows before the next (the max, the exps, the
-// scaling): the rows are independent, so short rows overlap instead of waiting on each other's
-// horizontal reductions. Same result as R calls of softmax_row.
+// softmax(c · s) on R rows of N, c > 0, each pass over all rows before the next (the max, the
+// exps, the scaling): the rows are independent, so short rows overlap instead of waiting on
+// each other's horizontal reductions.
 template <size_t R, size_t N>
 inline void softmax_rows(float* s, float c = 1.0f) {
   float m[R], l[R];
@@ -86,6 +75,11 @@ inline void softmax_rows(float* s, float c = 1.0f) {
     else
       scale<N>(s + r * N, 1.0f / l[r]);
   }
+}
+
+template <size_t N>
+inline void softmax_row(float* s, float c = 1.0f) {
+  softmax_rows<1, N>(s, c);
 }
 
 template <size_t N>

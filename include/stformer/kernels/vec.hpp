@@ -118,6 +118,7 @@ inline void transpose_tile(const float* src, size_t lds, float* dst, size_t ldd)
     _mm512_storeu_ps(dst + (8 + c) * ldd, _mm512_shuffle_f32x4(u0, u2, 0xdd));
     _mm512_storeu_ps(dst + (12 + c) * ldd, _mm512_shuffle_f32x4(u1, u3, 0xdd));
   }
+  return;
 #elif defined(__AVX__)
   if constexpr (W == 8) {
     __m256 r[8], t[8];
@@ -132,12 +133,9 @@ inline void transpose_tile(const float* src, size_t lds, float* dst, size_t ldd)
     }
     return;
   }
-  for (size_t r = 0; r < W; ++r)
-    for (size_t c = 0; c < W; ++c) dst[c * ldd + r] = src[r * lds + c];
-#else
-  for (size_t r = 0; r < W; ++r)
-    for (size_t c = 0; c < W; ++c) dst[c * ldd + r] = src[r * lds + c];
 #endif
+  for (size_t r = 0; r < W; ++r)
+    for (size_t c = 0; c < W; ++c) dst[c * ldd + r] = src[r * lds + c];
 }
 #else
 struct vf {
