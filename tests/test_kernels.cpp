@@ -132,40 +132,45 @@ TEST_CASE_TEMPLATE("softmax_row and log_softmax_row, with masked (-inf) entries"
 }
 
 TEST_CASE_TEMPLATE("softmax_rows: as softmax_row on each row", S, Len<5>, Len<16>, Len<50>, Len<64>) {
-  constexpr size_t N = S::N;
+  constexpr size_t N = S::N, R = 20;  // a group of 16 rows and 4 (hmaxs, hsums)
   stformer::Rng rng(N + 7);
-  auto s = random(3 * N, rng);
+  auto s = random(R * N, rng);
   for (size_t j = 0; j < N; j += 3) s[N + j] = k::neg_inf;  // row 1 partly masked, row 2 all masked
   for (size_t j = 0; j < N; ++j) s[2 * N + j] = k::neg_inf;
   std::vector<float> rows = s, one = s;
-  k::softmax_rows<3, N>(rows.data(), 0.3f);
-  for (size_t r = 0; r < 3; ++r) k::softmax_row<N>(one.data() + r * N, 0.3f);
+  k::softmax_rows<R, N>(rows.data(), 0.3f);
+  for (size_t r = 0; r < R; ++r) k::softmax_row<N>(one.data() + r * N, 0.3f);
   CHECK(rows == one);
 }
 
-TEST_CASE("vexp: within 2 ulp of e^x over the float range; -inf, +inf, NaN") {
-  std::vector<float> x;
-  for (double t = -87.3; t < 88.7; t += 0.0173) x.push_back(float(t));
-  for (float t : {0.0f, -0.0f, 1e-30f, -1e-30f, 0.34657359f, -0.34657359f}) x.push_back(t);
-  while (x.size() % k::W) x.push_back(1.0f);
-  double worst = 0;
-  for (size_t i = 0; i < x.size(); i += k::W) {
+TEST_CASE("vexp2: within 1 ulp of 2^t over the float range, subnormal results included; -inf, +inf, NaN") {
+  std::vector<float> t;
+  for (double u = -149.5; u < 128.2; u += 0.00731) t.push_back(float(u));
+  for (float u : {0.0f, -0.0f, 1e-30f, -1e-30f, 0.5f, -0.5f, 1.5f, -1.5f, 127.99f}) t.push_back(u);
+  while (t.size() % k::W) t.push_back(1.0f);
+  double worst = 0;  // in units in the last place of the float nearest 2^t (2^-149 below the normal range)
+  for (size_t i = 0; i < t.size(); i += k::W) {
     float e[k::W];
-    k::store(e, k::vexp(k::load(x.data() + i)));
+    k::store(e, k::vexp2(k::load(t.data() + i)));
     for (size_t l = 0; l < k::W; ++l) {
-      double want = std::exp(double(x[i + l]));
-      worst = std::max(worst, std::abs(e[l] - want) / want);
+      double want = std::exp2(double(t[i + l]));
+      if (want >= std::ldexp(1.0, 128)) {
+        CHECK(e[l] == INFINITY);
+        continue;
+      }
+      double ulp = std::ldexp(1.0, std::max(std::ilogb(want), -126) - 23);
+      worst = std::max(worst, std::abs(e[l] - want) / ulp);
     }
   }
-  CHECK(worst < 2.4e-7);  // 2 ulp: 2 · 2⁻²³ relative
-  const float special[4] = {-INFINITY, -200.0f, INFINITY, NAN};
-  for (size_t i = 0; i < 4; ++i) {
+  CHECK(worst <= 1.0);
+  const float special[5] = {-INFINITY, -200.0f, -1e30f, INFINITY, NAN};
+  for (size_t i = 0; i < 5; ++i) {
     float in[k::W], out[k::W];
     std::fill_n(in, k::W, special[i]);
-    k::store(out, k::vexp(k::load(in)));
-    if (i < 2) CHECK(out[0] == 0.0f);
-    if (i == 2) CHECK(out[0] == INFINITY);
-    if (i == 3) CHECK(std::isnan(out[0]));
+    k::store(out, k::vexp2(k::load(in)));
+    if (i < 3) CHECK(out[0] == 0.0f);
+    if (i == 3) CHECK(out[0] == INFINITY);
+    if (i == 4) CHECK(std::isnan(out[0]));
   }
 }
 
@@ -227,20 +232,32 @@ TEST_CASE_TEMPLATE("matmul_tn (C += Aᵀ B), matmul_nn accumulating, add_column_
   check_near(sums, want_sums);
 }
 
-TEST_CASE("hsums: each vector's sum, in order, for whole groups and a remainder") {
+template <size_t n>
+void check_hsums_hmaxs() {
   using namespace stformer::kernels;
-  constexpr size_t n = 37;
   alignas(64) float x[n * W];
+  stformer::Rng rng(n);
   for (size_t i = 0; i < n * W; ++i) x[i] = float((i * 7919) % 1000);  // integers: every order of addition is exact
   vf v[n];
   for (size_t i = 0; i < n; ++i) v[i] = load(x + i * W);
-  float out[n];
-  hsums<n>(v, out);
+  float sums[n], maxs[n];
+  hsums<n>(v, sums);
+  hmaxs<n>(v, maxs);
   for (size_t i = 0; i < n; ++i) {
-    float s = 0;
-    for (size_t j = 0; j < W; ++j) s += x[i * W + j];
-    CHECK(out[i] == s);
+    float s = 0, m = x[i * W];
+    for (size_t j = 0; j < W; ++j) s += x[i * W + j], m = std::max(m, x[i * W + j]);
+    CHECK(sums[i] == s);
+    CHECK(maxs[i] == m);
   }
+  for (size_t i = 0; i < n * W; ++i) x[i] = rng.normal();  // rounding: the same order as hsum, bit for bit
+  for (size_t i = 0; i < n; ++i) v[i] = load(x + i * W);
+  hsums<n>(v, sums);
+  for (size_t i = 0; i < n; ++i) CHECK(sums[i] == hsum(v[i]));
+}
+
+TEST_CASE("hsums, hmaxs: each vector's sum and max, in order, for whole groups and a remainder") {
+  check_hsums_hmaxs<37>();  // two groups of 16 and 5 (AVX-512: padded to a group)
+  check_hsums_hmaxs<35>();  // and 3 (one vector at a time)
 }
 
 TEST_CASE("fma rounds once in the SIMD builds (the kernels' FMA chains are real FMAs)") {

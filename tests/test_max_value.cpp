@@ -123,7 +123,7 @@ TEST_CASE("max_value: the chunked gradient equals the whole batch's") {
 }
 
 // The program itself (its path in MAX_VALUE): predict on sets written here, against the same
-// model run in-process (bad input: tests/programs.sh).
+// model run in-process, bit for bit (bad input: tests/programs.sh).
 TEST_CASE("max_value predict: log_probs and y for sets read from safetensors") {
   const char* exe = std::getenv("MAX_VALUE");
   REQUIRE_MESSAGE(exe != nullptr, "MAX_VALUE is not set (run through meson test)");
@@ -153,25 +153,25 @@ TEST_CASE("max_value predict: log_probs and y for sets read from safetensors") {
     REQUIRE(sh("predict --checkpoint " + ckpt + " --input " + (dir / "in.safetensors").string() + " --output " +
                (dir / "pred.safetensors").string()) == 0);
     auto pred = safetensors::File::read(dir / "pred.safetensors");
-    // the first `count` sets of the batch, computed here with the same checkpoint
-    auto compare = [&](const char* tensor, const float* expected, size_t width) {
+    // the first `count` sets, run here through Run::infer with the same checkpoint: the same
+    // chunks as the program, so the same bits (Run's chunks against one forward over the whole
+    // batch: the chunked-gradient test above)
+    auto compare = [&]<class Net>(const char* tensor, size_t width) {
+      auto run = std::make_unique<Run<Net>>(1);
+      load_params(ckpt, *run->model);
+      run->sets->x.fill(0.0f);
+      std::copy_n(sets.x.data(), count * N * 2, run->sets->x.data());
+      const float* expected = run->infer().data();
       const auto& v = pred.at(tensor);
       CHECK(v.shape == std::vector<size_t>{count, width});
       std::vector<float> got(count * width);
       std::memcpy(got.data(), v.bytes.data(), v.bytes.size());
-      for (size_t i = 0; i < count * width; ++i) CHECK(got[i] == doctest::Approx(expected[i]).epsilon(1e-6));
+      for (size_t i = 0; i < count * width; ++i) CHECK(got[i] == expected[i]);
     };
-    if (std::string(kind) == "pointer") {
-      auto model = std::make_unique<PointerNet>();
-      auto acts = std::make_unique<ActsOf<PointerNet, Batch, N>>();  // the whole batch at once, not Run's chunks
-      load_params(ckpt, *model);
-      compare("log_probs", acts->forward(*model, sets.x).data(), N);
-    } else {
-      auto model = std::make_unique<SetNet>();
-      auto acts = std::make_unique<ActsOf<SetNet, Batch, N>>();
-      load_params(ckpt, *model);
-      compare("y", acts->forward(*model, sets.x).data(), 2);
-    }
+    if (std::string(kind) == "pointer")
+      compare.template operator()<PointerNet>("log_probs", N);
+    else
+      compare.template operator()<SetNet>("y", 2);
   }
   // a parameters-only checkpoint (as exported from PyTorch) is accepted
   auto params_only = (dir / "params.safetensors").string();

@@ -218,9 +218,10 @@ struct MultiHeadAttention {
   // Forward only, for inference: each head's scores are taken in tiles of Tq queries × Tk keys
   // with an online softmax. Per query row, a running max m and sum l (of raw scores x_j, s > 0):
   //   m' = max(m, max_j x_j),  l ← l·e^{s(m−m')} + Σ_j e^{s(x_j−m')},  o ← o·e^{s(m−m')} + Σ_j e^{s(x_j−m')} v_j
-  // and o/l at the end (0 when every key is masked, as Acts). Nothing of size Nq × Nk is kept:
-  // the workspace, sizeof(Infer), is q, k, v, heads, out, one head's k_hᵀ and one [Tq, Tk]
-  // tile (16 KB by default, in the L1 cache), a compile-time constant linear in Nq and Nk.
+  // (kernels::softmax_step on a tile's rows) and o/l at the end (0 when every key is masked, as
+  // Acts). Nothing of size Nq × Nk is kept: the workspace, sizeof(Infer), is q, k, v, heads,
+  // out, one head's k_hᵀ and one [Tq, Tk] tile (16 KB by default, in the L1 cache), a
+  // compile-time constant linear in Nq and Nk.
   // Same result as Acts::forward up to float rounding.
   template <size_t B, size_t Nq, size_t Nk, size_t Tq = query_block, size_t Tk = 256>
   struct Infer {
@@ -254,7 +255,7 @@ struct MultiHeadAttention {
       float* oh = heads.data() + (b * Nq + i0) * D + h * Dh;
       for (size_t r = 0; r < R; ++r) {
         m[r] = kernels::neg_inf, l[r] = 0;
-        std::fill_n(oh + r * D, Dh, 0.0f);
+        kernels::fill<Dh>(oh + r * D, 0.0f);
       }
       size_t j0 = 0;
       for (; j0 + Tk <= Nk && !(mask.causal && j0 > i0 + R - 1); j0 += Tk) key_tile<R, Tk>(b, h, i0, j0, qh, oh, mask);
@@ -266,25 +267,14 @@ struct MultiHeadAttention {
     template <size_t R, size_t C>
     void key_tile(size_t b, size_t h, size_t i0, size_t j0, const float* qh, float* oh, const Mask<B, Nk>& mask) {
       kernels::matmul_nn<R, C, Dh>(qh, D, kt.data() + j0, Nk, s, C);
-      for (size_t r = 0; r < R; ++r) {
-        float* row = s + r * C;
-        if (mask.causal || mask.keys)
+      if (mask.causal || mask.keys)
+        for (size_t r = 0; r < R; ++r)
           for (size_t j = 0; j < C; ++j)
-            if (!mask.sees(b, i0 + r, j0 + j)) row[j] = kernels::neg_inf;
-        const float m1 = std::max(m[r], kernels::row_max<C>(row));
-        if (m1 == kernels::neg_inf) {  // no key seen yet: this tile adds nothing
-          std::fill_n(row, C, 0.0f);
-          continue;
-        }
-        if (m[r] == kernels::neg_inf) {  // the first keys this row sees: o and l are 0
-          l[r] = kernels::exp_shifted<C>(row, m1, score_scale);
-        } else {
-          const float correction = std::exp((m[r] - m1) * score_scale);
-          l[r] = l[r] * correction + kernels::exp_shifted<C>(row, m1, score_scale);
-          if (correction != 1.0f) kernels::scale<Dh>(oh + r * D, correction);
-        }
-        m[r] = m1;
-      }
+            if (!mask.sees(b, i0 + r, j0 + j)) s[r * C + j] = kernels::neg_inf;
+      float corr[R];
+      kernels::softmax_step<R, C>(s, score_scale, m, l, corr);
+      for (size_t r = 0; r < R; ++r)
+        if (corr[r] != 1.0f) kernels::scale<Dh>(oh + r * D, corr[r]);
       kernels::matmul_nn<R, Dh, C, true>(s, C, v.data() + (b * Nk + j0) * D + h * Dh, D, oh, D);
     }
   };

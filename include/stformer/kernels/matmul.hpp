@@ -82,7 +82,7 @@ inline void nt_dots(const float* A, size_t lda, const float* B, size_t ldb, floa
 // R rows × NV vectors of columns of C (+)= op(A) · B, where op(A)[r, k] = A[r·ars + k·aks]
 // (ars = lda, aks = 1 for A; ars = 1, aks = lda for Aᵀ).
 template <size_t R, size_t NV, size_t K, bool Acc>
-inline void nn_tile(const float* A, size_t ars, size_t aks, const float* B, size_t ldb, float* C, size_t ldc) {
+[[gnu::noinline]] inline void nn_tile(const float* A, size_t ars, size_t aks, const float* B, size_t ldb, float* C, size_t ldc) {
   vf acc[R][NV];
   for (size_t r = 0; r < R; ++r)
     for (size_t v = 0; v < NV; ++v) acc[r][v] = Acc ? load(C + r * ldc + v * W) : splat(0.0f);
@@ -112,14 +112,16 @@ inline void nn_rows(const float* A, size_t ars, size_t aks, const float* B, size
     }
 }
 
-// Rows per register tile when a tile is `vectors` vectors wide and K long: enough independent
-// multiply-add chains to keep both vector pipes busy once the chains are long (K ≥ 32; shorter
-// ones measured faster in 4-row tiles): 16 with AVX-512's 32 registers, 8 with 16. Each entry
-// of C is the same chain of multiply-adds along K whatever the tile, so the tile sizes do not
-// change any result.
+// Rows per register tile when a tile is `vectors` vectors wide (at most 4) and K long: enough
+// independent multiply-add chains to keep both vector pipes busy once the chains are long
+// (K ≥ 32; shorter ones measured faster in 4-row tiles): 16 with AVX-512's 32 registers, 8
+// with 16; tiles 4 vectors wide take 6 rows with AVX-512 (24 accumulators, as matmul_nt's
+// panels: 3% faster than 4 rows on a 64 × 64 × 64 product). Each entry of C is the same chain
+// of multiply-adds along K whatever the tile, so the tile sizes do not change any result.
 constexpr size_t rows_per_tile(size_t vectors, size_t K) {
   constexpr size_t chains = W >= 16 ? 16 : 8;
-  return K >= 32 && vectors > 0 && vectors * 4 < chains ? chains / vectors : 4;
+  if (K < 32 || vectors == 0) return 4;
+  return vectors * 4 < chains ? chains / vectors : W >= 16 ? 6 : 4;
 }
 
 template <size_t M, size_t N, size_t K, bool Acc>

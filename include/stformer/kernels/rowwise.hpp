@@ -3,6 +3,7 @@
 //   softmax_row:     s ← softmax(c·s) = exp(c·(s − max s)) / Σ exp(c·(s − max s)), c > 0 (1 by
 //                    default); entries equal to −∞ are masked and get exactly 0; a row that is
 //                    all −∞ becomes all 0 (never NaN). softmax_rows: the same on R rows.
+//   softmax_step:    one tile of keys of the online softmax (running max and sum per row).
 //   log_softmax_row: s ← s − max s − log Σ exp(s − max s); an all −∞ row stays −∞.
 //   scalenorm_rows:  y[r] = g · x[r] · rnorm[r], rnorm[r] = 1 / max(‖x[r]‖₂, 1e-5).
 //   relu, add:       y = max(x, 0), y = a + b; add_to: y += a.
@@ -36,20 +37,32 @@ inline float row_max(const float* s) {
   return m;
 }
 
-// s[j] ← exp(c · (s[j] − m)); returns the sum.
+inline constexpr float log2e = 1.44269504088896341f;
+
+// s[j] ← exp(c · (s[j] − m)) = 2^{(s[j] − m)·c·log₂e}; returns the sum.
 template <size_t N>
 inline float exp_shifted(float* s, float m, float c = 1.0f) {
-  vf acc = splat(0.0f), mv = splat(m), cv = splat(c);
+  const float k = c * log2e;
+  vf acc = splat(0.0f), mv = splat(m), kv = splat(k);
   constexpr size_t full = N / W * W;
   size_t j = 0;
   for (; j < full; j += W) {
-    vf e = vexp((load(s + j) - mv) * cv);
+    vf e = vexp2((load(s + j) - mv) * kv);
     store(s + j, e);
     acc += e;
   }
   float sum = hsum(acc);
-  for (j = full; j < N; ++j) sum += (s[j] = std::exp((s[j] - m) * c));
+  for (j = full; j < N; ++j) sum += (s[j] = std::exp2((s[j] - m) * k));
   return sum;
+}
+
+// y[j] = a, in whole vectors (a wider load of what narrower stores wrote would wait for them)
+template <size_t N>
+inline void fill(float* y, float a) {
+  const vf av = splat(a);
+  constexpr size_t full = N / W * W;
+  for (size_t j = 0; j < full; j += W) store(y + j, av);
+  for (size_t j = full; j < N; ++j) y[j] = a;
 }
 
 template <size_t N>
@@ -61,20 +74,69 @@ inline void scale(float* s, float a) {
   for (j = full; j < N; ++j) s[j] *= a;
 }
 
-// softmax(c · s) on R rows of N, c > 0, each pass over all rows before the next (the max, the
-// exps, the scaling): the rows are independent, so short rows overlap instead of waiting on
-// each other's horizontal reductions.
+// One step of the online softmax on R rows of N scores s (one tile of keys), given each row's
+// maximum m and sum l over the keys before it (m = −∞ and l = 0 before the first):
+//   m' = max(m, max_j s_j),  s_j ← e^{c(s_j − m')},  corr = e^{c(m − m')},  l ← l·corr + Σ_j s_j,  m ← m'
+// corr rescales whatever was summed against the old maximum (0 on a row's first keys, 1 when the
+// maximum stays). A row with m' = −∞ (every key so far masked) gets s = 0 and corr = 1, and
+// keeps l = 0. Each pass goes over all rows before the next (the maxima, the exponentials, the
+// sums): the rows are independent, so short rows overlap, and their horizontal maxima and sums
+// are taken together (hmaxs, hsums). e^{c(x−m')} = 2^t with t = (x − m')·c·log₂e, rounded twice:
+// an entry's relative error is within 1 ulp (vexp2) + 2·|t|·ln 2 ulp; the largest entries (t
+// near 0) are the exact ones. c > 0.
+template <size_t R, size_t N>
+inline void softmax_step(float* s, float c, float* m, float* l, float* corr) {
+  constexpr size_t full = N / W * W;
+  const float k = c * log2e;
+  const vf kv = splat(k);
+  vf part[R];
+  float m1[R], sum[R];
+  for (size_t r = 0; r < R; ++r) {
+    part[r] = splat(neg_inf);
+    for (size_t j = 0; j < full; j += W) part[r] = vmax(part[r], load(s + r * N + j));
+  }
+  hmaxs<R>(part, m1);
+  for (size_t r = 0; r < R; ++r) {
+    for (size_t j = full; j < N; ++j) m1[r] = s[r * N + j] > m1[r] ? s[r * N + j] : m1[r];
+    m1[r] = m[r] > m1[r] ? m[r] : m1[r];
+    corr[r] = (m[r] - m1[r]) * k;
+  }
+  constexpr size_t RV = R / W * W;
+  for (size_t i = 0; i < RV; i += W) store(corr + i, vexp2(load(corr + i)));
+  for (size_t i = RV; i < R; ++i) corr[i] = std::exp2(corr[i]);
+  for (size_t r = 0; r < R; ++r) {
+    float* row = s + r * N;
+    part[r] = splat(0.0f);
+    if (m1[r] == neg_inf) {
+      for (size_t j = 0; j < N; ++j) row[j] = 0.0f;
+      corr[r] = 1.0f;
+      continue;
+    }
+    const vf mr = splat(m1[r]);
+    for (size_t j = 0; j < full; j += W) {
+      vf e = vexp2((load(row + j) - mr) * kv);
+      store(row + j, e);
+      part[r] += e;
+    }
+  }
+  hsums<R>(part, sum);
+  for (size_t r = 0; r < R; ++r) {
+    if (m1[r] != neg_inf)
+      for (size_t j = full; j < N; ++j) sum[r] += (s[r * N + j] = std::exp2((s[r * N + j] - m1[r]) * k));
+    l[r] = l[r] * corr[r] + sum[r];
+    m[r] = m1[r];
+  }
+}
+
+// softmax(c · s) on R rows of N, c > 0: one softmax_step, then each row times 1/l (a row whose
+// entries are all −∞ is all 0).
 template <size_t R, size_t N>
 inline void softmax_rows(float* s, float c = 1.0f) {
-  float m[R], l[R];
-  for (size_t r = 0; r < R; ++r) m[r] = row_max<N>(s + r * N);
-  for (size_t r = 0; r < R; ++r) l[r] = m[r] == neg_inf ? 0.0f : exp_shifted<N>(s + r * N, m[r], c);
-  for (size_t r = 0; r < R; ++r) {
-    if (m[r] == neg_inf)
-      for (size_t j = 0; j < N; ++j) s[r * N + j] = 0.0f;
-    else
-      scale<N>(s + r * N, 1.0f / l[r]);
-  }
+  float m[R], l[R], corr[R];
+  for (size_t r = 0; r < R; ++r) m[r] = neg_inf, l[r] = 0.0f;
+  softmax_step<R, N>(s, c, m, l, corr);
+  for (size_t r = 0; r < R; ++r)
+    if (m[r] != neg_inf) scale<N>(s + r * N, 1.0f / l[r]);
 }
 
 template <size_t N>
@@ -86,12 +148,12 @@ template <size_t N>
 inline void log_softmax_row(float* s) {
   float m = row_max<N>(s);
   if (m == neg_inf) return;
-  vf acc = splat(0.0f), mv = splat(m);
+  vf acc = splat(0.0f), mv = splat(m), kv = splat(log2e);
   constexpr size_t full = N / W * W;
   size_t j = 0;
-  for (; j < full; j += W) acc += vexp(load(s + j) - mv);
+  for (; j < full; j += W) acc += vexp2((load(s + j) - mv) * kv);
   float sum = hsum(acc);
-  for (j = full; j < N; ++j) sum += std::exp(s[j] - m);
+  for (j = full; j < N; ++j) sum += std::exp2((s[j] - m) * log2e);
   float lse = m + std::log(sum);
   for (j = 0; j < N; ++j) s[j] -= lse;
 }

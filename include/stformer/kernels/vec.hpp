@@ -34,39 +34,51 @@ inline vf fma(vf a, vf b, vf c) { return _mm512_fmadd_ps(a, b, c); }
 inline vf fma(vf a, vf b, vf c) { return xsimd::fma(a, b, c); }
 #endif
 inline vf vmax(vf a, vf b) { return xsimd::max(a, b); }
-// e^x = 2^n · e^r: n = round(x·log2 e), r = x − n·ln 2 (ln 2 in two parts, |r| ≤ ln2/2), e^r =
-// 1 + r + r²·q(r) with Cephes' degree-5 q, evaluated by Estrin's scheme (a short dependency
-// chain: a softmax row is many independent exps), 2^n applied by vscalefps with AVX-512 and
-// otherwise as two factors written into the exponent bits. Within 2 ulp of e^x (tested against double); −∞
-// and anything below the float range give 0, +∞ and anything above give +∞, NaN stays NaN.
-// xsimd's exp does the same reduction with a Horner chain of separate multiplies and adds
-// (this build contracts nothing itself): twice the instructions and latency.
-inline vf vexp(vf x) {
+// 2^t = 2^n · 2^f: n = round(t), f = t − n (|f| ≤ 1/2), 2^f = 1 + f·P(f) with Cephes' exp2f
+// degree-6 P (relative error 1.7e-7) by Horner's rule, 2^n applied by vscalefps with AVX-512
+// (vreduceps gives f; ±∞ reduce to f = 0, so no clamp is needed) and otherwise as two factors
+// written into the exponent bits (t clamped to ±200 first). Within 1 ulp of 2^t (tested against
+// double); −∞ and anything below the float range give 0, +∞ and anything above give +∞, NaN
+// stays NaN. The softmax family takes its exponentials as e^{c(x−m)} = 2^{(x−m)·c·log₂e}.
+inline vf vexp2(vf t) {
 #if defined(__AVX512F__)
-  // max(c, x) and min(c, x) return their second operand when either is NaN: NaN passes through
-  x = _mm512_min_ps(splat(89.0f), _mm512_max_ps(splat(-110.0f), x));
-  const vf n = _mm512_roundscale_ps(x * splat(1.44269504088896341f), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  const vf f = _mm512_reduce_ps(t, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC), n = t - f;
 #else
-  const vf n = xsimd::nearbyint(x * splat(1.44269504088896341f));
+  // max(c, t) and min(c, t) return their second operand when either is NaN: NaN passes through
+  t = xsimd::min(splat(200.0f), xsimd::max(splat(-200.0f), t));
+  const vf n = xsimd::nearbyint(t), f = t - n;
 #endif
-  vf r = fma(n, splat(-0.693359375f), x);
-  r = fma(n, splat(2.12194440e-4f), r);
-  const vf r2 = r * r, r4 = r2 * r2;
-  const vf q01 = fma(splat(1.6666665459e-1f), r, splat(5.0000001201e-1f));
-  const vf q23 = fma(splat(8.3334519073e-3f), r, splat(4.1665795894e-2f));
-  const vf q45 = fma(splat(1.9875691500e-4f), r, splat(1.3981999507e-3f));
-  const vf p = fma(fma(q45, r4, fma(q23, r2, q01)), r2, r + splat(1.0f));
+  vf p = splat(1.535336188319500e-4f);
+  p = fma(p, f, splat(1.339887440266574e-3f));
+  p = fma(p, f, splat(9.618437357674640e-3f));
+  p = fma(p, f, splat(5.550332471162809e-2f));
+  p = fma(p, f, splat(2.402264791363012e-1f));
+  p = fma(p, f, splat(6.931472028550421e-1f));
+  p = fma(p, f, splat(1.0f));
 #if defined(__AVX512F__)
   return _mm512_scalef_ps(p, n);
 #else
-  // 2^n = 2^h · 2^(n−h), h = n/2: both factors normal over the whole range (n up to 128)
+  // 2^n = 2^h · 2^(n−h), h = n/2: both factors normal over the whole range (|n| ≤ 200)
   const auto ni = xsimd::to_int(n), hi = ni >> 1;
-  const vf e = p * xsimd::bitwise_cast<vf>((hi + 127) << 23) * xsimd::bitwise_cast<vf>((ni - hi + 127) << 23);
-  return xsimd::select(x < splat(-104.0f), splat(0.0f),
-                       xsimd::select(x > splat(88.7228394f), splat(std::numeric_limits<float>::infinity()), e));
+  return p * xsimd::bitwise_cast<vf>((hi + 127) << 23) * xsimd::bitwise_cast<vf>((ni - hi + 127) << 23);
 #endif
 }
-inline float hsum(vf a) { return xsimd::hadd(a); }
+// hsum on x86 adds halves (256, 128, 64, 32 bits), the order of reduce_group below, so that
+// hsums of a group and hsum of one vector give the same bits.
+inline float hsum(vf a) {
+#if defined(__AVX__)
+#if defined(__AVX512F__)
+  const __m256 h = _mm256_add_ps(_mm512_castps512_ps256(a), _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(a), 1)));
+#else
+  const __m256 h = a;
+#endif
+  __m128 q = _mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1));
+  q = _mm_add_ps(q, _mm_movehl_ps(q, q));
+  return _mm_cvtss_f32(_mm_add_ss(q, _mm_shuffle_ps(q, q, 1)));
+#else
+  return xsimd::hadd(a);
+#endif
+}
 inline float hmax(vf a) {
 #if defined(__AVX512F__)
   return _mm512_reduce_max_ps(a);
@@ -78,27 +90,60 @@ inline float hmax(vf a) {
   return m;
 #endif
 }
-// out[i] = hsum(v[i]) for i < n; whole groups of vectors in one transposing reduction (haddp).
-// xsimd 8.1's AVX-512 haddp returns its sums in a permuted order, so with AVX-512 each vector
-// is first folded to 256 bits and the AVX one reduces groups of 8.
+// hsums: out[i] = hsum(v[i]), hmaxs: out[i] = hmax(v[i]), for i < n. On x86, whole groups of W
+// vectors in one transposing reduction, reduce_group (each step combines halves of two vectors:
+// 45 operations for 16 vectors of 16 instead of 8 per vector; a remainder of at least W/4 is
+// padded to a group); otherwise one vector at a time.
+#if defined(__AVX__)
+template <class Op>
+inline vf reduce_group(const vf* v, Op op) {
+#if defined(__AVX512F__)
+  __m512 a[8], b[4], c[2];
+  for (int i = 0; i < 8; ++i) a[i] = op(_mm512_shuffle_f32x4(v[2 * i], v[2 * i + 1], 0x44), _mm512_shuffle_f32x4(v[2 * i], v[2 * i + 1], 0xee));
+  for (int i = 0; i < 4; ++i) b[i] = op(_mm512_shuffle_f32x4(a[2 * i], a[2 * i + 1], 0x88), _mm512_shuffle_f32x4(a[2 * i], a[2 * i + 1], 0xdd));
+  for (int i = 0; i < 2; ++i) c[i] = op(_mm512_shuffle_ps(b[2 * i], b[2 * i + 1], 0x44), _mm512_shuffle_ps(b[2 * i], b[2 * i + 1], 0xee));
+  const __m512 r = op(_mm512_shuffle_ps(c[0], c[1], 0x88), _mm512_shuffle_ps(c[0], c[1], 0xdd));  // lane i: v[(i % 4)·4 + i / 4]
+  return _mm512_permutexvar_ps(_mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15), r);
+#else
+  __m256 a[4], b[2];
+  for (int i = 0; i < 4; ++i) a[i] = op(_mm256_permute2f128_ps(v[2 * i], v[2 * i + 1], 0x20), _mm256_permute2f128_ps(v[2 * i], v[2 * i + 1], 0x31));
+  for (int i = 0; i < 2; ++i) b[i] = op(_mm256_shuffle_ps(a[2 * i], a[2 * i + 1], 0x44), _mm256_shuffle_ps(a[2 * i], a[2 * i + 1], 0xee));
+  const __m256 r = op(_mm256_shuffle_ps(b[0], b[1], 0x88), _mm256_shuffle_ps(b[0], b[1], 0xdd));  // lane i: v[(i % 4)·2 + i / 4]
+  return _mm256_permutevar8x32_ps(r, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+#endif
+}
+template <size_t n, class Op>
+inline void hreduce(const vf* v, float* out, Op op, float (*one)(vf)) {
+  size_t i = 0;
+  for (; i + W <= n; i += W) store(out + i, reduce_group(v + i, op));
+  if constexpr (n % W >= W / 4) {
+    vf pad[W];
+    for (size_t k = 0; k < W; ++k) pad[k] = v[i + (k < n % W ? k : 0)];
+    float r[W];
+    store(r, reduce_group(pad, op));
+    for (size_t k = 0; k < n % W; ++k) out[i + k] = r[k];
+  } else {
+    for (; i < n; ++i) out[i] = one(v[i]);
+  }
+}
 template <size_t n>
 inline void hsums(const vf* v, float* out) {
-  size_t i = 0;
-#if defined(__AVX512F__)
-  using v8 = xsimd::batch<float, xsimd::avx2>;
-  for (; i + 8 <= n; i += 8) {
-    v8 folded[8];
-    for (size_t k = 0; k < 8; ++k) {
-      __m512 x = v[i + k];
-      folded[k] = v8(_mm256_add_ps(_mm512_castps512_ps256(x), _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(x), 1))));
-    }
-    xsimd::haddp(folded).store_unaligned(out + i);
-  }
-#else
-  for (; i < n / W * W; i += W) xsimd::haddp(v + i).store_unaligned(out + i);
-#endif
-  for (; i < n; ++i) out[i] = hsum(v[i]);
+  hreduce<n>(v, out, [](vf a, vf b) { return a + b; }, hsum);
 }
+template <size_t n>
+inline void hmaxs(const vf* v, float* out) {
+  hreduce<n>(v, out, [](vf a, vf b) { return vmax(a, b); }, hmax);
+}
+#else
+template <size_t n>
+inline void hsums(const vf* v, float* out) {
+  for (size_t i = 0; i < n; ++i) out[i] = hsum(v[i]);
+}
+template <size_t n>
+inline void hmaxs(const vf* v, float* out) {
+  for (size_t i = 0; i < n; ++i) out[i] = hmax(v[i]);
+}
+#endif
 // dst[c·ldd + r] = src[r·lds + c] for r, c < W: one W × W tile transposed in registers
 // (AVX-512 and AVX2 shuffles; element by element for other widths).
 inline void transpose_tile(const float* src, size_t lds, float* dst, size_t ldd) {
@@ -152,12 +197,16 @@ inline void store(float* p, vf v) { *p = v.x; }
 inline vf splat(float x) { return {x}; }
 inline vf fma(vf a, vf b, vf c) { return {a.x * b.x + c.x}; }
 inline vf vmax(vf a, vf b) { return {a.x > b.x ? a.x : b.x}; }
-inline vf vexp(vf a) { return {std::exp(a.x)}; }
+inline vf vexp2(vf a) { return {std::exp2(a.x)}; }
 inline float hsum(vf a) { return a.x; }
 inline float hmax(vf a) { return a.x; }
 template <size_t n>
 inline void hsums(const vf* v, float* out) {
   for (size_t i = 0; i < n; ++i) out[i] = v[i].x;
+}
+template <size_t n>
+inline void hmaxs(const vf* v, float* out) {
+  hsums<n>(v, out);
 }
 inline void transpose_tile(const float* src, size_t, float* dst, size_t) { *dst = *src; }
 #endif
