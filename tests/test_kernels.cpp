@@ -143,6 +143,25 @@ TEST_CASE_TEMPLATE("softmax_rows: as softmax_row on each row", S, Len<5>, Len<16
   CHECK(rows == one);
 }
 
+TEST_CASE("exp_shifted: e^{c(x − m)} within (1 + 2|t| ln 2)·2^-23 relative, t = c(x − m)·log2 e") {
+  constexpr size_t N = 203;  // vectors and a tail
+  stformer::Rng rng(12);
+  for (float c : {1.0f, 0.3f, 0.125f}) {
+    std::vector<float> s(N);
+    for (auto& x : s) x = 40.0f * rng.normal();
+    float m = *std::max_element(s.begin(), s.end());
+    std::vector<float> e = s;
+    double sum = k::exp_shifted<N>(e.data(), m, c), want_sum = 0;
+    for (size_t j = 0; j < N; ++j) {
+      double t = double(c) * (double(s[j]) - m) / std::log(2.0), want = std::exp2(t);
+      want_sum += want;
+      if (t < -120) continue;  // subnormal results: relative error is not the measure
+      CHECK(std::abs(e[j] - want) / want <= (1 + 2 * std::abs(t) * std::log(2.0)) * std::ldexp(1.0, -23));
+    }
+    CHECK(std::abs(sum - want_sum) / want_sum < 1e-6);
+  }
+}
+
 TEST_CASE("vexp2: within 1 ulp of 2^t over the float range, subnormal results included; -inf, +inf, NaN") {
   std::vector<float> t;
   for (double u = -149.5; u < 128.2; u += 0.00731) t.push_back(float(u));

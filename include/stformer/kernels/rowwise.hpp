@@ -81,9 +81,10 @@ inline void scale(float* s, float a) {
 // maximum stays). A row with m' = −∞ (every key so far masked) gets s = 0 and corr = 1, and
 // keeps l = 0. Each pass goes over all rows before the next (the maxima, the exponentials, the
 // sums): the rows are independent, so short rows overlap, and their horizontal maxima and sums
-// are taken together (hmaxs, hsums). e^{c(x−m')} = 2^t with t = (x − m')·c·log₂e, rounded twice:
-// an entry's relative error is within 1 ulp (vexp2) + 2·|t|·ln 2 ulp; the largest entries (t
-// near 0) are the exact ones. c > 0.
+// are taken together (hmaxs, hsums). e^{c(x−m')} = 2^t with t = (x − m')·(c·log₂e), which
+// carries four roundings (the difference, the product, log₂e and c·log₂e), each relative to t:
+// an entry's relative error is within (1 + 2·|t|·ln 2)·2⁻²³ (tested), so the largest entries
+// (t near 0) are the most exact. c > 0.
 template <size_t R, size_t N>
 inline void softmax_step(float* s, float c, float* m, float* l, float* corr) {
   constexpr size_t full = N / W * W;
