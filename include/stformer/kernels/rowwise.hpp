@@ -39,20 +39,26 @@ inline float row_max(const float* s) {
 
 inline constexpr float log2e = 1.44269504088896341f;
 
-// s[j] ← exp(c · (s[j] − m)) = 2^{(s[j] − m)·c·log₂e}; returns the sum.
+// s[j] ← 2^{(s[j] − m)·k} over the whole vectors of a row of N (j < N / W · W); returns their
+// sum with its lanes not yet added (the caller reduces it, alone or with other rows').
 template <size_t N>
-inline float exp_shifted(float* s, float m, float c = 1.0f) {
-  const float k = c * log2e;
-  vf acc = splat(0.0f), mv = splat(m), kv = splat(k);
-  constexpr size_t full = N / W * W;
-  size_t j = 0;
-  for (; j < full; j += W) {
+inline vf exp2_shifted_vectors(float* s, float m, float k) {
+  const vf mv = splat(m), kv = splat(k);
+  vf acc = splat(0.0f);
+  for (size_t j = 0; j < N / W * W; j += W) {
     vf e = vexp2((load(s + j) - mv) * kv);
     store(s + j, e);
     acc += e;
   }
-  float sum = hsum(acc);
-  for (j = full; j < N; ++j) sum += (s[j] = std::exp2((s[j] - m) * k));
+  return acc;
+}
+
+// s[j] ← exp(c · (s[j] − m)) = 2^{(s[j] − m)·c·log₂e}; returns the sum.
+template <size_t N>
+inline float exp_shifted(float* s, float m, float c = 1.0f) {
+  const float k = c * log2e;
+  float sum = hsum(exp2_shifted_vectors<N>(s, m, k));
+  for (size_t j = N / W * W; j < N; ++j) sum += (s[j] = std::exp2((s[j] - m) * k));
   return sum;
 }
 
@@ -89,7 +95,6 @@ template <size_t R, size_t N>
 inline void softmax_step(float* s, float c, float* m, float* l, float* corr) {
   constexpr size_t full = N / W * W;
   const float k = c * log2e;
-  const vf kv = splat(k);
   vf part[R];
   float m1[R], sum[R];
   for (size_t r = 0; r < R; ++r) {
@@ -106,18 +111,11 @@ inline void softmax_step(float* s, float c, float* m, float* l, float* corr) {
   for (size_t i = 0; i < RV; i += W) store(corr + i, vexp2(load(corr + i)));
   for (size_t i = RV; i < R; ++i) corr[i] = std::exp2(corr[i]);
   for (size_t r = 0; r < R; ++r) {
-    float* row = s + r * N;
-    part[r] = splat(0.0f);
     if (m1[r] == neg_inf) {
-      for (size_t j = 0; j < N; ++j) row[j] = 0.0f;
-      corr[r] = 1.0f;
-      continue;
-    }
-    const vf mr = splat(m1[r]);
-    for (size_t j = 0; j < full; j += W) {
-      vf e = vexp2((load(row + j) - mr) * kv);
-      store(row + j, e);
-      part[r] += e;
+      fill<N>(s + r * N, 0.0f);
+      part[r] = splat(0.0f), corr[r] = 1.0f;
+    } else {
+      part[r] = exp2_shifted_vectors<N>(s + r * N, m1[r], k);
     }
   }
   hsums<R>(part, sum);
