@@ -6,8 +6,10 @@
 // meson dependency object, never from a source file, so every translation unit agrees.
 #pragma once
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
+#include <new>
 #include <type_traits>
 
 #include <xtensor/xfixed.hpp>
@@ -83,6 +85,37 @@ namespace stformer {
 // Activations of Block for the given batch/sequence sizes: ActsOf<Linear<2, 16>, B, N>.
 template <class Block, size_t... Dims>
 using ActsOf = typename Block::template Acts<Dims...>;
+
+// The forward-only workspace of Block (no backward buffers, no remembered inputs):
+// InferOf<PointerModel<2, 16, 1, 64, 2>, 1, 50>. Its sizeof is all the memory the pass needs
+// besides the parameters and the stack.
+template <class Block, size_t... Dims>
+using InferOf = typename Block::template Infer<Dims...>;
+
+// Rows per tile of the in-place projections and feed-forward layers of forward-only passes
+// (their tile buffers are T rows wide), by default.
+constexpr size_t tile_rows(size_t rows) { return rows < 16 ? rows : 16; }
+
+// A member that takes no room ([[no_unique_address]]), where a buffer is needed only in one
+// configuration.
+struct Nothing {};
+
+// Phases<P...>: storage for the buffers of one phase of a forward pass at a time, as large as
+// the largest phase. start<Q>() begins phase Q in it (default-initialised: no work at run
+// time) and ends the one before, whose contents are then gone; what outlives a phase lives
+// outside. This is how a model's Infer lays the buffers of its layers over one arena.
+template <class... P>
+class Phases {
+ public:
+  template <class Q>
+  Q& start() {
+    static_assert((std::is_same_v<Q, P> || ...), "Phases::start: not one of this arena's phases");
+    return *::new (static_cast<void*>(bytes_)) Q;
+  }
+
+ private:
+  alignas(P...) unsigned char bytes_[std::max({sizeof(P)...})];
+};
 
 // 1/sqrt(n) at compile time (Newton's iteration in double).
 constexpr float inv_sqrt(size_t n) {

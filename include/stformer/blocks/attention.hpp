@@ -60,20 +60,46 @@ struct MultiHeadAttention {
     static_assert(std::is_same_v<XKV, Tensor<B, Nk, Dkv>>, "MultiHeadAttention: keys/values xkv [B, Nk, Dkv] do not match the block's key width Dkv");
   }
 
+  // s[i·ld + j] ← −∞ where query i0 + i does not see key j0 + j (i < R, j < C), for batch row b.
+  // The one place where masks meet scores.
+  template <size_t R, size_t C, size_t B, size_t Nk>
+  static void mask_scores(float* s, size_t ld, size_t b, size_t i0, size_t j0, const Mask<B, Nk>& mask) {
+    if (mask.causal || mask.keys)
+      for (size_t i = 0; i < R; ++i)
+        for (size_t j = 0; j < C; ++j)
+          if (!mask.sees(b, i0 + i, j0 + j)) s[i * ld + j] = kernels::neg_inf;
+  }
+
   // A_h ← softmax_row(s · (q_h k_hᵀ with the keys query i does not see at −∞)), for the R rows
   // of raw scores q_h k_hᵀ at a, queries i0 … i0 + R − 1 of batch row b.
   template <size_t R, size_t B, size_t Nk>
   static void masked_softmax(float* a, size_t b, size_t i0, const Mask<B, Nk>& mask) {
-    if (mask.causal || mask.keys)
-      for (size_t i = 0; i < R; ++i)
-        for (size_t j = 0; j < Nk; ++j)
-          if (!mask.sees(b, i0 + i, j)) a[i * Nk + j] = kernels::neg_inf;
+    mask_scores<R, Nk>(a, Nk, b, i0, 0, mask);
     kernels::softmax_rows<R, Nk>(a, score_scale);
   }
 
   // Query rows per block in the forward passes: a block's scores ([16, Nk]: 16 KB at Nk = 256)
   // stay in the L1 cache from q_h k_hᵀ through the softmax to A_h v_h.
   static constexpr size_t query_block = 16;
+
+  // One block of R queries i0 … of head h, batch row b: a [R, Nk] = A_h rows (q_h k_hᵀ, masked
+  // softmax), o_h rows = A_h v_h. qh, oh: the block's first row of head h (ld D; oh may be qh:
+  // the scores are taken before o_h is written); kth: k_hᵀ [Dh, Nk]; vh: v_h (ld D).
+  template <size_t R, size_t B, size_t Nk>
+  static void attend_block(const float* qh, const float* kth, const float* vh, float* a, float* oh, size_t b, size_t i0,
+                           const Mask<B, Nk>& mask) {
+    kernels::matmul_nn<R, Nk, Dh>(qh, D, kth, Nk, a, Nk);
+    masked_softmax<R>(a, b, i0, mask);
+    kernels::matmul_nn<R, Dh, Nk>(a, Nk, vh, D, oh, D);
+  }
+
+  // f.template operator()<R>(i0) for the blocks of query_block queries of Nq (the last shorter).
+  template <size_t Nq, class F>
+  static void query_blocks(F&& f) {
+    size_t i0 = 0;
+    for (; i0 + query_block <= Nq; i0 += query_block) f.template operator()<query_block>(i0);
+    if constexpr (Nq % query_block != 0) f.template operator()<Nq % query_block>(i0);
+  }
 
   template <size_t B, size_t Nq, size_t Nk>
   struct FullActs {
@@ -97,19 +123,12 @@ struct MultiHeadAttention {
       v.forward(p.wv, xkv);
       for (size_t b = 0; b < B; ++b)
         for (size_t h = 0; h < H; ++h) {
-          const float* qh = q.out.data() + b * Nq * D + h * Dh;
-          const float* vh = v.out.data() + b * Nk * D + h * Dh;
-          float* a = attn.data() + (b * H + h) * Nq * Nk;
-          float* oh = heads.data() + b * Nq * D + h * Dh;
+          const size_t qo = b * Nq * D + h * Dh;
           kernels::transpose<Dh>(k.out.data() + b * Nk * D + h * Dh, D, Nk, kt.data(), Nk);
-          auto rows = [&]<size_t R>(size_t i0) {  // queries i0 … i0 + R − 1
-            kernels::matmul_nn<R, Nk, Dh>(qh + i0 * D, D, kt.data(), Nk, a + i0 * Nk, Nk);
-            masked_softmax<R>(a + i0 * Nk, b, i0, mask);
-            kernels::matmul_nn<R, Dh, Nk>(a + i0 * Nk, Nk, vh, D, oh + i0 * D, D);
-          };
-          size_t i0 = 0;
-          for (; i0 + query_block <= Nq; i0 += query_block) rows.template operator()<query_block>(i0);
-          if constexpr (Nq % query_block != 0) rows.template operator()<Nq % query_block>(i0);
+          query_blocks<Nq>([&]<size_t R>(size_t i0) {
+            attend_block<R>(q.out.data() + qo + i0 * D, kt.data(), v.out.data() + b * Nk * D + h * Dh,
+                            attn.data() + ((b * H + h) * Nq + i0) * Nk, heads.data() + qo + i0 * D, b, i0, mask);
+          });
         }
       return o.forward(p.wo, heads);
     }
@@ -139,6 +158,27 @@ struct MultiHeadAttention {
   //   dax_h = dO_h Wv_h,  dWv_h += dO_hᵀ ax_h,  dbv += Σ dO over the rows that see a key,  dA = dax xkvᵀ,
   //   dS = s · A ⊙ (dA − rowsum(dA ⊙ A)),  dxkv = Aᵀ dax + dSᵀ qk,  dqk = dS xkv,
   //   dq_h = dqk_h Wk_hᵀ,  dWk_h += q_hᵀ dqk_h  (dbk = 0)
+  // Row i of A_h (any head): all 0 exactly when query i sees no key, else it sums to 1.
+  template <size_t Nk>
+  static bool sees_a_key(const float* a_row) { return kernels::row_max<Nk>(a_row) > 0; }
+
+  // The folded attention of batch row b, R = H·Nq: qk [R, Dkv] = [q_h Wk_h]_h, a [R, Nk] = A,
+  // ax [R, Dkv] = A x, then o_h = ax_h Wv_hᵀ + bv_h into heads (ld D; heads may be q, which is
+  // read first), 0 on the rows of queries that see no key. q: [Nq, D], x: [Nk, Dkv].
+  template <size_t B, size_t Nq, size_t Nk>
+  void fold(const float* q, const float* x, float* qk, float* a, float* ax, float* heads, size_t b, const Mask<B, Nk>& mask) const {
+    constexpr size_t R = H * Nq;
+    for (size_t h = 0; h < H; ++h)
+      kernels::matmul_nn<Nq, Dkv, Dh>(q + h * Dh, D, wk.weight.data() + h * Dh * Dkv, Dkv, qk + h * Nq * Dkv, Dkv);
+    kernels::matmul_nt<R, Nk, Dkv>(qk, Dkv, x, Dkv, a, Nk);
+    for (size_t h = 0; h < H; ++h) masked_softmax<Nq>(a + h * Nq * Nk, b, 0, mask);
+    kernels::matmul_nn<R, Dkv, Nk>(a, Nk, x, Dkv, ax, Dkv);
+    for (size_t h = 0; h < H; ++h)
+      kernels::matmul_nt<Nq, Dh, Dkv>(ax + h * Nq * Dkv, Dkv, wv.weight.data() + h * Dh * Dkv, Dkv, heads + h * Dh, D, 1.0f, wv.bias.data() + h * Dh);
+    for (size_t i = 0; i < Nq; ++i)
+      if (!sees_a_key<Nk>(a + i * Nk)) std::fill_n(heads + i * D, D, 0.0f);
+  }
+
   template <size_t B, size_t Nq, size_t Nk>
   struct FoldedActs {
     static constexpr size_t R = H * Nq;
@@ -154,30 +194,14 @@ struct MultiHeadAttention {
     Tensor<B, Nk, Dkv> dxkv;
     const Tensor<B, Nq, Dq>& dxq() const { return q.dx; }
 
-    // Row i of A_h (any head): all 0 exactly when query i sees no key, else it sums to 1.
-    static bool sees_a_key(const float* a_row) { return kernels::row_max<Nk>(a_row) > 0; }
-
     template <class XQ, class XKV>
     const Tensor<B, Nq, D>& forward(const MultiHeadAttention& p, const XQ& xq, const XKV& x_kv, Mask<B, Nk> mask = {}) {
       check_inputs<B, Nq, Nk, XQ, XKV>();
       xkv = &x_kv;
       q.forward(p.wq, xq);
-      for (size_t b = 0; b < B; ++b) {
-        const float* x = x_kv.data() + b * Nk * Dkv;
-        float* qkb = qk.data() + b * R * Dkv;
-        float* axb = ax.data() + b * R * Dkv;
-        float* a = attn.data() + b * R * Nk;
-        for (size_t h = 0; h < H; ++h)
-          kernels::matmul_nn<Nq, Dkv, Dh>(q.out.data() + b * Nq * D + h * Dh, D, p.wk.weight.data() + h * Dh * Dkv, Dkv, qkb + h * Nq * Dkv, Dkv);
-        kernels::matmul_nt<R, Nk, Dkv>(qkb, Dkv, x, Dkv, a, Nk);
-        for (size_t h = 0; h < H; ++h) masked_softmax<Nq>(a + h * Nq * Nk, b, 0, mask);
-        kernels::matmul_nn<R, Dkv, Nk>(a, Nk, x, Dkv, axb, Dkv);
-        for (size_t h = 0; h < H; ++h)
-          kernels::matmul_nt<Nq, Dh, Dkv>(axb + h * Nq * Dkv, Dkv, p.wv.weight.data() + h * Dh * Dkv, Dkv, heads.data() + b * Nq * D + h * Dh, D,
-                                          1.0f, p.wv.bias.data() + h * Dh);
-        for (size_t i = 0; i < Nq; ++i)
-          if (!sees_a_key(a + i * Nk)) std::fill_n(heads.data() + (b * Nq + i) * D, D, 0.0f);
-      }
+      for (size_t b = 0; b < B; ++b)
+        p.template fold<B, Nq, Nk>(q.out.data() + b * Nq * D, x_kv.data() + b * Nk * Dkv, qk.data() + b * R * Dkv, attn.data() + b * R * Nk,
+                                   ax.data() + b * R * Dkv, heads.data() + b * Nq * D, b, mask);
       return o.forward(p.wo, heads);
     }
 
@@ -192,7 +216,7 @@ struct MultiHeadAttention {
           kernels::matmul_tn<Dh, Dkv, Nq>(doh, D, ax.data() + (b * R + h * Nq) * Dkv, Dkv, grad.wv.weight.data() + h * Dh * Dkv, Dkv);
         }
         for (size_t i = 0; i < Nq; ++i)
-          if (sees_a_key(a + i * Nk)) kernels::add_to<D>(dheads.data() + (b * Nq + i) * D, grad.wv.bias.data());
+          if (sees_a_key<Nk>(a + i * Nk)) kernels::add_to<D>(dheads.data() + (b * Nq + i) * D, grad.wv.bias.data());
         kernels::matmul_nt<R, Nk, Dkv>(dax.data(), Dkv, x, Dkv, ds.data(), Nk);
         for (size_t r = 0; r < R; ++r) kernels::softmax_backward_row<Nk>(a + r * Nk, ds.data() + r * Nk, score_scale);
         float* dx = dxkv.data() + b * Nk * Dkv;
@@ -215,67 +239,128 @@ struct MultiHeadAttention {
   template <size_t B, size_t Nq, size_t Nk>
   using Acts = std::conditional_t<folds<Nq, Nk>, FoldedActs<B, Nq, Nk>, FullActs<B, Nq, Nk>>;
 
-  // Forward only, for inference: each head's scores are taken in tiles of Tq queries × Tk keys
-  // with an online softmax. Per query row, a running max m and sum l (of raw scores x_j, s > 0):
-  //   m' = max(m, max_j x_j),  l ← l·e^{s(m−m')} + Σ_j e^{s(x_j−m')},  o ← o·e^{s(m−m')} + Σ_j e^{s(x_j−m')} v_j
-  // (kernels::softmax_step on a tile's rows) and o/l at the end (0 when every key is masked, as
-  // Acts). Nothing of size Nq × Nk is kept: the workspace, sizeof(Infer), is q, k, v, heads,
-  // out, one head's k_hᵀ and one [Tq, Tk] tile (16 KB by default, in the L1 cache), a
-  // compile-time constant linear in Nq and Nk.
-  // Same result as Acts::forward up to float rounding.
-  template <size_t B, size_t Nq, size_t Nk, size_t Tq = query_block, size_t Tk = 256>
+  // Forward only. The buffers of an attention besides its queries' rows (which the caller keeps,
+  // and which become the output in place): Work<B, Nq, Nk, T>, with T the rows per tile of the
+  // in-place projections (0 when there are none).
+  // - FullWork: kᵀ of every head, kt [B, D, Nk] (rows h·Dh … (h+1)·Dh − 1 of a batch row's are
+  //   k_hᵀ), v [B, Nk, D], and one tile: a block of scores [query_block, Nk] through the softmax
+  //   (attend_block, as FullActs: the same bits), or T rows of a projection. Beyond
+  //   max_key_tile keys the scores go in tiles of [query_block, 256] with an online softmax: per
+  //   query row a running max m and sum l, and for each tile of keys (kernels::softmax_step)
+  //     m' = max(m, max_j x_j),  l ← l·e^{s(m−m')} + Σ_j e^{s(x_j−m')},  o ← o·e^{s(m−m')} + Σ_j e^{s(x_j−m')} v_j
+  //   then o/l (0 when every key is masked): nothing of size Nq × Nk, the same result up to
+  //   float rounding.
+  // - FoldedWork (few queries, folds): the caller's xkv, and qk, ax [H·Nq, Dkv], A [H·Nq, Nk]
+  //   of one batch row (fold, as FoldedActs: the same bits).
+  static constexpr size_t max_key_tile = 256;
+
+  template <size_t B, size_t Nq, size_t Nk, size_t T>
+  struct FullWork {
+    static constexpr size_t QB = Nq < query_block ? Nq : query_block, KT = Nk < max_key_tile ? Nk : max_key_tile;
+    static constexpr size_t online = KT < Nk ? QB * (Dh + 2) : 0;  // the online softmax's o [QB, Dh], m, l [QB]
+    Tensor<B, D, Nk> kt;
+    Tensor<B, Nk, D> v;
+    alignas(64) float tile[std::max(QB * KT + online, T * D)];
+  };
+  template <size_t B, size_t Nq, size_t Nk, size_t T>
+  struct FoldedWork {
+    const float* xkv;  // [B, Nk, Dkv], set by prepare
+    Tensor<H * Nq, Dkv> qk, ax;
+    Tensor<H * Nq, Nk> a;
+    alignas(64) float tile[T * D > 0 ? T * D : 1];
+  };
+  template <size_t B, size_t Nq, size_t Nk, size_t T>
+  using Work = std::conditional_t<folds<Nq, Nk>, FoldedWork<B, Nq, Nk, T>, FullWork<B, Nq, Nk, T>>;
+
+  // The keys and values of xkv [B, Nk, Dkv] into w. FullWork: k and v projected (v holds k while
+  // it is transposed into kt); FoldedWork: xkv itself, which must outlive the attention.
+  template <size_t B, size_t Nq, size_t Nk, size_t T>
+  void prepare(const float* xkv, Work<B, Nq, Nk, T>& w) const {
+    if constexpr (folds<Nq, Nk>) {
+      w.xkv = xkv;
+    } else {
+      wk.template apply<B * Nk>(xkv, w.v.data());
+      for (size_t b = 0; b < B; ++b) kernels::transpose<D>(w.v.data() + b * Nk * D, D, Nk, w.kt.data() + b * D * Nk, Nk);
+      wv.template apply<B * Nk>(xkv, w.v.data());
+    }
+  }
+
+  // q [B, Nq, D], the projected queries, ← concat_h(o_h) in place, against the keys of w.
+  template <size_t B, size_t Nq, size_t Nk, size_t T>
+  void attend(float* q, Work<B, Nq, Nk, T>& w, const Mask<B, Nk>& mask) const {
+    if constexpr (folds<Nq, Nk>) {
+      for (size_t b = 0; b < B; ++b)
+        fold<B, Nq, Nk>(q + b * Nq * D, w.xkv + b * Nk * Dkv, w.qk.data(), w.a.data(), w.ax.data(), q + b * Nq * D, b, mask);
+    } else {
+      using Wk = FullWork<B, Nq, Nk, T>;
+      for (size_t b = 0; b < B; ++b)
+        for (size_t h = 0; h < H; ++h)
+          query_blocks<Nq>([&]<size_t R>(size_t i0) {
+            float* qh = q + (b * Nq + i0) * D + h * Dh;
+            const float* kth = w.kt.data() + (b * D + h * Dh) * Nk;
+            const float* vh = w.v.data() + b * Nk * D + h * Dh;
+            if constexpr (Wk::online == 0)
+              attend_block<R>(qh, kth, vh, w.tile, qh, b, i0, mask);
+            else
+              online_block<R, Wk::KT>(qh, kth, vh, w.tile, w.tile + Wk::QB * Wk::KT, b, i0, mask);
+          });
+    }
+  }
+
+  // R queries i0 … of one head against Nk keys in tiles of C, online softmax (see above):
+  // s [R, C] one tile's scores; acc: o [R, Dh], m [R], l [R]. qh ← o/l at the end.
+  template <size_t R, size_t C, size_t B, size_t Nk>
+  static void online_block(float* qh, const float* kth, const float* vh, float* s, float* acc, size_t b, size_t i0, const Mask<B, Nk>& mask) {
+    float *o = acc, *m = acc + R * Dh, *l = m + R;
+    for (size_t r = 0; r < R; ++r) {
+      m[r] = kernels::neg_inf, l[r] = 0;
+      kernels::fill<Dh>(o + r * Dh, 0.0f);
+    }
+    auto keys = [&]<size_t Cn>(size_t j0) {
+      kernels::matmul_nn<R, Cn, Dh>(qh, D, kth + j0, Nk, s, Cn);
+      mask_scores<R, Cn>(s, Cn, b, i0, j0, mask);
+      float corr[R];
+      kernels::softmax_step<R, Cn>(s, score_scale, m, l, corr);
+      for (size_t r = 0; r < R; ++r)
+        if (corr[r] != 1.0f) kernels::scale<Dh>(o + r * Dh, corr[r]);
+      kernels::matmul_nn<R, Dh, Cn, true>(s, Cn, vh + j0 * D, D, o, Dh);
+    };
+    const auto seen = [&](size_t j0) { return !(mask.causal && j0 > i0 + R - 1); };  // causal: tiles past the last query are skipped
+    size_t j0 = 0;
+    for (; j0 + C <= Nk && seen(j0); j0 += C) keys.template operator()<C>(j0);
+    if constexpr (Nk % C != 0)
+      if (j0 + C > Nk && seen(j0)) keys.template operator()<Nk % C>(j0);
+    for (size_t r = 0; r < R; ++r) {
+      const float inv = l[r] > 0 ? 1 / l[r] : 0.0f;
+      for (size_t j = 0; j < Dh; ++j) qh[r * D + j] = o[r * Dh + j] * inv;
+    }
+  }
+
+  // x [B, Nq, D] ← MHA(x, keys of w) in place (Dq = D): the projections T rows at a time
+  // through w.tile. For blocks that keep their residual stream apart (encoder, decoder, MAB).
+  template <size_t B, size_t Nq, size_t Nk, size_t T>
+  void forward_in_place(float* x, Work<B, Nq, Nk, T>& w, const Mask<B, Nk>& mask) const {
+    wq.template apply_in_place<B * Nq, T>(x, w.tile);
+    attend<B, Nq, Nk, T>(x, w, mask);
+    wo.template apply_in_place<B * Nq, T>(x, w.tile);
+  }
+
+  // The whole block forward only: q (then the heads), the keys of Work, out. The same bits as
+  // Acts::forward up to max_key_tile keys; beyond, the same up to float rounding.
+  template <size_t B, size_t Nq, size_t Nk>
   struct Infer {
-    Tensor<B, Nq, D> q, heads, out;
-    Tensor<B, Nk, D> k, v;
-    Tensor<Dh, Nk> kt;             // one head's k_hᵀ
-    alignas(64) float s[Tq * Tk];  // one tile of scores, then of e^{s(x−m')}
-    float m[Tq], l[Tq];
+    Tensor<B, Nq, D> q;  // the projected queries, then concat_h(o_h)
+    Work<B, Nq, Nk, 0> w;
+    Tensor<B, Nq, D> out;
 
     template <class XQ, class XKV>
     const Tensor<B, Nq, D>& forward(const MultiHeadAttention& p, const XQ& xq, const XKV& xkv, Mask<B, Nk> mask = {}) {
       check_inputs<B, Nq, Nk, XQ, XKV>();
-      kernels::matmul_nt<B * Nq, D, Dq>(xq.data(), Dq, p.wq.weight.data(), Dq, q.data(), D, 1.0f, p.wq.bias.data());
-      kernels::matmul_nt<B * Nk, D, Dkv>(xkv.data(), Dkv, p.wk.weight.data(), Dkv, k.data(), D, 1.0f, p.wk.bias.data());
-      kernels::matmul_nt<B * Nk, D, Dkv>(xkv.data(), Dkv, p.wv.weight.data(), Dkv, v.data(), D, 1.0f, p.wv.bias.data());
-      for (size_t b = 0; b < B; ++b)
-        for (size_t h = 0; h < H; ++h) {
-          kernels::transpose<Dh>(k.data() + b * Nk * D + h * Dh, D, Nk, kt.data(), Nk);
-          size_t i0 = 0;
-          for (; i0 + Tq <= Nq; i0 += Tq) query_tile<Tq>(b, h, i0, mask);
-          if constexpr (Nq % Tq != 0) query_tile<Nq % Tq>(b, h, i0, mask);
-        }
-      kernels::matmul_nt<B * Nq, D, D>(heads.data(), D, p.wo.weight.data(), D, out.data(), D, 1.0f, p.wo.bias.data());
+      p.wq.template apply<B * Nq>(xq.data(), q.data());
+      p.template prepare<B, Nq, Nk, 0>(xkv.data(), w);
+      p.template attend<B, Nq, Nk, 0>(q.data(), w, mask);
+      p.wo.template apply<B * Nq>(q.data(), out.data());
       return out;
-    }
-
-   private:
-    template <size_t R>
-    void query_tile(size_t b, size_t h, size_t i0, const Mask<B, Nk>& mask) {
-      const float* qh = q.data() + (b * Nq + i0) * D + h * Dh;
-      float* oh = heads.data() + (b * Nq + i0) * D + h * Dh;
-      for (size_t r = 0; r < R; ++r) {
-        m[r] = kernels::neg_inf, l[r] = 0;
-        kernels::fill<Dh>(oh + r * D, 0.0f);
-      }
-      size_t j0 = 0;
-      for (; j0 + Tk <= Nk && !(mask.causal && j0 > i0 + R - 1); j0 += Tk) key_tile<R, Tk>(b, h, i0, j0, qh, oh, mask);
-      if constexpr (Nk % Tk != 0)
-        if (!(mask.causal && j0 > i0 + R - 1)) key_tile<R, Nk % Tk>(b, h, i0, j0, qh, oh, mask);
-      for (size_t r = 0; r < R; ++r) kernels::scale<Dh>(oh + r * D, l[r] > 0 ? 1 / l[r] : 0.0f);
-    }
-
-    template <size_t R, size_t C>
-    void key_tile(size_t b, size_t h, size_t i0, size_t j0, const float* qh, float* oh, const Mask<B, Nk>& mask) {
-      kernels::matmul_nn<R, C, Dh>(qh, D, kt.data() + j0, Nk, s, C);
-      if (mask.causal || mask.keys)
-        for (size_t r = 0; r < R; ++r)
-          for (size_t j = 0; j < C; ++j)
-            if (!mask.sees(b, i0 + r, j0 + j)) s[r * C + j] = kernels::neg_inf;
-      float corr[R];
-      kernels::softmax_step<R, C>(s, score_scale, m, l, corr);
-      for (size_t r = 0; r < R; ++r)
-        if (corr[r] != 1.0f) kernels::scale<Dh>(oh + r * D, corr[r]);
-      kernels::matmul_nn<R, Dh, C, true>(s, C, v.data() + (b * Nk + j0) * D + h * Dh, D, oh, D);
     }
   };
 };

@@ -8,6 +8,8 @@
 // Parameters: sn1.g, self_attn.*, sn2.g, cross_attn.*, sn3.g, ffn.*.
 #pragma once
 
+#include <algorithm>
+
 #include "attention.hpp"
 #include "feedforward.hpp"
 #include "scalenorm.hpp"
@@ -32,6 +34,51 @@ struct DecoderBlock {
     stformer::visit(at / "sn3", f, s.sn3...);
     stformer::visit(at / "ffn", f, s.ffn...);
   }
+
+  // Forward only, in place on the residual stream: x ← DecoderBlock(x, m), rows T at a time in
+  // the projections and the feed-forward layer. Work: a [B, N, D] (each sublayer's normalised
+  // input, which becomes its output in place) and over one arena the self-attention's keys and
+  // values, then the cross-attention's (projected from m, or m itself when it folds), then the
+  // hidden rows [T, F]. The same bits as Acts.
+  template <size_t B, size_t N, size_t M, size_t T = tile_rows(B * N)>
+  struct Work {
+    using Attention = MultiHeadAttention<D, D, D, H>;
+    Tensor<B, N, D> a;
+    Phases<typename Attention::template Work<B, N, N, T>, typename Attention::template Work<B, N, M, T>, Tensor<T, F>> phase;
+  };
+
+  template <size_t B, size_t N, size_t M, size_t T>
+  void forward_in_place(Tensor<B, N, D>& x, const Tensor<B, M, D>& m, Work<B, N, M, T>& w, const KeyMask<B, M>* memory_mask = nullptr) const {
+    using Attention = MultiHeadAttention<D, D, D, H>;
+    auto& self = w.phase.template start<typename Attention::template Work<B, N, N, T>>();
+    sn1.template apply<B * N>(x.data(), w.a.data());
+    self_attn.template prepare<B, N, N, T>(w.a.data(), self);
+    self_attn.template forward_in_place<B, N, N, T>(w.a.data(), self, Mask<B, N>{.causal = true});
+    kernels::add_to<B * N * D>(w.a.data(), x.data());
+    auto& cross = w.phase.template start<typename Attention::template Work<B, N, M, T>>();
+    cross_attn.template prepare<B, N, M, T>(m.data(), cross);
+    sn2.template apply<B * N>(x.data(), w.a.data());
+    cross_attn.template forward_in_place<B, N, M, T>(w.a.data(), cross, Mask<B, M>{.keys = memory_mask});
+    kernels::add_to<B * N * D>(w.a.data(), x.data());
+    sn3.template apply<B * N>(x.data(), w.a.data());
+    ffn.template apply_in_place<B * N, T>(w.a.data(), w.phase.template start<Tensor<T, F>>().data());
+    kernels::add_to<B * N * D>(w.a.data(), x.data());
+  }
+
+  template <size_t B, size_t N, size_t M>
+  struct Infer {
+    Tensor<B, N, D> out;
+    Work<B, N, M> w;
+
+    template <class X, class Mem>
+    const Tensor<B, N, D>& forward(const DecoderBlock& p, const X& x, const Mem& m, const KeyMask<B, M>* memory_mask = nullptr) {
+      static_assert(std::is_same_v<X, Tensor<B, N, D>>, "DecoderBlock: input rows x [B, N, D] and the block's width D differ");
+      static_assert(std::is_same_v<Mem, Tensor<B, M, D>>, "DecoderBlock: encoder memory m [B, M, D] and the block's width D differ");
+      if (&x != &out) std::copy(x.begin(), x.end(), out.begin());
+      p.forward_in_place(out, m, w, memory_mask);
+      return out;
+    }
+  };
 
   template <size_t B, size_t N, size_t M>
   struct Acts {

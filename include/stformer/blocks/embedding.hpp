@@ -19,6 +19,27 @@ struct Embedding {
     f(at / "weight", Init{Init::normal}, s.weight...);
   }
 
+  // out[r] = weight[ids[r]] for Rows ids
+  template <size_t Rows>
+  void apply(const std::int32_t* ids, float* out) const {
+    for (size_t r = 0; r < Rows; ++r) {
+      std::int32_t id = ids[r];
+      STFORMER_CHECK(id >= 0 && size_t(id) < V, "Embedding: token id outside [0, V)");
+      const float* row = weight.data() + size_t(id) * D;
+      std::copy(row, row + D, out + r * D);
+    }
+  }
+
+  template <size_t B, size_t N>
+  struct Infer {
+    Tensor<B, N, D> out;
+
+    const Tensor<B, N, D>& forward(const Embedding& p, const IdTensor<B, N>& ids) {
+      p.template apply<B * N>(ids.data(), out.data());
+      return out;
+    }
+  };
+
   template <size_t B, size_t N>
   struct Acts {
     const IdTensor<B, N>* ids = nullptr;  // the input of the last forward
@@ -26,12 +47,7 @@ struct Embedding {
 
     const Tensor<B, N, D>& forward(const Embedding& p, const IdTensor<B, N>& in) {
       ids = &in;
-      for (size_t r = 0; r < B * N; ++r) {
-        std::int32_t id = in.data()[r];
-        STFORMER_CHECK(id >= 0 && size_t(id) < V, "Embedding: token id outside [0, V)");
-        const float* row = p.weight.data() + size_t(id) * D;
-        std::copy(row, row + D, out.data() + r * D);
-      }
+      p.template apply<B * N>(in.data(), out.data());
       return out;
     }
 

@@ -2,8 +2,11 @@
 //   h   = x + MHA(SN1(x), SN1(x))        (optionally causal / key-padded)
 //   out = h + FFN(SN2(h))
 //   backward: dh = dout + SN2ᵀ FFNᵀ dout;  dx = dh + SN1ᵀ (dxq + dxkv of MHAᵀ dh)
+// Forward only: Infer, or forward_in_place on a residual stream the caller keeps (models).
 // Parameters: sn1.g, attn.*, sn2.g, ffn.*.
 #pragma once
+
+#include <algorithm>
 
 #include "attention.hpp"
 #include "feedforward.hpp"
@@ -25,6 +28,44 @@ struct EncoderBlock {
     stformer::visit(at / "sn2", f, s.sn2...);
     stformer::visit(at / "ffn", f, s.ffn...);
   }
+
+  // Forward only, in place on the residual stream: h ← EncoderBlock(h), rows T at a time in the
+  // projections and the feed-forward layer. Work: a [B, N, D] (SN1(h), which becomes the
+  // attention's output in place, then SN2(h) and the feed-forward output), and over one arena
+  // the attention's keys, values and tile, then the hidden rows [T, F]. The same bits as Acts.
+  template <size_t B, size_t N, size_t T = tile_rows(B * N)>
+  struct Work {
+    using Attention = MultiHeadAttention<D, D, D, H>;
+    Tensor<B, N, D> a;
+    Phases<typename Attention::template Work<B, N, N, T>, Tensor<T, F>> phase;
+  };
+
+  template <size_t B, size_t N, size_t T>
+  void forward_in_place(Tensor<B, N, D>& h, Work<B, N, T>& w, Mask<B, N> mask = {}) const {
+    using Attention = MultiHeadAttention<D, D, D, H>;
+    auto& attention = w.phase.template start<typename Attention::template Work<B, N, N, T>>();
+    sn1.template apply<B * N>(h.data(), w.a.data());
+    attn.template prepare<B, N, N, T>(w.a.data(), attention);
+    attn.template forward_in_place<B, N, N, T>(w.a.data(), attention, mask);
+    kernels::add_to<B * N * D>(w.a.data(), h.data());
+    sn2.template apply<B * N>(h.data(), w.a.data());
+    ffn.template apply_in_place<B * N, T>(w.a.data(), w.phase.template start<Tensor<T, F>>().data());
+    kernels::add_to<B * N * D>(w.a.data(), h.data());
+  }
+
+  template <size_t B, size_t N>
+  struct Infer {
+    Tensor<B, N, D> out;
+    Work<B, N> w;
+
+    template <class X>
+    const Tensor<B, N, D>& forward(const EncoderBlock& p, const X& x, Mask<B, N> mask = {}) {
+      static_assert(std::is_same_v<X, Tensor<B, N, D>>, "EncoderBlock: input rows x [B, N, D] and the block's width D differ");
+      if (&x != &out) std::copy(x.begin(), x.end(), out.begin());
+      p.forward_in_place(out, w, mask);
+      return out;
+    }
+  };
 
   template <size_t B, size_t N>
   struct Acts {

@@ -2,6 +2,8 @@
 // Parameters: fc1 (Linear<D, F>), fc2 (Linear<F, D>), Kaiming-normal weights.
 #pragma once
 
+#include <algorithm>
+
 #include "linear.hpp"
 
 namespace stformer {
@@ -15,6 +17,22 @@ struct FeedForward {
   static void visit(const Path& at, Fn& f, S&... s) {
     stformer::visit(at / "fc1", f, s.fc1...);
     stformer::visit(at / "fc2", f, s.fc2...);
+  }
+
+  // x ← FFN(x) in place on Rows rows, T rows at a time: hid [T, F] = ReLU(x_t W1ᵀ + b1), then
+  // x_t ← hid W2ᵀ + b2 (the same bits as the whole rows at once).
+  template <size_t Rows, size_t T>
+  void apply_in_place(float* x, float* hid) const {
+    for (size_t i = 0; i < Rows; i += T) {
+      auto rows = [&]<size_t R>() {
+        fc1.template apply<R, true, Rows>(x + i * D, hid);
+        fc2.template apply<R, false, Rows>(hid, x + i * D);
+      };
+      if (i + T <= Rows)
+        rows.template operator()<T>();
+      else
+        rows.template operator()<(Rows % T == 0 ? T : Rows % T)>();
+    }
   }
 
   template <size_t... L>
@@ -33,6 +51,21 @@ struct FeedForward {
       fc2.backward(p.fc2, grad.fc2, dout);
       kernels::relu_backward<rows * F>(fc1.out.data(), fc2.dx.data());
       return fc1.backward(p.fc1, grad.fc1, fc2.dx);
+    }
+  };
+
+  template <size_t... L>
+  struct Infer {
+    static constexpr size_t rows = (L * ... * 1), T = tile_rows(rows);
+    Tensor<L..., D> out;
+    Tensor<T, F> hid;  // T rows of the hidden layer
+
+    template <class X>
+    const Tensor<L..., D>& forward(const FeedForward& p, const X& x) {
+      static_assert(std::is_same_v<X, Tensor<L..., D>>, "FeedForward: input rows x [..., D] and the layer's width D differ");
+      std::copy(x.begin(), x.end(), out.begin());
+      p.template apply_in_place<rows, T>(out.data(), hid.data());
+      return out;
     }
   };
 };

@@ -23,6 +23,37 @@ struct ISAB {
     stformer::visit(at / "mab2", f, s.mab2...);
   }
 
+  // Forward only: x ← ISAB(x) in place. Work: Hm [B, M, D] (I, then MAB1(I, X) in place), and
+  // over one arena MAB1's work, then MAB2's.
+  template <size_t B, size_t N, size_t T = tile_rows(B * N)>
+  struct Work {
+    using Mab = MAB<D, H, Norm>;
+    Tensor<B, M, D> hm;
+    Phases<typename Mab::template Work<B, M, N, T>, typename Mab::template Work<B, N, M, T>> phase;
+  };
+
+  template <size_t B, size_t N, size_t T>
+  void forward_in_place(Tensor<B, N, D>& x, Work<B, N, T>& w, const KeyMask<B, N>* keys = nullptr) const {
+    using Mab = MAB<D, H, Norm>;
+    for (size_t b = 0; b < B; ++b) std::copy(inducing.begin(), inducing.end(), w.hm.begin() + b * M * D);
+    mab1.forward_in_place(w.hm, x, w.phase.template start<typename Mab::template Work<B, M, N, T>>(), keys);
+    mab2.forward_in_place(x, w.hm, w.phase.template start<typename Mab::template Work<B, N, M, T>>());
+  }
+
+  template <size_t B, size_t N>
+  struct Infer {
+    Tensor<B, N, D> out;
+    Work<B, N> w;
+
+    template <class X>
+    const Tensor<B, N, D>& forward(const ISAB& p, const X& x, const KeyMask<B, N>* keys = nullptr) {
+      static_assert(std::is_same_v<X, Tensor<B, N, D>>, "ISAB: input set X [B, N, D] and the block's width D differ");
+      if (&x != &out) std::copy(x.begin(), x.end(), out.begin());
+      p.forward_in_place(out, w, keys);
+      return out;
+    }
+  };
+
   template <size_t B, size_t N>
   struct Acts {
     Tensor<B, M, D> i;  // I repeated over the batch

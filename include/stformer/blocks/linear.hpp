@@ -5,6 +5,8 @@
 // projections and heads; Kaiming-normal (fan-in, gain √2) in feed-forward layers.
 #pragma once
 
+#include <algorithm>
+
 #include "../kernels/matmul.hpp"
 #include "../params.hpp"
 
@@ -21,6 +23,31 @@ struct Linear {
     f(at / "bias", Init{Init::zeros}, s.bias...);
   }
 
+  // y = x Wᵀ + b (max(·, 0) when Relu) for Rows rows x [Rows, In] -> y [Rows, Out]: the one
+  // call of the layer. Of: the rows of the whole layer when these are a tile of it (the kernel's
+  // path follows Of, so a tile gives the same bits as the whole).
+  template <size_t Rows, bool Relu = false, size_t Of = Rows>
+  void apply(const float* x, float* y) const {
+    kernels::matmul_nt<Rows, Out, In, Relu, Of>(x, In, weight.data(), In, y, Out, 1.0f, bias.data());
+  }
+
+  // x ← x Wᵀ + b (In = Out) in place on Rows rows, T rows at a time through tile [T, Out].
+  template <size_t Rows, size_t T, bool Relu = false>
+  void apply_in_place(float* x, float* tile) const {
+    static_assert(In == Out, "Linear::apply_in_place: the layer must keep the width (In = Out)");
+    for (size_t i = 0; i < Rows; i += T) {
+      constexpr size_t last = Rows % T == 0 ? T : Rows % T;
+      auto rows = [&]<size_t R>() {
+        apply<R, Relu, Rows>(x + i * In, tile);
+        std::copy_n(tile, R * Out, x + i * In);
+      };
+      if (i + T <= Rows)
+        rows.template operator()<T>();
+      else
+        rows.template operator()<last>();
+    }
+  }
+
   template <size_t... L>
   struct Acts {
     static constexpr size_t rows = (L * ... * 1);
@@ -31,9 +58,9 @@ struct Linear {
     // Relu: out = max(x Wᵀ + b, 0) in the same pass (FeedForward's first layer)
     template <bool Relu = false, class X>
     const Tensor<L..., Out>& forward(const Linear& p, const X& in) {
-      static_assert(std::is_same_v<X, Tensor<L..., In>>, "Linear: input rows x [..., In] and weight [Out, In] differ in In");
+      static_assert(std::is_same_v<X, Tensor<L..., In>>, "Linear: input rows x [..., In] do not match Acts<L...> and the weight [Out, In]");
       x = &in;
-      kernels::matmul_nt<rows, Out, In, Relu>(in.data(), In, p.weight.data(), In, out.data(), Out, 1.0f, p.bias.data());
+      p.template apply<rows, Relu>(in.data(), out.data());
       return out;
     }
 
@@ -42,6 +69,18 @@ struct Linear {
       kernels::add_column_sums<rows, Out>(dout.data(), grad.bias.data());
       kernels::matmul_nn<rows, In, Out>(dout.data(), Out, p.weight.data(), In, dx.data(), In);
       return dx;
+    }
+  };
+
+  template <size_t... L>
+  struct Infer {
+    Tensor<L..., Out> out;
+
+    template <class X>
+    const Tensor<L..., Out>& forward(const Linear& p, const X& x) {
+      static_assert(std::is_same_v<X, Tensor<L..., In>>, "Linear: input rows x [..., In] do not match Infer<L...> and the weight [Out, In]");
+      p.template apply<(L * ... * 1)>(x.data(), out.data());
+      return out;
     }
   };
 };

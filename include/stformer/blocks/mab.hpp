@@ -8,6 +8,8 @@
 // Parameters: nq.g, nkv.g, attn.*, nff.g, fc.weight [D, D] (Kaiming-normal), fc.bias.
 #pragma once
 
+#include <algorithm>
+
 #include "attention.hpp"
 #include "scalenorm.hpp"
 
@@ -28,6 +30,52 @@ struct MAB {
     stformer::visit(at / "nff", f, s.nff...);
     stformer::visit(at / "fc", f, s.fc...);
   }
+
+  // Forward only, in place on the query set's residual stream: x ← MAB(x, y), rows T at a time
+  // in the projections. Work: a, which holds Nkv(Y) until the keys and values are projected
+  // (full attention), then Nq(X), the attention's output in place, Nff(h) and ReLU(fc);
+  // y1 = Nkv(Y) when the attention folds (its keys stay); the attention's Work. The same bits
+  // as Acts.
+  template <size_t B, size_t Nq, size_t Nk, size_t T = tile_rows(B * Nq)>
+  struct Work {
+    using Attention = MultiHeadAttention<D, D, D, H>;
+    static constexpr bool folded = Attention::template folds<Nq, Nk>;
+    Tensor<B, folded || Nq >= Nk ? Nq : Nk, D> a;
+    [[no_unique_address]] std::conditional_t<folded, Tensor<B, Nk, D>, Nothing> y1;
+    typename Attention::template Work<B, Nq, Nk, T> attn;
+  };
+
+  template <size_t B, size_t Nq, size_t Nk, size_t T>
+  void forward_in_place(Tensor<B, Nq, D>& x, const Tensor<B, Nk, D>& y, Work<B, Nq, Nk, T>& w, const KeyMask<B, Nk>* keys = nullptr) const {
+    float* kv;
+    if constexpr (Work<B, Nq, Nk, T>::folded)
+      kv = w.y1.data();
+    else
+      kv = w.a.data();
+    nkv.template apply<B * Nk>(y.data(), kv);
+    attn.template prepare<B, Nq, Nk, T>(kv, w.attn);
+    nq.template apply<B * Nq>(x.data(), w.a.data());
+    attn.template forward_in_place<B, Nq, Nk, T>(w.a.data(), w.attn, Mask<B, Nk>{.keys = keys});
+    kernels::add_to<B * Nq * D>(w.a.data(), x.data());
+    nff.template apply<B * Nq>(x.data(), w.a.data());
+    fc.template apply_in_place<B * Nq, T, true>(w.a.data(), w.attn.tile);
+    kernels::add_to<B * Nq * D>(w.a.data(), x.data());
+  }
+
+  template <size_t B, size_t Nq, size_t Nk>
+  struct Infer {
+    Tensor<B, Nq, D> out;
+    Work<B, Nq, Nk> w;
+
+    template <class X, class Y>
+    const Tensor<B, Nq, D>& forward(const MAB& p, const X& x, const Y& y, const KeyMask<B, Nk>* keys = nullptr) {
+      static_assert(std::is_same_v<X, Tensor<B, Nq, D>>, "MAB: query set X [B, Nq, D] and the block's width D differ");
+      static_assert(std::is_same_v<Y, Tensor<B, Nk, D>>, "MAB: key set Y [B, Nk, D] and the block's width D differ");
+      if (&x != &out) std::copy(x.begin(), x.end(), out.begin());
+      p.forward_in_place(out, y, w, keys);
+      return out;
+    }
+  };
 
   template <size_t B, size_t Nq, size_t Nk>
   struct Acts {

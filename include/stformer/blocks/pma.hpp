@@ -19,6 +19,29 @@ struct PMA {
     stformer::visit(at / "mab", f, s.mab...);
   }
 
+  // Forward only: out [B, K, D] ← PMA(x) (the seeds, then MAB(S, X) in place on them).
+  template <size_t B, size_t N, size_t T = tile_rows(B * K)>
+  using Work = typename MAB<D, H, Norm>::template Work<B, K, N, T>;
+
+  template <size_t B, size_t N, size_t T>
+  void forward_into(const Tensor<B, N, D>& x, Tensor<B, K, D>& out, Work<B, N, T>& w, const KeyMask<B, N>* keys = nullptr) const {
+    for (size_t b = 0; b < B; ++b) std::copy(seeds.begin(), seeds.end(), out.begin() + b * K * D);
+    mab.forward_in_place(out, x, w, keys);
+  }
+
+  template <size_t B, size_t N>
+  struct Infer {
+    Tensor<B, K, D> out;
+    Work<B, N> w;
+
+    template <class X>
+    const Tensor<B, K, D>& forward(const PMA& p, const X& x, const KeyMask<B, N>* keys = nullptr) {
+      static_assert(std::is_same_v<X, Tensor<B, N, D>>, "PMA: input set X [B, N, D] and the block's width D differ");
+      p.forward_into(x, out, w, keys);
+      return out;
+    }
+  };
+
   template <size_t B, size_t N>
   struct Acts {
     Tensor<B, K, D> s;  // S repeated over the batch

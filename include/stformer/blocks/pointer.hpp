@@ -23,6 +23,40 @@ struct PointerAttention {
     stformer::visit(at / "wk", f, s.wk...);
   }
 
+  // logp[b] ← log_softmax(s · q[b] k[b]ᵀ, masked keys at −∞) from the projected q [B, Nq, Da]
+  // and k [B, Nk, Da]: the one scoring step of Acts and Infer.
+  template <size_t B, size_t Nq, size_t Nk>
+  static void score(const float* q, const float* k, float* logp, const KeyMask<B, Nk>* keys) {
+    for (size_t b = 0; b < B; ++b) {
+      float* l = logp + b * Nq * Nk;
+      kernels::matmul_nt<Nq, Nk, Da>(q + b * Nq * Da, Da, k + b * Nk * Da, Da, l, Nk, inv_sqrt(Da));
+      for (size_t i = 0; i < Nq; ++i) {
+        if (keys)
+          for (size_t j = 0; j < Nk; ++j)
+            if (!(*keys)(b, j)) l[i * Nk + j] = kernels::neg_inf;
+        kernels::log_softmax_row<Nk>(l + i * Nk);
+      }
+    }
+  }
+
+  // Forward only: q, k projected, logp [B, Nq, Nk] (the same bits as Acts).
+  template <size_t B, size_t Nq, size_t Nk>
+  struct Infer {
+    Tensor<B, Nq, Da> q;
+    Tensor<B, Nk, Da> k;
+    Tensor<B, Nq, Nk> logp;
+
+    template <class XQ, class XK>
+    const Tensor<B, Nq, Nk>& forward(const PointerAttention& p, const XQ& xq, const XK& xk, const KeyMask<B, Nk>* keys = nullptr) {
+      static_assert(std::is_same_v<XQ, Tensor<B, Nq, Dq>>, "PointerAttention: queries q [B, Nq, Dq] and the block's query width Dq differ");
+      static_assert(std::is_same_v<XK, Tensor<B, Nk, Dk>>, "PointerAttention: keys k [B, Nk, Dk] and the block's key width Dk differ");
+      p.wq.template apply<B * Nq>(xq.data(), q.data());
+      p.wk.template apply<B * Nk>(xk.data(), k.data());
+      score<B, Nq, Nk>(q.data(), k.data(), logp.data(), keys);
+      return logp;
+    }
+  };
+
   template <size_t B, size_t Nq, size_t Nk>
   struct Acts {
     ActsOf<Linear<Dq, Da>, B, Nq> q;
@@ -40,16 +74,7 @@ struct PointerAttention {
       static_assert(std::is_same_v<XK, Tensor<B, Nk, Dk>>, "PointerAttention: keys k [B, Nk, Dk] and the block's key width Dk differ");
       q.forward(p.wq, xq);
       k.forward(p.wk, xk);
-      for (size_t b = 0; b < B; ++b) {
-        float* l = logp.data() + b * Nq * Nk;
-        kernels::matmul_nt<Nq, Nk, Da>(q.out.data() + b * Nq * Da, Da, k.out.data() + b * Nk * Da, Da, l, Nk, inv_sqrt(Da));
-        for (size_t i = 0; i < Nq; ++i) {
-          if (keys)
-            for (size_t j = 0; j < Nk; ++j)
-              if (!(*keys)(b, j)) l[i * Nk + j] = kernels::neg_inf;
-          kernels::log_softmax_row<Nk>(l + i * Nk);
-        }
-      }
+      score<B, Nq, Nk>(q.out.data(), k.out.data(), logp.data(), keys);
       return logp;
     }
 

@@ -3,6 +3,7 @@
 // No parameters. The table is computed once (in double) on first use.
 #pragma once
 
+#include <algorithm>
 #include <cmath>
 
 #include "../kernels/rowwise.hpp"
@@ -27,6 +28,26 @@ struct PositionalEncoding {
     }();
     return pe;
   }
+
+  // x [B, N, D] += PE[0..N) in place (forward only)
+  template <size_t B, size_t N>
+  void add_to(Tensor<B, N, D>& x) const {
+    static_assert(N <= L, "PositionalEncoding: sequence length N exceeds the table length L");
+    for (size_t b = 0; b < B; ++b) kernels::add_to<N * D>(table().data(), x.data() + b * N * D);
+  }
+
+  template <size_t B, size_t N>
+  struct Infer {
+    Tensor<B, N, D> out;
+
+    template <class X>
+    const Tensor<B, N, D>& forward(const PositionalEncoding& p, const X& x) {
+      static_assert(std::is_same_v<X, Tensor<B, N, D>>, "PositionalEncoding: input rows x [B, N, D] and the table's width D differ");
+      if (&x != &out) std::copy(x.begin(), x.end(), out.begin());
+      p.add_to(out);
+      return out;
+    }
+  };
 
   template <size_t B, size_t N>
   struct Acts {

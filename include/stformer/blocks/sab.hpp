@@ -14,6 +14,29 @@ struct SAB {
     stformer::visit(at / "mab", f, s.mab...);
   }
 
+  // Forward only: x ← SAB(x) in place (MAB's).
+  template <size_t B, size_t N, size_t T = tile_rows(B * N)>
+  using Work = typename MAB<D, H, Norm>::template Work<B, N, N, T>;
+
+  template <size_t B, size_t N, size_t T>
+  void forward_in_place(Tensor<B, N, D>& x, Work<B, N, T>& w, const KeyMask<B, N>* keys = nullptr) const {
+    mab.forward_in_place(x, x, w, keys);
+  }
+
+  template <size_t B, size_t N>
+  struct Infer {
+    Tensor<B, N, D> out;
+    Work<B, N> w;
+
+    template <class X>
+    const Tensor<B, N, D>& forward(const SAB& p, const X& x, const KeyMask<B, N>* keys = nullptr) {
+      static_assert(std::is_same_v<X, Tensor<B, N, D>>, "SAB: input set X [B, N, D] and the block's width D differ");
+      if (&x != &out) std::copy(x.begin(), x.end(), out.begin());
+      p.forward_in_place(out, w, keys);
+      return out;
+    }
+  };
+
   template <size_t B, size_t N>
   struct Acts {
     ActsOf<MAB<D, H, Norm>, B, N, N> mab;

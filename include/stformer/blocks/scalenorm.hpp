@@ -5,6 +5,8 @@
 //             dg += Σ_rows (x·dy)·r
 #pragma once
 
+#include <algorithm>
+
 #include "../kernels/rowwise.hpp"
 #include "../params.hpp"
 
@@ -17,6 +19,12 @@ struct ScaleNorm {
   template <class F, class... S>
   static void visit(const Path& at, F& f, S&... s) {
     f(at / "g", Init{Init::constant, 1.0f / inv_sqrt(D)}, s.g...);
+  }
+
+  // y = g · x / max(‖x‖, 1e-5) on Rows rows of width D (y may be x)
+  template <size_t Rows>
+  void apply(const float* x, float* y) const {
+    kernels::scalenorm_rows<Rows, D>(x, y, g(0), nullptr);
   }
 
   // Rows of shape [L..., D].
@@ -40,6 +48,18 @@ struct ScaleNorm {
       return dx;
     }
   };
+
+  template <size_t... L>
+  struct Infer {
+    Tensor<L..., D> out;
+
+    template <class X>
+    const Tensor<L..., D>& forward(const ScaleNorm& p, const X& x) {
+      static_assert(std::is_same_v<X, Tensor<L..., D>>, "ScaleNorm: input rows x [..., D] and the norm's width D differ");
+      p.template apply<(L * ... * 1)>(x.data(), out.data());
+      return out;
+    }
+  };
 };
 
 template <size_t D>
@@ -47,6 +67,13 @@ struct Identity {
   template <class F, class... S>
   static void visit(const Path&, F&, S&...) {}
 
+  // y = x (a copy unless y is x)
+  template <size_t Rows>
+  void apply(const float* x, float* y) const {
+    if (x != y) std::copy_n(x, Rows * D, y);
+  }
+
+  // Acts and Infer keep nothing: forward returns its input.
   template <size_t... L>
   struct Acts {
     template <class X>
@@ -56,6 +83,8 @@ struct Identity {
     }
     const Tensor<L..., D>& backward(const Identity&, Identity&, const Tensor<L..., D>& dout) { return dout; }
   };
+  template <size_t... L>
+  using Infer = Acts<L...>;
 };
 
 }  // namespace stformer

@@ -206,12 +206,16 @@ inline void pack_panel(const float* B, size_t ldb, size_t cols, float* panel) {
 // it) and broadcast A's entries against them, 6 rows at a time (24 accumulators with AVX-512),
 // which needs no horizontal sums. The one-lane build and very few rows (M < 8: one window's
 // row through the 33,278-word head, where packing B would cost more than the product) take dot
-// products along K instead. (Packing by register transposes costs about a quarter of a 32-row
-// product: one LM window's 32 rows through fc1, 128 → 512, took 29 µs packed, 68 µs as dots.)
-template <size_t M, size_t N, size_t K, bool Relu = false>
+// products along K instead. Packing by register transposes costs about a quarter of a 32-row
+// product.
+// Of: the rows of the whole product when these M rows are one tile of it (forward-only passes
+// take a layer's rows in tiles). The path is chosen by Of, and every entry of C is one chain of
+// multiply-adds along K on either path whatever the tile, so a tile's entries have the same bits
+// as the whole product's.
+template <size_t M, size_t N, size_t K, bool Relu = false, size_t Of = M>
 inline void matmul_nt(const float* A, size_t lda, const float* B, size_t ldb, float* C, size_t ldc, float alpha = 1.0f,
                       const float* bias = nullptr) {
-  if constexpr (W == 1 || M < 8) {
+  if constexpr (W == 1 || Of < 8) {
     detail::nt_dots<M, N, K, Relu>(A, lda, B, ldb, C, ldc, alpha, bias);
   } else {
     constexpr size_t NV = W >= 16 ? 4 : 2;  // panel width in vectors

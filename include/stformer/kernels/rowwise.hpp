@@ -176,12 +176,14 @@ inline void axpy(float a, const float* x, float* y) {  // y += a·x
   for (size_t j = full; j < N; ++j) y[j] += a * x[j];
 }
 
+// (rnorm may be nullptr: a forward-only pass keeps no norms; y may be x: in place)
 template <size_t Rows, size_t D>
 inline void scalenorm_rows(const float* x, float* y, float g, float* rnorm) {
   for (size_t r = 0; r < Rows; ++r, x += D, y += D) {
     float norm = std::sqrt(dot<D>(x, x));
-    rnorm[r] = 1.0f / (norm > scalenorm_eps ? norm : scalenorm_eps);
-    float a = g * rnorm[r];
+    const float rn = 1.0f / (norm > scalenorm_eps ? norm : scalenorm_eps);
+    if (rnorm) rnorm[r] = rn;
+    float a = g * rn;
     vf av = splat(a);
     constexpr size_t full = D / W * W;
     for (size_t j = 0; j < full; j += W) store(y + j, load(x + j) * av);

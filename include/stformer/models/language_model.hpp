@@ -32,6 +32,33 @@ struct LanguageModel {
     stformer::visit(at / "head", f, s.head...);
   }
 
+  // Forward only. Memory plan, sizeof(Infer<B>): the residual stream h [B, L, D] (embedding +
+  // PE, then each block in place) and the pooled row [B, 1, D] beside one arena of three phases,
+  //   blocks: EncoderBlock::Work<B, L, T>: a [B, L, D]; the attention's kᵀ [B, D, L], v [B, L, D]
+  //           and tile, then the hidden rows [T, F] in their place
+  //   pool:   PMA::Work<B, L>: a [B, 1, D], SN(h) [B, L, D] (folded attention), qk, ax, A, tile
+  //   head:   the logits [B, 1, V], the output
+  // The same bits as Acts.
+  template <size_t B, size_t T = tile_rows(B * L)>
+  struct Infer {
+    using BlockWork = typename EncoderBlock<D, H, F>::template Work<B, L, T>;
+    using PoolWork = typename PMA<D, H, 1>::template Work<B, L>;
+    Tensor<B, L, D> h;
+    Tensor<B, 1, D> pooled;
+    Phases<BlockWork, PoolWork, Tensor<B, 1, V>> phase;
+
+    const Tensor<B, 1, V>& forward(const LanguageModel& p, const IdTensor<B, L>& ids) {
+      p.embedding.template apply<B * L>(ids.data(), h.data());
+      p.pe.add_to(h);
+      auto& w = phase.template start<BlockWork>();
+      for (size_t i = 0; i < Blocks; ++i) p.blocks[i].forward_in_place(h, w);
+      p.pool.forward_into(h, pooled, phase.template start<PoolWork>());
+      auto& logits = phase.template start<Tensor<B, 1, V>>();
+      p.head.template apply<B>(pooled.data(), logits.data());
+      return logits;
+    }
+  };
+
   template <size_t B>
   struct Acts {
     ActsOf<Embedding<V, D>, B, L> embedding;

@@ -36,6 +36,37 @@ struct PointerModel {
     stformer::visit(at / "pointer", f, s.pointer...);
   }
 
+  // Forward only. Memory plan, sizeof(Infer<B, N>): the residual stream h [B, N, D] (proj(x),
+  // then each block in place, then sn_v in place: the keys) beside one arena of two phases,
+  //   blocks:  EncoderBlock::Work<B, N>: a [B, N, D]; the attention's kᵀ [B, D, N], v [B, N, D]
+  //            and tile [16, N] (or [T, D]), then the hidden rows [T, F] in their place
+  //   pointer: query [B, 1, D] (sn_q of the learned query), PointerAttention::Infer<B, 1, N>:
+  //            q [B, 1, D], k [B, N, D] and the output logp [B, 1, N]
+  // The same bits as Acts.
+  template <size_t B, size_t N>
+  struct Infer {
+    using BlockWork = typename EncoderBlock<D, H, F>::template Work<B, N>;
+    struct Pointer {
+      Tensor<B, 1, D> query;
+      InferOf<PointerAttention<D, D, D>, B, 1, N> pointer;
+    };
+    Tensor<B, N, D> h;
+    Phases<BlockWork, Pointer> phase;
+
+    template <class X>
+    const Tensor<B, 1, N>& forward(const PointerModel& p, const X& x, const KeyMask<B, N>* keys = nullptr) {
+      static_assert(std::is_same_v<X, Tensor<B, N, In>>, "PointerModel: input set x [B, N, In] and the model's input width In differ");
+      p.proj.template apply<B * N>(x.data(), h.data());
+      auto& w = phase.template start<BlockWork>();
+      for (size_t i = 0; i < Blocks; ++i) p.blocks[i].forward_in_place(h, w, Mask<B, N>{.keys = keys});
+      p.sn_v.template apply<B * N>(h.data(), h.data());
+      auto& head = phase.template start<Pointer>();
+      for (size_t b = 0; b < B; ++b) std::copy(p.query.begin(), p.query.end(), head.query.begin() + b * D);
+      p.sn_q.template apply<B>(head.query.data(), head.query.data());
+      return head.pointer.forward(p.pointer, head.query, h, keys);
+    }
+  };
+
   template <size_t B, size_t N>
   struct Acts {
     ActsOf<Linear<In, D>, B, N> proj;

@@ -25,6 +25,33 @@ struct SetTransformer {
     stformer::visit(at / "head", f, s.head...);
   }
 
+  // Forward only. Memory plan, sizeof(Infer<B, N>): x [B, N, D] (proj(x), then ISAB in place),
+  // the pooled row [B, 1, D] and the output y [B, 1, Out] beside one arena of two phases,
+  //   isab: ISAB::Work<B, N>: Hm [B, M, D]; MAB1's work (a [B, N, D], kᵀ [B, D, N], v [B, N, D],
+  //         tile), then MAB2's (a [B, N, D], kᵀ [B, D, M], v [B, M, D], tile) in its place
+  //   pool: PMA::Work<B, N>: a [B, 1, D], Nkv(x) [B, N, D] (folded attention: no kᵀ, v), qk, ax
+  //         [H, D], A [H, N], tile
+  // The same bits as Acts.
+  template <size_t B, size_t N>
+  struct Infer {
+    using IsabWork = typename ISAB<D, H, M, Norm>::template Work<B, N>;
+    using PoolWork = typename PMA<D, H, 1, Norm>::template Work<B, N>;
+    Tensor<B, N, D> x;
+    Tensor<B, 1, D> pooled;
+    Tensor<B, 1, Out> y;
+    Phases<IsabWork, PoolWork> phase;
+
+    template <class X>
+    const Tensor<B, 1, Out>& forward(const SetTransformer& p, const X& in, const KeyMask<B, N>* keys = nullptr) {
+      static_assert(std::is_same_v<X, Tensor<B, N, In>>, "SetTransformer: input set x [B, N, In] and the model's input width In differ");
+      p.proj.template apply<B * N>(in.data(), x.data());
+      p.isab.forward_in_place(x, phase.template start<IsabWork>(), keys);
+      p.pool.forward_into(x, pooled, phase.template start<PoolWork>(), keys);
+      p.head.template apply<B>(pooled.data(), y.data());
+      return y;
+    }
+  };
+
   template <size_t B, size_t N>
   struct Acts {
     ActsOf<Linear<In, D>, B, N> proj;
