@@ -38,10 +38,25 @@ int main() {
   ActsOf<EncoderBlock<32, 2, 32>, 1, 5> a2;
   Tensor<1, 5, 16> x;
   a2.forward(e2, a1.forward(e1, x));
-#else  // the control: this compiles
+#elif CASE == 7  // a forward-only pass of a model given points of width 3
+  static PointerModel<2, 16, 1, 64, 2> model;
+  static InferOf<PointerModel<2, 16, 1, 64, 2>, 1, 50> inf;
+  Tensor<1, 50, 3> x;
+  inf.forward(model, x);
+#else  // the control: this compiles (the training pass of a layer, the forward-only pass of every model)
   Linear<2, 16> proj;
   ActsOf<Linear<2, 16>, 1, 50> a;
   Tensor<1, 50, 2> x;
   a.forward(proj, x);
+  static PointerModel<2, 16, 1, 64, 2> pointer;
+  static SetTransformer<2, 64, 4, 16, 2> set;
+  static LanguageModel<100, 8, 16, 2, 32, 2> lm;
+  static InferOf<PointerModel<2, 16, 1, 64, 2>, 1, 50> pi;
+  static InferOf<SetTransformer<2, 64, 4, 16, 2>, 1, 50> si;
+  static InferOf<LanguageModel<100, 8, 16, 2, 32, 2>, 1> li;
+  static IdTensor<1, 8> ids;
+  pi.forward(pointer, x);
+  si.forward(set, x);
+  li.forward(lm, ids);
 #endif
 }

@@ -20,9 +20,10 @@ check 0 ""
 out=$(eval "$cmd -fsyntax-only -fno-exceptions -fno-rtti -Wall -Wextra -Werror -DCASE=0 '$file'" 2>&1) ||
   { echo "does not compile with -fno-exceptions -fno-rtti:"; echo "$out" | head -20; status=1; }
 check 1 "PMA: input set X [B, N, D] and the block's width D differ"
-check 2 "Linear: input rows x [..., In] and weight [Out, In] differ in In"
+check 2 "Linear: input rows x [..., In] do not match Acts<L...> and the weight [Out, In]"
 check 3 "MultiHeadAttention: keys/values xkv [B, Nk, Dkv] do not match the block's key width Dkv"
 check 4 "MultiHeadAttention: model width D must be divisible by the number of heads H"
 check 5 "DecoderBlock: encoder memory m [B, M, D] and the block's width D differ"
 check 6 "EncoderBlock: input rows x [B, N, D] and the block's width D differ"
+check 7 "PointerModel: input set x [B, N, In] and the model's input width In differ"
 exit $status

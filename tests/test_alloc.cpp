@@ -1,7 +1,7 @@
 // No heap allocation in any forward pass: malloc, calloc, realloc, the aligned allocators and
 // every global operator new are replaced by counting versions (forwarding to glibc's own),
 // and the count must not move during the forward and backward passes of every block and of
-// whole models.
+// whole models, nor during their forward-only passes.
 #include <doctest/doctest.h>
 
 #include <cstdlib>
@@ -101,6 +101,12 @@ std::size_t allocations_in_forward(Args&... args) {
   counting = false;
   return allocations;
 }
+
+// The same for the training activations (Acts) and the forward-only pass (Infer).
+template <class Block, size_t... Dims, class... Args>
+std::size_t allocations_in_passes(Args&... args) {
+  return allocations_in_forward<Block, ActsOf<Block, Dims...>>(args...) + allocations_in_forward<Block, InferOf<Block, Dims...>>(args...);
+}
 }  // namespace
 
 TEST_CASE("the counter sees allocations") {
@@ -114,7 +120,7 @@ TEST_CASE("the counter sees allocations") {
   std::free(m);
 }
 
-TEST_CASE("no heap allocation during forward and backward passes") {
+TEST_CASE("no heap allocation during forward and backward passes, and forward-only passes (Infer)") {
   constexpr size_t B = 2, N = 20, M = 7, D = 32;
   Tensor<B, N, D> x;
   Tensor<B, M, D> m;
@@ -130,26 +136,26 @@ TEST_CASE("no heap allocation during forward and backward passes") {
   IdTensor<B, N> ids;
   ids.fill(3);
 
-  CHECK(allocations_in_forward<ScaleNorm<D>, ActsOf<ScaleNorm<D>, B, N>>(x) == 0);
-  CHECK(allocations_in_forward<Identity<D>, ActsOf<Identity<D>, B, N>>(x) == 0);
-  CHECK(allocations_in_forward<Linear<3, D>, ActsOf<Linear<3, D>, B, N>>(x3) == 0);
-  CHECK(allocations_in_forward<MultiHeadAttention<D, D, D, 4>, ActsOf<MultiHeadAttention<D, D, D, 4>, B, N, M>>(x, m) == 0);
-  CHECK(allocations_in_forward<FeedForward<D, 64>, ActsOf<FeedForward<D, 64>, B, N>>(x) == 0);
-  CHECK(allocations_in_forward<EncoderBlock<D, 4, 64>, ActsOf<EncoderBlock<D, 4, 64>, B, N>>(x, mask) == 0);
-  CHECK(allocations_in_forward<DecoderBlock<D, 4, 64>, ActsOf<DecoderBlock<D, 4, 64>, B, N, M>>(x, m) == 0);
-  CHECK(allocations_in_forward<MAB<D, 4>, ActsOf<MAB<D, 4>, B, N, M>>(x, m) == 0);
-  CHECK(allocations_in_forward<SAB<D, 4, Identity>, ActsOf<SAB<D, 4, Identity>, B, N>>(x) == 0);
-  CHECK(allocations_in_forward<ISAB<D, 4, 5>, ActsOf<ISAB<D, 4, 5>, B, N>>(x) == 0);
-  CHECK(allocations_in_forward<PMA<D, 4, 2>, ActsOf<PMA<D, 4, 2>, B, N>>(x) == 0);
-  CHECK(allocations_in_forward<PointerAttention<D, D, 16>, ActsOf<PointerAttention<D, D, 16>, B, N, N>>(x, x) == 0);
-  CHECK(allocations_in_forward<PositionalEncoding<N, D>, ActsOf<PositionalEncoding<N, D>, B, N>>(x) == 0);
-  CHECK(allocations_in_forward<Embedding<10, D>, ActsOf<Embedding<10, D>, B, N>>(ids) == 0);
+  CHECK(allocations_in_passes<ScaleNorm<D>, B, N>(x) == 0);
+  CHECK(allocations_in_passes<Identity<D>, B, N>(x) == 0);
+  CHECK(allocations_in_passes<Linear<3, D>, B, N>(x3) == 0);
+  CHECK(allocations_in_passes<MultiHeadAttention<D, D, D, 4>, B, N, M>(x, m) == 0);
+  CHECK(allocations_in_passes<FeedForward<D, 64>, B, N>(x) == 0);
+  CHECK(allocations_in_passes<EncoderBlock<D, 4, 64>, B, N>(x, mask) == 0);
+  CHECK(allocations_in_passes<DecoderBlock<D, 4, 64>, B, N, M>(x, m) == 0);
+  CHECK(allocations_in_passes<MAB<D, 4>, B, N, M>(x, m) == 0);
+  CHECK(allocations_in_passes<SAB<D, 4, Identity>, B, N>(x) == 0);
+  CHECK(allocations_in_passes<ISAB<D, 4, 5>, B, N>(x) == 0);
+  CHECK(allocations_in_passes<PMA<D, 4, 2>, B, N>(x) == 0);
+  CHECK(allocations_in_passes<PointerAttention<D, D, 16>, B, N, N>(x, x) == 0);
+  CHECK(allocations_in_passes<PositionalEncoding<N, D>, B, N>(x) == 0);
+  CHECK(allocations_in_passes<Embedding<10, D>, B, N>(ids) == 0);
   // whole models
-  CHECK(allocations_in_forward<PointerModel<2, 16, 1, 64, 2>, ActsOf<PointerModel<2, 16, 1, 64, 2>, B, N>>(pts) == 0);
-  CHECK(allocations_in_forward<SetTransformer<2, 64, 4, 16, 2>, ActsOf<SetTransformer<2, 64, 4, 16, 2>, B, N>>(pts) == 0);
+  CHECK(allocations_in_passes<PointerModel<2, 16, 1, 64, 2>, B, N>(pts) == 0);
+  CHECK(allocations_in_passes<SetTransformer<2, 64, 4, 16, 2>, B, N>(pts) == 0);
   IdTensor<B, 32> window;
   window.fill(7);
-  CHECK(allocations_in_forward<LanguageModel<1000, 32, 64, 4, 256, 2>, ActsOf<LanguageModel<1000, 32, 64, 4, 256, 2>, B>>(window) == 0);
+  CHECK(allocations_in_passes<LanguageModel<1000, 32, 64, 4, 256, 2>, B>(window) == 0);
 }
 
 // The bytes of a model and of its workspace are compile-time constants.

@@ -158,18 +158,36 @@ TEST_CASE("MultiHeadAttention: few queries, key and value projections folded int
       });
 }
 
-TEST_CASE("MultiHeadAttention::Infer: tiles with an online softmax, workspace linear in N") {
-  Rng rng(4);
-  constexpr size_t B = 3, Nq = 40, Nk = 150, Dq = 12, Dkv = 20, D = 16, H = 2;
-  auto inf = make<MultiHeadAttention<Dq, Dkv, D, H>::Infer<B, Nq, Nk, 16, 64>>();  // 16 × 64 tiles, both with a remainder
+// MultiHeadAttention::Infer on the shapes of the three paths: full (scores in blocks of 16
+// queries, the same bits as FullActs), folded (as FoldedActs) and beyond 256 keys (tiles of keys
+// with an online softmax: the reference's values, not Acts' bits).
+template <size_t Nq, size_t Nk, size_t Dq, size_t Dkv, size_t D, size_t H>
+void check_mha_infer(Rng& rng, size_t mid) {
+  using MHA = MultiHeadAttention<Dq, Dkv, D, H>;
+  auto inf = make<InferOf<MHA, 3, Nq, Nk>>();
+  auto acts = make<ActsOf<MHA, 3, Nq, Nk>>();
   check_mha_masks<Nq, Nk, Dq, Dkv, D, H>(
-      rng, 70, [&](const auto& p, const auto& xq, const auto& xkv, auto mask) -> const auto& { return inf->forward(p, xq, xkv, mask); },
+      rng, mid,
+      [&](const auto& p, const auto& xq, const auto& xkv, auto mask) -> const auto& {
+        const auto& y = inf->forward(p, xq, xkv, mask);
+        if constexpr (Nk <= MHA::max_key_tile) CHECK(test::same_bits(y, acts->forward(p, xq, xkv, mask)));
+        return y;
+      },
       [](bool, bool) {});
-  // q, heads, out [Nq, D], k, v [Nk, D], one head's kᵀ [D/H, Nk] and one tile: no Nq × Nk term.
+}
+
+TEST_CASE("MultiHeadAttention::Infer: full, folded and online paths against the reference and Acts") {
+  Rng rng(4);
+  check_mha_infer<5, 7, 12, 20, 16, 4>(rng, 3);
+  check_mha_infer<40, 150, 12, 20, 16, 2>(rng, 70);
+  static_assert(MultiHeadAttention<12, 20, 16, 2>::folds<2, 30>);
+  check_mha_infer<2, 30, 12, 20, 16, 2>(rng, 17);
+  check_mha_infer<40, 300, 12, 20, 16, 2>(rng, 270);  // two tiles of keys, the second shorter
+  // Beyond 256 keys nothing of size Nq × Nk: per query and key, q, out, kᵀ and v (4·D floats).
   using S = MultiHeadAttention<64, 64, 64, 4>;
-  constexpr size_t s1 = sizeof(S::Infer<1, 256, 256>), s2 = sizeof(S::Infer<1, 512, 512>), s4 = sizeof(S::Infer<1, 1024, 1024>);
-  CHECK(s2 - s1 == 256 * (5 * 64 + 16) * sizeof(float));
-  CHECK(s4 - s2 == 512 * (5 * 64 + 16) * sizeof(float));
+  constexpr size_t s1 = sizeof(S::Infer<1, 512, 512>), s2 = sizeof(S::Infer<1, 1024, 1024>), s4 = sizeof(S::Infer<1, 2048, 2048>);
+  CHECK(s2 - s1 == 512 * 4 * 64 * sizeof(float));
+  CHECK(s4 - s2 == 1024 * 4 * 64 * sizeof(float));
 }
 
 TEST_CASE("EncoderBlock and DecoderBlock") {

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <cstring>
 #include <initializer_list>
 #include <memory>
 #include <vector>
@@ -50,6 +51,12 @@ size_t tensors_differing(const M& a, const M& b) {
   stformer::for_each_param([&](const stformer::Path&, stformer::Init, const auto& x, const auto& y) { n += !std::equal(x.begin(), x.end(), y.begin()); },
                            a, b);
   return n;
+}
+
+// a and b hold the same floats, bit for bit.
+template <class A, class B>
+bool same_bits(const A& a, const B& b) {
+  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(*a.data())) == 0;
 }
 
 // keys[b][j] = j < lengths[b].

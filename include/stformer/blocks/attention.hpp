@@ -260,14 +260,14 @@ struct MultiHeadAttention {
     static constexpr size_t online = KT < Nk ? QB * (Dh + 2) : 0;  // the online softmax's o [QB, Dh], m, l [QB]
     Tensor<B, D, Nk> kt;
     Tensor<B, Nk, D> v;
-    alignas(64) float tile[std::max(QB * KT + online, T * D)];
+    alignas(Tensor<1>) float tile[std::max(QB * KT + online, T * D)];
   };
   template <size_t B, size_t Nq, size_t Nk, size_t T>
   struct FoldedWork {
     const float* xkv;  // [B, Nk, Dkv], set by prepare
     Tensor<H * Nq, Dkv> qk, ax;
     Tensor<H * Nq, Nk> a;
-    alignas(64) float tile[T * D > 0 ? T * D : 1];
+    alignas(Tensor<1>) float tile[T * D > 0 ? T * D : 1];
   };
   template <size_t B, size_t Nq, size_t Nk, size_t T>
   using Work = std::conditional_t<folds<Nq, Nk>, FoldedWork<B, Nq, Nk, T>, FullWork<B, Nq, Nk, T>>;

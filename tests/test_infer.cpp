@@ -1,0 +1,232 @@
+// Forward-only passes (Infer) of every block and model: the same outputs as the training
+// activations' forward (Acts) bit for bit, and the double-precision reference, with causal,
+// padding and all-masked rows; the models' sizes are their documented memory plans, and the
+// SPEC configurations fit their targets. (MultiHeadAttention::Infer: test_blocks.cpp.)
+#include <doctest/doctest.h>
+
+#include <stformer/stformer.hpp>
+
+#include "reference.hpp"
+#include "util.hpp"
+
+using namespace stformer;
+using test::fill;
+using test::make;
+using test::same_bits;
+
+namespace {
+
+// Block p's output through Infer and through Acts from the same inputs.
+template <class Block, size_t... Dims>
+struct Both {
+  std::unique_ptr<InferOf<Block, Dims...>> infer = make<InferOf<Block, Dims...>>();
+  std::unique_ptr<ActsOf<Block, Dims...>> acts = make<ActsOf<Block, Dims...>>();
+
+  template <class... Args>
+  const auto& forward(const Block& p, const Args&... args) {
+    const auto& y = infer->forward(p, args...);
+    CHECK(same_bits(y, acts->forward(p, args...)));
+    return y;
+  }
+};
+
+}  // namespace
+
+TEST_CASE("Infer = Acts bit for bit: Linear, ScaleNorm, Identity, FeedForward, PositionalEncoding, Embedding, PointerAttention") {
+  Rng rng(11);
+  constexpr size_t B = 2, N = 37;
+  auto lin = make<Linear<17, 24>>();
+  auto sn = make<ScaleNorm<17>>();
+  auto ff = make<FeedForward<17, 40>>();
+  auto ptr = make<PointerAttention<8, 17, 16>>();
+  test::randomize(*lin, rng);
+  test::randomize(*sn, rng);
+  test::randomize(*ff, rng);
+  test::randomize(*ptr, rng);
+  Tensor<B, N, 17> x;
+  Tensor<B, 3, 8> q;
+  fill(x, rng);
+  fill(q, rng);
+  std::fill_n(x.data() + (N + 4) * 17, 17, 0.0f);  // a zero row: the norm's clamp
+  for (size_t b = 0; b < B; ++b) {
+    auto xb = ref::row(x, b);
+    ref::check_close(Both<Linear<17, 24>, B, N>().forward(*lin, x), b, ref::linear(xb, *lin));
+    ref::check_close(Both<ScaleNorm<17>, B, N>().forward(*sn, x), b, ref::scalenorm(xb, sn->g(0)));
+    ref::check_close(Both<FeedForward<17, 40>, B, N>().forward(*ff, x), b, ref::ffn(xb, *ff));  // 37 rows: tiles of 16 + 5
+    ref::check_close(Both<PositionalEncoding<40, 17>, B, N>().forward(PositionalEncoding<40, 17>{}, x), b, ref::positional(xb));
+  }
+  CHECK(same_bits(InferOf<Identity<17>, B, N>().forward(Identity<17>{}, x), x));
+  const auto keys = test::lengths_mask<B, N>({20, 0});
+  Both<PointerAttention<8, 17, 16>, B, 3, N> pb;
+  for (const KeyMask<B, N>* km : {(const KeyMask<B, N>*)nullptr, &keys}) {
+    const auto& logp = pb.forward(*ptr, q, x, km);
+    for (size_t b = 0; b < B; ++b) ref::check_close(logp, b, ref::pointer(ref::row(q, b), ref::row(x, b), *ptr, test::mask_row(km, b)));
+  }
+  Embedding<11, 5> e;
+  init_params(e, rng);
+  IdTensor<B, 3> ids = {{0, 10, 4}, {4, 4, 7}};
+  Both<Embedding<11, 5>, B, 3> eb;
+  const auto& rows = eb.forward(e, ids);
+  for (size_t c = 0; c < 5; ++c) CHECK(rows(0, 1, c) == e.weight(10, c));
+  ids(1, 2) = 11;
+  CHECK_THROWS_AS(eb.infer->forward(e, ids), std::invalid_argument);
+}
+
+TEST_CASE("EncoderBlock::Infer and DecoderBlock::Infer: causal, padding and all-masked rows") {
+  Rng rng(12);
+  constexpr size_t B = 3, N = 37, M = 21, D = 16, F = 40;
+  auto enc = make<EncoderBlock<D, 2, F>>();
+  auto dec = make<DecoderBlock<D, 4, F>>();
+  test::randomize(*enc, rng);
+  test::randomize(*dec, rng);
+  Tensor<B, N, D> x;
+  Tensor<B, M, D> m;
+  fill(x, rng);
+  fill(m, rng);
+  const auto keys = test::lengths_mask<B, N>({37, 9, 0});
+  Both<EncoderBlock<D, 2, F>, B, N> e;
+  for (bool causal : {false, true})
+    for (const KeyMask<B, N>* km : {(const KeyMask<B, N>*)nullptr, &keys}) {
+      CAPTURE(causal);
+      const auto& y = e.forward(*enc, x, Mask<B, N>{.causal = causal, .keys = km});
+      for (size_t b = 0; b < B; ++b) ref::check_close(y, b, ref::encoder(ref::row(x, b), *enc, 2, causal, test::mask_row(km, b)));
+    }
+  // the output fed back as the input: the block runs in place
+  Tensor<B, N, D> twice = e.acts->forward(*enc, e.acts->forward(*enc, x));
+  const auto& y1 = e.infer->forward(*enc, x);
+  CHECK(same_bits(e.infer->forward(*enc, y1), twice));
+
+  const auto mkeys = test::lengths_mask<B, M>({3, 21, 0});
+  Both<DecoderBlock<D, 4, F>, B, N, M> d;
+  for (const KeyMask<B, M>* km : {(const KeyMask<B, M>*)nullptr, &mkeys}) {
+    const auto& y = d.forward(*dec, x, m, km);
+    for (size_t b = 0; b < B; ++b) ref::check_close(y, b, ref::decoder(ref::row(x, b), ref::row(m, b), *dec, 4, test::mask_row(km, b)));
+  }
+  // one query row against many memory rows: the cross-attention folds
+  static_assert(MultiHeadAttention<D, D, D, 4>::folds<1, 40>);
+  Tensor<B, 1, D> x1;
+  Tensor<B, 40, D> m40;
+  fill(x1, rng);
+  fill(m40, rng);
+  Both<DecoderBlock<D, 4, F>, B, 1, 40> d1;
+  ref::check_close(d1.forward(*dec, x1, m40, nullptr), 1, ref::decoder(ref::row(x1, 1), ref::row(m40, 1), *dec, 4));
+}
+
+TEST_CASE_TEMPLATE("MAB, SAB, ISAB, PMA ::Infer with ScaleNorm and Identity norms", Tag, ScaleNorm<16>, Identity<16>) {
+  Rng rng(13);
+  constexpr size_t B = 2, N = 50, Nq = 20, D = 16, H = 4, M = 5, K = 2;
+  auto run = [&]<template <size_t> class Norm>() {
+    auto mab = make<MAB<D, H, Norm>>();
+    auto sab = make<SAB<D, H, Norm>>();
+    auto isab = make<ISAB<D, H, M, Norm>>();
+    auto pma = make<PMA<D, H, K, Norm>>();
+    test::randomize(*mab, rng);
+    test::randomize(*sab, rng);
+    test::randomize(*isab, rng);
+    test::randomize(*pma, rng);
+    static_assert(!MultiHeadAttention<D, D, D, H>::folds<Nq, N> && MultiHeadAttention<D, D, D, H>::folds<K, N>);
+    Tensor<B, N, D> x;
+    Tensor<B, Nq, D> q;
+    fill(x, rng);
+    fill(q, rng);
+    const auto keys = test::lengths_mask<B, N>({50, 0});
+    Both<MAB<D, H, Norm>, B, Nq, N> ma;
+    Both<SAB<D, H, Norm>, B, N> sa;
+    Both<ISAB<D, H, M, Norm>, B, N> ia;
+    Both<PMA<D, H, K, Norm>, B, N> pa;
+    for (const KeyMask<B, N>* km : {(const KeyMask<B, N>*)nullptr, &keys}) {
+      const auto& ym = ma.forward(*mab, q, x, km);
+      const auto& ys = sa.forward(*sab, x, km);
+      const auto& yi = ia.forward(*isab, x, km);
+      const auto& yp = pa.forward(*pma, x, km);
+      for (size_t b = 0; b < B; ++b) {
+        auto xb = ref::row(x, b);
+        auto kb = test::mask_row(km, b);
+        ref::check_close(ym, b, ref::mab(ref::row(q, b), xb, *mab, H, kb));
+        ref::check_close(ys, b, ref::mab(xb, xb, sab->mab, H, kb));
+        ref::check_close(yi, b, ref::isab(xb, *isab, H, kb));
+        ref::check_close(yp, b, ref::pma(xb, *pma, H, kb));
+      }
+    }
+  };
+  if constexpr (std::is_same_v<Tag, ScaleNorm<16>>)
+    run.template operator()<ScaleNorm>();
+  else
+    run.template operator()<Identity>();
+}
+
+TEST_CASE("models: Infer = Acts bit for bit, with padded sets") {
+  Rng rng(14);
+  constexpr size_t B = 3, N = 50;
+  using Pointer = PointerModel<2, 16, 1, 64, 2>;
+  using Set = SetTransformer<2, 64, 4, 16, 2>;
+  using LM = LanguageModel<300, 32, 64, 4, 256, 2>;
+  auto pm = make<Pointer>();
+  auto sm = make<Set>();
+  auto lm = make<LM>();
+  test::randomize(*pm, rng);
+  test::randomize(*sm, rng);
+  test::randomize(*lm, rng);
+  Tensor<B, N, 2> x;
+  fill(x, rng);
+  const auto keys = test::lengths_mask<B, N>({50, 17, 1});
+  Both<Pointer, B, N> p;
+  Both<Set, B, N> s;
+  for (const KeyMask<B, N>* km : {(const KeyMask<B, N>*)nullptr, &keys}) {
+    p.forward(*pm, x, km);
+    s.forward(*sm, x, km);
+  }
+  IdTensor<B, 32> ids;
+  for (auto& id : ids) id = std::int32_t(rng.below(300));
+  Both<LM, B> l;
+  l.forward(*lm, ids);
+  // one window at a time equals its row of the batch
+  IdTensor<1, 32> one;
+  std::copy_n(ids.data() + 32, 32, one.data());
+  auto l1 = make<InferOf<LM, 1>>();
+  const auto& z = l1->forward(*lm, one);
+  CHECK(std::equal(z.begin(), z.end(), l.infer->forward(*lm, ids).begin() + 300));
+}
+
+namespace {
+template <size_t... N>
+constexpr size_t bytes = sizeof(Tensor<N...>);
+// the folded attention's pointer to its keys, padded to the tensors' alignment
+constexpr size_t pointer_bytes = std::max(sizeof(float*), alignof(Tensor<1>));
+}  // namespace
+
+// The memory plans documented in the models' headers and in the README, buffer by buffer (a
+// tile holds [16, Nk] scores or [T, D] rows of a projection, whichever is larger; T = 16 rows, or
+// fewer when there are fewer; each buffer rounded up to the tensors' alignment).
+TEST_CASE("memory plans: sizeof(Infer) is the documented plan, and the SPEC configurations fit their targets") {
+  constexpr size_t N = 50, L = 32;
+  constexpr auto tile = [](size_t floats) { return (floats * sizeof(float) + alignof(Tensor<1>) - 1) / alignof(Tensor<1>) * alignof(Tensor<1>); };
+  // PointerModel<2, 16, 1, 64, 2>, one set: h | max(blocks: a, max(kᵀ, v, tile | hidden), pointer: query, q, k, logp)
+  {
+    constexpr size_t D = 16, F = 64;
+    constexpr size_t blocks = bytes<N, D> + std::max(bytes<D, N> + bytes<N, D> + tile(16 * N), bytes<16, F>);
+    constexpr size_t pointer = bytes<1, D> + bytes<1, D> + bytes<N, D> + bytes<1, N>;
+    using P = InferOf<PointerModel<2, 16, 1, 64, 2>, 1, N>;
+    CHECK(sizeof(P) == bytes<N, D> + std::max(blocks, pointer));
+    CHECK(sizeof(P) <= 16 * 1024);
+  }
+  // SetTransformer<2, 64, 4, 16, 2>, one set: x, pooled, y | max(isab: Hm, max(MAB1, MAB2), pool)
+  {
+    constexpr size_t D = 64, H = 4, M = 16;
+    constexpr size_t mab1 = bytes<N, D> + bytes<D, N> + bytes<N, D> + tile(16 * D);  // queries I (16) against X (50)
+    constexpr size_t mab2 = bytes<N, D> + bytes<D, M> + bytes<M, D> + tile(16 * D);  // queries X against Hm (16)
+    constexpr size_t pool = bytes<1, D> + bytes<N, D> + pointer_bytes + 2 * bytes<H, D> + bytes<H, N> + tile(D);
+    using S = InferOf<SetTransformer<2, 64, 4, 16, 2>, 1, N>;
+    CHECK(sizeof(S) == bytes<N, D> + bytes<1, D> + bytes<1, 2> + std::max(bytes<M, D> + std::max(mab1, mab2), pool));
+    CHECK(sizeof(S) <= 64 * 1024);
+  }
+  // LanguageModel, SPEC configuration, one window: h, pooled | max(blocks, pool, logits)
+  {
+    constexpr size_t V = 33278, D = 128, H = 4, F = 512;
+    constexpr size_t blocks = bytes<L, D> + std::max(bytes<D, L> + bytes<L, D> + tile(16 * D), bytes<16, F>);
+    constexpr size_t pool = bytes<1, D> + bytes<L, D> + pointer_bytes + 2 * bytes<H, D> + bytes<H, L> + tile(D);
+    using LMI = InferOf<LanguageModel<V, L, D, H, F, 2>, 1>;
+    CHECK(sizeof(LMI) == bytes<L, D> + bytes<1, D> + std::max({blocks, pool, bytes<1, V>}));
+    CHECK(sizeof(LMI) <= 200 * 1024);
+  }
+}
