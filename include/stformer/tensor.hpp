@@ -10,6 +10,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <new>
+#include <tuple>
 #include <type_traits>
 
 #include <xtensor/xfixed.hpp>
@@ -107,6 +108,9 @@ struct Nothing {};
 template <class... P>
 class Phases {
  public:
+  template <size_t i>
+  using Phase = std::tuple_element_t<i, std::tuple<P...>>;
+
   template <class Q>
   Q& start() {
     static_assert((std::is_same_v<Q, P> || ...), "Phases::start: not one of this arena's phases");

@@ -7,6 +7,7 @@
 //   max_value predict --checkpoint PATH --input IN.safetensors --output OUT.safetensors
 //   max_value plot    --checkpoint PATH [--seed S] [--output max_value.png]  (+ .csv)
 //   max_value sets    --output OUT.safetensors [--seed S] [--sets 8]   (x [B, 50, 2] for predict)
+//   max_value info    [--model pointer|set]   (the memory plan of a forward-only pass)
 //
 // Checkpoints are safetensors files under SPEC's names; `train` adds the optimiser and
 // generator state, and every command also accepts a file that holds only the parameters
@@ -228,6 +229,79 @@ int plot(Run<Net>& run, const char* kind, std::uint64_t seed, const std::string&
   return 0;
 }
 
+// info: the model's parameters and the memory of a forward-only pass over one set, phase by
+// phase, from the types' sizes (sizeof(InferOf<Net, 1, 50>) is the whole of it).
+template <class T>
+std::string shape_of() {
+  auto t = std::make_unique<T>();
+  std::string s = "[";
+  for (size_t d : t->shape()) s += (s.size() > 1 ? ", " : "") + std::to_string(d);
+  return s + "]";
+}
+template <class T>
+void buffer(const char* indent, const char* name, const char* what) {
+  std::printf("%s%-9s %-13s %8zu B  %s\n", indent, name, shape_of<T>().c_str(), sizeof(T), what);
+}
+
+template <class Net>
+int info(const char* kind) {
+  using I = InferOf<Net, 1, N>;
+  auto model = std::make_unique<Net>();
+  std::printf("%s model: %zu parameters, sizeof(model) = %zu B\n", kind, param_count(*model), sizeof(Net));
+  std::printf("forward-only pass over one set of %zu points: sizeof(InferOf<Net, 1, %zu>) = %zu B\n", N, N, sizeof(I));
+  std::printf("(training activations for the same set: sizeof(ActsOf<Net, 1, %zu>) = %zu B)\n", N, sizeof(ActsOf<Net, 1, N>));
+  const char* in = "    ";
+  if constexpr (std::is_same_v<Net, PointerNet>) {
+    using Work = typename I::BlockWork;
+    using Attention = typename decltype(Work::phase)::template Phase<0>;
+    using Hidden = typename decltype(Work::phase)::template Phase<1>;
+    buffer<decltype(I::h)>("  ", "h", "residual stream: proj(x), the blocks in place, sn_v in place (the keys)");
+    std::printf("  arena %zu B, one phase at a time:\n", sizeof(I::phase));
+    std::printf("  blocks  %zu B\n", sizeof(Work));
+    buffer<decltype(Work::a)>(in, "a", "SN1(h) -> q -> heads -> attention output; SN2(h) -> feed-forward output");
+    std::printf("%sthen %zu B: the attention's keys and values and its tile\n", in, sizeof(Attention));
+    buffer<decltype(Attention::kt)>(in, "kt", "k_h^T of every head");
+    buffer<decltype(Attention::v)>(in, "v", "values");
+    std::printf("%s%-9s %-13s %8zu B  %s\n", in, "tile", "", sizeof(Attention::tile), "scores of 16 queries, or 16 rows of a projection");
+    std::printf("%sthen:\n", in);
+    buffer<Hidden>(in, "hidden", "16 rows of the feed-forward hidden layer");
+    using Pointer = typename I::Pointer;
+    using PI = decltype(Pointer::pointer);
+    std::printf("  pointer %zu B\n", sizeof(Pointer));
+    buffer<decltype(Pointer::query)>(in, "query", "sn_q(learned query)");
+    buffer<decltype(PI::q)>(in, "q", "the query projected");
+    buffer<decltype(PI::k)>(in, "k", "the keys projected");
+    buffer<decltype(PI::logp)>(in, "logp", "the output: log-probabilities over the points");
+  } else {
+    using IsabWork = typename I::IsabWork;
+    using Mab1 = typename decltype(IsabWork::phase)::template Phase<0>;
+    using Mab2 = typename decltype(IsabWork::phase)::template Phase<1>;
+    using Pool = typename I::PoolWork;
+    buffer<decltype(I::x)>("  ", "x", "proj(x), then ISAB in place");
+    buffer<decltype(I::pooled)>("  ", "pooled", "PMA's output");
+    buffer<decltype(I::y)>("  ", "y", "the output: the predicted point");
+    std::printf("  arena %zu B, one phase at a time:\n", sizeof(I::phase));
+    std::printf("  isab    %zu B\n", sizeof(IsabWork));
+    buffer<decltype(IsabWork::hm)>(in, "hm", "the inducing points, then MAB1(I, x) in place");
+    auto mab = [&]<class M>(const char* name) {
+      std::printf("%sthen %s, %zu B:\n", in, name, sizeof(M));
+      buffer<decltype(M::a)>(in, "a", "Nkv(keys) until projected; Nq(queries) -> attention output -> Nff(h) -> fc");
+      buffer<decltype(M::attn.kt)>(in, "kt", "k_h^T of every head");
+      buffer<decltype(M::attn.v)>(in, "v", "values");
+      std::printf("%s%-9s %-13s %8zu B  %s\n", in, "tile", "", sizeof(M::attn.tile), "scores of 16 queries, or 16 rows of a projection");
+    };
+    mab.template operator()<Mab1>("MAB1 (16 inducing points against the set)");
+    mab.template operator()<Mab2>("MAB2 (the set against the inducing points)");
+    std::printf("  pool    %zu B (PMA, one seed: the attention folds, no keys or values are projected)\n", sizeof(Pool));
+    buffer<decltype(Pool::a)>(in, "a", "Nq(seed) -> attention output -> Nff(h) -> fc");
+    buffer<decltype(Pool::y1)>(in, "y1", "Nkv(x), the keys");
+    buffer<decltype(Pool::attn.qk)>(in, "qk", "q_h Wk_h of every head");
+    buffer<decltype(Pool::attn.a)>(in, "A", "attention weights");
+    buffer<decltype(Pool::attn.ax)>(in, "ax", "A x");
+  }
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -274,6 +348,9 @@ int main(int argc, char** argv) {
   sets_cmd->add_option("--seed", o.seed, "seed of the sets")->check(Seed)->capture_default_str();
   sets_cmd->add_option("--sets", written_sets, "number of sets")->check(CLI::Range(size_t{1}, size_t{Batch}))->capture_default_str();
 
+  auto* info_cmd = app.add_subcommand("info", "the model's size and the memory of a forward-only pass, phase by phase");
+  info_cmd->add_option("--model", model, "pointer or set")->check(CLI::IsMember({"pointer", "set"}))->capture_default_str();
+
   o.threads = std::clamp<size_t>(std::thread::hardware_concurrency(), 1, 2);
   for (auto* cmd : {train_cmd, eval_cmd, predict_cmd, plot_cmd})
     cmd->add_option("--threads", o.threads, "threads, 1 or 2 (the results do not depend on it)")->check(CLI::Range(1, 2))->capture_default_str();
@@ -311,6 +388,7 @@ int main(int argc, char** argv) {
       std::printf("%s: x [%zu, %zu, 2]\n", output.c_str(), written_sets, N);
       return 0;
     }
+    if (*info_cmd) return model == "pointer" ? info<PointerNet>("pointer") : info<SetNet>("set");
     if (*plot_cmd) return with_checkpoint(checkpoint, o.threads, [&](auto& run, const char* kind) { return plot(run, kind, o.seed, png); });
   } catch (const std::exception& e) {
     std::fprintf(stderr, "max_value: %s\n", e.what());

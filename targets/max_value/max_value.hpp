@@ -169,7 +169,8 @@ struct Run {
 
   struct Lane {
     Net grad;
-    ActsOf<Net, Chunk, N> acts;
+    ActsOf<Net, Chunk, N> acts;    // training
+    InferOf<Net, Chunk, N> infer;  // evaluation and prediction (forward only: the same outputs)
     Sets<Chunk> sets;
     typename T::template Out<Chunk> dout;
     double loss;
@@ -226,14 +227,14 @@ struct Run {
     return loss;
   }
 
-  // The model's outputs for *sets, into *out.
+  // The model's outputs for *sets, into *out: forward-only passes (Infer), chunk by chunk over
+  // the lanes, bit for bit the outputs of the training activations' forward.
   const typename T::template Out<Batch>& infer() {
     pool.run(Lanes, [this](size_t l) {
       Lane& lane = (*lanes)[l];
       for (size_t c = l; c < Chunks; c += Lanes) {
         take_chunk(lane, c);
-        lane.acts.forward(*model, lane.sets.x);
-        const auto& y = T::output(lane.acts);
+        const auto& y = lane.infer.forward(*model, lane.sets.x);
         std::copy(y.begin(), y.end(), out->begin() + c * y.size());
       }
     });

@@ -92,7 +92,8 @@ struct Run {
 
   struct Lane {
     Model grad;
-    ActsOf<Model, Chunk> acts;
+    ActsOf<Model, Chunk> acts;    // training
+    InferOf<Model, Chunk> infer;  // evaluation (forward only: the same logits)
     Tensor<Chunk, 1, V> dlogits;
     Tensor<Chunk, 1, D> dpooled;
     IdTensor<Chunk, L> window;
@@ -281,7 +282,7 @@ struct Run {
         std::uint32_t positions[Chunk];
         for (size_t b = 0; b < Chunk; ++b) positions[b] = std::uint32_t(begin + std::min(b, count - 1));
         gather(lane, ids, positions, count);
-        const auto& logits = lane.acts.forward(*model, lane.window);
+        const auto& logits = lane.infer.forward(*model, lane.window);
         for (size_t b = 0; b < count; ++b) lane.loss += nll_of<V>(logits.data() + b * V, lane.next(b), lane.dlogits.data());
       });
       for (size_t l = 0; l < Lanes; ++l) sum += (*lanes)[l].loss;

@@ -41,10 +41,10 @@ constexpr size_t V = 33278, L = 32, D = 128, H = 4, F = 512, Blocks = 2, B = 32;
 using LmRun = lm::Run<V, L, D, H, F, Blocks, B>;
 using Model = LmRun::Model;
 
-// predict and generate: one window at a time.
+// predict and generate: one window at a time, forward only.
 struct Inference {
   Model model;
-  ActsOf<Model, 1> acts;
+  InferOf<Model, 1> infer;
   IdTensor<1, L> window;
 };
 
@@ -66,7 +66,7 @@ void context_window(const Vocabulary& vocab, const std::string& text, IdTensor<1
 
 // Probabilities of the next word after the window, softmax with temperature.
 std::vector<double> next_word(Inference& run, double temperature = 1.0) {
-  const auto& z = run.acts.forward(run.model, run.window);
+  const auto& z = run.infer.forward(run.model, run.window);
   double m = -1e30, sum = 0;
   for (size_t v = 0; v < V; ++v) m = std::max(m, double(z(0, 0, v)));
   std::vector<double> p(V);

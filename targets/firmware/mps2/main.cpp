@@ -5,8 +5,9 @@
 // made by checkpoint_header from a checkpoint, a `max_value sets` file and a `max_value
 // predict` file. For each set the firmware prints the predicted index and its
 // log-probability, checks them against the host's (same arg-max, every log-probability within
-// 1e-4 + 1e-4·|host|), and exits with status 0 when all agree. Model and activations are
-// static (sizes known at compile time), there is no heap, and it prints its memory use.
+// 1e-4 + 1e-4·|host|), and exits with status 0 when all agree. Model and the forward-only
+// workspace (Infer) are static (sizes known at compile time), there is no heap, and it prints
+// its memory use.
 #include <cmath>
 
 #include <stformer/flash.hpp>
@@ -23,7 +24,7 @@ namespace {
 
 constexpr size_t N = 50;
 using PointerNet = stformer::PointerModel<2, 16, 1, 64, 2>;  // SPEC's `pointer` configuration
-using Acts = stformer::ActsOf<PointerNet, 1, N>;              // one set at a time
+using Infer = stformer::InferOf<PointerNet, 1, N>;            // one set at a time, forward only
 
 constexpr const stformer::ConstTensor& entry(const auto& table, std::string_view name) {
   for (const auto& e : table)
@@ -37,7 +38,7 @@ constexpr size_t S = x.size / (N * 2);
 static_assert(S > 0 && x.size == S * N * 2 && want.size == S * N, "sets.x [S, 50, 2] and expected.log_probs [S, 50] differ");
 
 PointerNet model;
-Acts acts;
+Infer infer;
 stformer::Tensor<1, N, 2> set;
 
 size_t argmax(const float* v) {
@@ -56,7 +57,7 @@ extern "C" int firmware_main() {
   size_t agree = 0;
   for (size_t s = 0; s < S; ++s) {
     std::copy(x.data + s * N * 2, x.data + (s + 1) * N * 2, set.data());
-    const float* got = acts.forward(model, set).data();
+    const float* got = infer.forward(model, set).data();
     const float* host = want.data + s * N;
     bool same = argmax(got) == argmax(host);
     for (size_t i = 0; i < N; ++i) same = same && std::fabs(got[i] - host[i]) <= 1e-4f + 1e-4f * std::fabs(host[i]);
@@ -65,7 +66,7 @@ extern "C" int firmware_main() {
     write(got[argmax(got)], 6), write(same ? " (host: the same)\n" : " (host: DIFFERENT)\n");
   }
   write("agree with the host build: "), write(agree), write(" of "), write(S), write(" sets\n");
-  write("static RAM: model "), write(sizeof model), write(" B, activations "), write(sizeof acts), write(" B; stack used "),
+  write("static RAM: model "), write(sizeof model), write(" B, forward-only workspace "), write(sizeof infer), write(" B; stack used "),
       write(semihosting::stack_used()), write(" B\n");
   return agree == S ? 0 : 1;
 }
