@@ -94,8 +94,7 @@ void check_chunked_gradient() {
   auto grad = std::make_unique<Net>();
   auto dout = std::make_unique<typename T::template Out<Batch>>();
   zero_grad(*grad);
-  acts->forward(*run->model, run->sets->x);
-  float whole = T::loss(T::output(*acts), *run->sets, *dout, Batch);
+  float whole = T::loss(acts->forward(*run->model, run->sets->x), *run->sets, *dout, Batch);
   acts->backward(*run->model, *grad, *dout);
   CHECK(loss == doctest::Approx(whole).epsilon(1e-5));
   // Scale: each tensor's largest gradient, but at least 1e-3 of the model's largest (the key

@@ -83,6 +83,16 @@ KeyMask<B, Nk> key_mask_from_lengths(const size_t (&length)[B]) {
 
 namespace stformer {
 
+// The convention of every block's Acts: forward(params, inputs..., masks) returns its output;
+// backward(params, grad, dout) accumulates the parameter gradients into grad and returns the
+// gradient of its input (dx), or for a block of two inputs (queries and keys/values; a
+// decoder's rows and memory) both, as InputGrads {dq, dkv}. What Acts remember is theirs.
+template <class Q, class KV>
+struct InputGrads {
+  const Q& dq;
+  const KV& dkv;
+};
+
 // Activations of Block for the given batch/sequence sizes: ActsOf<Linear<2, 16>, B, N>.
 template <class Block, size_t... Dims>
 using ActsOf = typename Block::template Acts<Dims...>;

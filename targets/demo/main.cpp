@@ -1,6 +1,7 @@
 // stformer demo: a Set Transformer (SPEC's `set` model: Linear -> ISAB -> PMA -> Linear) and
-// an encoder block, run forward on a built-in input, with their outputs, the time of one
-// forward pass and the bytes that the model and its workspace occupy (compile-time sizes).
+// an encoder block, run forward only (Infer) on a built-in input, with their outputs, the time
+// of one forward pass and the bytes that the model and its workspace occupy (compile-time
+// sizes; a training pass's activations for comparison).
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -31,13 +32,13 @@ constexpr const char* backend = STFORMER_SIMD ? "xsimd" : "plain C++";
 constexpr size_t N = 50, D = 64, H = 4, M = 16;
 using Set = SetTransformer<2, D, H, M, 2>;
 Set set;
-ActsOf<Set, 1, N> set_acts;
+InferOf<Set, 1, N> set_infer;
 Tensor<1, N, 2> points;
 
 using Encoder = EncoderBlock<D, H, 4 * D>;
 constexpr size_t T = 16;
 Encoder encoder;
-ActsOf<Encoder, 1, T> encoder_acts;
+InferOf<Encoder, 1, T> encoder_infer;
 Tensor<1, T, D> tokens;
 
 }  // namespace
@@ -59,19 +60,21 @@ int main(int argc, char** argv) {
 
   std::printf("stformer demo (%s kernels, untrained weights from seed 0)\n\n", backend);
 
-  const auto& y = set_acts.forward(set, points);
+  const auto& y = set_infer.forward(set, points);
   std::printf("Set Transformer  Linear<2,%zu> -> ISAB<%zu,%zu,%zu> -> PMA<%zu,%zu,1> -> Linear<%zu,2>\n", D, D, H, M, D, H, D);
   std::printf("  input   %zu points in 2-D, first (%.4f, %.4f)\n", N, points(0, 0, 0), points(0, 0, 1));
   std::printf("  output  y = (%.6f, %.6f)\n", y(0, 0, 0), y(0, 0, 1));
-  std::printf("  forward %.1f us (median of 201)\n", median_us([] { set_acts.forward(set, points); }));
-  std::printf("  model   %zu parameters, %zu bytes; workspace %zu bytes\n\n", param_count(set), sizeof(Set), sizeof(set_acts));
+  std::printf("  forward %.1f us (median of 201)\n", median_us([] { set_infer.forward(set, points); }));
+  std::printf("  model   %zu parameters, %zu bytes; workspace %zu bytes (training activations: %zu)\n\n", param_count(set), sizeof(Set),
+              sizeof(set_infer), sizeof(ActsOf<Set, 1, N>));
 
-  const auto& e = encoder_acts.forward(encoder, tokens, Mask<1, T>{.causal = true});
+  const auto& e = encoder_infer.forward(encoder, tokens, Mask<1, T>{.causal = true});
   std::printf("EncoderBlock<%zu,%zu,%zu>, %zu tokens, causal\n", D, H, 4 * D, T);
   std::printf("  output  row 0: %.6f %.6f %.6f ...  row %zu: %.6f %.6f %.6f ...\n", e(0, 0, 0), e(0, 0, 1), e(0, 0, 2), T - 1,
               e(0, T - 1, 0), e(0, T - 1, 1), e(0, T - 1, 2));
   std::printf("  forward %.1f us (median of 201)\n",
-              median_us([] { encoder_acts.forward(encoder, tokens, Mask<1, T>{.causal = true}); }));
-  std::printf("  model   %zu parameters, %zu bytes; workspace %zu bytes\n", param_count(encoder), sizeof(Encoder), sizeof(encoder_acts));
+              median_us([] { encoder_infer.forward(encoder, tokens, Mask<1, T>{.causal = true}); }));
+  std::printf("  model   %zu parameters, %zu bytes; workspace %zu bytes (training activations: %zu)\n", param_count(encoder), sizeof(Encoder),
+              sizeof(encoder_infer), sizeof(ActsOf<Encoder, 1, T>));
   return 0;
 }

@@ -88,8 +88,6 @@ struct Task<PointerNet> {
 
   template <size_t B>
   using Out = Tensor<B, 1, N>;  // log-probabilities over the points
-  template <class Acts>
-  static const auto& output(const Acts& a) { return a.pointer.logp; }
   template <size_t B>
   static float loss(const Out<B>& logp, const Sets<B>& s, Out<B>& d, size_t of) { return nll_loss(logp, s.target, d, of); }
   template <size_t B>
@@ -113,8 +111,6 @@ struct Task<SetNet> {
 
   template <size_t B>
   using Out = Tensor<B, 1, 2>;  // the predicted point
-  template <class Acts>
-  static const auto& output(const Acts& a) { return a.head.out; }
   template <size_t B>
   static float loss(const Out<B>& y, const Sets<B>& s, Out<B>& d, size_t of) { return euclidean_loss(y, s.point, d, of); }
   template <size_t B>
@@ -207,8 +203,7 @@ struct Run {
       lane.loss = 0;
       for (size_t c = l; c < Chunks; c += Lanes) {
         take_chunk(lane, c);
-        lane.acts.forward(*model, lane.sets.x);
-        lane.loss += T::loss(T::output(lane.acts), lane.sets, lane.dout, Batch);
+        lane.loss += T::loss(lane.acts.forward(*model, lane.sets.x), lane.sets, lane.dout, Batch);
         lane.acts.backward(*model, lane.grad, lane.dout);
       }
     });

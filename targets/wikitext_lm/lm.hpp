@@ -219,9 +219,9 @@ struct Run {
         const Lane& lane = (*lanes)[l];
         const float* dl = lane.dlogits.data() + v;
         if (l == 0)
-          kernels::matmul_tn<R, D, Chunk, false>(dl, V, lane.acts.head.x->data(), D, dw, D);
+          kernels::matmul_tn<R, D, Chunk, false>(dl, V, lane.acts.pooled().data(), D, dw, D);
         else
-          kernels::matmul_tn<R, D, Chunk, true>(dl, V, lane.acts.head.x->data(), D, dw, D);
+          kernels::matmul_tn<R, D, Chunk, true>(dl, V, lane.acts.pooled().data(), D, dw, D);
         for (size_t b = 0; b < Chunk; ++b) kernels::add_to<R>(dl + b * V, db);
         kernels::matmul_nn<Chunk, D, R, true>(dl, V, model->head.weight.data() + v * D, D, dx + l * Chunk * D, D);
       }

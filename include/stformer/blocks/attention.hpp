@@ -7,8 +7,8 @@
 //   out = concat_h(o_h) Woᵀ + bo                                           [B, Nq, D]
 // backward, per head, from dO_h (the gradient of concat_h(o_h)):
 //   dv_h = A_hᵀ dO_h,  dA_h = dO_h v_hᵀ,  dS_h = s · A_h ⊙ (dA_h − rowsum(dA_h ⊙ A_h)),
-//   dq_h = dS_h k_h,   dk_h = dS_hᵀ q_h;  then the projections' backward. dL/dxq is in dxq(),
-//   dL/dxkv in dxkv (for self-attention the caller adds the two).
+//   dq_h = dS_h k_h,   dk_h = dS_hᵀ q_h;  then the projections' backward, which returns
+//   {dL/dxq, dL/dxkv} (for self-attention the caller adds the two).
 //
 // Few queries against many keys (PMA's seeds): Acts is FoldedActs, which moves the key and value
 // projections to the queries' side. With Wk_h, Wv_h the head's rows [Dh, Dkv] of Wk, Wv:
@@ -113,7 +113,6 @@ struct MultiHeadAttention {
     Tensor<Nq, Nk> ds;  // one head's dA, then dS
     Tensor<Dh, Nk> kt;  // one head's k_hᵀ
     Tensor<B, Nk, Dkv> dxkv;
-    const Tensor<B, Nq, Dq>& dxq() const { return q.dx; }
 
     template <class XQ, class XKV>
     const Tensor<B, Nq, D>& forward(const MultiHeadAttention& p, const XQ& xq, const XKV& xkv, Mask<B, Nk> mask = {}) {
@@ -133,7 +132,7 @@ struct MultiHeadAttention {
       return o.forward(p.wo, heads);
     }
 
-    void backward(const MultiHeadAttention& p, MultiHeadAttention& grad, const Tensor<B, Nq, D>& dout) {
+    InputGrads<Tensor<B, Nq, Dq>, Tensor<B, Nk, Dkv>> backward(const MultiHeadAttention& p, MultiHeadAttention& grad, const Tensor<B, Nq, D>& dout) {
       const auto& dheads = o.backward(p.wo, grad.wo, dout);
       for (size_t b = 0; b < B; ++b)
         for (size_t h = 0; h < H; ++h) {
@@ -146,8 +145,8 @@ struct MultiHeadAttention {
           kernels::matmul_nn<Nq, Dh, Nk>(ds.data(), Nk, k.out.data() + ko, D, dq.data() + qo, D);
           kernels::matmul_tn<Nk, Dh, Nq, false>(ds.data(), Nk, q.out.data() + qo, D, dk.data() + ko, D);
         }
-      q.backward(p.wq, grad.wq, dq);
       kernels::add<B * Nk * Dkv>(k.backward(p.wk, grad.wk, dk).data(), v.backward(p.wv, grad.wv, dv).data(), dxkv.data());
+      return {q.backward(p.wq, grad.wq, dq), dxkv};
     }
   };
 
@@ -192,7 +191,6 @@ struct MultiHeadAttention {
     Tensor<H, Nq, Dkv> dax, dqk;  // one batch row's
     Tensor<H, Nq, Nk> ds;         // one batch row's dA, then dS
     Tensor<B, Nk, Dkv> dxkv;
-    const Tensor<B, Nq, Dq>& dxq() const { return q.dx; }
 
     template <class XQ, class XKV>
     const Tensor<B, Nq, D>& forward(const MultiHeadAttention& p, const XQ& xq, const XKV& x_kv, Mask<B, Nk> mask = {}) {
@@ -205,7 +203,7 @@ struct MultiHeadAttention {
       return o.forward(p.wo, heads);
     }
 
-    void backward(const MultiHeadAttention& p, MultiHeadAttention& grad, const Tensor<B, Nq, D>& dout) {
+    InputGrads<Tensor<B, Nq, Dq>, Tensor<B, Nk, Dkv>> backward(const MultiHeadAttention& p, MultiHeadAttention& grad, const Tensor<B, Nq, D>& dout) {
       const auto& dheads = o.backward(p.wo, grad.wo, dout);
       for (size_t b = 0; b < B; ++b) {
         const float* x = xkv->data() + b * Nk * Dkv;
@@ -229,7 +227,7 @@ struct MultiHeadAttention {
           kernels::matmul_tn<Dh, Dkv, Nq>(q.out.data() + b * Nq * D + h * Dh, D, dqkh, Dkv, grad.wk.weight.data() + h * Dh * Dkv, Dkv);
         }
       }
-      q.backward(p.wq, grad.wq, dq);
+      return {q.backward(p.wq, grad.wq, dq), dxkv};
     }
   };
 

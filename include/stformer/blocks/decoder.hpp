@@ -4,7 +4,8 @@
 //   h2  = h1 + CrossMHA(SN2(h1), m)        (optionally key-padded over m)
 //   out = h2 + FFN(SN3(h2))
 //   backward: dh2 = dout + SN3ᵀ FFNᵀ dout; dh1 = dh2 + SN2ᵀ dxq(CrossMHAᵀ dh2);
-//             dx = dh1 + SN1ᵀ (dxq + dxkv of SelfMHAᵀ dh1); dm = dxkv of CrossMHAᵀ dh2
+//             dx = dh1 + SN1ᵀ (dxq + dxkv of SelfMHAᵀ dh1); dm = dxkv of CrossMHAᵀ dh2;
+//             returns {dq = dx, dkv = dm}
 // Parameters: sn1.g, self_attn.*, sn2.g, cross_attn.*, sn3.g, ffn.*.
 #pragma once
 
@@ -92,7 +93,6 @@ struct DecoderBlock {
     ActsOf<FeedForward<D, F>, B, N> ffn;
     Tensor<B, N, D> out;
     Tensor<B, N, D> dh2, dh1, dn1, dx;
-    const Tensor<B, M, D>& dm() const { return cross_attn.dxkv; }  // gradient into the memory
 
     template <class X, class Mem>
     const Tensor<B, N, D>& forward(const DecoderBlock& p, const X& x, const Mem& m, const KeyMask<B, M>* memory_mask = nullptr) {
@@ -106,14 +106,14 @@ struct DecoderBlock {
       return out;
     }
 
-    const Tensor<B, N, D>& backward(const DecoderBlock& p, DecoderBlock& grad, const Tensor<B, N, D>& dout) {
+    InputGrads<Tensor<B, N, D>, Tensor<B, M, D>> backward(const DecoderBlock& p, DecoderBlock& grad, const Tensor<B, N, D>& dout) {
       kernels::add<B * N * D>(dout.data(), sn3.backward(p.sn3, grad.sn3, ffn.backward(p.ffn, grad.ffn, dout)).data(), dh2.data());
-      cross_attn.backward(p.cross_attn, grad.cross_attn, dh2);
-      kernels::add<B * N * D>(dh2.data(), sn2.backward(p.sn2, grad.sn2, cross_attn.dxq()).data(), dh1.data());
-      self_attn.backward(p.self_attn, grad.self_attn, dh1);
-      kernels::add<B * N * D>(self_attn.dxq().data(), self_attn.dxkv.data(), dn1.data());
+      const auto dc = cross_attn.backward(p.cross_attn, grad.cross_attn, dh2);
+      kernels::add<B * N * D>(dh2.data(), sn2.backward(p.sn2, grad.sn2, dc.dq).data(), dh1.data());
+      const auto ds = self_attn.backward(p.self_attn, grad.self_attn, dh1);
+      kernels::add<B * N * D>(ds.dq.data(), ds.dkv.data(), dn1.data());
       kernels::add<B * N * D>(dh1.data(), sn1.backward(p.sn1, grad.sn1, dn1).data(), dx.data());
-      return dx;
+      return {dx, dc.dkv};
     }
   };
 };

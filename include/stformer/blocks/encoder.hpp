@@ -88,8 +88,8 @@ struct EncoderBlock {
 
     const Tensor<B, N, D>& backward(const EncoderBlock& p, EncoderBlock& grad, const Tensor<B, N, D>& dout) {
       kernels::add<B * N * D>(dout.data(), sn2.backward(p.sn2, grad.sn2, ffn.backward(p.ffn, grad.ffn, dout)).data(), dh.data());
-      attn.backward(p.attn, grad.attn, dh);
-      kernels::add<B * N * D>(attn.dxq().data(), attn.dxkv.data(), dn1.data());
+      const auto da = attn.backward(p.attn, grad.attn, dh);
+      kernels::add<B * N * D>(da.dq.data(), da.dkv.data(), dn1.data());
       kernels::add<B * N * D>(dh.data(), sn1.backward(p.sn1, grad.sn1, dn1).data(), dx.data());
       return dx;
     }

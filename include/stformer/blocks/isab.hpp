@@ -69,10 +69,10 @@ struct ISAB {
     }
 
     const Tensor<B, N, D>& backward(const ISAB& p, ISAB& grad, const Tensor<B, N, D>& dout) {
-      mab2.backward(p.mab2, grad.mab2, dout);
-      mab1.backward(p.mab1, grad.mab1, mab2.dy);
-      for (size_t b = 0; b < B; ++b) kernels::add_to<M * D>(mab1.dx.data() + b * M * D, grad.inducing.data());
-      kernels::add<B * N * D>(mab2.dx.data(), mab1.dy.data(), dx.data());
+      const auto d2 = mab2.backward(p.mab2, grad.mab2, dout);
+      const auto d1 = mab1.backward(p.mab1, grad.mab1, d2.dkv);
+      for (size_t b = 0; b < B; ++b) kernels::add_to<M * D>(d1.dq.data() + b * M * D, grad.inducing.data());
+      kernels::add<B * N * D>(d2.dq.data(), d1.dkv.data(), dx.data());
       return dx;
     }
   };

@@ -3,7 +3,7 @@
 //   h   = X + MHA(Nq(X), Nkv(Y))              (optionally key-padded over Y)
 //   out = h + ReLU(Nff(h) Wfcᵀ + bfc)
 //   backward: dh = dout + Nffᵀ fcᵀ (dout ⊙ [relu > 0]); dX = dh + Nqᵀ dxq(MHAᵀ dh);
-//             dY = Nkvᵀ dxkv(MHAᵀ dh)
+//             dY = Nkvᵀ dxkv(MHAᵀ dh); returns {dq = dX, dkv = dY}
 // Norm = ScaleNorm (default) or Identity (the paper's un-normalised block, no g entries).
 // Parameters: nq.g, nkv.g, attn.*, nff.g, fc.weight [D, D] (Kaiming-normal), fc.bias.
 #pragma once
@@ -99,13 +99,14 @@ struct MAB {
       return out;
     }
 
-    void backward(const MAB& p, MAB& grad, const Tensor<B, Nq, D>& dout) {
+    InputGrads<Tensor<B, Nq, D>, Tensor<B, Nk, D>> backward(const MAB& p, MAB& grad, const Tensor<B, Nq, D>& dout) {
       dfc = dout;
       kernels::relu_backward<B * Nq * D>(fc.out.data(), dfc.data());
       kernels::add<B * Nq * D>(dout.data(), nff.backward(p.nff, grad.nff, fc.backward(p.fc, grad.fc, dfc)).data(), dh.data());
-      attn.backward(p.attn, grad.attn, dh);
-      kernels::add<B * Nq * D>(dh.data(), nq.backward(p.nq, grad.nq, attn.dxq()).data(), dx.data());
-      dy = nkv.backward(p.nkv, grad.nkv, attn.dxkv);
+      const auto da = attn.backward(p.attn, grad.attn, dh);
+      kernels::add<B * Nq * D>(dh.data(), nq.backward(p.nq, grad.nq, da.dq).data(), dx.data());
+      dy = nkv.backward(p.nkv, grad.nkv, da.dkv);
+      return {dx, dy};
     }
   };
 };

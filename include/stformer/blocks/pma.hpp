@@ -56,9 +56,9 @@ struct PMA {
 
     // dS (summed over the batch) goes to the seeds; returns dX.
     const Tensor<B, N, D>& backward(const PMA& p, PMA& grad, const Tensor<B, K, D>& dout) {
-      mab.backward(p.mab, grad.mab, dout);
-      for (size_t b = 0; b < B; ++b) kernels::add_to<K * D>(mab.dx.data() + b * K * D, grad.seeds.data());
-      return mab.dy;
+      const auto d = mab.backward(p.mab, grad.mab, dout);
+      for (size_t b = 0; b < B; ++b) kernels::add_to<K * D>(d.dq.data() + b * K * D, grad.seeds.data());
+      return d.dkv;
     }
   };
 };

@@ -3,7 +3,8 @@
 // -> [B, Nq, Nk]. A masked key gets log-probability −∞ (probability exactly 0); a row whose
 // keys are all masked is all −∞.
 //   backward: dS = (dlogp − exp(logp) Σ dlogp) / sqrt(Da);  dq = dS k,  dk = dSᵀ q; then the
-//   projections' backward: dL/dq in dxq(), dL/dk in dxk(). Parameters: wq.*, wk.* (Xavier-normal, zero bias).
+//   projections' backward, which returns {dq = dL/dq, dkv = dL/dk}. Parameters: wq.*, wk.*
+//   (Xavier-normal, zero bias).
 #pragma once
 
 #include "../kernels/matmul.hpp"
@@ -65,8 +66,6 @@ struct PointerAttention {
     Tensor<B, Nq, Nk> ds;
     Tensor<B, Nq, Da> dq;
     Tensor<B, Nk, Da> dk;
-    const Tensor<B, Nq, Dq>& dxq() const { return q.dx; }
-    const Tensor<B, Nk, Dk>& dxk() const { return k.dx; }
 
     template <class XQ, class XK>
     const Tensor<B, Nq, Nk>& forward(const PointerAttention& p, const XQ& xq, const XK& xk, const KeyMask<B, Nk>* keys = nullptr) {
@@ -78,7 +77,7 @@ struct PointerAttention {
       return logp;
     }
 
-    void backward(const PointerAttention& p, PointerAttention& grad, const Tensor<B, Nq, Nk>& dlogp) {
+    InputGrads<Tensor<B, Nq, Dq>, Tensor<B, Nk, Dk>> backward(const PointerAttention& p, PointerAttention& grad, const Tensor<B, Nq, Nk>& dlogp) {
       ds = dlogp;
       for (size_t b = 0; b < B; ++b) {
         float* d = ds.data() + b * Nq * Nk;
@@ -89,8 +88,7 @@ struct PointerAttention {
         kernels::matmul_nn<Nq, Da, Nk>(d, Nk, k.out.data() + b * Nk * Da, Da, dq.data() + b * Nq * Da, Da);
         kernels::matmul_tn<Nk, Da, Nq, false>(d, Nk, q.out.data() + b * Nq * Da, Da, dk.data() + b * Nk * Da, Da);
       }
-      q.backward(p.wq, grad.wq, dq);
-      k.backward(p.wk, grad.wk, dk);
+      return {q.backward(p.wq, grad.wq, dq), k.backward(p.wk, grad.wk, dk)};
     }
   };
 };

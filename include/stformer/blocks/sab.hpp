@@ -50,8 +50,8 @@ struct SAB {
 
     // dX = dX(query side) + dX(key side)
     const Tensor<B, N, D>& backward(const SAB& p, SAB& grad, const Tensor<B, N, D>& dout) {
-      mab.backward(p.mab, grad.mab, dout);
-      kernels::add<B * N * D>(mab.dx.data(), mab.dy.data(), dx.data());
+      const auto d = mab.backward(p.mab, grad.mab, dout);
+      kernels::add<B * N * D>(d.dq.data(), d.dkv.data(), dx.data());
       return dx;
     }
   };

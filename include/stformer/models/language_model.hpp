@@ -78,8 +78,10 @@ struct LanguageModel {
       backward_pooled(p, grad, head.backward(p.head, grad.head, dlogits));
     }
 
-    // The same from dL/d(pooled row) [B, 1, D] down (pool, blocks, embedding), for a caller
-    // that computes the head's gradients itself.
+    // The head's input of the last forward, the pooled rows [B, 1, D], and the backward from
+    // dL/d(pooled) down (pool, blocks, embedding): for a caller that computes the head's
+    // gradients itself.
+    const Tensor<B, 1, D>& pooled() const { return *head.x; }
     void backward_pooled(const LanguageModel& p, LanguageModel& grad, const Tensor<B, 1, D>& dpooled) {
       const Tensor<B, L, D>* dh = &pool.backward(p.pool, grad.pool, dpooled);
       for (size_t i = Blocks; i-- > 0;) dh = &blocks[i].backward(p.blocks[i], grad.blocks[i], *dh);

@@ -87,10 +87,10 @@ struct PointerModel {
 
     // Accumulates parameter gradients into grad; returns dL/dx.
     const Tensor<B, N, In>& backward(const PointerModel& p, PointerModel& grad, const Tensor<B, 1, N>& dlogp) {
-      pointer.backward(p.pointer, grad.pointer, dlogp);
-      const auto& dq = sn_q.backward(p.sn_q, grad.sn_q, pointer.dxq());
+      const auto dp = pointer.backward(p.pointer, grad.pointer, dlogp);
+      const auto& dq = sn_q.backward(p.sn_q, grad.sn_q, dp.dq);
       for (size_t b = 0; b < B; ++b) kernels::add_to<D>(dq.data() + b * D, grad.query.data());
-      const Tensor<B, N, D>* dh = &sn_v.backward(p.sn_v, grad.sn_v, pointer.dxk());
+      const Tensor<B, N, D>* dh = &sn_v.backward(p.sn_v, grad.sn_v, dp.dkv);
       for (size_t i = Blocks; i-- > 0;) dh = &blocks[i].backward(p.blocks[i], grad.blocks[i], *dh);
       return proj.backward(p.proj, grad.proj, *dh);
     }

@@ -10,7 +10,7 @@
 // its memory use.
 #include <cmath>
 
-#include <stformer/flash.hpp>
+#include <stformer/param_table.hpp>
 #include <stformer/models/pointer_model.hpp>
 
 #include "expected.hpp"

@@ -1,4 +1,5 @@
-// stformer — parameters from constant arrays, for programs without a file system.
+// stformer — a model's parameters from a table of named constant arrays (ConstTensor), for
+// programs without a file system.
 //
 // `checkpoint_header` (targets/firmware/) turns any safetensors checkpoint into a C++ header
 // of constexpr float arrays (they stay in flash) and a table of ConstTensor entries, one per
