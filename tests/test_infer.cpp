@@ -196,15 +196,17 @@ constexpr size_t pointer_bytes = std::max(sizeof(float*), alignof(Tensor<1>));
 }  // namespace
 
 // The memory plans documented in the models' headers and in the README, buffer by buffer (a
-// tile holds [16, Nk] scores or [T, D] rows of a projection, whichever is larger; T = 16 rows, or
-// fewer when there are fewer; each buffer rounded up to the tensors' alignment).
+// tile holds [16, Nk] scores or [T, D] rows of a projection, whichever is larger, T = 16 rows
+// unless the arena leaves room for more; each buffer rounded up to the tensors' alignment).
 TEST_CASE("memory plans: sizeof(Infer) is the documented plan, and the SPEC configurations fit their targets") {
   constexpr size_t N = 50, L = 32;
   constexpr auto tile = [](size_t floats) { return (floats * sizeof(float) + alignof(Tensor<1>) - 1) / alignof(Tensor<1>) * alignof(Tensor<1>); };
   // PointerModel<2, 16, 1, 64, 2>, one set: h | max(blocks: a, max(kᵀ, v, tile | hidden), pointer: query, q, k, logp)
   {
     constexpr size_t D = 16, F = 64;
-    constexpr size_t blocks = bytes<N, D> + std::max(bytes<D, N> + bytes<N, D> + tile(16 * N), bytes<16, F>);
+    // the tile's 16 × 50 scores hold all 50 rows of a projection; 2 tiles of 25 hidden rows
+    static_assert(EncoderBlock<D, 1, F>::Work<1, N>::Tf == 25 && MultiHeadAttention<D, D, D, 1>::Work<1, N, N, 16>::rows == N);
+    constexpr size_t blocks = bytes<N, D> + std::max(bytes<D, N> + bytes<N, D> + tile(16 * N), bytes<25, F>);
     constexpr size_t pointer = bytes<1, D> + bytes<1, D> + bytes<N, D> + bytes<1, N>;
     using P = InferOf<PointerModel<2, 16, 1, 64, 2>, 1, N>;
     CHECK(sizeof(P) == bytes<N, D> + std::max(blocks, pointer));
@@ -214,7 +216,8 @@ TEST_CASE("memory plans: sizeof(Infer) is the documented plan, and the SPEC conf
   {
     constexpr size_t D = 64, H = 4, M = 16;
     constexpr size_t mab1 = bytes<N, D> + bytes<D, N> + bytes<N, D> + tile(16 * D);  // queries I (16) against X (50)
-    constexpr size_t mab2 = bytes<N, D> + bytes<D, M> + bytes<M, D> + tile(16 * D);  // queries X against Hm (16)
+    constexpr size_t mab2 = bytes<N, D> + bytes<D, M> + bytes<M, D> + tile(N * D);   // queries X against Hm (16): all 50 rows fit
+    static_assert(ISAB<D, H, M>::Work<1, N>::T2 == N);
     constexpr size_t pool = bytes<1, D> + bytes<N, D> + pointer_bytes + 2 * bytes<H, D> + bytes<H, N> + tile(D);
     using S = InferOf<SetTransformer<2, 64, 4, 16, 2>, 1, N>;
     CHECK(sizeof(S) == bytes<N, D> + bytes<1, D> + bytes<1, 2> + std::max(bytes<M, D> + std::max(mab1, mab2), pool));
@@ -223,7 +226,9 @@ TEST_CASE("memory plans: sizeof(Infer) is the documented plan, and the SPEC conf
   // LanguageModel, SPEC configuration, one window: h, pooled | max(blocks, pool, logits)
   {
     constexpr size_t V = 33278, D = 128, H = 4, F = 512;
-    constexpr size_t blocks = bytes<L, D> + std::max(bytes<D, L> + bytes<L, D> + tile(16 * D), bytes<16, F>);
+    // the logits leave room for the 32 rows of a window in one tile
+    static_assert(std::is_same_v<InferOf<LanguageModel<V, L, D, H, F, 2>, 1>, LanguageModel<V, L, D, H, F, 2>::Infer<1, 32>>);
+    constexpr size_t blocks = bytes<L, D> + std::max(bytes<D, L> + bytes<L, D> + tile(L * D), bytes<L, F>);
     constexpr size_t pool = bytes<1, D> + bytes<L, D> + pointer_bytes + 2 * bytes<H, D> + bytes<H, L> + tile(D);
     using LMI = InferOf<LanguageModel<V, L, D, H, F, 2>, 1>;
     CHECK(sizeof(LMI) == bytes<L, D> + bytes<1, D> + std::max({blocks, pool, bytes<1, V>}));

@@ -116,6 +116,34 @@ void check_chunked_gradient() {
   MESSAGE(std::string(T::name) << ": largest difference, relative to each tensor's largest gradient (at least 1e-3 of the model's): " << worst);
 }
 
+// Run::infer (forward only, chunk by chunk over the lanes) on 1 and 2 threads: the same bits, and
+// those of the training activations' forward on the same chunks.
+template <class Net>
+void check_infer() {
+  using Out = typename Task<Net>::template Out<Batch>;
+  constexpr size_t Chunk = Run<Net>::Chunk;
+  auto one = std::make_unique<Run<Net>>(4, 1), two = std::make_unique<Run<Net>>(4, 2);
+  Rng rng(4, 2);
+  one->sets->draw(rng);
+  *two->sets = *one->sets;
+  auto y1 = std::make_unique<Out>(one->infer());
+  CHECK(test::same_bits(*y1, two->infer()));
+  auto acts = std::make_unique<ActsOf<Net, Chunk, N>>();
+  Tensor<Chunk, N, 2> x;
+  size_t differing = 0;
+  for (size_t c = 0; c < Batch / Chunk; ++c) {
+    std::copy_n(one->sets->x.data() + c * Chunk * N * 2, Chunk * N * 2, x.data());
+    const auto& y = acts->forward(*one->model, x);
+    differing += !std::equal(y.begin(), y.end(), y1->begin() + c * y.size());
+  }
+  CHECK(differing == 0);
+}
+
+TEST_CASE("max_value: evaluation runs forward only (Infer), the same on 1 and 2 threads and as the training forward") {
+  check_infer<PointerNet>();
+  check_infer<SetNet>();
+}
+
 TEST_CASE("max_value: the chunked gradient equals the whole batch's") {
   check_chunked_gradient<PointerNet>();
   if (!test::slow()) check_chunked_gradient<SetNet>();

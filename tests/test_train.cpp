@@ -270,8 +270,8 @@ TEST_CASE("training learns: pointer model on small max-norm sets") {
 
 TEST_CASE("losses over chunks: with `of` = the batch's rows, the chunks' losses and gradients add up to the batch's") {
   Rng rng(21);
-  Tensor<8, 1, 5> logp, grad, cgrad[2];
-  Tensor<8, 1, 2> pred, target, pgrad, cpgrad[2];
+  Tensor<8, 1, 5> logp, grad;
+  Tensor<8, 1, 2> pred, target, pgrad;
   IdTensor<8> t;
   for (auto& v : logp) v = rng.normal();
   for (auto& v : pred) v = rng.normal();

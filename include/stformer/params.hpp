@@ -2,7 +2,7 @@
 //
 // Every block lists its parameters exactly once, in a static member
 //
-//   template <class F, class... S> static void visit(const Path& at, F& f, S&... s);
+//   template <class F, class... S> static constexpr void visit(const Path& at, F& f, S&... s);
 //
 // which calls f(path, init, tensor...) for each parameter tensor, with its dotted SPEC name
 // ("blocks.0.attn.wq.weight") and its initialisation, and recurses into sub-blocks with
@@ -27,15 +27,15 @@ class Path {
  public:
   static constexpr size_t capacity = 127;
 
-  Path() = default;
+  constexpr Path() = default;
 
-  Path operator/(std::string_view part) const {
+  constexpr Path operator/(std::string_view part) const {
     Path p = *this;
     if (n_ != 0) p.append(".");
     p.append(part);
     return p;
   }
-  Path operator/(size_t index) const {
+  constexpr Path operator/(size_t index) const {
     char digits[24];
     size_t k = 0;
     do {
@@ -47,14 +47,14 @@ class Path {
     return *this / std::string_view(text, k);
   }
 
-  const char* c_str() const { return s_; }
-  std::string_view view() const { return {s_, n_}; }
-  bool operator==(std::string_view o) const { return view() == o; }
+  constexpr const char* c_str() const { return s_; }
+  constexpr std::string_view view() const { return {s_, n_}; }
+  constexpr bool operator==(std::string_view o) const { return view() == o; }
 
  private:
-  void append(std::string_view part) {
+  constexpr void append(std::string_view part) {
     STFORMER_CHECK(n_ + part.size() <= capacity, "stformer::Path: parameter name longer than 127 characters");
-    std::memcpy(s_ + n_, part.data(), part.size());
+    std::copy_n(part.data(), part.size(), s_ + n_);
     n_ += part.size();
     s_[n_] = '\0';
   }
@@ -70,22 +70,22 @@ struct Init {
 
 // Recurse into a sub-block (or a std::array of them, named .0, .1, ...).
 template <class F, class T, class... S>
-void visit(const Path& at, F& f, T& first, S&... rest) {
+constexpr void visit(const Path& at, F& f, T& first, S&... rest) {
   using Block = std::remove_const_t<T>;
   Block::visit(at, f, first, rest...);
 }
 template <class F, class T, size_t N, class... S>
-void visit(const Path& at, F& f, std::array<T, N>& first, S&... rest) {
+constexpr void visit(const Path& at, F& f, std::array<T, N>& first, S&... rest) {
   for (size_t i = 0; i < N; ++i) visit(at / i, f, first[i], rest[i]...);
 }
 template <class F, class T, size_t N, class... S>
-void visit(const Path& at, F& f, const std::array<T, N>& first, S&... rest) {
+constexpr void visit(const Path& at, F& f, const std::array<T, N>& first, S&... rest) {
   for (size_t i = 0; i < N; ++i) visit(at / i, f, first[i], rest[i]...);
 }
 
 // f(path, init, tensor...) for every parameter tensor of model(s) m..., in declaration order.
 template <class F, class M, class... Ms>
-void for_each_param(F&& f, M& m, Ms&... ms) {
+constexpr void for_each_param(F&& f, M& m, Ms&... ms) {
   visit(Path{}, f, m, ms...);
 }
 

@@ -29,16 +29,19 @@ namespace stformer {
 
 using std::size_t;
 
+// Not sharable (xtensor's Sharable = false): a tensor is its values and nothing else, trivially
+// copyable, so its sizeof is its data (rounded to the alignment) and a model can be a constexpr
+// object in read-only memory (stformer/param_table.hpp).
 template <size_t... N>
-using Tensor = xt::xtensor_fixed<float, xt::xshape<N...>>;
+using Tensor = xt::xtensor_fixed<float, xt::xshape<N...>, xt::layout_type::row_major, false>;
 
 // Token ids (Embedding input).
 template <size_t... N>
-using IdTensor = xt::xtensor_fixed<std::int32_t, xt::xshape<N...>>;
+using IdTensor = xt::xtensor_fixed<std::int32_t, xt::xshape<N...>, xt::layout_type::row_major, false>;
 
 // Key-padding mask: keys[b][j] == true when key j of batch row b exists.
 template <size_t B, size_t Nk>
-using KeyMask = xt::xtensor_fixed<bool, xt::xshape<B, Nk>>;
+using KeyMask = xt::xtensor_fixed<bool, xt::xshape<B, Nk>, xt::layout_type::row_major, false>;
 
 // Masks of one attention call. causal: query i sees keys j <= i (counted from the first row
 // also when Nq != Nk). keys: optional key-padding mask. A masked key gets weight exactly 0; a
@@ -106,6 +109,17 @@ using InferOf = typename Block::template Infer<Dims...>;
 // Rows per tile of the in-place projections and feed-forward layers of forward-only passes
 // (their tile buffers are T rows wide), by default.
 constexpr size_t tile_rows(size_t rows) { return rows < 16 ? rows : 16; }
+
+// Rows per tile for a buffer of row_bytes a row that may take `room` bytes: at least T, at most
+// `rows`, then evened out over the tiles it takes (50 rows in room for 37: 2 tiles of 25). A
+// phase's tile grows into what the arena's largest phase leaves free: fewer, larger tiles cost
+// no memory and run faster (each tile repacks the layer's weights).
+constexpr size_t rows_in_room(size_t rows, size_t T, size_t room, size_t row_bytes) {
+  size_t t = room / row_bytes;
+  t = t < T ? T : t > rows ? rows : t;
+  const size_t tiles = (rows + t - 1) / t;
+  return (rows + tiles - 1) / tiles;
+}
 
 // A member that takes no room ([[no_unique_address]]), where a buffer is needed only in one
 // configuration.

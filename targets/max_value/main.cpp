@@ -29,6 +29,7 @@
 #include <stformer/gnuplot.hpp>
 
 #include "../checks.hpp"
+#include "../plan.hpp"
 #include "max_value.hpp"
 
 using namespace max_value;
@@ -231,18 +232,6 @@ int plot(Run<Net>& run, const char* kind, std::uint64_t seed, const std::string&
 
 // info: the model's parameters and the memory of a forward-only pass over one set, phase by
 // phase, from the types' sizes (sizeof(InferOf<Net, 1, 50>) is the whole of it).
-template <class T>
-std::string shape_of() {
-  auto t = std::make_unique<T>();
-  std::string s = "[";
-  for (size_t d : t->shape()) s += (s.size() > 1 ? ", " : "") + std::to_string(d);
-  return s + "]";
-}
-template <class T>
-void buffer(const char* indent, const char* name, const char* what) {
-  std::printf("%s%-9s %-13s %8zu B  %s\n", indent, name, shape_of<T>().c_str(), sizeof(T), what);
-}
-
 template <class Net>
 int info(const char* kind) {
   using I = InferOf<Net, 1, N>;
@@ -255,49 +244,49 @@ int info(const char* kind) {
     using Work = typename I::BlockWork;
     using Attention = typename decltype(Work::phase)::template Phase<0>;
     using Hidden = typename decltype(Work::phase)::template Phase<1>;
-    buffer<decltype(I::h)>("  ", "h", "residual stream: proj(x), the blocks in place, sn_v in place (the keys)");
+    print_buffer<decltype(I::h)>("  ", "h", "residual stream: proj(x), the blocks in place, sn_v in place (the keys)");
     std::printf("  arena %zu B, one phase at a time:\n", sizeof(I::phase));
     std::printf("  blocks  %zu B\n", sizeof(Work));
-    buffer<decltype(Work::a)>(in, "a", "SN1(h) -> q -> heads -> attention output; SN2(h) -> feed-forward output");
+    print_buffer<decltype(Work::a)>(in, "a", "SN1(h) -> q -> heads -> attention output; SN2(h) -> feed-forward output");
     std::printf("%sthen %zu B: the attention's keys and values and its tile\n", in, sizeof(Attention));
-    buffer<decltype(Attention::kt)>(in, "kt", "k_h^T of every head");
-    buffer<decltype(Attention::v)>(in, "v", "values");
-    std::printf("%s%-9s %-13s %8zu B  %s\n", in, "tile", "", sizeof(Attention::tile), "scores of 16 queries, or 16 rows of a projection");
+    print_buffer<decltype(Attention::kt)>(in, "kt", "k_h^T of every head");
+    print_buffer<decltype(Attention::v)>(in, "v", "values");
+    print_tile(in, sizeof(Attention::tile), "scores of 16 queries, or 16 rows of a projection");
     std::printf("%sthen:\n", in);
-    buffer<Hidden>(in, "hidden", "16 rows of the feed-forward hidden layer");
+    print_buffer<Hidden>(in, "hidden", "16 rows of the feed-forward hidden layer");
     using Pointer = typename I::Pointer;
     using PI = decltype(Pointer::pointer);
     std::printf("  pointer %zu B\n", sizeof(Pointer));
-    buffer<decltype(Pointer::query)>(in, "query", "sn_q(learned query)");
-    buffer<decltype(PI::q)>(in, "q", "the query projected");
-    buffer<decltype(PI::k)>(in, "k", "the keys projected");
-    buffer<decltype(PI::logp)>(in, "logp", "the output: log-probabilities over the points");
+    print_buffer<decltype(Pointer::query)>(in, "query", "sn_q(learned query)");
+    print_buffer<decltype(PI::q)>(in, "q", "the query projected");
+    print_buffer<decltype(PI::k)>(in, "k", "the keys projected");
+    print_buffer<decltype(PI::logp)>(in, "logp", "the output: log-probabilities over the points");
   } else {
     using IsabWork = typename I::IsabWork;
     using Mab1 = typename decltype(IsabWork::phase)::template Phase<0>;
     using Mab2 = typename decltype(IsabWork::phase)::template Phase<1>;
     using Pool = typename I::PoolWork;
-    buffer<decltype(I::x)>("  ", "x", "proj(x), then ISAB in place");
-    buffer<decltype(I::pooled)>("  ", "pooled", "PMA's output");
-    buffer<decltype(I::y)>("  ", "y", "the output: the predicted point");
+    print_buffer<decltype(I::x)>("  ", "x", "proj(x), then ISAB in place");
+    print_buffer<decltype(I::pooled)>("  ", "pooled", "PMA's output");
+    print_buffer<decltype(I::y)>("  ", "y", "the output: the predicted point");
     std::printf("  arena %zu B, one phase at a time:\n", sizeof(I::phase));
     std::printf("  isab    %zu B\n", sizeof(IsabWork));
-    buffer<decltype(IsabWork::hm)>(in, "hm", "the inducing points, then MAB1(I, x) in place");
+    print_buffer<decltype(IsabWork::hm)>(in, "hm", "the inducing points, then MAB1(I, x) in place");
     auto mab = [&]<class M>(const char* name) {
       std::printf("%sthen %s, %zu B:\n", in, name, sizeof(M));
-      buffer<decltype(M::a)>(in, "a", "Nkv(keys) until projected; Nq(queries) -> attention output -> Nff(h) -> fc");
-      buffer<decltype(M::attn.kt)>(in, "kt", "k_h^T of every head");
-      buffer<decltype(M::attn.v)>(in, "v", "values");
-      std::printf("%s%-9s %-13s %8zu B  %s\n", in, "tile", "", sizeof(M::attn.tile), "scores of 16 queries, or 16 rows of a projection");
+      print_buffer<decltype(M::a)>(in, "a", "Nkv(keys) until projected; Nq(queries) -> attention output -> Nff(h) -> fc");
+      print_buffer<decltype(M::attn.kt)>(in, "kt", "k_h^T of every head");
+      print_buffer<decltype(M::attn.v)>(in, "v", "values");
+      print_tile(in, sizeof(M::attn.tile), "scores of 16 queries, or 16 rows of a projection");
     };
     mab.template operator()<Mab1>("MAB1 (16 inducing points against the set)");
     mab.template operator()<Mab2>("MAB2 (the set against the inducing points)");
     std::printf("  pool    %zu B (PMA, one seed: the attention folds, no keys or values are projected)\n", sizeof(Pool));
-    buffer<decltype(Pool::a)>(in, "a", "Nq(seed) -> attention output -> Nff(h) -> fc");
-    buffer<decltype(Pool::y1)>(in, "y1", "Nkv(x), the keys");
-    buffer<decltype(Pool::attn.qk)>(in, "qk", "q_h Wk_h of every head");
-    buffer<decltype(Pool::attn.a)>(in, "A", "attention weights");
-    buffer<decltype(Pool::attn.ax)>(in, "ax", "A x");
+    print_buffer<decltype(Pool::a)>(in, "a", "Nq(seed) -> attention output -> Nff(h) -> fc");
+    print_buffer<decltype(Pool::y1)>(in, "y1", "Nkv(x), the keys");
+    print_buffer<decltype(Pool::attn.qk)>(in, "qk", "q_h Wk_h of every head");
+    print_buffer<decltype(Pool::attn.a)>(in, "A", "attention weights");
+    print_buffer<decltype(Pool::attn.ax)>(in, "ax", "A x");
   }
   return 0;
 }

@@ -8,6 +8,7 @@
 //   wikitext_lm generate --checkpoint P --prompt "words ..." [--words 30] [--temperature 1]
 //                        [--top-k 40] [--seed S]
 //   wikitext_lm plot     --curve CSV [--compare CSV] [--output curve.png]
+//   wikitext_lm info     (the memory plan of a forward-only pass over one window)
 //
 // The learning curve (--curve) is a CSV: step, minutes, train_loss (mean over the last 100
 // steps), valid_ppl (empty between validations); bench/lm_torch.py writes the same columns.
@@ -31,6 +32,7 @@
 #include <stformer/gnuplot.hpp>
 
 #include "../checks.hpp"
+#include "../plan.hpp"
 #include "lm.hpp"
 
 using namespace stformer;
@@ -198,6 +200,43 @@ int plot(const std::string& curve, const std::string& compare, const std::string
   return 0;
 }
 
+// info: the model's size and the memory of a forward-only pass over one window, phase by phase,
+// from the types' sizes (sizeof(InferOf<Model, 1>) is the whole of it).
+int info() {
+  using I = InferOf<Model, 1>;
+  using Work = I::BlockWork;
+  using Attention = decltype(Work::phase)::Phase<0>;
+  using Hidden = decltype(Work::phase)::Phase<1>;
+  using Pool = I::PoolWork;
+  using Logits = decltype(I::phase)::Phase<2>;
+  auto model = std::make_unique<Model>();
+  const char* in = "    ";
+  std::printf("language model (V = %zu, L = %zu, D = %zu, H = %zu, F = %zu, %zu blocks): %zu parameters, sizeof(model) = %zu B\n", V, L, D, H,
+              F, Blocks, param_count(*model), sizeof(Model));
+  std::printf("forward-only pass over one window: sizeof(InferOf<Model, 1>) = %zu B\n", sizeof(I));
+  std::printf("(training activations for one window: sizeof(ActsOf<Model, 1>) = %zu B)\n", sizeof(ActsOf<Model, 1>));
+  print_buffer<decltype(I::h)>("  ", "h", "residual stream: embedding + PE, the blocks in place");
+  print_buffer<decltype(I::pooled)>("  ", "pooled", "PMA's output, the head's input");
+  std::printf("  arena %zu B, one phase at a time:\n", sizeof(I::phase));
+  std::printf("  blocks  %zu B\n", sizeof(Work));
+  print_buffer<decltype(Work::a)>(in, "a", "SN1(h) -> q -> heads -> attention output; SN2(h) -> feed-forward output");
+  std::printf("%sthen %zu B: the attention's keys and values and its tile\n", in, sizeof(Attention));
+  print_buffer<decltype(Attention::kt)>(in, "kt", "k_h^T of every head");
+  print_buffer<decltype(Attention::v)>(in, "v", "values");
+  print_tile(in, sizeof(Attention::tile), "scores of 16 queries, or 16 rows of a projection");
+  std::printf("%sthen:\n", in);
+  print_buffer<Hidden>(in, "hidden", "16 rows of the feed-forward hidden layer");
+  std::printf("  pool    %zu B (PMA, one seed: the attention folds, no keys or values are projected)\n", sizeof(Pool));
+  print_buffer<decltype(Pool::a)>(in, "a", "Nq(seed) -> attention output -> Nff(h) -> fc");
+  print_buffer<decltype(Pool::y1)>(in, "y1", "Nkv(h), the keys");
+  print_buffer<decltype(Pool::attn.qk)>(in, "qk", "q_h Wk_h of every head");
+  print_buffer<decltype(Pool::attn.a)>(in, "A", "attention weights");
+  print_buffer<decltype(Pool::attn.ax)>(in, "ax", "A h");
+  std::printf("  head    %zu B\n", sizeof(Logits));
+  print_buffer<Logits>(in, "logits", "the output");
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -251,6 +290,8 @@ int main(int argc, char** argv) {
   pl->add_option("--compare", compare, "a second curve in the same columns (bench/lm_torch.py's)")->check(CLI::ExistingFile);
   pl->add_option("--output", png, "PNG file")->check(OutputPath)->capture_default_str();
 
+  auto* info_cmd = app.add_subcommand("info", "the model's size and the memory of a forward-only pass over one window, phase by phase");
+
   size_t threads = std::clamp<size_t>(std::thread::hardware_concurrency(), 1, 2);
   for (auto* cmd : {t, e})
     cmd->add_option("--threads", threads, "threads, 1 or 2 (the results do not depend on it)")->check(CLI::Range(1, 2))->capture_default_str();
@@ -259,6 +300,7 @@ int main(int argc, char** argv) {
   try {
     if (*t) return train(data, budget, seed, threads, o, checkpoint, curve, eval_every, eval_positions, save_every, resume);
     if (*pl) return plot(curve, compare, png);
+    if (*info_cmd) return info();
     if (*e) {
       auto run = std::make_unique<LmRun>(0, threads);
       Vocabulary vocab = lm::load_model(checkpoint, *run->model);

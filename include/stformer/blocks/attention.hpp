@@ -47,7 +47,7 @@ struct MultiHeadAttention {
   Linear<D, D> wo;
 
   template <class F, class... P>
-  static void visit(const Path& at, F& f, P&... p) {
+  static constexpr void visit(const Path& at, F& f, P&... p) {
     stformer::visit(at / "wq", f, p.wq...);
     stformer::visit(at / "wk", f, p.wk...);
     stformer::visit(at / "wv", f, p.wv...);
@@ -256,15 +256,18 @@ struct MultiHeadAttention {
   struct FullWork {
     static constexpr size_t QB = Nq < query_block ? Nq : query_block, KT = Nk < max_key_tile ? Nk : max_key_tile;
     static constexpr size_t online = KT < Nk ? QB * (Dh + 2) : 0;  // the online softmax's o [QB, Dh], m, l [QB]
+    static constexpr size_t floats = std::max(QB * KT + online, T * D);
+    static constexpr size_t rows = std::min(B * Nq, floats / D);  // rows per tile of the projections (at least T)
     Tensor<B, D, Nk> kt;
     Tensor<B, Nk, D> v;
-    alignas(Tensor<1>) float tile[std::max(QB * KT + online, T * D)];
+    alignas(Tensor<1>) float tile[floats];
   };
   template <size_t B, size_t Nq, size_t Nk, size_t T>
   struct FoldedWork {
     const float* xkv;  // [B, Nk, Dkv], set by prepare
     Tensor<H * Nq, Dkv> qk, ax;
     Tensor<H * Nq, Nk> a;
+    static constexpr size_t rows = T;  // rows per tile of the projections
     alignas(Tensor<1>) float tile[T * D > 0 ? T * D : 1];
   };
   template <size_t B, size_t Nq, size_t Nk, size_t T>
@@ -338,9 +341,10 @@ struct MultiHeadAttention {
   // through w.tile. For blocks that keep their residual stream apart (encoder, decoder, MAB).
   template <size_t B, size_t Nq, size_t Nk, size_t T>
   void forward_in_place(float* x, Work<B, Nq, Nk, T>& w, const Mask<B, Nk>& mask) const {
-    wq.template apply_in_place<B * Nq, T>(x, w.tile);
+    using Wk = Work<B, Nq, Nk, T>;
+    wq.template apply_in_place<B * Nq, Wk::rows>(x, w.tile);
     attend<B, Nq, Nk, T>(x, w, mask);
-    wo.template apply_in_place<B * Nq, T>(x, w.tile);
+    wo.template apply_in_place<B * Nq, Wk::rows>(x, w.tile);
   }
 
   // The whole block forward only: q (then the heads), the keys of Work, out. The same bits as

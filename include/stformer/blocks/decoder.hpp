@@ -27,7 +27,7 @@ struct DecoderBlock {
   FeedForward<D, F> ffn;
 
   template <class Fn, class... S>
-  static void visit(const Path& at, Fn& f, S&... s) {
+  static constexpr void visit(const Path& at, Fn& f, S&... s) {
     stformer::visit(at / "sn1", f, s.sn1...);
     stformer::visit(at / "self_attn", f, s.self_attn...);
     stformer::visit(at / "sn2", f, s.sn2...);
@@ -40,29 +40,33 @@ struct DecoderBlock {
   // the projections and the feed-forward layer. Work: a [B, N, D] (each sublayer's normalised
   // input, which becomes its output in place) and over one arena the self-attention's keys and
   // values, then the cross-attention's (projected from m, or m itself when it folds), then the
-  // hidden rows [T, F]. The same bits as Acts.
+  // hidden rows [Tf, F], Tf ≥ T as many as the attentions' buffers leave room for. The same
+  // bits as Acts.
   template <size_t B, size_t N, size_t M, size_t T = tile_rows(B * N)>
   struct Work {
     using Attention = MultiHeadAttention<D, D, D, H>;
+    using SelfWork = typename Attention::template Work<B, N, N, T>;
+    using CrossWork = typename Attention::template Work<B, N, M, T>;
+    static constexpr size_t Tf = rows_in_room(B * N, T, std::max(sizeof(SelfWork), sizeof(CrossWork)), F * sizeof(float));
     Tensor<B, N, D> a;
-    Phases<typename Attention::template Work<B, N, N, T>, typename Attention::template Work<B, N, M, T>, Tensor<T, F>> phase;
+    Phases<SelfWork, CrossWork, Tensor<Tf, F>> phase;
   };
 
   template <size_t B, size_t N, size_t M, size_t T>
   void forward_in_place(Tensor<B, N, D>& x, const Tensor<B, M, D>& m, Work<B, N, M, T>& w, const KeyMask<B, M>* memory_mask = nullptr) const {
-    using Attention = MultiHeadAttention<D, D, D, H>;
-    auto& self = w.phase.template start<typename Attention::template Work<B, N, N, T>>();
+    using Wk = Work<B, N, M, T>;
+    auto& self = w.phase.template start<typename Wk::SelfWork>();
     sn1.template apply<B * N>(x.data(), w.a.data());
     self_attn.template prepare<B, N, N, T>(w.a.data(), self);
     self_attn.template forward_in_place<B, N, N, T>(w.a.data(), self, Mask<B, N>{.causal = true});
     kernels::add_to<B * N * D>(w.a.data(), x.data());
-    auto& cross = w.phase.template start<typename Attention::template Work<B, N, M, T>>();
+    auto& cross = w.phase.template start<typename Wk::CrossWork>();
     cross_attn.template prepare<B, N, M, T>(m.data(), cross);
     sn2.template apply<B * N>(x.data(), w.a.data());
     cross_attn.template forward_in_place<B, N, M, T>(w.a.data(), cross, Mask<B, M>{.keys = memory_mask});
     kernels::add_to<B * N * D>(w.a.data(), x.data());
     sn3.template apply<B * N>(x.data(), w.a.data());
-    ffn.template apply_in_place<B * N, T>(w.a.data(), w.phase.template start<Tensor<T, F>>().data());
+    ffn.template apply_in_place<B * N, Wk::Tf>(w.a.data(), w.phase.template start<Tensor<Wk::Tf, F>>().data());
     kernels::add_to<B * N * D>(w.a.data(), x.data());
   }
 

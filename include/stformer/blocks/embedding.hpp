@@ -15,7 +15,7 @@ struct Embedding {
   Tensor<V, D> weight;
 
   template <class F, class... S>
-  static void visit(const Path& at, F& f, S&... s) {
+  static constexpr void visit(const Path& at, F& f, S&... s) {
     f(at / "weight", Init{Init::normal}, s.weight...);
   }
 

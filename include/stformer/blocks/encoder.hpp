@@ -22,34 +22,37 @@ struct EncoderBlock {
   FeedForward<D, F> ffn;
 
   template <class Fn, class... S>
-  static void visit(const Path& at, Fn& f, S&... s) {
+  static constexpr void visit(const Path& at, Fn& f, S&... s) {
     stformer::visit(at / "sn1", f, s.sn1...);
     stformer::visit(at / "attn", f, s.attn...);
     stformer::visit(at / "sn2", f, s.sn2...);
     stformer::visit(at / "ffn", f, s.ffn...);
   }
 
-  // Forward only, in place on the residual stream: h ← EncoderBlock(h), rows T at a time in the
+  // Forward only, in place on the residual stream: h ← EncoderBlock(h), rows in tiles in the
   // projections and the feed-forward layer. Work: a [B, N, D] (SN1(h), which becomes the
   // attention's output in place, then SN2(h) and the feed-forward output), and over one arena
-  // the attention's keys, values and tile, then the hidden rows [T, F]. The same bits as Acts.
+  // the attention's keys, values and tile, then the hidden rows [Tf, F], Tf ≥ T as many as the
+  // attention's buffers leave room for. The same bits as Acts.
   template <size_t B, size_t N, size_t T = tile_rows(B * N)>
   struct Work {
     using Attention = MultiHeadAttention<D, D, D, H>;
+    using AttentionWork = typename Attention::template Work<B, N, N, T>;
+    static constexpr size_t Tf = rows_in_room(B * N, T, sizeof(AttentionWork), F * sizeof(float));
     Tensor<B, N, D> a;
-    Phases<typename Attention::template Work<B, N, N, T>, Tensor<T, F>> phase;
+    Phases<AttentionWork, Tensor<Tf, F>> phase;
   };
 
   template <size_t B, size_t N, size_t T>
   void forward_in_place(Tensor<B, N, D>& h, Work<B, N, T>& w, Mask<B, N> mask = {}) const {
-    using Attention = MultiHeadAttention<D, D, D, H>;
-    auto& attention = w.phase.template start<typename Attention::template Work<B, N, N, T>>();
+    using Wk = Work<B, N, T>;
+    auto& attention = w.phase.template start<typename Wk::AttentionWork>();
     sn1.template apply<B * N>(h.data(), w.a.data());
     attn.template prepare<B, N, N, T>(w.a.data(), attention);
     attn.template forward_in_place<B, N, N, T>(w.a.data(), attention, mask);
     kernels::add_to<B * N * D>(w.a.data(), h.data());
     sn2.template apply<B * N>(h.data(), w.a.data());
-    ffn.template apply_in_place<B * N, T>(w.a.data(), w.phase.template start<Tensor<T, F>>().data());
+    ffn.template apply_in_place<B * N, Wk::Tf>(w.a.data(), w.phase.template start<Tensor<Wk::Tf, F>>().data());
     kernels::add_to<B * N * D>(w.a.data(), h.data());
   }
 

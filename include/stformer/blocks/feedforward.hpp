@@ -14,7 +14,7 @@ struct FeedForward {
   Linear<F, D, Init::kaiming_normal> fc2;
 
   template <class Fn, class... S>
-  static void visit(const Path& at, Fn& f, S&... s) {
+  static constexpr void visit(const Path& at, Fn& f, S&... s) {
     stformer::visit(at / "fc1", f, s.fc1...);
     stformer::visit(at / "fc2", f, s.fc2...);
   }

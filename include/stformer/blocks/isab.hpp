@@ -17,27 +17,33 @@ struct ISAB {
   MAB<D, H, Norm> mab1, mab2;
 
   template <class Fn, class... S>
-  static void visit(const Path& at, Fn& f, S&... s) {
+  static constexpr void visit(const Path& at, Fn& f, S&... s) {
     f(at / "inducing", Init{Init::xavier_normal}, s.inducing...);
     stformer::visit(at / "mab1", f, s.mab1...);
     stformer::visit(at / "mab2", f, s.mab2...);
   }
 
   // Forward only: x ← ISAB(x) in place. Work: Hm [B, M, D] (I, then MAB1(I, X) in place), and
-  // over one arena MAB1's work, then MAB2's.
+  // over one arena MAB1's work, then MAB2's, whose projection tile takes T2 ≥ T rows, as many as
+  // MAB1's buffers leave room for.
   template <size_t B, size_t N, size_t T = tile_rows(B * N)>
   struct Work {
     using Mab = MAB<D, H, Norm>;
+    using Work1 = typename Mab::template Work<B, M, N, T>;
+    using Tile1Row = typename Mab::template Work<B, N, M, 1>;  // MAB2's buffers with a one-row tile
+    static constexpr size_t T2 = rows_in_room(B * N, T, sizeof(Work1) - std::min(sizeof(Work1), sizeof(Tile1Row) - sizeof(Tile1Row::attn.tile)),
+                                              D * sizeof(float));
+    using Work2 = typename Mab::template Work<B, N, M, T2>;
     Tensor<B, M, D> hm;
-    Phases<typename Mab::template Work<B, M, N, T>, typename Mab::template Work<B, N, M, T>> phase;
+    Phases<Work1, Work2> phase;
   };
 
   template <size_t B, size_t N, size_t T>
   void forward_in_place(Tensor<B, N, D>& x, Work<B, N, T>& w, const KeyMask<B, N>* keys = nullptr) const {
-    using Mab = MAB<D, H, Norm>;
+    using Wk = Work<B, N, T>;
     for (size_t b = 0; b < B; ++b) std::copy(inducing.begin(), inducing.end(), w.hm.begin() + b * M * D);
-    mab1.forward_in_place(w.hm, x, w.phase.template start<typename Mab::template Work<B, M, N, T>>(), keys);
-    mab2.forward_in_place(x, w.hm, w.phase.template start<typename Mab::template Work<B, N, M, T>>());
+    mab1.forward_in_place(w.hm, x, w.phase.template start<typename Wk::Work1>(), keys);
+    mab2.forward_in_place(x, w.hm, w.phase.template start<typename Wk::Work2>());
   }
 
   template <size_t B, size_t N>

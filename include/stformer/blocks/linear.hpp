@@ -18,7 +18,7 @@ struct Linear {
   Tensor<Out> bias;
 
   template <class F, class... S>
-  static void visit(const Path& at, F& f, S&... s) {
+  static constexpr void visit(const Path& at, F& f, S&... s) {
     f(at / "weight", Init{WeightInit}, s.weight...);
     f(at / "bias", Init{Init::zeros}, s.bias...);
   }

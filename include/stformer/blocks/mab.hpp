@@ -23,7 +23,7 @@ struct MAB {
   Linear<D, D, Init::kaiming_normal> fc;
 
   template <class Fn, class... S>
-  static void visit(const Path& at, Fn& f, S&... s) {
+  static constexpr void visit(const Path& at, Fn& f, S&... s) {
     stformer::visit(at / "nq", f, s.nq...);
     stformer::visit(at / "nkv", f, s.nkv...);
     stformer::visit(at / "attn", f, s.attn...);
@@ -58,7 +58,7 @@ struct MAB {
     attn.template forward_in_place<B, Nq, Nk, T>(w.a.data(), w.attn, Mask<B, Nk>{.keys = keys});
     kernels::add_to<B * Nq * D>(w.a.data(), x.data());
     nff.template apply<B * Nq>(x.data(), w.a.data());
-    fc.template apply_in_place<B * Nq, T, true>(w.a.data(), w.attn.tile);
+    fc.template apply_in_place<B * Nq, decltype(w.attn)::rows, true>(w.a.data(), w.attn.tile);
     kernels::add_to<B * Nq * D>(w.a.data(), x.data());
   }
 

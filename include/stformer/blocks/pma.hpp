@@ -14,7 +14,7 @@ struct PMA {
   MAB<D, H, Norm> mab;
 
   template <class Fn, class... S>
-  static void visit(const Path& at, Fn& f, S&... s) {
+  static constexpr void visit(const Path& at, Fn& f, S&... s) {
     f(at / "seeds", Init{Init::xavier_normal}, s.seeds...);
     stformer::visit(at / "mab", f, s.mab...);
   }

@@ -19,7 +19,7 @@ struct PointerAttention {
   Linear<Dk, Da> wk;
 
   template <class F, class... S>
-  static void visit(const Path& at, F& f, S&... s) {
+  static constexpr void visit(const Path& at, F& f, S&... s) {
     stformer::visit(at / "wq", f, s.wq...);
     stformer::visit(at / "wk", f, s.wk...);
   }

@@ -14,7 +14,7 @@ namespace stformer {
 template <size_t L, size_t D>
 struct PositionalEncoding {
   template <class F, class... S>
-  static void visit(const Path&, F&, S&...) {}
+  static constexpr void visit(const Path&, F&, S&...) {}
 
   static const Tensor<L, D>& table() {
     static const Tensor<L, D> pe = [] {

@@ -10,7 +10,7 @@ struct SAB {
   MAB<D, H, Norm> mab;
 
   template <class Fn, class... S>
-  static void visit(const Path& at, Fn& f, S&... s) {
+  static constexpr void visit(const Path& at, Fn& f, S&... s) {
     stformer::visit(at / "mab", f, s.mab...);
   }
 

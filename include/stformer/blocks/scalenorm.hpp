@@ -17,7 +17,7 @@ struct ScaleNorm {
   Tensor<1> g;
 
   template <class F, class... S>
-  static void visit(const Path& at, F& f, S&... s) {
+  static constexpr void visit(const Path& at, F& f, S&... s) {
     f(at / "g", Init{Init::constant, 1.0f / inv_sqrt(D)}, s.g...);
   }
 
@@ -65,7 +65,7 @@ struct ScaleNorm {
 template <size_t D>
 struct Identity {
   template <class F, class... S>
-  static void visit(const Path&, F&, S&...) {}
+  static constexpr void visit(const Path&, F&, S&...) {}
 
   // y = x (a copy unless y is x)
   template <size_t Rows>

@@ -25,7 +25,7 @@ struct LanguageModel {
   Linear<D, V> head;
 
   template <class Fn, class... S>
-  static void visit(const Path& at, Fn& f, S&... s) {
+  static constexpr void visit(const Path& at, Fn& f, S&... s) {
     stformer::visit(at / "embedding", f, s.embedding...);
     stformer::visit(at / "blocks", f, s.blocks...);
     stformer::visit(at / "pool", f, s.pool...);
@@ -35,11 +35,12 @@ struct LanguageModel {
   // Forward only. Memory plan, sizeof(Infer<B>): the residual stream h [B, L, D] (embedding +
   // PE, then each block in place) and the pooled row [B, 1, D] beside one arena of three phases,
   //   blocks: EncoderBlock::Work<B, L, T>: a [B, L, D]; the attention's kᵀ [B, D, L], v [B, L, D]
-  //           and tile, then the hidden rows [T, F] in their place
+  //           and tile [T, D], then the hidden rows [T, F] in their place
   //   pool:   PMA::Work<B, L>: a [B, 1, D], SN(h) [B, L, D] (folded attention), qk, ax, A, tile
   //   head:   the logits [B, 1, V], the output
-  // The same bits as Acts.
-  template <size_t B, size_t T = tile_rows(B * L)>
+  // T: as many rows (of B·L) as the logits leave room for, so that the blocks' phase is never
+  // the largest (one window: all 32 rows in one tile). The same bits as Acts.
+  template <size_t B, size_t T = rows_in_room(B * L, tile_rows(B * L), sizeof(Tensor<B, 1, V>), F * sizeof(float))>
   struct Infer {
     using BlockWork = typename EncoderBlock<D, H, F>::template Work<B, L, T>;
     using PoolWork = typename PMA<D, H, 1>::template Work<B, L>;

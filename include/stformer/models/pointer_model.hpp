@@ -27,7 +27,7 @@ struct PointerModel {
   PointerAttention<D, D, D> pointer;
 
   template <class Fn, class... S>
-  static void visit(const Path& at, Fn& f, S&... s) {
+  static constexpr void visit(const Path& at, Fn& f, S&... s) {
     stformer::visit(at / "proj", f, s.proj...);
     stformer::visit(at / "blocks", f, s.blocks...);
     stformer::visit(at / "sn_v", f, s.sn_v...);
@@ -43,9 +43,9 @@ struct PointerModel {
   //   pointer: query [B, 1, D] (sn_q of the learned query), PointerAttention::Infer<B, 1, N>:
   //            q [B, 1, D], k [B, N, D] and the output logp [B, 1, N]
   // The same bits as Acts.
-  template <size_t B, size_t N>
+  template <size_t B, size_t N, size_t T = tile_rows(B * N)>
   struct Infer {
-    using BlockWork = typename EncoderBlock<D, H, F>::template Work<B, N>;
+    using BlockWork = typename EncoderBlock<D, H, F>::template Work<B, N, T>;
     struct Pointer {
       Tensor<B, 1, D> query;
       InferOf<PointerAttention<D, D, D>, B, 1, N> pointer;

@@ -18,7 +18,7 @@ struct SetTransformer {
   Linear<D, Out> head;
 
   template <class F, class... S>
-  static void visit(const Path& at, F& f, S&... s) {
+  static constexpr void visit(const Path& at, F& f, S&... s) {
     stformer::visit(at / "proj", f, s.proj...);
     stformer::visit(at / "isab", f, s.isab...);
     stformer::visit(at / "pool", f, s.pool...);
