@@ -337,14 +337,15 @@ struct MultiHeadAttention {
     }
   }
 
-  // x [B, Nq, D] ← MHA(x, keys of w) in place (Dq = D): the projections T rows at a time
-  // through w.tile. For blocks that keep their residual stream apart (encoder, decoder, MAB).
+  // residual [B, Nq, D] += MHA(x, keys of w) (Dq = D; x is overwritten: q, then the heads),
+  // the projections Work::rows rows at a time through w.tile. For the blocks that keep a
+  // residual stream (encoder, decoder, MAB): the same bits as adding MHA's output afterwards.
   template <size_t B, size_t Nq, size_t Nk, size_t T>
-  void forward_in_place(float* x, Work<B, Nq, Nk, T>& w, const Mask<B, Nk>& mask) const {
+  void forward_add(float* x, float* residual, Work<B, Nq, Nk, T>& w, const Mask<B, Nk>& mask) const {
     using Wk = Work<B, Nq, Nk, T>;
-    wq.template apply_in_place<B * Nq, Wk::rows>(x, w.tile);
+    wq.template apply_tiled<B * Nq, Wk::rows>(x, x, w.tile);
     attend<B, Nq, Nk, T>(x, w, mask);
-    wo.template apply_in_place<B * Nq, Wk::rows>(x, w.tile);
+    wo.template apply_tiled<B * Nq, Wk::rows, false, true>(x, residual, w.tile);
   }
 
   // The whole block forward only: q (then the heads), the keys of Work, out. The same bits as

@@ -58,16 +58,13 @@ struct DecoderBlock {
     auto& self = w.phase.template start<typename Wk::SelfWork>();
     sn1.template apply<B * N>(x.data(), w.a.data());
     self_attn.template prepare<B, N, N, T>(w.a.data(), self);
-    self_attn.template forward_in_place<B, N, N, T>(w.a.data(), self, Mask<B, N>{.causal = true});
-    kernels::add_to<B * N * D>(w.a.data(), x.data());
+    self_attn.template forward_add<B, N, N, T>(w.a.data(), x.data(), self, Mask<B, N>{.causal = true});
     auto& cross = w.phase.template start<typename Wk::CrossWork>();
     cross_attn.template prepare<B, N, M, T>(m.data(), cross);
     sn2.template apply<B * N>(x.data(), w.a.data());
-    cross_attn.template forward_in_place<B, N, M, T>(w.a.data(), cross, Mask<B, M>{.keys = memory_mask});
-    kernels::add_to<B * N * D>(w.a.data(), x.data());
+    cross_attn.template forward_add<B, N, M, T>(w.a.data(), x.data(), cross, Mask<B, M>{.keys = memory_mask});
     sn3.template apply<B * N>(x.data(), w.a.data());
-    ffn.template apply_in_place<B * N, Wk::Tf>(w.a.data(), w.phase.template start<Tensor<Wk::Tf, F>>().data());
-    kernels::add_to<B * N * D>(w.a.data(), x.data());
+    ffn.template apply_tiled<B * N, Wk::Tf, true>(w.a.data(), x.data(), w.phase.template start<Tensor<Wk::Tf, F>>().data());
   }
 
   template <size_t B, size_t N, size_t M>

@@ -49,11 +49,9 @@ struct EncoderBlock {
     auto& attention = w.phase.template start<typename Wk::AttentionWork>();
     sn1.template apply<B * N>(h.data(), w.a.data());
     attn.template prepare<B, N, N, T>(w.a.data(), attention);
-    attn.template forward_in_place<B, N, N, T>(w.a.data(), attention, mask);
-    kernels::add_to<B * N * D>(w.a.data(), h.data());
+    attn.template forward_add<B, N, N, T>(w.a.data(), h.data(), attention, mask);
     sn2.template apply<B * N>(h.data(), w.a.data());
-    ffn.template apply_in_place<B * N, Wk::Tf>(w.a.data(), w.phase.template start<Tensor<Wk::Tf, F>>().data());
-    kernels::add_to<B * N * D>(w.a.data(), h.data());
+    ffn.template apply_tiled<B * N, Wk::Tf, true>(w.a.data(), h.data(), w.phase.template start<Tensor<Wk::Tf, F>>().data());
   }
 
   template <size_t B, size_t N>

@@ -19,14 +19,16 @@ struct FeedForward {
     stformer::visit(at / "fc2", f, s.fc2...);
   }
 
-  // x ← FFN(x) in place on Rows rows, T rows at a time: hid [T, F] = ReLU(x_t W1ᵀ + b1), then
-  // x_t ← hid W2ᵀ + b2 (the same bits as the whole rows at once).
-  template <size_t Rows, size_t T>
-  void apply_in_place(float* x, float* hid) const {
+  // FFN on Rows rows of x, T rows at a time: hid [T, F] = ReLU(x_t W1ᵀ + b1), then x_t ← hid W2ᵀ
+  // + b2 (in place), and y_t += x_t when Add (a residual connection) (the same bits as the
+  // whole rows at once).
+  template <size_t Rows, size_t T, bool Add = false>
+  void apply_tiled(float* x, float* y, float* hid) const {
     for (size_t i = 0; i < Rows; i += T) {
       auto rows = [&]<size_t R>() {
         fc1.template apply<R, true, Rows>(x + i * D, hid);
         fc2.template apply<R, false, Rows>(hid, x + i * D);
+        if constexpr (Add) kernels::add_to<R * D>(x + i * D, y + i * D);
       };
       if (i + T <= Rows)
         rows.template operator()<T>();
@@ -64,7 +66,7 @@ struct FeedForward {
     const Tensor<L..., D>& forward(const FeedForward& p, const X& x) {
       static_assert(std::is_same_v<X, Tensor<L..., D>>, "FeedForward: input rows x [..., D] and the layer's width D differ");
       std::copy(x.begin(), x.end(), out.begin());
-      p.template apply_in_place<rows, T>(out.data(), hid.data());
+      p.template apply_tiled<rows, T>(out.data(), out.data(), hid.data());
       return out;
     }
   };

@@ -31,20 +31,23 @@ struct Linear {
     kernels::matmul_nt<Rows, Out, In, Relu, Of>(x, In, weight.data(), In, y, Out, 1.0f, bias.data());
   }
 
-  // x ← x Wᵀ + b (In = Out) in place on Rows rows, T rows at a time through tile [T, Out].
-  template <size_t Rows, size_t T, bool Relu = false>
-  void apply_in_place(float* x, float* tile) const {
-    static_assert(In == Out, "Linear::apply_in_place: the layer must keep the width (In = Out)");
+  // The same on Rows rows T at a time, each tile into tile [T, Out], then y_t = tile (y may be
+  // x when In = Out: in place), or y_t += tile when Add (a residual connection: the same bits as
+  // adding the whole output afterwards).
+  template <size_t Rows, size_t T, bool Relu = false, bool Add = false>
+  void apply_tiled(const float* x, float* y, float* tile) const {
     for (size_t i = 0; i < Rows; i += T) {
-      constexpr size_t last = Rows % T == 0 ? T : Rows % T;
       auto rows = [&]<size_t R>() {
         apply<R, Relu, Rows>(x + i * In, tile);
-        std::copy_n(tile, R * Out, x + i * In);
+        if constexpr (Add)
+          kernels::add_to<R * Out>(tile, y + i * Out);
+        else
+          std::copy_n(tile, R * Out, y + i * Out);
       };
       if (i + T <= Rows)
         rows.template operator()<T>();
       else
-        rows.template operator()<last>();
+        rows.template operator()<(Rows % T == 0 ? T : Rows % T)>();
     }
   }
 

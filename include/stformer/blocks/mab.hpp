@@ -55,11 +55,9 @@ struct MAB {
     nkv.template apply<B * Nk>(y.data(), kv);
     attn.template prepare<B, Nq, Nk, T>(kv, w.attn);
     nq.template apply<B * Nq>(x.data(), w.a.data());
-    attn.template forward_in_place<B, Nq, Nk, T>(w.a.data(), w.attn, Mask<B, Nk>{.keys = keys});
-    kernels::add_to<B * Nq * D>(w.a.data(), x.data());
+    attn.template forward_add<B, Nq, Nk, T>(w.a.data(), x.data(), w.attn, Mask<B, Nk>{.keys = keys});
     nff.template apply<B * Nq>(x.data(), w.a.data());
-    fc.template apply_in_place<B * Nq, decltype(w.attn)::rows, true>(w.a.data(), w.attn.tile);
-    kernels::add_to<B * Nq * D>(w.a.data(), x.data());
+    fc.template apply_tiled<B * Nq, decltype(w.attn)::rows, true, true>(w.a.data(), x.data(), w.attn.tile);
   }
 
   template <size_t B, size_t Nq, size_t Nk>
