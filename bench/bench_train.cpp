@@ -1,4 +1,4 @@
-// The machine's FMA peak, training steps and language-model inference.
+// The machine's FMA peak, training steps and the models' forward passes.
 //
 //   FmaPeak: 16 independent chains acc = acc·a + b on the widest vectors the build targets
 //     (16 floats with AVX-512, 8 with AVX2, 1 in the plain build); GFLOP/s = 2 · lanes · chains
@@ -13,7 +13,20 @@
 //     token ids (the corpus does not change the work). FLOP: 3 × forward, forward = 32 ·
 //     (2 blocks · (8·L·D² + 4·L²·D + 4·L·D·F) + PMA + 2·D·V); `tokens` counts the 32 predicted
 //     tokens per step (PyTorch's examples count them the same way).
-//   LmInference: one window of 32 tokens, batch 1, to the 33,278 logits.
+//   Forward passes, each model in two variants on the same parameters and the same seeded
+//   random input, one thread: <InferOf, ...> is the forward-only pass (InferOf: one arena,
+//   residual streams in place, projections in row tiles), <ActsOf, ...> training's forward
+//   (ActsOf: every activation kept for backward); Acts time / Infer time compares their
+//   speed (their memory is sizeof of each). GFLOP: bench/flops.hpp's model counts (the same
+//   for both).
+//     PointerForward<pass>: max_value::PointerNet = PointerModel<2, 16, 1, 64, 2> on one set
+//       x [1, 50, 2] (randn + a shared randn offset, as the task draws them) to the
+//       log-probabilities [1, 1, 50]; `sets` per second.
+//     SetForward<pass>: max_value::SetNet = SetTransformer<2, 64, 4, 16, 2> on the same kind
+//       of set to the point [1, 1, 2]; `sets` per second.
+//     LmForward<pass, B>: SPEC's language model on B windows of 32 random token ids [B, 32]
+//       to the 33,278 logits [B, 1, 33,278], B = 1 (one window) and 32 (a training batch's
+//       worth); `windows` per second.
 #include <benchmark/benchmark.h>
 
 #include <memory>
@@ -62,11 +75,7 @@ void BM_MaxValueStep(benchmark::State& state) {
 constexpr size_t V = 33278, L = 32, D = 128, H = 4, F = 512, Blocks = 2, LmBatch = 32;
 using LmRun = lm::Run<V, L, D, H, F, Blocks, LmBatch>;
 
-constexpr double lm_forward_flops(double B) {
-  // blocks; PMA: one query row (q, o projections 2·2·D², k, v over L rows 2·2·L·D², scores and
-  // mixing 4·L·D, fc 2·D²); head 2·D·V
-  return encoder_flops(B, L, D, F) * Blocks + B * (6 * D * D + 4 * L * D * D + 4 * L * D) + B * 2.0 * D * V;
-}
+constexpr double lm_forward_flops(double B) { return language_model_flops(B, V, L, D, F, Blocks); }
 
 std::vector<std::int32_t> random_stream(size_t n) {
   std::vector<std::int32_t> ids(n);
@@ -85,18 +94,52 @@ void BM_LmStep(benchmark::State& state) {
   state.counters["tokens"] = benchmark::Counter(double(LmBatch), benchmark::Counter::kIsIterationInvariantRate);
 }
 
-void BM_LmInference(benchmark::State& state) {
-  using Model = LanguageModel<V, L, D, H, F, Blocks>;
+// One forward pass of Model through Pass (its InferOf or ActsOf) per iteration, on x (items
+// sets or windows); the parameters from one seeded generator. Model and workspace are
+// allocated before the loop.
+template <class Model, class Pass, class X>
+void run_forward(benchmark::State& state, const X& x, double flops, const char* counter, double items) {
   auto model = std::make_unique<Model>();
-  auto acts = std::make_unique<ActsOf<Model, 1>>();
+  auto pass = std::make_unique<Pass>();
   Rng rng(1);
   init_params(*model, rng);
-  IdTensor<1, L> window;
-  auto ids = random_stream(L);
-  std::copy(ids.begin(), ids.end(), window.begin());
-  for (auto _ : state) benchmark::DoNotOptimize(acts->forward(*model, window).data());
-  state.counters["GFLOP"] = benchmark::Counter(lm_forward_flops(1) * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
-  state.counters["windows"] = benchmark::Counter(1, benchmark::Counter::kIsIterationInvariantRate);
+  for (auto _ : state) {
+    benchmark::DoNotOptimize(pass->forward(*model, x).data());
+    benchmark::ClobberMemory();
+  }
+  state.counters["GFLOP"] = benchmark::Counter(flops * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
+  state.counters[counter] = benchmark::Counter(items, benchmark::Counter::kIsIterationInvariantRate);
+}
+
+// One set of N = 50 points, drawn as max_value draws its training sets.
+std::unique_ptr<max_value::Sets<1>> one_set() {
+  auto s = std::make_unique<max_value::Sets<1>>();
+  Rng rng(3, 1);
+  s->draw(rng);
+  return s;
+}
+
+template <template <class, size_t...> class Pass>
+void BM_PointerForward(benchmark::State& state) {
+  using namespace max_value;
+  auto set = one_set();
+  run_forward<PointerNet, Pass<PointerNet, 1, N>>(state, set->x, pointer_model_flops(1, N, 2, 16, 64, 2), "sets", 1);
+}
+
+template <template <class, size_t...> class Pass>
+void BM_SetForward(benchmark::State& state) {
+  using namespace max_value;
+  auto set = one_set();
+  run_forward<SetNet, Pass<SetNet, 1, N>>(state, set->x, set_transformer_flops(1, N, 2, 64, 16, 2), "sets", 1);
+}
+
+template <template <class, size_t...> class Pass, size_t B>
+void BM_LmForward(benchmark::State& state) {
+  using Model = LanguageModel<V, L, D, H, F, Blocks>;
+  auto windows = std::make_unique<IdTensor<B, L>>();
+  auto ids = random_stream(B * L);
+  std::copy(ids.begin(), ids.end(), windows->begin());
+  run_forward<Model, Pass<Model, B>>(state, *windows, lm_forward_flops(B), "windows", B);
 }
 
 }  // namespace
@@ -105,5 +148,12 @@ BENCHMARK(BM_FmaPeak);
 BENCHMARK(BM_MaxValueStep<max_value::PointerNet>)->ArgName("threads")->Arg(1)->Arg(2)->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK(BM_MaxValueStep<max_value::SetNet>)->ArgName("threads")->Arg(1)->Arg(2)->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK(BM_LmStep)->ArgName("threads")->Arg(1)->Arg(2)->Unit(benchmark::kMillisecond)->UseRealTime();
-BENCHMARK(BM_LmInference)->Unit(benchmark::kMicrosecond);
+BENCHMARK(BM_PointerForward<InferOf>)->Unit(benchmark::kMicrosecond);
+BENCHMARK(BM_PointerForward<ActsOf>)->Unit(benchmark::kMicrosecond);
+BENCHMARK(BM_SetForward<InferOf>)->Unit(benchmark::kMicrosecond);
+BENCHMARK(BM_SetForward<ActsOf>)->Unit(benchmark::kMicrosecond);
+BENCHMARK(BM_LmForward<InferOf, 1>)->Unit(benchmark::kMicrosecond);
+BENCHMARK(BM_LmForward<ActsOf, 1>)->Unit(benchmark::kMicrosecond);
+BENCHMARK(BM_LmForward<InferOf, 32>)->Unit(benchmark::kMicrosecond);
+BENCHMARK(BM_LmForward<ActsOf, 32>)->Unit(benchmark::kMicrosecond);
 BENCHMARK_MAIN();

@@ -7,7 +7,9 @@ usage: STFORMER_BUILD=build-bench /usr/bin/python3 bench/compare_torch.py [--rep
 Runs `$STFORMER_BUILD/bench/bench_stformer` (Google Benchmark, median of --repetitions), then
 the same cases in PyTorch (Debian's python3-torch) in a child process, same shapes and thread
 count, and prints: case, stformer's median, PyTorch's median, PyTorch / stformer, and
-stformer's GFLOP/s as a fraction of the FMA peak measured by the same binary (per thread used).
+stformer's GFLOP/s as a fraction of the FMA peak measured by the same binary (per thread used);
+then, for the model inference cases, stformer's forward-only pass (InferOf) against training's
+forward (ActsOf) on the same model and input, from the same run: Acts time / Infer time.
 
 PyTorch runs at its best: OPENBLAS_CORETYPE is unset (this machine's environment sets it and
 halves OpenBLAS's GEMM speed), one process per thread count with OMP_NUM_THREADS set and
@@ -16,7 +18,8 @@ OpenBLAS on one thread (its own threads fight PyTorch's), glibc keeps freed memo
 between steps as PyTorch's optimisers do, and a warning is printed when Debian's python3-torch
 is not running on OpenBLAS (apt-get install libopenblas0-pthread; the reference BLAS is ~4x
 slower). PyTorch cases are the same models as tests/torch/stformer_torch.py (SPEC's maths);
-MultiHeadAttention is PyTorch's own nn.MultiheadAttention, in inference mode.
+MultiHeadAttention is PyTorch's own nn.MultiheadAttention; inference cases run under
+torch.inference_mode() on models in eval mode.
 Exits non-zero when a case cannot run on either side.
 """
 import argparse
@@ -39,7 +42,7 @@ def forward_case(label, bench, kind, b, n, d, h):
 
 
 CASES = [forward_case("MHA fwd", "BM_MultiHeadAttention", "mha", *s) for s in FORWARD_SHAPES] + [
-    forward_case("MHA inference (tiled)", "BM_MultiHeadAttentionInfer", "mha", *s) for s in FORWARD_SHAPES] + [
+    forward_case("MHA inference (Infer)", "BM_MultiHeadAttentionInfer", "mha", *s) for s in FORWARD_SHAPES] + [
     forward_case("Encoder fwd", "BM_EncoderBlock", "encoder", *s) for s in FORWARD_SHAPES + [(32, 64, 64, 4)]] + [
     ("max-value step, pointer, 1 thread", "BM_MaxValueStep<max_value::PointerNet>/threads:1/real_time", 1, ("pointer_step",)),
     ("max-value step, pointer, 2 threads", "BM_MaxValueStep<max_value::PointerNet>/threads:2/real_time", 2, ("pointer_step",)),
@@ -47,16 +50,28 @@ CASES = [forward_case("MHA fwd", "BM_MultiHeadAttention", "mha", *s) for s in FO
     ("max-value step, set, 2 threads", "BM_MaxValueStep<max_value::SetNet>/threads:2/real_time", 2, ("set_step",)),
     ("LM train step b32, 1 thread", "BM_LmStep/threads:1/real_time", 1, ("lm_step",)),
     ("LM train step b32, 2 threads", "BM_LmStep/threads:2/real_time", 2, ("lm_step",)),
-    ("LM inference, one window", "BM_LmInference", 1, ("lm_infer",)),
+    ("pointer inference, one set (Infer)", "BM_PointerForward<InferOf>", 1, ("pointer_infer",)),
+    ("set inference, one set (Infer)", "BM_SetForward<InferOf>", 1, ("set_infer",)),
+    ("LM inference, one window (Infer)", "BM_LmForward<InferOf, 1>", 1, ("lm_infer", 1)),
+    ("LM inference b32 (Infer)", "BM_LmForward<InferOf, 32>", 1, ("lm_infer", 32)),
 ]
 PEAK = "BM_FmaPeak"
+
+# The forward-only pass against training's forward (ActsOf) on the same model and input, both
+# stformer, same run: case of CASES, its Acts benchmark.
+ACTS = {
+    "pointer inference, one set (Infer)": "BM_PointerForward<ActsOf>",
+    "set inference, one set (Infer)": "BM_SetForward<ActsOf>",
+    "LM inference, one window (Infer)": "BM_LmForward<ActsOf, 1>",
+    "LM inference b32 (Infer)": "BM_LmForward<ActsOf, 32>",
+}
 
 
 def run_stformer(build, repetitions, cases):
     exe = os.path.join(build, "bench", "bench_stformer")
     if not os.access(exe, os.X_OK):
         sys.exit(f"compare_torch: {exe} not found (build it: meson setup {build} -Dsimd=native && ninja -C {build})")
-    names = [PEAK] + [c[1] for c in cases]
+    names = [PEAK] + [c[1] for c in cases] + [ACTS[c[0]] for c in cases if c[0] in ACTS]
     pattern = "|".join("^" + n.replace("<", ".").replace(">", ".").replace("/", ".").replace(" ", ".") for n in names)
     cmd = [exe, f"--benchmark_filter={pattern}", "--benchmark_format=json", f"--benchmark_repetitions={repetitions}",
            "--benchmark_report_aggregates_only=true", "--benchmark_min_time=0.3"]
@@ -64,7 +79,7 @@ def run_stformer(build, repetitions, cases):
     results = {}
     scale = {"ns": 1e-9, "us": 1e-6, "ms": 1e-3, "s": 1.0}
     for b in json.loads(out)["benchmarks"]:
-        if b.get("aggregate_name") != "median":
+        if b.get("aggregate_name") != "median" and repetitions > 1:  # one repetition: no aggregates
             continue
         results[b["run_name"]] = (b["real_time"] * scale[b["time_unit"]], b.get("GFLOP"))
     return results
@@ -90,6 +105,14 @@ def torch_case(kind, *args):
         b, n, d, h = args
         m = st.EncoderBlock(d, h, 4 * d).eval()
         x = torch.randn(b, n, d)
+
+        def fn():
+            with torch.inference_mode():
+                m(x)
+        return fn
+    if kind in ("pointer_infer", "set_infer"):
+        x = torch.randn(1, 50, 2) + torch.randn(1, 1, 2)
+        m = (st.PointerModel(2, 16, 1, 64, 2) if kind == "pointer_infer" else st.SetTransformer(2, 64, 4, 16, 2)).eval()
 
         def fn():
             with torch.inference_mode():
@@ -121,7 +144,8 @@ def torch_case(kind, *args):
         v, length = 33278, 32
         m = st.LanguageModel(v, length, 128, 4, 512, 2)
         if kind == "lm_infer":
-            ids = torch.randint(0, v, (1, length))
+            (batch,) = args
+            ids = torch.randint(0, v, (batch, length))
             m.eval()
 
             def fn():
@@ -234,6 +258,17 @@ def main():
         g = f"{gflops:.1f}" if gflops else "–"
         frac = f"{100 * gflops / (peak * threads):.0f}%" if gflops else "–"
         print(f"| {name} | {fmt(t)} | {fmt(tt)} | {tt / t:.2f}× | {g} | {frac} |")
+    pairs = [(name, ours[bench][0], ours[ACTS[name]][0]) for name, bench, _, _ in cases
+             if name in ACTS and bench in ours and ACTS[name] in ours]
+    missing += [ACTS[name] for name, _, _, _ in cases if name in ACTS and ACTS[name] not in ours]
+    if pairs:
+        print()
+        print("Infer vs Acts forward (stformer, same run)")
+        print()
+        print("| case | Infer | Acts | Acts / Infer |")
+        print("|---|---|---|---|")
+        for name, t_infer, t_acts in pairs:
+            print(f"| {name.replace(' (Infer)', '')} | {fmt(t_infer)} | {fmt(t_acts)} | {t_acts / t_infer:.2f}× |")
     if missing:
         print("compare_torch: cases that did not run: " + ", ".join(missing), file=sys.stderr)
         return 1
