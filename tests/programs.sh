@@ -8,6 +8,7 @@
 #   SIGKILL while a checkpoint is being written leaves the previous one valid.
 # With WikiText-2 (WIKITEXT, when the folder exists) the language model is interrupted and
 # made to diverge too.
+# The info subcommands print the forward-only memory plans.
 # Usage: programs.sh MAX_VALUE WIKITEXT_LM CHECKPOINT_HEADER DEMO [WIKITEXT]   ($STFORMER_RUN: a wrapper)
 set -uo pipefail
 mv_bin=$1 lm_bin=$2 header_bin=$3 demo_bin=$4 wikitext=${5:-}
@@ -118,6 +119,21 @@ refuse "output|does not exist" "$header_bin" "$tmp/pointer.safetensors" "$tmp/no
 refuse "--namespace|not a C++ identifier" "$header_bin" "$tmp/pointer.safetensors" "$tmp/h.hpp" --namespace 1x
 refuse "--bogus" "$header_bin" "$tmp/pointer.safetensors" "$tmp/h.hpp" --bogus
 refuse "takes no arguments" "$demo_bin" --help-me
+
+echo "== info: the forward-only memory plans"
+# info_plan PROGRAM ARGS... -- LINES...: exit 0, and stdout holds each line
+info_plan() {
+  local args=()
+  while [ "$1" != "--" ]; do args+=("$1"); shift; done
+  shift
+  "${run[@]}" "${args[@]}" >"$tmp/out" 2>"$tmp/err" || { fail "$(basename "${args[0]}") ${args[*]:1}: exit code $?"; return; }
+  for line in "$@"; do grep -qF -- "$line" "$tmp/out" || { fail "$(basename "${args[0]}") ${args[*]:1}: no '$line'"; return; }; done
+  echo "ok   $(basename "${args[0]}") ${args[*]:1}  ->  $(grep sizeof "$tmp/out" | head -1)"
+}
+info_plan "$mv_bin" info -- "sizeof(InferOf<Net, 1, 50>)" "arena" "blocks" "pointer" "logp"
+info_plan "$mv_bin" info --model set -- "sizeof(InferOf<Net, 1, 50>)" "MAB1" "MAB2" "pool"
+info_plan "$lm_bin" info -- "sizeof(InferOf<Model, 1>)" "blocks" "pool" "logits"
+refuse "--model" "$mv_bin" info --model transformer
 
 # ---- faults during training ---------------------------------------------------------------
 # wait_for FILE PATTERN: until FILE holds a line matching PATTERN (up to 600 s).

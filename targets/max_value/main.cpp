@@ -241,19 +241,9 @@ int info(const char* kind) {
   std::printf("(training activations for the same set: sizeof(ActsOf<Net, 1, %zu>) = %zu B)\n", N, sizeof(ActsOf<Net, 1, N>));
   const char* in = "    ";
   if constexpr (std::is_same_v<Net, PointerNet>) {
-    using Work = typename I::BlockWork;
-    using Attention = typename decltype(Work::phase)::template Phase<0>;
-    using Hidden = typename decltype(Work::phase)::template Phase<1>;
     print_buffer<decltype(I::h)>("  ", "h", "residual stream: proj(x), the blocks in place, sn_v in place (the keys)");
     std::printf("  arena %zu B, one phase at a time:\n", sizeof(I::phase));
-    std::printf("  blocks  %zu B\n", sizeof(Work));
-    print_buffer<decltype(Work::a)>(in, "a", "SN1(h) -> q -> heads -> attention output; SN2(h) -> feed-forward output");
-    std::printf("%sthen %zu B: the attention's keys and values and its tile\n", in, sizeof(Attention));
-    print_buffer<decltype(Attention::kt)>(in, "kt", "k_h^T of every head");
-    print_buffer<decltype(Attention::v)>(in, "v", "values");
-    print_tile(in, sizeof(Attention::tile), "scores of 16 queries, or 16 rows of a projection");
-    std::printf("%sthen:\n", in);
-    print_buffer<Hidden>(in, "hidden", "16 rows of the feed-forward hidden layer");
+    print_encoder_work<typename I::BlockWork>(in);
     using Pointer = typename I::Pointer;
     using PI = decltype(Pointer::pointer);
     std::printf("  pointer %zu B\n", sizeof(Pointer));
@@ -277,16 +267,11 @@ int info(const char* kind) {
       print_buffer<decltype(M::a)>(in, "a", "Nkv(keys) until projected; Nq(queries) -> attention output -> Nff(h) -> fc");
       print_buffer<decltype(M::attn.kt)>(in, "kt", "k_h^T of every head");
       print_buffer<decltype(M::attn.v)>(in, "v", "values");
-      print_tile(in, sizeof(M::attn.tile), "scores of 16 queries, or 16 rows of a projection");
+      print_tile(in, sizeof(M::attn.tile), "scores of 16 queries, or a tile of rows of a projection");
     };
     mab.template operator()<Mab1>("MAB1 (16 inducing points against the set)");
     mab.template operator()<Mab2>("MAB2 (the set against the inducing points)");
-    std::printf("  pool    %zu B (PMA, one seed: the attention folds, no keys or values are projected)\n", sizeof(Pool));
-    print_buffer<decltype(Pool::a)>(in, "a", "Nq(seed) -> attention output -> Nff(h) -> fc");
-    print_buffer<decltype(Pool::y1)>(in, "y1", "Nkv(x), the keys");
-    print_buffer<decltype(Pool::attn.qk)>(in, "qk", "q_h Wk_h of every head");
-    print_buffer<decltype(Pool::attn.a)>(in, "A", "attention weights");
-    print_buffer<decltype(Pool::attn.ax)>(in, "ax", "A x");
+    print_pool_work<Pool>(in);
   }
   return 0;
 }

@@ -204,9 +204,6 @@ int plot(const std::string& curve, const std::string& compare, const std::string
 // from the types' sizes (sizeof(InferOf<Model, 1>) is the whole of it).
 int info() {
   using I = InferOf<Model, 1>;
-  using Work = I::BlockWork;
-  using Attention = decltype(Work::phase)::Phase<0>;
-  using Hidden = decltype(Work::phase)::Phase<1>;
   using Pool = I::PoolWork;
   using Logits = decltype(I::phase)::Phase<2>;
   auto model = std::make_unique<Model>();
@@ -218,20 +215,8 @@ int info() {
   print_buffer<decltype(I::h)>("  ", "h", "residual stream: embedding + PE, the blocks in place");
   print_buffer<decltype(I::pooled)>("  ", "pooled", "PMA's output, the head's input");
   std::printf("  arena %zu B, one phase at a time:\n", sizeof(I::phase));
-  std::printf("  blocks  %zu B\n", sizeof(Work));
-  print_buffer<decltype(Work::a)>(in, "a", "SN1(h) -> q -> heads -> attention output; SN2(h) -> feed-forward output");
-  std::printf("%sthen %zu B: the attention's keys and values and its tile\n", in, sizeof(Attention));
-  print_buffer<decltype(Attention::kt)>(in, "kt", "k_h^T of every head");
-  print_buffer<decltype(Attention::v)>(in, "v", "values");
-  print_tile(in, sizeof(Attention::tile), "scores of 16 queries, or 16 rows of a projection");
-  std::printf("%sthen:\n", in);
-  print_buffer<Hidden>(in, "hidden", "16 rows of the feed-forward hidden layer");
-  std::printf("  pool    %zu B (PMA, one seed: the attention folds, no keys or values are projected)\n", sizeof(Pool));
-  print_buffer<decltype(Pool::a)>(in, "a", "Nq(seed) -> attention output -> Nff(h) -> fc");
-  print_buffer<decltype(Pool::y1)>(in, "y1", "Nkv(h), the keys");
-  print_buffer<decltype(Pool::attn.qk)>(in, "qk", "q_h Wk_h of every head");
-  print_buffer<decltype(Pool::attn.a)>(in, "A", "attention weights");
-  print_buffer<decltype(Pool::attn.ax)>(in, "ax", "A h");
+  print_encoder_work<I::BlockWork>(in);
+  print_pool_work<Pool>(in);
   std::printf("  head    %zu B\n", sizeof(Logits));
   print_buffer<Logits>(in, "logits", "the output");
   return 0;
