@@ -18,6 +18,9 @@
 // is below the projections' 4·Nk·Dkv·D + 4·Nq·Nk·D (`folds`); the result is the same up to
 // float rounding, and the activations hold A (attn), heads and o as in FullActs.
 //
+// Forward only: Infer<B, Nq, Nk>, and for the blocks that keep a residual stream Work, prepare
+// and forward_add (below): the same kernels in the same order, so the same bits as Acts.
+//
 // Score scale s: ScoreScale::head_width gives 1/sqrt(Dh) (the default), ScoreScale::model_width
 // gives 1/sqrt(D) (the seed project's choice). A masked key gets weight exactly 0; a query
 // whose keys are all masked gets o_h = 0, so its output row is bo. Parameters: wq, wk, wv, wo
@@ -150,13 +153,6 @@ struct MultiHeadAttention {
     }
   };
 
-  // The folded form (see the top of this file). Per batch row, the heads' query rows stacked:
-  //   qk = [q_h Wk_h]_h [H·Nq, Dkv],  A = softmax(s · qk xkvᵀ) [H·Nq, Nk],  ax = A xkv [H·Nq, Dkv],
-  //   o_h = ax_h Wv_hᵀ + bv_h, or 0 where query i sees no key (its row of A is 0)
-  // backward, from dO_h:
-  //   dax_h = dO_h Wv_h,  dWv_h += dO_hᵀ ax_h,  dbv += Σ dO over the rows that see a key,  dA = dax xkvᵀ,
-  //   dS = s · A ⊙ (dA − rowsum(dA ⊙ A)),  dxkv = Aᵀ dax + dSᵀ qk,  dqk = dS xkv,
-  //   dq_h = dqk_h Wk_hᵀ,  dWk_h += q_hᵀ dqk_h  (dbk = 0)
   // Row i of A_h (any head): all 0 exactly when query i sees no key, else it sums to 1.
   template <size_t Nk>
   static bool sees_a_key(const float* a_row) { return kernels::row_max<Nk>(a_row) > 0; }
@@ -178,6 +174,13 @@ struct MultiHeadAttention {
       if (!sees_a_key<Nk>(a + i * Nk)) std::fill_n(heads + i * D, D, 0.0f);
   }
 
+  // The folded form (see the top of this file). Per batch row, the heads' query rows stacked:
+  //   qk = [q_h Wk_h]_h [H·Nq, Dkv],  A = softmax(s · qk xkvᵀ) [H·Nq, Nk],  ax = A xkv [H·Nq, Dkv],
+  //   o_h = ax_h Wv_hᵀ + bv_h, or 0 where query i sees no key (its row of A is 0)
+  // backward, from dO_h:
+  //   dax_h = dO_h Wv_h,  dWv_h += dO_hᵀ ax_h,  dbv += Σ dO over the rows that see a key,  dA = dax xkvᵀ,
+  //   dS = s · A ⊙ (dA − rowsum(dA ⊙ A)),  dxkv = Aᵀ dax + dSᵀ qk,  dqk = dS xkv,
+  //   dq_h = dqk_h Wk_hᵀ,  dWk_h += q_hᵀ dqk_h  (dbk = 0)
   template <size_t B, size_t Nq, size_t Nk>
   struct FoldedActs {
     static constexpr size_t R = H * Nq;
