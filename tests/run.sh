@@ -15,6 +15,14 @@ cd "$(dirname "$0")/.."
 bash targets/install-deps.sh python3-torch clang libclang-rt-14-dev gcc-arm-none-eabi libstdc++-arm-none-eabi-newlib \
   libnewlib-arm-none-eabi qemu-system-arm g++-aarch64-linux-gnu qemu-user
 
+# stage NAME: ends the stage under way, printing its time, and starts NAME ("" at the end).
+stage_name="install (apt-get what is missing)" stage_start=0  # SECONDS counts from the start of this script
+stage() {
+  echo "--- $stage_name: $((SECONDS - stage_start)) s (total $SECONDS s)"
+  stage_name=$1 stage_start=$SECONDS
+  [ -z "$1" ] || echo "=== $1"
+}
+
 # setup DIR ARGS...: configures DIR (once; later runs reuse it).
 setup() {
   local dir=$1
@@ -26,7 +34,7 @@ backends=(x86-64-v3 none)
 grep -q avx512f /proc/cpuinfo && backends+=(x86-64-v4)
 for simd in "${backends[@]}"; do
   dir=build-test-$simd
-  echo "=== backend $simd ($dir)"
+  stage "backend $simd ($dir)"
   if [ -f "$dir/build.ninja" ]; then
     meson configure "$dir" -Dsimd="$simd" -Dwerror=true
   else
@@ -37,31 +45,33 @@ for simd in "${backends[@]}"; do
 done
 echo "all backends passed: ${backends[*]}"
 
-echo "=== sanitizers: address, undefined (build-test-sanitize)"
+stage "sanitizers: address, undefined (build-test-sanitize)"
 setup build-test-sanitize -Db_sanitize=address,undefined -Doptimization=1 -Dsimd=x86-64-v3 -Dbench=disabled -Dwerror=true
 ninja -C build-test-sanitize
 ASAN_OPTIONS=detect_leaks=1:strict_string_checks=1 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
   meson test -C build-test-sanitize --print-errorlogs --timeout-multiplier 3
 echo "sanitizers passed"
 
-echo "=== fuzzers, 60 s each (build-test-fuzz)"
+stage "fuzzers, 60 s each (build-test-fuzz)"
 [ -f build-test-fuzz/build.ninja ] || CXX=clang++ meson setup build-test-fuzz -Dfuzz=true -Db_sanitize=address,undefined -Dsimd=none
 ninja -C build-test-fuzz
 FUZZ_SECONDS=60 meson test -C build-test-fuzz --suite fuzz --print-errorlogs
 echo "fuzzers passed"
 
+stage "firmware headers (build-firmware-headers)"
 bash targets/firmware/make-headers.sh "build-test-${backends[0]}" build-firmware-headers
 for cpu in m7 m4; do
   dir=build-test-cortex-$cpu
-  echo "=== firmware, Cortex-${cpu^^} ($dir)"
+  stage "firmware, Cortex-${cpu^^} ($dir)"
   setup "$dir" --cross-file "targets/cross/cortex-$cpu.ini" -Dsimd=none -Dwerror=true -Dfirmware="$PWD/build-firmware-headers"
   ninja -C "$dir"
   meson test -C "$dir" --print-errorlogs
 done
 echo "firmware passed on Cortex-M7 and Cortex-M4"
 
-echo "=== aarch64, NEON kernels, under qemu-aarch64 (build-test-aarch64)"
+stage "aarch64, NEON kernels, under qemu-aarch64 (build-test-aarch64)"
 setup build-test-aarch64 --cross-file targets/cross/aarch64-linux-gnu.ini -Dsimd=neon -Dbench=disabled -Dwerror=true
 ninja -C build-test-aarch64
 meson test -C build-test-aarch64 --print-errorlogs --timeout-multiplier 3
 echo "aarch64 passed"
+stage ""
