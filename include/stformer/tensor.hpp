@@ -106,6 +106,15 @@ using ActsOf = typename Block::template Acts<Dims...>;
 template <class Block, size_t... Dims>
 using InferOf = typename Block::template Infer<Dims...>;
 
+// f.template operator()<R>(i) for the tiles of T rows of Rows, i = 0, T, 2T, ... (R = T; the
+// last tile shorter when T does not divide Rows): the one tile loop of the forward passes.
+template <size_t Rows, size_t T, class F>
+void for_tiles(F&& f) {
+  size_t i = 0;
+  for (; i + T <= Rows; i += T) f.template operator()<T>(i);
+  if constexpr (Rows % T != 0) f.template operator()<Rows % T>(i);
+}
+
 // Rows per tile of the in-place projections and feed-forward layers of forward-only passes
 // (their tile buffers are T rows wide), by default.
 constexpr size_t tile_rows(size_t rows) { return rows < 16 ? rows : 16; }

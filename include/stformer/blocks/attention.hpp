@@ -96,14 +96,6 @@ struct MultiHeadAttention {
     kernels::matmul_nn<R, Dh, Nk>(a, Nk, vh, D, oh, D);
   }
 
-  // f.template operator()<R>(i0) for the blocks of query_block queries of Nq (the last shorter).
-  template <size_t Nq, class F>
-  static void query_blocks(F&& f) {
-    size_t i0 = 0;
-    for (; i0 + query_block <= Nq; i0 += query_block) f.template operator()<query_block>(i0);
-    if constexpr (Nq % query_block != 0) f.template operator()<Nq % query_block>(i0);
-  }
-
   template <size_t B, size_t Nq, size_t Nk>
   struct FullActs {
     ActsOf<Linear<Dq, D>, B, Nq> q;
@@ -127,7 +119,7 @@ struct MultiHeadAttention {
         for (size_t h = 0; h < H; ++h) {
           const size_t qo = b * Nq * D + h * Dh;
           kernels::transpose<Dh>(k.out.data() + b * Nk * D + h * Dh, D, Nk, kt.data(), Nk);
-          query_blocks<Nq>([&]<size_t R>(size_t i0) {
+          for_tiles<Nq, query_block>([&]<size_t R>(size_t i0) {
             attend_block<R>(q.out.data() + qo + i0 * D, kt.data(), v.out.data() + b * Nk * D + h * Dh,
                             attn.data() + ((b * H + h) * Nq + i0) * Nk, heads.data() + qo + i0 * D, b, i0, mask);
           });
@@ -299,7 +291,7 @@ struct MultiHeadAttention {
       using Wk = FullWork<B, Nq, Nk, T>;
       for (size_t b = 0; b < B; ++b)
         for (size_t h = 0; h < H; ++h)
-          query_blocks<Nq>([&]<size_t R>(size_t i0) {
+          for_tiles<Nq, query_block>([&]<size_t R>(size_t i0) {
             float* qh = q + (b * Nq + i0) * D + h * Dh;
             const float* kth = w.kt.data() + (b * D + h * Dh) * Nk;
             const float* vh = w.v.data() + b * Nk * D + h * Dh;

@@ -24,17 +24,11 @@ struct FeedForward {
   // whole rows at once).
   template <size_t Rows, size_t T, bool Add = false>
   void apply_tiled(float* x, float* y, float* hid) const {
-    for (size_t i = 0; i < Rows; i += T) {
-      auto rows = [&]<size_t R>() {
-        fc1.template apply<R, true, Rows>(x + i * D, hid);
-        fc2.template apply<R, false, Rows>(hid, x + i * D);
-        if constexpr (Add) kernels::add_to<R * D>(x + i * D, y + i * D);
-      };
-      if (i + T <= Rows)
-        rows.template operator()<T>();
-      else
-        rows.template operator()<(Rows % T == 0 ? T : Rows % T)>();
-    }
+    for_tiles<Rows, T>([&]<size_t R>(size_t i) {
+      fc1.template apply<R, true, Rows>(x + i * D, hid);
+      fc2.template apply<R, false, Rows>(hid, x + i * D);
+      if constexpr (Add) kernels::add_to<R * D>(x + i * D, y + i * D);
+    });
   }
 
   template <size_t... L>

@@ -36,19 +36,13 @@ struct Linear {
   // adding the whole output afterwards).
   template <size_t Rows, size_t T, bool Relu = false, bool Add = false>
   void apply_tiled(const float* x, float* y, float* tile) const {
-    for (size_t i = 0; i < Rows; i += T) {
-      auto rows = [&]<size_t R>() {
-        apply<R, Relu, Rows>(x + i * In, tile);
-        if constexpr (Add)
-          kernels::add_to<R * Out>(tile, y + i * Out);
-        else
-          std::copy_n(tile, R * Out, y + i * Out);
-      };
-      if (i + T <= Rows)
-        rows.template operator()<T>();
+    for_tiles<Rows, T>([&]<size_t R>(size_t i) {
+      apply<R, Relu, Rows>(x + i * In, tile);
+      if constexpr (Add)
+        kernels::add_to<R * Out>(tile, y + i * Out);
       else
-        rows.template operator()<(Rows % T == 0 ? T : Rows % T)>();
-    }
+        std::copy_n(tile, R * Out, y + i * Out);
+    });
   }
 
   template <size_t... L>

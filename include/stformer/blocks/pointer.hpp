@@ -24,6 +24,12 @@ struct PointerAttention {
     stformer::visit(at / "wk", f, s.wk...);
   }
 
+  template <size_t B, size_t Nq, size_t Nk, class XQ, class XK>
+  static constexpr void check_inputs() {
+    static_assert(std::is_same_v<XQ, Tensor<B, Nq, Dq>>, "PointerAttention: queries q [B, Nq, Dq] and the block's query width Dq differ");
+    static_assert(std::is_same_v<XK, Tensor<B, Nk, Dk>>, "PointerAttention: keys k [B, Nk, Dk] and the block's key width Dk differ");
+  }
+
   // logp[b] ← log_softmax(s · q[b] k[b]ᵀ, masked keys at −∞) from the projected q [B, Nq, Da]
   // and k [B, Nk, Da]: the one scoring step of Acts and Infer.
   template <size_t B, size_t Nq, size_t Nk>
@@ -49,8 +55,7 @@ struct PointerAttention {
 
     template <class XQ, class XK>
     const Tensor<B, Nq, Nk>& forward(const PointerAttention& p, const XQ& xq, const XK& xk, const KeyMask<B, Nk>* keys = nullptr) {
-      static_assert(std::is_same_v<XQ, Tensor<B, Nq, Dq>>, "PointerAttention: queries q [B, Nq, Dq] and the block's query width Dq differ");
-      static_assert(std::is_same_v<XK, Tensor<B, Nk, Dk>>, "PointerAttention: keys k [B, Nk, Dk] and the block's key width Dk differ");
+      check_inputs<B, Nq, Nk, XQ, XK>();
       p.wq.template apply<B * Nq>(xq.data(), q.data());
       p.wk.template apply<B * Nk>(xk.data(), k.data());
       score<B, Nq, Nk>(q.data(), k.data(), logp.data(), keys);
@@ -69,8 +74,7 @@ struct PointerAttention {
 
     template <class XQ, class XK>
     const Tensor<B, Nq, Nk>& forward(const PointerAttention& p, const XQ& xq, const XK& xk, const KeyMask<B, Nk>* keys = nullptr) {
-      static_assert(std::is_same_v<XQ, Tensor<B, Nq, Dq>>, "PointerAttention: queries q [B, Nq, Dq] and the block's query width Dq differ");
-      static_assert(std::is_same_v<XK, Tensor<B, Nk, Dk>>, "PointerAttention: keys k [B, Nk, Dk] and the block's key width Dk differ");
+      check_inputs<B, Nq, Nk, XQ, XK>();
       q.forward(p.wq, xq);
       k.forward(p.wk, xk);
       score<B, Nq, Nk>(q.out.data(), k.out.data(), logp.data(), keys);
