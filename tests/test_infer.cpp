@@ -195,7 +195,7 @@ constexpr size_t bytes = sizeof(Tensor<N...>);
 constexpr size_t pointer_bytes = std::max(sizeof(float*), alignof(Tensor<1>));
 }  // namespace
 
-// The memory plans documented in the models' headers and in the README, buffer by buffer (a
+// The memory plans documented in the models' headers and in docs/reference.md, buffer by buffer (a
 // tile holds [16, Nk] scores or [T, D] rows of a projection, whichever is larger, T = 16 rows
 // unless the arena leaves room for more; each buffer rounded up to the tensors' alignment).
 TEST_CASE("memory plans: sizeof(Infer) is the documented plan, and the SPEC configurations fit their targets") {
