@@ -119,6 +119,14 @@ refuse "output|does not exist" "$header_bin" "$tmp/pointer.safetensors" "$tmp/no
 refuse "--namespace|not a C++ identifier" "$header_bin" "$tmp/pointer.safetensors" "$tmp/h.hpp" --namespace 1x
 refuse "--bogus" "$header_bin" "$tmp/pointer.safetensors" "$tmp/h.hpp" --bogus
 refuse "takes no arguments" "$demo_bin" --help-me
+refuse "--model|transformer" "$header_bin" "$tmp/pointer.safetensors" "$tmp/h.hpp" --model transformer
+refuse "pointer.safetensors|the model expects" "$header_bin" "$tmp/pointer.safetensors" "$tmp/h.hpp" --model set
+if "${run[@]}" "$header_bin" "$tmp/pointer.safetensors" "$tmp/image.hpp" --model pointer --namespace w >"$tmp/out" 2>&1 &&
+  grep -qF "using Model = stformer::PointerModel<2, 16, 1, 64, 2>;" "$tmp/image.hpp" &&
+  grep -qF "inline const Model& model() { return stformer::model_image<Model>(image); }" "$tmp/image.hpp" &&
+  [ "$(grep -c '^  alignas(stformer::Tensor<' "$tmp/image.hpp")" -eq 37 ]; then
+  echo "ok   checkpoint_header --model pointer: the model's image, 37 parameters"
+else fail "checkpoint_header --model pointer: $(tail -2 "$tmp/out")"; fi
 
 echo "== info: the forward-only memory plans"
 # info_plan PROGRAM ARGS... -- LINES...: exit 0, and stdout holds each line

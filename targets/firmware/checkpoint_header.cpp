@@ -1,20 +1,31 @@
-// checkpoint_header IN.safetensors OUT.hpp [--namespace NS]: any safetensors checkpoint (or
-// file of F32 tensors) to a C++ header for programs without a file system. Each F32 tensor
-// becomes a constexpr float array, written as exact hexadecimal literals, and `NS::tensors` a
-// table of stformer::ConstTensor entries named as in the file, for stformer::load_params
-// (stformer/param_table.hpp). Optimiser state and run state (`optim.`, `state.`) are left out.
+// checkpoint_header IN.safetensors OUT.hpp [--namespace NS] [--model pointer|set]: a
+// safetensors checkpoint to a C++ header for programs without a file system.
+//
+// Without --model: each F32 tensor of any safetensors file becomes a constexpr float array,
+// written as exact hexadecimal literals, and `NS::tensors` a table of stformer::ConstTensor
+// entries named as in the file, for stformer::load_params (stformer/param_table.hpp), which
+// copies them into a model. Optimiser state and run state (`optim.`, `state.`) are left out.
+//
+// With --model pointer or set (max_value's two models, SPEC Example 1): the checkpoint is
+// loaded into that model and written as its constant image (stformer/model_image.hpp):
+// `NS::model()` is the model itself, read in place from read-only memory, nothing copied.
+// Another model type gets its image from stformer::model_image_source in a program of its own.
 #include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <memory>
 #include <sstream>
+#include <vector>
 
 #include <CLI/CLI.hpp>
 
 #include "../checks.hpp"
+#include "../max_value/max_value.hpp"
 
+#include "stformer/model_image_source.hpp"
 #include "stformer/safetensors.hpp"
 
 namespace {
@@ -40,14 +51,9 @@ std::string header(const stformer::safetensors::File& file, const std::string& n
     if (n == 0) throw std::runtime_error("tensor " + t.name + " is empty");
     out << "// " << t.name << " " << stformer::safetensors::shape_string(t.shape) << "\n"
         << "alignas(16) inline constexpr float t" << count << "[" << n << "] = {";
-    for (size_t i = 0; i < n; ++i) {
-      float v;
-      std::memcpy(&v, t.bytes.data() + i * sizeof(float), sizeof v);
-      if (!std::isfinite(v)) throw std::runtime_error("tensor " + t.name + " holds a value that is not finite");
-      char text[32];
-      std::snprintf(text, sizeof text, "%af", double(v));
-      out << (i % 6 == 0 ? "\n    " : " ") << text << ",";
-    }
+    std::vector<float> v(n);
+    std::memcpy(v.data(), t.bytes.data(), n * sizeof(float));
+    stformer::write_float_literals(out, v.data(), n, "tensor " + t.name);
     out << "\n};\n";
     table << "    {\"" << t.name << "\", t" << count << ", " << n << "},\n";
     ++count, floats += n;
@@ -58,6 +64,19 @@ std::string header(const stformer::safetensors::File& file, const std::string& n
   return out.str();
 }
 
+// The type names written into an image header, spelled as max_value's.
+static_assert(std::is_same_v<max_value::PointerNet, stformer::PointerModel<2, 16, 1, 64, 2>>);
+static_assert(std::is_same_v<max_value::SetNet, stformer::SetTransformer<2, 64, 4, 16, 2>>);
+
+// The checkpoint in `file` loaded into a Model (every parameter present with its shape), as
+// the source of its image.
+template <class Model>
+std::string image(const stformer::safetensors::File& file, const std::string& type, const std::string& ns, const std::string& source) {
+  auto model = std::make_unique<Model>();
+  stformer::load_params(file, *model);
+  return stformer::model_image_source(*model, type, ns, source);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -65,12 +84,18 @@ int main(int argc, char** argv) {
   std::string in, out, ns = "weights";
   app.add_option("input", in, "safetensors file")->required()->check(CLI::ExistingFile);
   app.add_option("output", out, "header to write")->required()->check(OutputPath);
-  app.add_option("--namespace", ns, "namespace of the arrays and of `tensors`")->capture_default_str();
+  app.add_option("--namespace", ns, "namespace of the arrays and of `tensors` (or of the image)")->capture_default_str();
+  std::string model;
+  app.add_option("--model", model, "write the checkpoint as the image of this max_value model (stformer/model_image.hpp)")
+      ->check(CLI::IsMember({"pointer", "set"}));
   CLI11_PARSE(app, argc, argv);
   try {
     if (!is_identifier(ns)) throw std::runtime_error("--namespace " + ns + " is not a C++ identifier");
     auto file = stformer::safetensors::File::read(in);
-    std::string text = header(file, ns, std::filesystem::path(in).filename().string());
+    const std::string source = std::filesystem::path(in).filename().string();
+    std::string text = model == "pointer" ? image<max_value::PointerNet>(file, "stformer::PointerModel<2, 16, 1, 64, 2>", ns, source)
+                       : model == "set"   ? image<max_value::SetNet>(file, "stformer::SetTransformer<2, 64, 4, 16, 2>", ns, source)
+                                          : header(file, ns, source);
     auto tmp = out + ".tmp";  // written whole, then renamed: no half-written header
     {
       std::ofstream f(tmp, std::ios::binary);

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # make-headers.sh BUILD OUT: the firmware's generated headers, from a native build folder BUILD
 # (its max_value and checkpoint_header programs), into the folder OUT:
-#   weights.hpp   the SPEC pointer model trained with seed 0 (max_value train, about 3 s)
+#   weights.hpp   the SPEC pointer model trained with seed 0 (max_value train, about 3 s), as its
+#                 constant image (checkpoint_header --model pointer: read in place from flash)
 #   sets.hpp      8 fresh test sets (max_value sets --seed 7)
 #   expected.hpp  the host build's log-probabilities for them (max_value predict)
 set -euo pipefail
@@ -11,7 +12,8 @@ mkdir -p "$out"
 "$build/targets/max_value/max_value" sets --seed 7 --sets 8 --output "$out/sets.safetensors"
 "$build/targets/max_value/max_value" predict --checkpoint "$out/pointer.safetensors" --input "$out/sets.safetensors" \
   --output "$out/expected.safetensors"
-for name in weights:pointer sets:sets expected:expected; do
+"$build/targets/firmware/checkpoint_header" --model pointer --namespace weights "$out/pointer.safetensors" "$out/weights.hpp"
+for name in sets:sets expected:expected; do
   "$build/targets/firmware/checkpoint_header" --namespace "${name%%:*}" "$out/${name#*:}.safetensors" "$out/${name%%:*}.hpp"
 done
 echo "headers in $out"

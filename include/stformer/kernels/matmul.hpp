@@ -12,6 +12,7 @@
 #pragma once
 
 #include <algorithm>
+#include <cstdint>
 
 #include "vec.hpp"
 
@@ -46,6 +47,10 @@ inline void nt_tile(const float* A, size_t lda, const float* B, size_t ldb, floa
     for (size_t r = 0; r < R; ++r) a[r] = load(A + r * lda + k);
     for (size_t c = 0; c < C; ++c) {
       vf b = load(B + c * ldb + k);
+      // One row against many rows of B (the LM head's 17 MB for one window) is bound by
+      // reading B from memory: asking for B 16 KB ahead keeps more lines in flight than the
+      // hardware prefetcher does. (An address, not a pointer past B's end: a prefetch never faults.)
+      if constexpr (R == 1 && W > 1) __builtin_prefetch(reinterpret_cast<const void*>(reinterpret_cast<std::uintptr_t>(B + c * ldb + k) + 16384));
       for (size_t r = 0; r < R; ++r) acc[r][c] = fma(a[r], b, acc[r][c]);
     }
   }

@@ -19,7 +19,7 @@ namespace stformer {
 template <size_t V, size_t L, size_t D, size_t H, size_t F, size_t Blocks>
 struct LanguageModel {
   Embedding<V, D> embedding;
-  PositionalEncoding<L, D> pe;
+  [[no_unique_address]] PositionalEncoding<L, D> pe;  // no parameters and no bytes: the model is its parameters
   std::array<EncoderBlock<D, H, F>, Blocks> blocks;
   PMA<D, H, 1> pool;
   Linear<D, V> head;

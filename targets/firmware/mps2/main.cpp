@@ -1,17 +1,20 @@
 // The max-value pointer model (SPEC Example 1) in bare-metal firmware for the MPS2 AN500
 // (Cortex-M7; also AN386, Cortex-M4), run under qemu-system-arm -semihosting.
 //
-// Weights, test sets and the host build's predictions for them are constexpr arrays in flash,
-// made by checkpoint_header from a checkpoint, a `max_value sets` file and a `max_value
-// predict` file. For each set the firmware prints the predicted index and its
-// log-probability, checks them against the host's (same arg-max, every log-probability within
-// 1e-4 + 1e-4·|host|), and exits with status 0 when all agree. Model and the forward-only
-// workspace (Infer) are static (sizes known at compile time), there is no heap, and it prints
-// its memory use.
+// The model is a constant image in flash, read in place (stformer/model_image.hpp; made by
+// `checkpoint_header --model pointer` from a checkpoint): no parameter is copied to RAM. The
+// test sets and the host build's predictions for them are constexpr arrays in flash, made by
+// checkpoint_header from a `max_value sets` file and a `max_value predict` file. For each set
+// the firmware prints the predicted index and its log-probability, checks them against the
+// host's (same arg-max, every log-probability within 1e-4 + 1e-4·|host|), and exits with
+// status 0 when all agree. The forward-only workspace (Infer) is static (its size known at
+// compile time), there is no heap, and it prints its memory use.
 #include <cmath>
+#include <type_traits>
 
-#include <stformer/param_table.hpp>
+#include <stformer/model_image.hpp>
 #include <stformer/models/pointer_model.hpp>
+#include <stformer/param_table.hpp>
 
 #include "expected.hpp"
 #include "semihosting.hpp"
@@ -25,6 +28,7 @@ namespace {
 constexpr size_t N = 50;
 using PointerNet = stformer::PointerModel<2, 16, 1, 64, 2>;  // SPEC's `pointer` configuration
 using Infer = stformer::InferOf<PointerNet, 1, N>;            // one set at a time, forward only
+static_assert(std::is_same_v<weights::Model, PointerNet>, "weights.hpp holds another model");
 
 constexpr const stformer::ConstTensor& entry(const auto& table, std::string_view name) {
   for (const auto& e : table)
@@ -37,7 +41,6 @@ constexpr const stformer::ConstTensor& want = entry(expected::tensors, "log_prob
 constexpr size_t S = x.size / (N * 2);
 static_assert(S > 0 && x.size == S * N * 2 && want.size == S * N, "sets.x [S, 50, 2] and expected.log_probs [S, 50] differ");
 
-PointerNet model;
 Infer infer;
 stformer::Tensor<1, N, 2> set;
 
@@ -53,7 +56,11 @@ size_t argmax(const float* v) {
 // Called by reset_handler (startup.cpp); the exit status goes out through semihosting.
 extern "C" int firmware_main() {
   using semihosting::write;
-  stformer::load_params(weights::tensors, model);
+  const PointerNet& model = weights::model();  // in flash
+  if (!stformer::image_matches(model, weights::offsets)) {
+    write("weights.hpp: the image's layout is not the model's\n");
+    return 1;
+  }
   size_t agree = 0;
   for (size_t s = 0; s < S; ++s) {
     std::copy(x.data + s * N * 2, x.data + (s + 1) * N * 2, set.data());
@@ -66,7 +73,7 @@ extern "C" int firmware_main() {
     write(got[argmax(got)], 6), write(same ? " (host: the same)\n" : " (host: DIFFERENT)\n");
   }
   write("agree with the host build: "), write(agree), write(" of "), write(S), write(" sets\n");
-  write("static RAM: model "), write(sizeof model), write(" B, forward-only workspace "), write(sizeof infer), write(" B; stack used "),
+  write("model in flash: "), write(sizeof model), write(" B; static RAM: forward-only workspace "), write(sizeof infer), write(" B; stack used "),
       write(semihosting::stack_used()), write(" B\n");
   return agree == S ? 0 : 1;
 }
