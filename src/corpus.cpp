@@ -1,10 +1,10 @@
-#include "stformer/corpus.hpp"
+#include <stformer/corpus.hpp>
 
 #include <fstream>
 #include <iterator>
 #include <stdexcept>
 
-namespace stformer {
+namespace stformer::inline STFORMER_ABI {
 
 std::int32_t Vocabulary::add(std::string_view word) {
   if (auto it = ids_.find(word); it != ids_.end()) return it->second;

@@ -1,11 +1,11 @@
-#include "stformer/gnuplot.hpp"
+#include <stformer/gnuplot.hpp>
 
 #include <cstdio>
 #include <stdexcept>
 
 #include <sys/wait.h>
 
-namespace stformer {
+namespace stformer::inline STFORMER_ABI {
 
 void gnuplot(const std::string& script) {
   FILE* pipe = popen("gnuplot 2>&1", "w");

@@ -9,7 +9,7 @@
 // the wrong JSON type; an unknown dtype; offsets with begin > end or end beyond the data; a
 // byte size != product(shape) * dtype size; overlapping tensors, gaps and trailing bytes;
 // "__metadata__" that is not an object of strings.
-#include "stformer/safetensors.hpp"
+#include <stformer/safetensors.hpp>
 
 #include <algorithm>
 #include <bit>
@@ -23,7 +23,7 @@
 
 #include <nlohmann/json.hpp>
 
-namespace stformer::safetensors {
+namespace stformer::inline STFORMER_ABI::safetensors {
 
 static_assert(std::endian::native == std::endian::little, "safetensors data is little-endian; big-endian hosts are not supported");
 

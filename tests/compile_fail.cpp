@@ -43,6 +43,15 @@ int main() {
   static InferOf<PointerModel<2, 16, 1, 64, 2>, 1, 50> inf;
   Tensor<1, 50, 3> x;
   inf.forward(model, x);
+#elif CASE == 8  // 40 rows into a pass made for 50
+  Linear<2, 16> proj;
+  ActsOf<Linear<2, 16>, 1, 50> a;
+  Tensor<1, 40, 2> x;
+  a.forward(proj, x);
+#elif CASE == 9  // targets [B, N] where cross_entropy takes one per row of logits, flattened
+  Tensor<4, 10> logits, grad;
+  IdTensor<2, 2> target;
+  cross_entropy(logits, target, grad);
 #else  // the control: this compiles (the training pass of a layer, the forward-only pass of every model)
   Linear<2, 16> proj;
   ActsOf<Linear<2, 16>, 1, 50> a;

@@ -15,15 +15,38 @@ check() {  # case, expected message
   if echo "$out" | grep -qF "$2"; then echo "case $1: rejected with \"$2\""
   else echo "case $1: expected \"$2\", got:"; echo "$out" | grep -m3 "error"; status=1; fi
 }
+# first CASE TEXT: the first line that says what went wrong ("In instantiation of" or
+# "error:", after the chain of includes) holds TEXT
+first() {
+  out=$(eval "$cmd -fsyntax-only -DCASE=$1 '$file'" 2>&1 | grep -m1 -E "In instantiation of|error:")
+  if echo "$out" | grep -qF "$2"; then echo "case $1: first lines name \"$2\""
+  else echo "case $1: the first lines do not hold \"$2\":"; echo "$out"; status=1; fi
+}
+# flags ARGS TEXT: compiling the control with ARGS added (-UCASE: without -DSTFORMER_SIMD) fails with TEXT
+flags() {
+  if [ "$1" = "-UCASE" ]; then c=$(echo "$cmd" | sed "s/'-DSTFORMER_SIMD=0'//"); else c="$cmd $1"; fi
+  out=$(eval "$c -fsyntax-only -DCASE=0 '$file'" 2>&1 | grep -m1 "error")
+  if echo "$out" | grep -qF -- "$2"; then echo "flags $1: first error \"$2\""
+  else echo "flags $1: expected \"$2\" first, got:"; echo "$out"; status=1; fi
+}
 check 0 ""
 # the library also compiles as firmware does: no exceptions, no RTTI, warnings as errors
 out=$(eval "$cmd -fsyntax-only -fno-exceptions -fno-rtti -Wall -Wextra -Werror -DCASE=0 '$file'" 2>&1) ||
   { echo "does not compile with -fno-exceptions -fno-rtti:"; echo "$out" | head -20; status=1; }
-check 1 "PMA: input set X [B, N, D] and the block's width D differ"
-check 2 "Linear: input rows x [..., In] do not match Acts<L...> and the weight [Out, In]"
-check 3 "MultiHeadAttention: keys/values xkv [B, Nk, Dkv] do not match the block's key width Dkv"
+check 1 "PMA: input set X must be [B, N, D] (the pass's sizes, the block's width D)"
+check 2 "Linear: input rows x must be [L..., In] (L... of Acts<L...>, In of the weight [Out, In])"
+check 3 "MultiHeadAttention: keys/values xkv must be [B, Nk, Dkv]"
 check 4 "MultiHeadAttention: model width D must be divisible by the number of heads H"
-check 5 "DecoderBlock: encoder memory m [B, M, D] and the block's width D differ"
-check 6 "EncoderBlock: input rows x [B, N, D] and the block's width D differ"
-check 7 "PointerModel: input set x [B, N, In] and the model's input width In differ"
+check 5 "DecoderBlock: encoder memory m must be [B, M, D]"
+check 6 "EncoderBlock: input rows x must be [B, N, D]"
+check 7 "PointerModel: input set x must be [B, N, In] (the pass's sizes, the model's input width In)"
+# the first line of the errors names the dimension that differs and both sizes
+first 2 "ShapeMismatch<stformer::Dimension<2>, stformer::Expected<2>, stformer::Got<3> >"
+first 8 "ShapeMismatch<stformer::Dimension<1>, stformer::Expected<50>, stformer::Got<40> >"
+first 9 "RankMismatch<stformer::Expected<1>, stformer::Got<2> >"
+check 9 "cross_entropy: targets must be IdTensor<R>, one class per row of logits [..., C]"
+# the configuration: C++20 and the macros every translation unit must share
+flags "-std=c++17" "stformer needs C++20: compile with -std=c++20"
+flags "-UCASE" "STFORMER_SIMD is not defined. Compile every file that includes stformer with the same flags, from \`pkg-config --cflags stformer\`"
+flags "-USTFORMER_SIMD -DSTFORMER_SIMD=1" "STFORMER_SIMD=1 needs -DXTENSOR_USE_XSIMD too"
 exit $status

@@ -5,15 +5,17 @@
 # Google Benchmark programs are built too, so that they keep compiling. Then:
 # - the suite again with AddressSanitizer and UndefinedBehaviorSanitizer (no report allowed);
 # - the libFuzzer programs (clang) for 60 seconds each (tests/fuzz);
+# - projects that use stformer as users add it: installed (pkg-config, CMake) and as a meson
+#   subproject (tests/consumers), with the first backend's trained model;
 # - the bare-metal firmware (targets/firmware/mps2), cross-built for Cortex-M7 and Cortex-M4 with
 #   the first backend's trained model, run on QEMU's MPS2 boards against that build's predictions;
 # - the suite cross-built for aarch64 with xsimd's NEON kernels, run under qemu-aarch64.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 # python3-torch: the PyTorch parity test; clang: the fuzzers; the Arm toolchains and QEMU:
-# the firmware and aarch64
+# the firmware and aarch64; cmake and make: the projects that use stformer (tests/consumers)
 bash targets/install-deps.sh python3-torch clang libclang-rt-14-dev gcc-arm-none-eabi libstdc++-arm-none-eabi-newlib \
-  libnewlib-arm-none-eabi qemu-system-arm g++-aarch64-linux-gnu qemu-user
+  libnewlib-arm-none-eabi qemu-system-arm g++-aarch64-linux-gnu qemu-user cmake make
 
 # stage NAME: ends the stage under way, printing its time, and starts NAME ("" at the end).
 stage_name="install (apt-get what is missing)" stage_start=0  # SECONDS counts from the start of this script
@@ -60,6 +62,8 @@ echo "fuzzers passed"
 
 stage "firmware headers (build-firmware-headers)"
 bash targets/firmware/make-headers.sh "build-test-${backends[0]}" build-firmware-headers
+stage "other projects using stformer: make + pkg-config, CMake, meson subproject (tests/consumers)"
+bash tests/consumers/run.sh "build-test-${backends[0]}" build-firmware-headers
 for cpu in m7 m4; do
   dir=build-test-cortex-$cpu
   stage "firmware, Cortex-${cpu^^} ($dir)"

@@ -24,13 +24,15 @@
 // every parameter's offset by image_matches (call it once at start-up).
 #pragma once
 
+#include "config.hpp"
+
 #include <cstddef>
 #include <new>
 #include <type_traits>
 
 #include "params.hpp"
 
-namespace stformer {
+namespace stformer::inline STFORMER_ABI {
 
 template <class Model, class Image>
 const Model& model_image(const Image& image) {

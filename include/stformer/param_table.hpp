@@ -7,12 +7,14 @@
 // parameter visitor, so it serves every model. No heap, no exceptions needed.
 #pragma once
 
+#include "config.hpp"
+
 #include <algorithm>
 #include <string_view>
 
 #include "params.hpp"
 
-namespace stformer {
+namespace stformer::inline STFORMER_ABI {
 
 struct ConstTensor {
   const char* name;  // the parameter's dotted SPEC name

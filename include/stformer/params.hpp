@@ -11,6 +11,8 @@
 // initialisation, optimisers and checkpoints are all one visit over one list.
 #pragma once
 
+#include "config.hpp"
+
 #include <algorithm>
 #include <array>
 #include <cmath>
@@ -20,7 +22,7 @@
 #include "rng.hpp"
 #include "tensor.hpp"
 
-namespace stformer {
+namespace stformer::inline STFORMER_ABI {
 
 // A dotted parameter name in a fixed buffer (no heap).
 class Path {
@@ -146,7 +148,7 @@ NonFinite first_nonfinite(const M& m) {
 
 }  // namespace stformer
 
-namespace stformer {
+namespace stformer::inline STFORMER_ABI {
 
 // Runs f(i) for i in [0, n) in order, on the calling thread: the default pool of the passes
 // below (stformer/train/parallel.hpp's ThreadPool is the other).

@@ -4,10 +4,12 @@
 // platform and build.
 #pragma once
 
+#include "config.hpp"
+
 #include <cmath>
 #include <cstdint>
 
-namespace stformer {
+namespace stformer::inline STFORMER_ABI {
 
 class Rng {
  public:

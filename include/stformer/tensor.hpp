@@ -2,22 +2,21 @@
 //
 // A tensor is an xt::xtensor_fixed<float, xshape<...>>: its shape is part of its type and its
 // storage lives inside the object (no heap). With STFORMER_SIMD=1 the build also defines
-// XTENSOR_USE_XSIMD, so the storage is aligned to the SIMD width; both macros come from the
-// meson dependency object, never from a source file, so every translation unit agrees.
+// XTENSOR_USE_XSIMD, so the storage is aligned to the SIMD width; both come from the build's
+// flags, never from a source file, so every translation unit agrees (config.hpp checks them).
 #pragma once
+
+#include "config.hpp"
 
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <new>
 #include <tuple>
+#include <utility>
 #include <type_traits>
 
 #include <xtensor/xfixed.hpp>
-
-#ifndef STFORMER_SIMD
-#error "STFORMER_SIMD is not defined: use meson's stformer_dep (it sets STFORMER_SIMD and the SIMD flags in one place)"
-#endif
 
 #if defined(__cpp_exceptions)
 #include <stdexcept>
@@ -25,7 +24,45 @@
 #include <cstdlib>
 #endif
 
+// The types that report a shape mismatch in compile errors (see shape_is below). They hold
+// no data, so they live outside the ABI namespace and the messages stay short.
 namespace stformer {
+template <std::size_t I>
+struct Dimension {};
+template <std::size_t N>
+struct Expected {};
+template <std::size_t N>
+struct Got {};
+template <class Dim, class E, class G>
+struct ShapeMismatch;
+template <std::size_t I, std::size_t E, std::size_t G>
+struct ShapeMismatch<Dimension<I>, Expected<E>, Got<G>> {
+  static_assert(E == G, "stformer: a tensor of the wrong shape (the dimension and both sizes: ShapeMismatch<Dimension<i>, Expected<e>, Got<g>> above)");
+  static constexpr bool ok = E == G;
+};
+template <class E, class G>
+struct RankMismatch;
+template <std::size_t E, std::size_t G>
+struct RankMismatch<Expected<E>, Got<G>> {
+  static_assert(E == G, "stformer: a tensor with the wrong number of dimensions (both numbers: RankMismatch<Expected<e>, Got<g>> above)");
+  static constexpr bool ok = E == G;
+};
+template <class GotDims, std::size_t... E>
+struct DimsCheck;
+template <std::size_t... G, std::size_t... E>
+struct DimsCheck<std::index_sequence<G...>, E...> {
+  static constexpr bool ok = [] {
+    if constexpr (sizeof...(G) != sizeof...(E))
+      return RankMismatch<Expected<sizeof...(E)>, Got<sizeof...(G)>>::ok;
+    else
+      return []<std::size_t... I>(std::index_sequence<I...>) {
+        return (ShapeMismatch<Dimension<I>, Expected<E>, Got<G>>::ok && ...);
+      }(std::make_index_sequence<sizeof...(E)>{});
+  }();
+};
+}  // namespace stformer
+
+namespace stformer::inline STFORMER_ABI {
 
 using std::size_t;
 
@@ -38,6 +75,28 @@ using Tensor = xt::xtensor_fixed<float, xt::xshape<N...>, xt::layout_type::row_m
 // Token ids (Embedding input).
 template <size_t... N>
 using IdTensor = xt::xtensor_fixed<std::int32_t, xt::xshape<N...>, xt::layout_type::row_major, false>;
+
+// Compile-time shape checks: shape_is<X, E...> is true when X is Tensor<E...>. When it is not,
+// the compiler's first error names the first dimension that differs and both sizes, as the
+// type ShapeMismatch<Dimension<i>, Expected<e>, Got<g>> (i counted from 0), or
+// RankMismatch<Expected<r>, Got<s>>; the block's own static_assert follows with the roles.
+template <class X, size_t... E>
+struct ShapeCheck {  // not a tensor of this kind at all
+  static constexpr bool ok = false;
+};
+template <size_t... G, size_t... E>
+struct ShapeCheck<Tensor<G...>, E...> : DimsCheck<std::index_sequence<G...>, E...> {};
+template <class X, size_t... E>
+struct IdShapeCheck {
+  static constexpr bool ok = false;
+};
+template <size_t... G, size_t... E>
+struct IdShapeCheck<IdTensor<G...>, E...> : DimsCheck<std::index_sequence<G...>, E...> {};
+template <class X, size_t... E>
+inline constexpr bool shape_is = ShapeCheck<X, E...>::ok;
+// The same for token ids: X is IdTensor<E...>.
+template <class X, size_t... E>
+inline constexpr bool ids_shape_is = IdShapeCheck<X, E...>::ok;
 
 // Key-padding mask: keys[b][j] == true when key j of batch row b exists.
 template <size_t B, size_t Nk>
@@ -84,7 +143,7 @@ KeyMask<B, Nk> key_mask_from_lengths(const size_t (&length)[B]) {
 
 }  // namespace stformer
 
-namespace stformer {
+namespace stformer::inline STFORMER_ABI {
 
 // The convention of every block's Acts: forward(params, inputs..., masks) returns its output;
 // backward(params, grad, dout) accumulates the parameter gradients into grad and returns the

@@ -25,8 +25,8 @@
 #include "../checks.hpp"
 #include "../max_value/max_value.hpp"
 
-#include "stformer/model_image_source.hpp"
-#include "stformer/safetensors.hpp"
+#include <stformer/model_image_source.hpp>
+#include <stformer/safetensors.hpp>
 
 namespace {
 

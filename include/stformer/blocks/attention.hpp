@@ -27,6 +27,8 @@
 // (Xavier-normal weights, zero biases).
 #pragma once
 
+#include "../config.hpp"
+
 #include <algorithm>
 #include <cmath>
 #include <type_traits>
@@ -35,7 +37,7 @@
 #include "../kernels/rowwise.hpp"
 #include "linear.hpp"
 
-namespace stformer {
+namespace stformer::inline STFORMER_ABI {
 
 enum class ScoreScale { head_width, model_width };
 
@@ -59,8 +61,8 @@ struct MultiHeadAttention {
 
   template <size_t B, size_t Nq, size_t Nk, class XQ, class XKV>
   static constexpr void check_inputs() {
-    static_assert(std::is_same_v<XQ, Tensor<B, Nq, Dq>>, "MultiHeadAttention: queries xq [B, Nq, Dq] do not match the block's query width Dq");
-    static_assert(std::is_same_v<XKV, Tensor<B, Nk, Dkv>>, "MultiHeadAttention: keys/values xkv [B, Nk, Dkv] do not match the block's key width Dkv");
+    static_assert(shape_is<XQ, B, Nq, Dq>, "MultiHeadAttention: queries xq must be [B, Nq, Dq] (the pass's sizes, the block's query width Dq)");
+    static_assert(shape_is<XKV, B, Nk, Dkv>, "MultiHeadAttention: keys/values xkv must be [B, Nk, Dkv] (the pass's sizes, the block's key width Dkv)");
   }
 
   // s[i·ld + j] ← −∞ where query i0 + i does not see key j0 + j (i < R, j < C), for batch row b.

@@ -9,13 +9,15 @@
 // Parameters: sn1.g, self_attn.*, sn2.g, cross_attn.*, sn3.g, ffn.*.
 #pragma once
 
+#include "../config.hpp"
+
 #include <algorithm>
 
 #include "attention.hpp"
 #include "feedforward.hpp"
 #include "scalenorm.hpp"
 
-namespace stformer {
+namespace stformer::inline STFORMER_ABI {
 
 template <size_t D, size_t H, size_t F>
 struct DecoderBlock {
@@ -74,8 +76,8 @@ struct DecoderBlock {
 
     template <class X, class Mem>
     const Tensor<B, N, D>& forward(const DecoderBlock& p, const X& x, const Mem& m, const KeyMask<B, M>* memory_mask = nullptr) {
-      static_assert(std::is_same_v<X, Tensor<B, N, D>>, "DecoderBlock: input rows x [B, N, D] and the block's width D differ");
-      static_assert(std::is_same_v<Mem, Tensor<B, M, D>>, "DecoderBlock: encoder memory m [B, M, D] and the block's width D differ");
+      static_assert(shape_is<X, B, N, D>, "DecoderBlock: input rows x must be [B, N, D] (the pass's sizes, the block's width D)");
+      static_assert(shape_is<Mem, B, M, D>, "DecoderBlock: encoder memory m must be [B, M, D] (the pass's sizes, the block's width D)");
       if (&x != &out) std::copy(x.begin(), x.end(), out.begin());
       p.forward_in_place(out, m, w, memory_mask);
       return out;
@@ -97,8 +99,8 @@ struct DecoderBlock {
 
     template <class X, class Mem>
     const Tensor<B, N, D>& forward(const DecoderBlock& p, const X& x, const Mem& m, const KeyMask<B, M>* memory_mask = nullptr) {
-      static_assert(std::is_same_v<X, Tensor<B, N, D>>, "DecoderBlock: input rows x [B, N, D] and the block's width D differ");
-      static_assert(std::is_same_v<Mem, Tensor<B, M, D>>, "DecoderBlock: encoder memory m [B, M, D] and the block's width D differ");
+      static_assert(shape_is<X, B, N, D>, "DecoderBlock: input rows x must be [B, N, D] (the pass's sizes, the block's width D)");
+      static_assert(shape_is<Mem, B, M, D>, "DecoderBlock: encoder memory m must be [B, M, D] (the pass's sizes, the block's width D)");
       const auto& n1 = sn1.forward(p.sn1, x);
       kernels::add<B * N * D>(x.data(), self_attn.forward(p.self_attn, n1, n1, Mask<B, N>{.causal = true}).data(), h1.data());
       const auto& n2 = sn2.forward(p.sn2, h1);

@@ -3,12 +3,14 @@
 // (stformer::fail: std::invalid_argument, or the firmware's abort).
 #pragma once
 
+#include "../config.hpp"
+
 #include <algorithm>
 
 #include "../kernels/rowwise.hpp"
 #include "../params.hpp"
 
-namespace stformer {
+namespace stformer::inline STFORMER_ABI {
 
 template <size_t V, size_t D>
 struct Embedding {

@@ -6,13 +6,15 @@
 // Parameters: sn1.g, attn.*, sn2.g, ffn.*.
 #pragma once
 
+#include "../config.hpp"
+
 #include <algorithm>
 
 #include "attention.hpp"
 #include "feedforward.hpp"
 #include "scalenorm.hpp"
 
-namespace stformer {
+namespace stformer::inline STFORMER_ABI {
 
 template <size_t D, size_t H, size_t F>
 struct EncoderBlock {
@@ -61,7 +63,7 @@ struct EncoderBlock {
 
     template <class X>
     const Tensor<B, N, D>& forward(const EncoderBlock& p, const X& x, Mask<B, N> mask = {}) {
-      static_assert(std::is_same_v<X, Tensor<B, N, D>>, "EncoderBlock: input rows x [B, N, D] and the block's width D differ");
+      static_assert(shape_is<X, B, N, D>, "EncoderBlock: input rows x must be [B, N, D] (the pass's sizes, the block's width D)");
       if (&x != &out) std::copy(x.begin(), x.end(), out.begin());
       p.forward_in_place(out, w, mask);
       return out;
@@ -80,7 +82,7 @@ struct EncoderBlock {
 
     template <class X>
     const Tensor<B, N, D>& forward(const EncoderBlock& p, const X& x, Mask<B, N> mask = {}) {
-      static_assert(std::is_same_v<X, Tensor<B, N, D>>, "EncoderBlock: input rows x [B, N, D] and the block's width D differ");
+      static_assert(shape_is<X, B, N, D>, "EncoderBlock: input rows x must be [B, N, D] (the pass's sizes, the block's width D)");
       const auto& n1 = sn1.forward(p.sn1, x);
       kernels::add<B * N * D>(x.data(), attn.forward(p.attn, n1, n1, mask).data(), h.data());
       kernels::add<B * N * D>(h.data(), ffn.forward(p.ffn, sn2.forward(p.sn2, h)).data(), out.data());

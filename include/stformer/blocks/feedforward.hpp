@@ -2,11 +2,13 @@
 // Parameters: fc1 (Linear<D, F>), fc2 (Linear<F, D>), Kaiming-normal weights.
 #pragma once
 
+#include "../config.hpp"
+
 #include <algorithm>
 
 #include "linear.hpp"
 
-namespace stformer {
+namespace stformer::inline STFORMER_ABI {
 
 template <size_t D, size_t F>
 struct FeedForward {
@@ -39,7 +41,7 @@ struct FeedForward {
 
     template <class X>
     const Tensor<L..., D>& forward(const FeedForward& p, const X& x) {
-      static_assert(std::is_same_v<X, Tensor<L..., D>>, "FeedForward: input rows x [..., D] and the layer's width D differ");
+      static_assert(shape_is<X, L..., D>, "FeedForward: input rows x must be [..., D] (the pass's sizes, the layer's width D)");
       return fc2.forward(p.fc2, fc1.template forward<true>(p.fc1, x));
     }
 
@@ -58,7 +60,7 @@ struct FeedForward {
 
     template <class X>
     const Tensor<L..., D>& forward(const FeedForward& p, const X& x) {
-      static_assert(std::is_same_v<X, Tensor<L..., D>>, "FeedForward: input rows x [..., D] and the layer's width D differ");
+      static_assert(shape_is<X, L..., D>, "FeedForward: input rows x must be [..., D] (the pass's sizes, the layer's width D)");
       std::copy(x.begin(), x.end(), out.begin());
       p.template apply_tiled<rows, T>(out.data(), out.data(), hid.data());
       return out;

@@ -5,11 +5,13 @@
 // and dX (key side). Parameters: inducing, mab1.*, mab2.*.
 #pragma once
 
+#include "../config.hpp"
+
 #include <algorithm>
 
 #include "mab.hpp"
 
-namespace stformer {
+namespace stformer::inline STFORMER_ABI {
 
 template <size_t D, size_t H, size_t M, template <size_t> class Norm = ScaleNorm>
 struct ISAB {
@@ -53,7 +55,7 @@ struct ISAB {
 
     template <class X>
     const Tensor<B, N, D>& forward(const ISAB& p, const X& x, const KeyMask<B, N>* keys = nullptr) {
-      static_assert(std::is_same_v<X, Tensor<B, N, D>>, "ISAB: input set X [B, N, D] and the block's width D differ");
+      static_assert(shape_is<X, B, N, D>, "ISAB: input set X must be [B, N, D] (the pass's sizes, the block's width D)");
       if (&x != &out) std::copy(x.begin(), x.end(), out.begin());
       p.forward_in_place(out, w, keys);
       return out;
@@ -69,7 +71,7 @@ struct ISAB {
 
     template <class X>
     const Tensor<B, N, D>& forward(const ISAB& p, const X& x, const KeyMask<B, N>* keys = nullptr) {
-      static_assert(std::is_same_v<X, Tensor<B, N, D>>, "ISAB: input set X [B, N, D] and the block's width D differ");
+      static_assert(shape_is<X, B, N, D>, "ISAB: input set X must be [B, N, D] (the pass's sizes, the block's width D)");
       for (size_t b = 0; b < B; ++b) std::copy(p.inducing.begin(), p.inducing.end(), i.begin() + b * M * D);
       return mab2.forward(p.mab2, x, mab1.forward(p.mab1, i, x, keys));
     }

@@ -5,12 +5,14 @@
 // projections and heads; Kaiming-normal (fan-in, gain √2) in feed-forward layers.
 #pragma once
 
+#include "../config.hpp"
+
 #include <algorithm>
 
 #include "../kernels/matmul.hpp"
 #include "../params.hpp"
 
-namespace stformer {
+namespace stformer::inline STFORMER_ABI {
 
 template <size_t In, size_t Out, Init::Kind WeightInit = Init::xavier_normal>
 struct Linear {
@@ -55,7 +57,7 @@ struct Linear {
     // Relu: out = max(x Wᵀ + b, 0) in the same pass (FeedForward's first layer)
     template <bool Relu = false, class X>
     const Tensor<L..., Out>& forward(const Linear& p, const X& in) {
-      static_assert(std::is_same_v<X, Tensor<L..., In>>, "Linear: input rows x [..., In] do not match Acts<L...> and the weight [Out, In]");
+      static_assert(shape_is<X, L..., In>, "Linear: input rows x must be [L..., In] (L... of Acts<L...>, In of the weight [Out, In])");
       x = &in;
       p.template apply<rows, Relu>(in.data(), out.data());
       return out;
@@ -75,7 +77,7 @@ struct Linear {
 
     template <class X>
     const Tensor<L..., Out>& forward(const Linear& p, const X& x) {
-      static_assert(std::is_same_v<X, Tensor<L..., In>>, "Linear: input rows x [..., In] do not match Infer<L...> and the weight [Out, In]");
+      static_assert(shape_is<X, L..., In>, "Linear: input rows x must be [L..., In] (L... of Infer<L...>, In of the weight [Out, In])");
       p.template apply<(L * ... * 1)>(x.data(), out.data());
       return out;
     }

@@ -8,12 +8,14 @@
 // Parameters: nq.g, nkv.g, attn.*, nff.g, fc.weight [D, D] (Kaiming-normal), fc.bias.
 #pragma once
 
+#include "../config.hpp"
+
 #include <algorithm>
 
 #include "attention.hpp"
 #include "scalenorm.hpp"
 
-namespace stformer {
+namespace stformer::inline STFORMER_ABI {
 
 template <size_t D, size_t H, template <size_t> class Norm = ScaleNorm>
 struct MAB {
@@ -67,8 +69,8 @@ struct MAB {
 
     template <class X, class Y>
     const Tensor<B, Nq, D>& forward(const MAB& p, const X& x, const Y& y, const KeyMask<B, Nk>* keys = nullptr) {
-      static_assert(std::is_same_v<X, Tensor<B, Nq, D>>, "MAB: query set X [B, Nq, D] and the block's width D differ");
-      static_assert(std::is_same_v<Y, Tensor<B, Nk, D>>, "MAB: key set Y [B, Nk, D] and the block's width D differ");
+      static_assert(shape_is<X, B, Nq, D>, "MAB: query set X must be [B, Nq, D] (the pass's sizes, the block's width D)");
+      static_assert(shape_is<Y, B, Nk, D>, "MAB: key set Y must be [B, Nk, D] (the pass's sizes, the block's width D)");
       if (&x != &out) std::copy(x.begin(), x.end(), out.begin());
       p.forward_in_place(out, y, w, keys);
       return out;
@@ -89,8 +91,8 @@ struct MAB {
 
     template <class X, class Y>
     const Tensor<B, Nq, D>& forward(const MAB& p, const X& x, const Y& y, const KeyMask<B, Nk>* keys = nullptr) {
-      static_assert(std::is_same_v<X, Tensor<B, Nq, D>>, "MAB: query set X [B, Nq, D] and the block's width D differ");
-      static_assert(std::is_same_v<Y, Tensor<B, Nk, D>>, "MAB: key set Y [B, Nk, D] and the block's width D differ");
+      static_assert(shape_is<X, B, Nq, D>, "MAB: query set X must be [B, Nq, D] (the pass's sizes, the block's width D)");
+      static_assert(shape_is<Y, B, Nk, D>, "MAB: key set Y must be [B, Nk, D] (the pass's sizes, the block's width D)");
       const auto& a = attn.forward(p.attn, nq.forward(p.nq, x), nkv.forward(p.nkv, y), Mask<B, Nk>{.keys = keys});
       kernels::add<B * Nq * D>(x.data(), a.data(), h.data());
       kernels::add<B * Nq * D>(h.data(), fc.template forward<true>(p.fc, nff.forward(p.nff, h)).data(), out.data());

@@ -2,11 +2,13 @@
 // vectors S [K, D] (Xavier-normal). Permutation-invariant. Parameters: seeds, mab.*.
 #pragma once
 
+#include "../config.hpp"
+
 #include <algorithm>
 
 #include "mab.hpp"
 
-namespace stformer {
+namespace stformer::inline STFORMER_ABI {
 
 template <size_t D, size_t H, size_t K, template <size_t> class Norm = ScaleNorm>
 struct PMA {
@@ -36,7 +38,7 @@ struct PMA {
 
     template <class X>
     const Tensor<B, K, D>& forward(const PMA& p, const X& x, const KeyMask<B, N>* keys = nullptr) {
-      static_assert(std::is_same_v<X, Tensor<B, N, D>>, "PMA: input set X [B, N, D] and the block's width D differ");
+      static_assert(shape_is<X, B, N, D>, "PMA: input set X must be [B, N, D] (the pass's sizes, the block's width D)");
       p.forward_into(x, out, w, keys);
       return out;
     }
@@ -49,7 +51,7 @@ struct PMA {
 
     template <class X>
     const Tensor<B, K, D>& forward(const PMA& p, const X& x, const KeyMask<B, N>* keys = nullptr) {
-      static_assert(std::is_same_v<X, Tensor<B, N, D>>, "PMA: input set X [B, N, D] and the block's width D differ");
+      static_assert(shape_is<X, B, N, D>, "PMA: input set X must be [B, N, D] (the pass's sizes, the block's width D)");
       for (size_t b = 0; b < B; ++b) std::copy(p.seeds.begin(), p.seeds.end(), s.begin() + b * K * D);
       return mab.forward(p.mab, s, x, keys);
     }

@@ -7,11 +7,13 @@
 //   (Xavier-normal, zero bias).
 #pragma once
 
+#include "../config.hpp"
+
 #include "../kernels/matmul.hpp"
 #include "../kernels/rowwise.hpp"
 #include "linear.hpp"
 
-namespace stformer {
+namespace stformer::inline STFORMER_ABI {
 
 template <size_t Dq, size_t Dk, size_t Da>
 struct PointerAttention {
@@ -26,8 +28,8 @@ struct PointerAttention {
 
   template <size_t B, size_t Nq, size_t Nk, class XQ, class XK>
   static constexpr void check_inputs() {
-    static_assert(std::is_same_v<XQ, Tensor<B, Nq, Dq>>, "PointerAttention: queries q [B, Nq, Dq] and the block's query width Dq differ");
-    static_assert(std::is_same_v<XK, Tensor<B, Nk, Dk>>, "PointerAttention: keys k [B, Nk, Dk] and the block's key width Dk differ");
+    static_assert(shape_is<XQ, B, Nq, Dq>, "PointerAttention: queries q must be [B, Nq, Dq] (the pass's sizes, the block's query width Dq)");
+    static_assert(shape_is<XK, B, Nk, Dk>, "PointerAttention: keys k must be [B, Nk, Dk] (the pass's sizes, the block's key width Dk)");
   }
 
   // logp[b] ← log_softmax(s · q[b] k[b]ᵀ, masked keys at −∞) from the projected q [B, Nq, Da]

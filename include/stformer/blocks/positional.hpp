@@ -3,13 +3,15 @@
 // No parameters. The table is computed once (in double) on first use.
 #pragma once
 
+#include "../config.hpp"
+
 #include <algorithm>
 #include <cmath>
 
 #include "../kernels/rowwise.hpp"
 #include "../params.hpp"
 
-namespace stformer {
+namespace stformer::inline STFORMER_ABI {
 
 template <size_t L, size_t D>
 struct PositionalEncoding {
@@ -42,7 +44,7 @@ struct PositionalEncoding {
 
     template <class X>
     const Tensor<B, N, D>& forward(const PositionalEncoding& p, const X& x) {
-      static_assert(std::is_same_v<X, Tensor<B, N, D>>, "PositionalEncoding: input rows x [B, N, D] and the table's width D differ");
+      static_assert(shape_is<X, B, N, D>, "PositionalEncoding: input rows x must be [B, N, D] (the pass's sizes, the table's width D)");
       if (&x != &out) std::copy(x.begin(), x.end(), out.begin());
       p.add_to(out);
       return out;
@@ -56,7 +58,7 @@ struct PositionalEncoding {
 
     template <class X>
     const Tensor<B, N, D>& forward(const PositionalEncoding&, const X& x) {
-      static_assert(std::is_same_v<X, Tensor<B, N, D>>, "PositionalEncoding: input rows x [B, N, D] and the table's width D differ");
+      static_assert(shape_is<X, B, N, D>, "PositionalEncoding: input rows x must be [B, N, D] (the pass's sizes, the table's width D)");
       const float* pe = table().data();
       for (size_t b = 0; b < B; ++b) kernels::add<N * D>(x.data() + b * N * D, pe, out.data() + b * N * D);
       return out;

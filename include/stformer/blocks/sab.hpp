@@ -1,9 +1,11 @@
 // SAB<D, H, Norm>: SAB(X) = MAB(X, X), X [B, N, D]. Permutation-equivariant. Parameters: mab.*.
 #pragma once
 
+#include "../config.hpp"
+
 #include "mab.hpp"
 
-namespace stformer {
+namespace stformer::inline STFORMER_ABI {
 
 template <size_t D, size_t H, template <size_t> class Norm = ScaleNorm>
 struct SAB {
@@ -30,7 +32,7 @@ struct SAB {
 
     template <class X>
     const Tensor<B, N, D>& forward(const SAB& p, const X& x, const KeyMask<B, N>* keys = nullptr) {
-      static_assert(std::is_same_v<X, Tensor<B, N, D>>, "SAB: input set X [B, N, D] and the block's width D differ");
+      static_assert(shape_is<X, B, N, D>, "SAB: input set X must be [B, N, D] (the pass's sizes, the block's width D)");
       if (&x != &out) std::copy(x.begin(), x.end(), out.begin());
       p.forward_in_place(out, w, keys);
       return out;
@@ -44,7 +46,7 @@ struct SAB {
 
     template <class X>
     const Tensor<B, N, D>& forward(const SAB& p, const X& x, const KeyMask<B, N>* keys = nullptr) {
-      static_assert(std::is_same_v<X, Tensor<B, N, D>>, "SAB: input set X [B, N, D] and the block's width D differ");
+      static_assert(shape_is<X, B, N, D>, "SAB: input set X must be [B, N, D] (the pass's sizes, the block's width D)");
       return mab.forward(p.mab, x, x, keys);
     }
 

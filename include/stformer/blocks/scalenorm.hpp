@@ -5,12 +5,14 @@
 //             dg += Σ_rows (x·dy)·r
 #pragma once
 
+#include "../config.hpp"
+
 #include <algorithm>
 
 #include "../kernels/rowwise.hpp"
 #include "../params.hpp"
 
-namespace stformer {
+namespace stformer::inline STFORMER_ABI {
 
 template <size_t D>
 struct ScaleNorm {
@@ -37,7 +39,7 @@ struct ScaleNorm {
 
     template <class X>
     const Tensor<L..., D>& forward(const ScaleNorm& p, const X& in) {
-      static_assert(std::is_same_v<X, Tensor<L..., D>>, "ScaleNorm: input rows x [..., D] and the norm's width D differ");
+      static_assert(shape_is<X, L..., D>, "ScaleNorm: input rows x must be [..., D] (the pass's sizes, the norm's width D)");
       x = &in;
       kernels::scalenorm_rows<rows, D>(in.data(), out.data(), p.g(0), rnorm.data());
       return out;
@@ -55,7 +57,7 @@ struct ScaleNorm {
 
     template <class X>
     const Tensor<L..., D>& forward(const ScaleNorm& p, const X& x) {
-      static_assert(std::is_same_v<X, Tensor<L..., D>>, "ScaleNorm: input rows x [..., D] and the norm's width D differ");
+      static_assert(shape_is<X, L..., D>, "ScaleNorm: input rows x must be [..., D] (the pass's sizes, the norm's width D)");
       p.template apply<(L * ... * 1)>(x.data(), out.data());
       return out;
     }
@@ -78,7 +80,7 @@ struct Identity {
   struct Acts {
     template <class X>
     const X& forward(const Identity&, const X& x) {
-      static_assert(std::is_same_v<X, Tensor<L..., D>>, "Identity: input rows x [..., D] and the norm's width D differ");
+      static_assert(shape_is<X, L..., D>, "Identity: input rows x must be [..., D] (the pass's sizes, the norm's width D)");
       return x;
     }
     const Tensor<L..., D>& backward(const Identity&, Identity&, const Tensor<L..., D>& dout) { return dout; }

@@ -11,12 +11,14 @@
 // reduces them at the end; matmul_nn/tn broadcast A[i,k] against rows of B (rows_per_tile).
 #pragma once
 
+#include "../config.hpp"
+
 #include <algorithm>
 #include <cstdint>
 
 #include "vec.hpp"
 
-namespace stformer::kernels {
+namespace stformer::inline STFORMER_ABI::kernels {
 
 // dst[c·ldd + r] = src[r·lds + c] for r < rows, c < C: a [rows, C] block transposed, W × W tiles
 // in registers (transpose_tile), the edges element by element.

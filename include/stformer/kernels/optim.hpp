@@ -10,11 +10,13 @@
 //                p −= step_size · m / (sqrt(v) / sqrt(bc2) + eps)
 #pragma once
 
+#include "../config.hpp"
+
 #include <cmath>
 
 #include "vec.hpp"
 
-namespace stformer::kernels {
+namespace stformer::inline STFORMER_ABI::kernels {
 
 struct AdamCoefficients {
   float decay, l2, beta1, beta2, step_size, inv_sqrt_bc2, eps, scale = 1;

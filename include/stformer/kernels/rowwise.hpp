@@ -15,11 +15,13 @@
 //   relu_backward:            d ← d ⊙ [y > 0]
 #pragma once
 
+#include "../config.hpp"
+
 #include <limits>
 
 #include "vec.hpp"
 
-namespace stformer::kernels {
+namespace stformer::inline STFORMER_ABI::kernels {
 
 inline constexpr float scalenorm_eps = 1e-5f;
 inline constexpr float neg_inf = -std::numeric_limits<float>::infinity();

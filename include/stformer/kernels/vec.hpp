@@ -8,6 +8,8 @@
 // are aligned, but rows of odd widths inside them are not.
 #pragma once
 
+#include "../config.hpp"
+
 #include <cmath>
 #include <cstddef>
 #include <limits>
@@ -16,7 +18,7 @@
 #include <xsimd/xsimd.hpp>
 #endif
 
-namespace stformer::kernels {
+namespace stformer::inline STFORMER_ABI::kernels {
 
 using std::size_t;
 

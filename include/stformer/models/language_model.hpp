@@ -6,6 +6,8 @@
 // 9,030,661 parameters (36 MB): allocate it once (new / static storage), not on the stack.
 #pragma once
 
+#include "../config.hpp"
+
 #include <array>
 
 #include "../blocks/embedding.hpp"
@@ -14,7 +16,7 @@
 #include "../blocks/pma.hpp"
 #include "../blocks/positional.hpp"
 
-namespace stformer {
+namespace stformer::inline STFORMER_ABI {
 
 template <size_t V, size_t L, size_t D, size_t H, size_t F, size_t Blocks>
 struct LanguageModel {

@@ -7,6 +7,8 @@
 // sn_q.g, pointer.*.
 #pragma once
 
+#include "../config.hpp"
+
 #include <algorithm>
 #include <array>
 
@@ -15,7 +17,7 @@
 #include "../blocks/pointer.hpp"
 #include "../blocks/scalenorm.hpp"
 
-namespace stformer {
+namespace stformer::inline STFORMER_ABI {
 
 template <size_t In, size_t D, size_t H, size_t F, size_t Blocks>
 struct PointerModel {
@@ -55,7 +57,7 @@ struct PointerModel {
 
     template <class X>
     const Tensor<B, 1, N>& forward(const PointerModel& p, const X& x, const KeyMask<B, N>* keys = nullptr) {
-      static_assert(std::is_same_v<X, Tensor<B, N, In>>, "PointerModel: input set x [B, N, In] and the model's input width In differ");
+      static_assert(shape_is<X, B, N, In>, "PointerModel: input set x must be [B, N, In] (the pass's sizes, the model's input width In)");
       p.proj.template apply<B * N>(x.data(), h.data());
       auto& w = phase.template start<BlockWork>();
       for (size_t i = 0; i < Blocks; ++i) p.blocks[i].forward_in_place(h, w, Mask<B, N>{.keys = keys});
@@ -78,7 +80,7 @@ struct PointerModel {
 
     template <class X>
     const Tensor<B, 1, N>& forward(const PointerModel& p, const X& x, const KeyMask<B, N>* keys = nullptr) {
-      static_assert(std::is_same_v<X, Tensor<B, N, In>>, "PointerModel: input set x [B, N, In] and the model's input width In differ");
+      static_assert(shape_is<X, B, N, In>, "PointerModel: input set x must be [B, N, In] (the pass's sizes, the model's input width In)");
       const Tensor<B, N, D>* h = &proj.forward(p.proj, x);
       for (size_t i = 0; i < Blocks; ++i) h = &blocks[i].forward(p.blocks[i], *h, Mask<B, N>{.keys = keys});
       for (size_t b = 0; b < B; ++b) std::copy(p.query.begin(), p.query.end(), query.begin() + b * D);

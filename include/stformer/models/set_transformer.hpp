@@ -4,11 +4,13 @@
 // Permutation-invariant in the N set elements. Parameters: proj.*, isab.*, pool.*, head.*.
 #pragma once
 
+#include "../config.hpp"
+
 #include "../blocks/isab.hpp"
 #include "../blocks/linear.hpp"
 #include "../blocks/pma.hpp"
 
-namespace stformer {
+namespace stformer::inline STFORMER_ABI {
 
 template <size_t In, size_t D, size_t H, size_t M, size_t Out, template <size_t> class Norm = ScaleNorm>
 struct SetTransformer {
@@ -43,7 +45,7 @@ struct SetTransformer {
 
     template <class X>
     const Tensor<B, 1, Out>& forward(const SetTransformer& p, const X& in, const KeyMask<B, N>* keys = nullptr) {
-      static_assert(std::is_same_v<X, Tensor<B, N, In>>, "SetTransformer: input set x [B, N, In] and the model's input width In differ");
+      static_assert(shape_is<X, B, N, In>, "SetTransformer: input set x must be [B, N, In] (the pass's sizes, the model's input width In)");
       p.proj.template apply<B * N>(in.data(), x.data());
       p.isab.forward_in_place(x, phase.template start<IsabWork>(), keys);
       p.pool.forward_into(x, pooled, phase.template start<PoolWork>(), keys);
@@ -61,7 +63,7 @@ struct SetTransformer {
 
     template <class X>
     const Tensor<B, 1, Out>& forward(const SetTransformer& p, const X& x, const KeyMask<B, N>* keys = nullptr) {
-      static_assert(std::is_same_v<X, Tensor<B, N, In>>, "SetTransformer: input set x [B, N, In] and the model's input width In differ");
+      static_assert(shape_is<X, B, N, In>, "SetTransformer: input set x must be [B, N, In] (the pass's sizes, the model's input width In)");
       const auto& e = isab.forward(p.isab, proj.forward(p.proj, x), keys);
       return head.forward(p.head, pool.forward(p.pool, e, keys));
     }

@@ -12,12 +12,14 @@
 // so that the chunks' losses and gradients add up to the batch's.
 #pragma once
 
+#include "../config.hpp"
+
 #include <cmath>
 
 #include "../kernels/rowwise.hpp"
 #include "../tensor.hpp"
 
-namespace stformer {
+namespace stformer::inline STFORMER_ABI {
 
 namespace detail {
 template <size_t... S>
@@ -68,10 +70,10 @@ float euclidean_loss(const Tensor<S...>& pred, const Tensor<S...>& target, Tenso
   return float(sum / n);
 }
 
-template <size_t... S, size_t R>
-float nll_loss(const Tensor<S...>& logp, const IdTensor<R>& target, Tensor<S...>& grad, size_t of = 0) {
-  constexpr size_t C = detail::last_dim<S...>();
-  static_assert((S * ...) / C == R, "nll_loss: one target per row of log-probabilities");
+template <size_t... S, class Target>
+float nll_loss(const Tensor<S...>& logp, const Target& target, Tensor<S...>& grad, size_t of = 0) {
+  constexpr size_t C = detail::last_dim<S...>(), R = (S * ...) / C;
+  static_assert(ids_shape_is<Target, R>, "nll_loss: targets must be IdTensor<R>, one class per row of log-probabilities [..., C]");
   const double n = double(of ? of : R);
   grad.fill(0.0f);
   double sum = 0;
@@ -84,10 +86,10 @@ float nll_loss(const Tensor<S...>& logp, const IdTensor<R>& target, Tensor<S...>
   return float(sum / n);
 }
 
-template <size_t... S, size_t R>
-float cross_entropy(const Tensor<S...>& logits, const IdTensor<R>& target, Tensor<S...>& grad, size_t of = 0) {
-  constexpr size_t C = detail::last_dim<S...>();
-  static_assert((S * ...) / C == R, "cross_entropy: one target per row of logits");
+template <size_t... S, class Target>
+float cross_entropy(const Tensor<S...>& logits, const Target& target, Tensor<S...>& grad, size_t of = 0) {
+  constexpr size_t C = detail::last_dim<S...>(), R = (S * ...) / C;
+  static_assert(ids_shape_is<Target, R>, "cross_entropy: targets must be IdTensor<R>, one class per row of logits [..., C]");
   const double n = double(of ? of : R);
   double sum = 0;
   for (size_t r = 0; r < R; ++r) {

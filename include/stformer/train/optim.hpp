@@ -10,6 +10,8 @@
 //          p ·= 1 − lr·wd before the Adam step, applied to every parameter (SPEC).
 #pragma once
 
+#include "../config.hpp"
+
 #include <cmath>
 #include <cstdint>
 #include <numbers>
@@ -17,7 +19,7 @@
 #include "../kernels/optim.hpp"
 #include "../params.hpp"
 
-namespace stformer {
+namespace stformer::inline STFORMER_ABI {
 
 struct SGDOptions {
   float momentum = 0, dampening = 0, weight_decay = 0;

@@ -20,6 +20,8 @@
 // Training code only: it needs <thread>, which bare-metal builds do not include.
 #pragma once
 
+#include "../config.hpp"
+
 #include <condition_variable>
 #include <cstddef>
 #include <exception>
@@ -34,7 +36,7 @@
 
 #include "../params.hpp"
 
-namespace stformer {
+namespace stformer::inline STFORMER_ABI {
 
 // While it lives, the calling thread flushes subnormal floats to zero (inputs and results).
 class FlushDenormals {

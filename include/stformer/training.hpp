@@ -13,6 +13,8 @@
 //   any moment, even by SIGKILL, leaves the previous checkpoint whole.
 #pragma once
 
+#include "config.hpp"
+
 #include <cmath>
 #include <csignal>
 #include <cstdint>
@@ -21,7 +23,7 @@
 
 #include <stformer/params.hpp>
 
-namespace stformer {
+namespace stformer::inline STFORMER_ABI {
 
 struct NonFiniteError : std::runtime_error {
   using std::runtime_error::runtime_error;

@@ -16,6 +16,8 @@
 // only inside safetensors.cpp. Little-endian hosts only (checked at compile time).
 #pragma once
 
+#include "config.hpp"
+
 #include <cstddef>
 #include <cstdint>
 #include <filesystem>
@@ -27,7 +29,7 @@
 #include <string_view>
 #include <vector>
 
-namespace stformer::safetensors {
+namespace stformer::inline STFORMER_ABI::safetensors {
 
 // The dtypes of the format with whole-byte elements (F8_*: 8-bit floats).
 enum class Dtype : std::uint8_t { BOOL, U8, I8, F8_E5M2, F8_E4M3, U16, I16, F16, BF16, U32, I32, F32, U64, I64, F64 };

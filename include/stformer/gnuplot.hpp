@@ -3,9 +3,11 @@
 // Debian does not ship; the examples write their figures with a gnuplot script instead.)
 #pragma once
 
+#include "config.hpp"
+
 #include <string>
 
-namespace stformer {
+namespace stformer::inline STFORMER_ABI {
 
 // Runs gnuplot on script; throws std::runtime_error when gnuplot is missing or fails.
 void gnuplot(const std::string& script);

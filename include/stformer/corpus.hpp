@@ -5,6 +5,8 @@
 // first line is blank makes "<eos>" id 0 (PyTorch's word-language-model convention).
 #pragma once
 
+#include "config.hpp"
+
 #include <cstdint>
 #include <filesystem>
 #include <string>
@@ -12,7 +14,7 @@
 #include <unordered_map>
 #include <vector>
 
-namespace stformer {
+namespace stformer::inline STFORMER_ABI {
 
 class Vocabulary {
  public:

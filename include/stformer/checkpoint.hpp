@@ -18,6 +18,8 @@
 // unexpected either: they are the optimiser/RNG state saved next to the model.
 #pragma once
 
+#include "config.hpp"
+
 #include <bit>
 #include <cstring>
 #include <filesystem>
@@ -35,7 +37,7 @@
 
 #include "safetensors.hpp"
 
-namespace stformer {
+namespace stformer::inline STFORMER_ABI {
 
 static_assert(std::endian::native == std::endian::little, "checkpoints copy little-endian floats as they are");
 

@@ -14,6 +14,8 @@
 // static_asserts; image_matches at run time).
 #pragma once
 
+#include "config.hpp"
+
 #include <cmath>
 #include <cstdio>
 #include <sstream>
@@ -23,7 +25,7 @@
 
 #include <stformer/params.hpp>
 
-namespace stformer {
+namespace stformer::inline STFORMER_ABI {
 
 // n floats as exact hexadecimal literals ("0x1.8p-2f"), six to a line, each followed by a
 // comma; throws for a value that is not finite (`what` names the tensor).

@@ -1,0 +1,56 @@
+// stformer — the build configuration, checked, and the ABI tag that names it.
+//
+// The tensors' alignment and the kernels' vector width are fixed by three settings that every
+// translation unit using stformer must share:
+//   STFORMER_SIMD=1 or 0      the xsimd kernels, or plain C++ ones
+//   XTENSOR_USE_XSIMD         (with STFORMER_SIMD=1) tensors aligned to the SIMD width
+//   -march=...                the instruction set: x86-64-v3 (AVX2), x86-64-v4 (AVX-512), none on aarch64 (NEON)
+// meson's dependency('stformer'), `pkg-config --cflags stformer` and CMake's stformer::stformer
+// give all three (and -ffp-contract=off, which keeps results independent of the compiler's
+// own fusing of multiply-adds).
+//
+// Everything stformer declares lives in an inline namespace named after these settings
+// (stformer::abi_simd_avx2, stformer::abi_scalar_plain, ...). Code still says stformer::X, but
+// two objects built with different settings no longer agree on a name: a model defined in one
+// and used from the other fails to link instead of being read with another layout.
+#pragma once
+
+#if !defined(__cplusplus) || __cplusplus < 202002L
+#error "stformer needs C++20: compile with -std=c++20 (GCC 11 or later, Clang 14 or later)"
+#endif
+
+#ifndef STFORMER_SIMD
+#error "STFORMER_SIMD is not defined. Compile every file that includes stformer with the same flags, from `pkg-config --cflags stformer`, CMake's stformer::stformer or meson's dependency('stformer'); by hand: -DSTFORMER_SIMD=1 -DXTENSOR_USE_XSIMD -march=x86-64-v3 -ffp-contract=off (AVX2; -march=x86-64-v4 for AVX-512, no -march on aarch64), or -DSTFORMER_SIMD=0 -ffp-contract=off (plain C++, no xsimd)"
+#endif
+
+#if STFORMER_SIMD && !defined(XTENSOR_USE_XSIMD)
+#error "STFORMER_SIMD=1 needs -DXTENSOR_USE_XSIMD too: the SIMD kernels read tensors aligned to the vector width"
+#endif
+
+#if STFORMER_SIMD
+#define STFORMER_ABI_KERNELS simd
+#else
+#define STFORMER_ABI_KERNELS scalar
+#endif
+
+// The tensors' alignment follows xsimd's widest instruction set when XTENSOR_USE_XSIMD is set.
+#if !defined(XTENSOR_USE_XSIMD)
+#define STFORMER_ABI_ARCH plain
+#elif defined(__AVX512F__)
+#define STFORMER_ABI_ARCH avx512
+#elif defined(__AVX2__) && defined(__FMA__)
+#define STFORMER_ABI_ARCH avx2
+#elif defined(__AVX__)
+#define STFORMER_ABI_ARCH avx
+#elif defined(__ARM_NEON)
+#define STFORMER_ABI_ARCH neon
+#elif defined(__SSE2__)
+#define STFORMER_ABI_ARCH sse2
+#else
+#define STFORMER_ABI_ARCH generic
+#endif
+
+#define STFORMER_ABI_JOIN2(k, a) abi_##k##_##a
+#define STFORMER_ABI_JOIN(k, a) STFORMER_ABI_JOIN2(k, a)
+// The inline namespace: stformer::STFORMER_ABI.
+#define STFORMER_ABI STFORMER_ABI_JOIN(STFORMER_ABI_KERNELS, STFORMER_ABI_ARCH)

@@ -1,0 +1,55 @@
+#!/usr/bin/env bash
+# run.sh BUILD DATA: stformer used by three other projects, as users add it (README, "Adding it
+# to a project"). BUILD is a configured native build of stformer; DATA holds pointer.safetensors,
+# sets.safetensors and expected.safetensors (targets/firmware/make-headers.sh writes them).
+#  1. `meson install` of BUILD into a staging folder: headers, stformer_io, checkpoint_header,
+#     stformer.pc / stformer-io.pc and the CMake package; the installed checkpoint_header runs.
+#  2. a Makefile with pkg-config, 3. a CMake project with find_package(stformer), both against
+#     that install, 4. a meson project with stformer as a subproject (only the library built).
+# Each builds tests/consumers/main.cpp, which loads the checkpoint and checks its predictions.
+set -euo pipefail
+src=$(cd "$(dirname "$0")/../.." && pwd)
+build=$(cd "$1" && pwd) data=$(cd "$2" && pwd)
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+args=("$data/pointer.safetensors" "$data/sets.safetensors" "$data/expected.safetensors")
+option() { meson introspect "$build" --buildoptions | /usr/bin/python3 -c "import json, sys; print(next(o['value'] for o in json.load(sys.stdin) if o['name'] == '$1'))"; }
+# project DIR: a copy of consumer DIR with main.cpp beside its build file
+project() { cp -r "$src/tests/consumers/$1" "$tmp/$1" && cp "$src/tests/consumers/main.cpp" "$tmp/$1/"; }
+
+echo "== meson install (staged in $tmp/stage)"
+meson install -C "$build" --destdir "$tmp/stage" --no-rebuild --quiet
+prefix=$(option prefix) libdir=$(option libdir)
+root=$tmp/stage$prefix
+for f in include/stformer/stformer.hpp include/stformer/checkpoint.hpp include/stformer/safetensors.hpp bin/checkpoint_header \
+  "$libdir/libstformer_io.a" "$libdir/pkgconfig/stformer.pc" "$libdir/pkgconfig/stformer-io.pc" \
+  "$libdir/cmake/stformer/stformerConfig.cmake" "$libdir/cmake/stformer/stformerConfigVersion.cmake"; do
+  [ -e "$root/$f" ] || { echo "FAIL: not installed: $prefix/$f"; exit 1; }
+done
+echo "ok   installed: headers, libstformer_io.a, checkpoint_header, stformer.pc, stformer-io.pc, CMake package"
+"$root/bin/checkpoint_header" --model pointer "${args[0]}" "$tmp/weights.hpp" >/dev/null
+grep -q "using Model = stformer::PointerModel<2, 16, 1, 64, 2>;" "$tmp/weights.hpp"
+echo "ok   the installed checkpoint_header writes the model's image"
+
+echo "== a Makefile with pkg-config"
+project make
+PKG_CONFIG_PATH="$root/$libdir/pkgconfig" PKG_CONFIG_SYSROOT_DIR="$tmp/stage" make -s -C "$tmp/make"
+"$tmp/make/consumer" "${args[@]}"
+
+echo "== CMake, find_package(stformer)"
+project cmake
+cmake -S "$tmp/cmake" -B "$tmp/cmake/build" -DCMAKE_PREFIX_PATH="$root" -DCMAKE_BUILD_TYPE=Release >/dev/null
+cmake --build "$tmp/cmake/build" >/dev/null
+"$tmp/cmake/build/consumer" "${args[@]}"
+
+echo "== meson, stformer as a subproject"
+project meson
+mkdir -p "$tmp/meson/subprojects/stformer"
+(cd "$src" && git ls-files -co --exclude-standard | grep -v '^build' | tar cf - -T -) | tar xf - -C "$tmp/meson/subprojects/stformer"
+meson setup "$tmp/meson/build" "$tmp/meson" >/dev/null
+if ninja -C "$tmp/meson/build" -t targets all | grep -q "max_value\|stformer_tests\|bench_stformer"; then
+  echo "FAIL: the subproject builds more than the library"; exit 1
+fi
+ninja -C "$tmp/meson/build" >/dev/null
+"$tmp/meson/build/consumer" "${args[@]}"
+echo "consumers passed: make + pkg-config, CMake, meson subproject"
