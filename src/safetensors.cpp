@@ -122,14 +122,18 @@ File File::parse(std::vector<std::byte> bytes, std::string label) {
   const std::string& lab = file.label_;
   const std::size_t size = file.buffer_.size();
 
-  if (size < 8) fail(lab, "the file is " + std::to_string(size) + " bytes, shorter than the 8-byte header length");
+  if (size < 8) fail(lab, "not a safetensors file: the file is " + std::to_string(size) + " bytes, shorter than the 8-byte header length");
   std::uint64_t header_bytes = 0;
   std::memcpy(&header_bytes, file.buffer_.data(), 8);
   if (header_bytes > max_header_bytes)
-    fail(lab, "header length " + std::to_string(header_bytes) + " exceeds the limit of " + std::to_string(max_header_bytes) + " bytes");
+    fail(lab, "not a safetensors file: its first 8 bytes, read as the header length, give " + std::to_string(header_bytes) +
+                  " bytes, which exceeds the limit of " + std::to_string(max_header_bytes) + " bytes");
   if (header_bytes > size - 8)
     fail(lab, "header length " + std::to_string(header_bytes) + " is larger than the rest of the file (" + std::to_string(size - 8) +
                   " bytes): truncated file?");
+
+  if (header_bytes == 0 || char(file.buffer_[8]) != '{')
+    fail(lab, "not a safetensors file: its header (after the 8-byte length) does not start with '{'");
 
   // Parse, recording the first duplicate key (one set of keys per open object).
   const char* text = reinterpret_cast<const char*>(file.buffer_.data() + 8);

@@ -66,6 +66,8 @@ params = {k: (v['dtype'], v['shape'], data[v['data_offsets'][0]:v['data_offsets'
 write(d + '/one_block.safetensors', {}, {k: v for k, v in params.items() if not k.startswith('blocks.1.')})
 vocab = ''.join('w%d\n' % i for i in range(33278)).encode()
 write(d + '/not_lm.safetensors', {}, dict(params, **{'state.vocab': ('U8', [len(vocab)], vocab)}))
+# a language model's embedding without a vocabulary (as exported from PyTorch)
+write(d + '/no_vocab.safetensors', {}, {'embedding.weight': ('F32', [33278, 128], bytes(33278 * 128 * 4))})
 EOF
 
 echo "== max_value: command lines"
@@ -74,7 +76,7 @@ refuse "A subcommand is required" "$mv_bin"
 refuse "--bogus" "$mv_bin" train --bogus 1
 refuse "--iterations" "$mv_bin" train --iterations 0
 refuse "--iterations" "$mv_bin" train --iterations many
-refuse "--lr" "$mv_bin" train --lr -1
+refuse "--lr|-1 is not a number above 0" "$mv_bin" train --lr -1
 refuse "--threads" "$mv_bin" train --threads 3
 refuse "--model" "$mv_bin" train --model transformer
 refuse "--seed" "$mv_bin" train --seed -1
@@ -87,7 +89,7 @@ refuse "--checkpoint|directory" "$mv_bin" eval --checkpoint "$tmp/folder"
 refuse "--checkpoint|$tmp/no/such/folder" "$mv_bin" train --iterations 1 --checkpoint "$tmp/no/such/folder/x.safetensors"
 refuse "--output|is a folder" "$mv_bin" predict --checkpoint "$tmp/pointer.safetensors" --input "$tmp/sets.safetensors" --output "$tmp/folder"
 refuse "--output|does not exist" "$mv_bin" plot --checkpoint "$tmp/pointer.safetensors" --output "$tmp/no/plot.png"
-refuse "garbage.safetensors|header length" "$mv_bin" eval --checkpoint "$tmp/garbage.safetensors"
+refuse "garbage.safetensors|not a safetensors file|header length" "$mv_bin" eval --checkpoint "$tmp/garbage.safetensors"
 refuse "sets.safetensors|tensor 'proj.weight' is missing" "$mv_bin" eval --checkpoint "$tmp/sets.safetensors"
 refuse "one_block.safetensors|holds neither model|pointer model: |tensor 'blocks.1.|set model: " "$mv_bin" eval --checkpoint "$tmp/one_block.safetensors"
 refuse "input $tmp/pointer.safetensors|no tensor 'x'" "$mv_bin" predict --checkpoint "$tmp/pointer.safetensors" --input "$tmp/pointer.safetensors" --output "$tmp/y.safetensors"
@@ -107,18 +109,29 @@ refuse "--threads" "$lm_bin" train --data "$tmp/tiny_corpus" --threads 0
 refuse "--checkpoint|does not exist" "$lm_bin" train --data "$tmp/tiny_corpus" --checkpoint "$tmp/no/lm.safetensors"
 refuse "--temperature" "$lm_bin" generate --checkpoint "$tmp/pointer.safetensors" --prompt "a" --temperature 0
 refuse "--top" "$lm_bin" predict --checkpoint "$tmp/pointer.safetensors" --context "a" --top 0
-refuse "pointer.safetensors|no vocabulary" "$lm_bin" predict --checkpoint "$tmp/pointer.safetensors" --context "a"
-refuse "not_lm.safetensors|is missing" "$lm_bin" predict --checkpoint "$tmp/not_lm.safetensors" --context "w1 w2"
-refuse "garbage.safetensors|header length" "$lm_bin" eval --checkpoint "$tmp/garbage.safetensors" --data "$tmp/tiny_corpus"
+refuse "pointer.safetensors|holds no language model|max_value's pointer model" "$lm_bin" predict --checkpoint "$tmp/pointer.safetensors" --context "a"
+refuse "no_vocab.safetensors|no vocabulary|--data WIKITEXT2_DIR" "$lm_bin" predict --checkpoint "$tmp/no_vocab.safetensors" --context "a"
+refuse "--context|empty" "$lm_bin" predict --checkpoint "$tmp/no_vocab.safetensors" --context " "
+refuse "--prompt|empty" "$lm_bin" generate --checkpoint "$tmp/no_vocab.safetensors" --prompt ""
+refuse "--lr|nan is not a number above 0" "$lm_bin" train --data "$tmp/tiny_corpus" --lr nan
+refuse "not_lm.safetensors|holds no language model" "$lm_bin" predict --checkpoint "$tmp/not_lm.safetensors" --context "w1 w2"
+refuse "garbage.safetensors|not a safetensors file|header length" "$lm_bin" eval --checkpoint "$tmp/garbage.safetensors" --data "$tmp/tiny_corpus"
 refuse "--curve|$tmp/absent.csv" "$lm_bin" plot --curve "$tmp/absent.csv"
 
 echo "== checkpoint_header and the demo"
 refuse "input|$tmp/absent.safetensors" "$header_bin" "$tmp/absent.safetensors" "$tmp/h.hpp"
-refuse "garbage.safetensors|header length" "$header_bin" "$tmp/garbage.safetensors" "$tmp/h.hpp"
+refuse "garbage.safetensors|not a safetensors file|header length" "$header_bin" "$tmp/garbage.safetensors" "$tmp/h.hpp"
 refuse "output|does not exist" "$header_bin" "$tmp/pointer.safetensors" "$tmp/no/h.hpp"
 refuse "--namespace|not a C++ identifier" "$header_bin" "$tmp/pointer.safetensors" "$tmp/h.hpp" --namespace 1x
 refuse "--bogus" "$header_bin" "$tmp/pointer.safetensors" "$tmp/h.hpp" --bogus
 refuse "takes no arguments" "$demo_bin" --help-me
+refuse "--namespace int|not a C++ identifier" "$header_bin" "$tmp/pointer.safetensors" "$tmp/h.hpp" --namespace int
+# --help: exit 0, and the exit codes stated
+for cmd in "$mv_bin" "$mv_bin train" "$lm_bin" "$lm_bin eval" "$header_bin" "$demo_bin"; do
+  # shellcheck disable=SC2086 # $cmd is a program and its subcommand
+  if "${run[@]}" $cmd --help >"$tmp/out" 2>&1 && grep -q "Exit codes" "$tmp/out"; then echo "ok   $cmd --help: exit 0, exit codes stated"
+  else fail "$cmd --help: exit code or no 'Exit codes'"; fi
+done
 refuse "--model|transformer" "$header_bin" "$tmp/pointer.safetensors" "$tmp/h.hpp" --model transformer
 refuse "pointer.safetensors|the model expects" "$header_bin" "$tmp/pointer.safetensors" "$tmp/h.hpp" --model set
 if "${run[@]}" "$header_bin" "$tmp/pointer.safetensors" "$tmp/image.hpp" --model pointer --namespace w >"$tmp/out" 2>&1 &&

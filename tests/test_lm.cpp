@@ -90,6 +90,22 @@ TEST_CASE("language model: loss falls, runs reproduce, batched perplexity = dire
       lm::Run<V, L, D, H, F, 1, 8> from_bare(321);
       CHECK(lm::load_model(bare, *from_bare.model).serialize() == c.vocab.serialize());
       CHECK(from_bare.mean_nll(c.test) == run.mean_nll(c.test));
+      // the parameters alone (no vocabulary): refused without a corpus, saying how to give one;
+      // with the corpus's vocabulary, which SPEC's rule derives, the same model
+      safetensors::Writer params_only;
+      add_params(params_only, *run.model);
+      params_only.write(bare);
+      lm::Run<V, L, D, H, F, 1, 8> from_params(99);
+      CHECK_THROWS_WITH_AS(lm::load_model(bare, *from_params.model), doctest::Contains("has no vocabulary (no tensor 'state.vocab'"),
+                           std::runtime_error);
+      CHECK_THROWS_WITH_AS(lm::load_model(bare, *from_params.model), doctest::Contains("--data WIKITEXT2_DIR"), std::runtime_error);
+      bool derived = false;
+      auto corpus = [&]() -> const Vocabulary& { return c.vocab; };
+      CHECK(lm::load_model(bare, *from_params.model, corpus, &derived).serialize() == c.vocab.serialize());
+      CHECK(derived);
+      CHECK(from_params.mean_nll(c.test) == run.mean_nll(c.test));
+      lm::load_model(path, *from_params.model, corpus, &derived);  // a vocabulary of its own comes first
+      CHECK_FALSE(derived);
       std::filesystem::remove(bare);
       auto bigger = std::make_unique<LanguageModel<V + 1, L, D, H, F, 1>>();  // a model of another vocabulary size
       CHECK_THROWS_WITH_AS(lm::load_model(path, *bigger), doctest::Contains("this build's model has V = 12"), std::runtime_error);

@@ -352,16 +352,17 @@ TEST_CASE("safetensors: corrupt files are rejected, naming the problem, and the 
       check_rejected(Bytes(good.begin(), good.begin() + std::ptrdiff_t(cut)), {"out of range", "truncated"});
   }
   SUBCASE("absurd header length") {
-    check_rejected(join(header, data, std::uint64_t(1) << 40), {"header length 1099511627776 exceeds the limit of 100000000 bytes"});
+    check_rejected(join(header, data, std::uint64_t(1) << 40), {"not a safetensors file: its first 8 bytes, read as the header length, give 1099511627776 bytes, which exceeds the limit of 100000000 bytes"});
     check_rejected(join(header, data, ~std::uint64_t(0)), {"exceeds the limit"});
     check_rejected(join(header, data, n + d + 1), {"larger than the rest of the file"});
-    check_rejected(join(header, data, 0), {"not valid JSON"});
+    check_rejected(join(header, data, 0), {"not a safetensors file"});
   }
   SUBCASE("invalid JSON") {
-    check_rejected(join(replaced(header, "{", "["), data), {"not valid JSON"});
+    check_rejected(join(replaced(header, "{", "["), data), {"not a safetensors file", "does not start with '{'"});
+    check_rejected(join(replaced(header, "{", " "), data), {"not a safetensors file", "does not start with '{'"});
     check_rejected(join(header.substr(0, n / 2), data), {"not valid JSON"});
     check_rejected(join(replaced(header, "proj.bias", "proj.b\xff"), data), {"not valid JSON"});  // not UTF-8
-    check_rejected(join("[]", {}), {"not a JSON object"});
+    check_rejected(join("[]", {}), {"not a safetensors file", "does not start with '{'"});
     check_rejected(join(header + std::string(1, '\0'), data), {"the header holds a NUL byte (at byte " + std::to_string(8 + n) + " of the file)"});
   }
   SUBCASE("malformed entries") {

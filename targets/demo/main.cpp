@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <string_view>
 #include <vector>
 
 #include <stformer/stformer.hpp>
@@ -44,8 +45,13 @@ Tensor<1, T, D> tokens;
 }  // namespace
 
 int main(int argc, char** argv) {
+  if (argc > 1 && (std::string_view(argv[1]) == "--help" || std::string_view(argv[1]) == "-h")) {
+    std::printf("usage: %s\nRuns SPEC's set model and an encoder block forward only on built-in inputs (untrained weights from\n"
+                "seed 0) and prints their outputs, times and memory. Exit codes: 0 done; 2 a bad command line.\n", argv[0]);
+    return 0;
+  }
   if (argc > 1) {
-    std::fprintf(stderr, "%s: takes no arguments (got '%s'); it runs the built-in example\n", argv[0], argv[1]);
+    std::fprintf(stderr, "%s: takes no arguments (got '%s'); it runs the built-in example (--help says more)\n", argv[0], argv[1]);
     return 2;
   }
   Rng rng(0);

@@ -17,6 +17,7 @@
 #include <fstream>
 #include <iostream>
 #include <memory>
+#include <set>
 #include <sstream>
 #include <vector>
 
@@ -30,8 +31,20 @@
 
 namespace {
 
+// A name that can open a namespace: an identifier that is not a C++ keyword nor reserved
+// (a double underscore, or an underscore and a capital letter, at its start).
 bool is_identifier(const std::string& s) {
-  if (s.empty() || std::isdigit(static_cast<unsigned char>(s[0]))) return false;
+  static const std::set<std::string, std::less<>> keywords = {
+      "alignas", "alignof", "and", "and_eq", "asm", "auto", "bitand", "bitor", "bool", "break", "case", "catch", "char", "char8_t",
+      "char16_t", "char32_t", "class", "compl", "concept", "const", "consteval", "constexpr", "constinit", "const_cast", "continue",
+      "co_await", "co_return", "co_yield", "decltype", "default", "delete", "do", "double", "dynamic_cast", "else", "enum", "explicit",
+      "export", "extern", "false", "float", "for", "friend", "goto", "if", "inline", "int", "long", "mutable", "namespace", "new",
+      "noexcept", "not", "not_eq", "nullptr", "operator", "or", "or_eq", "private", "protected", "public", "register",
+      "reinterpret_cast", "requires", "return", "short", "signed", "sizeof", "static", "static_assert", "static_cast", "struct",
+      "switch", "template", "this", "thread_local", "throw", "true", "try", "typedef", "typeid", "typename", "union", "unsigned",
+      "using", "virtual", "void", "volatile", "wchar_t", "while", "xor", "xor_eq", "std", "stformer"};
+  if (s.empty() || std::isdigit(static_cast<unsigned char>(s[0])) || keywords.count(s) != 0) return false;
+  if (s.starts_with("__") || (s.size() > 1 && s[0] == '_' && std::isupper(static_cast<unsigned char>(s[1])))) return false;
   for (char c : s)
     if (!std::isalnum(static_cast<unsigned char>(c)) && c != '_') return false;
   return true;
@@ -80,7 +93,9 @@ std::string image(const stformer::safetensors::File& file, const std::string& ty
 }  // namespace
 
 int main(int argc, char** argv) {
-  CLI::App app{"checkpoint_header: a safetensors checkpoint to a C++ header of constexpr arrays (stformer/param_table.hpp)"};
+  CLI::App app{"checkpoint_header: a safetensors checkpoint to a C++ header: a model's constant image read in place (--model, "
+               "stformer/model_image.hpp) or constexpr arrays (stformer/param_table.hpp)"};
+  app.footer("Exit codes: 0 written; 1 a problem with the input (the message says which); 2 a bad command line.");
   std::string in, out, ns = "weights";
   app.add_option("input", in, "safetensors file")->required()->check(CLI::ExistingFile);
   app.add_option("output", out, "header to write")->required()->check(OutputPath);
@@ -90,7 +105,8 @@ int main(int argc, char** argv) {
       ->check(CLI::IsMember({"pointer", "set"}));
   CLI11_PARSE(app, argc, argv);
   try {
-    if (!is_identifier(ns)) throw std::runtime_error("--namespace " + ns + " is not a C++ identifier");
+    if (!is_identifier(ns))
+      throw std::runtime_error("--namespace " + ns + " is not a C++ identifier of its own (a keyword, reserved, std or stformer)");
     auto file = stformer::safetensors::File::read(in);
     const std::string source = std::filesystem::path(in).filename().string();
     std::string text = model == "pointer" ? image<max_value::PointerNet>(file, "stformer::PointerModel<2, 16, 1, 64, 2>", ns, source)

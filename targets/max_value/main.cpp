@@ -292,7 +292,7 @@ int main(int argc, char** argv) {
   train_cmd->add_option("--model", model, "pointer (2022) or set (2019)")->check(CLI::IsMember({"pointer", "set"}))->capture_default_str();
   train_cmd->add_option("--seed", o.seed, "seed of every generator")->check(Seed)->capture_default_str();
   train_cmd->add_option("--iterations", o.iterations, "iterations (default: SPEC's, 300 pointer / 2000 set)")->check(CLI::Range(1, 10000000));
-  train_cmd->add_option("--lr", o.lr, "learning rate (default: SPEC's, 0.01 pointer / 1e-3 set)")->check(CLI::PositiveNumber);
+  train_cmd->add_option("--lr", o.lr, "learning rate (default: SPEC's, 0.01 pointer / 1e-3 set)")->check(Positive);
   train_cmd->add_option("--schedule", schedule, "learning-rate schedule: constant, or cosine to 0 over the run (default: SPEC's, cosine pointer / constant set)")
       ->check(CLI::IsMember({"constant", "cosine"}));
   train_cmd->add_flag("--fresh", fresh, "draw 500 new training sets every iteration (the set model always does)");
@@ -329,6 +329,8 @@ int main(int argc, char** argv) {
   for (auto* cmd : {train_cmd, eval_cmd, predict_cmd, plot_cmd})
     cmd->add_option("--threads", o.threads, "threads, 1 or 2 (the results do not depend on it)")->check(CLI::Range(1, 2))->capture_default_str();
 
+  app.footer(exit_codes);
+  for (auto* cmd : app.get_subcommands({})) cmd->footer(exit_codes);
   CLI11_PARSE(app, argc, argv);
   try {
     if (*train_cmd) {

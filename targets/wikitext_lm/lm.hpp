@@ -5,6 +5,8 @@
 // exp(mean NLL) over every position t ≥ L of its stream.
 #pragma once
 
+#include <functional>
+
 #include <algorithm>
 #include <array>
 #include <cmath>
@@ -49,14 +51,33 @@ void check_vocabulary(const Vocabulary& vocab, const std::string& where) {
 
 // Model and vocabulary from a checkpoint written by Run::save (a parameters-only file under
 // SPEC's names plus state.vocab is enough); a vocabulary whose size is not the model's V is
-// refused.
+// refused. A checkpoint without a vocabulary (a model exported from PyTorch under SPEC's names)
+// takes the one SPEC's rule derives from the corpus it is used with, corpus() (read only
+// then; `derived` is set), and is refused with how to give one when there is no corpus. A file
+// that holds another model is refused as such (max_value's checkpoints name theirs).
 template <size_t V, size_t L, size_t D, size_t H, size_t F, size_t Blocks>
-Vocabulary load_model(const std::string& path, LanguageModel<V, L, D, H, F, Blocks>& model) {
+Vocabulary load_model(const std::string& path, LanguageModel<V, L, D, H, F, Blocks>& model,
+                      const std::function<const Vocabulary&()>& corpus = {}, bool* derived = nullptr) {
   auto f = safetensors::File::read(path);
+  if (f.find("embedding.weight") == nullptr) {
+    auto m = f.metadata().find("model");
+    throw std::runtime_error("checkpoint " + path + " holds no language model (no tensor 'embedding.weight')" +
+                             (m != f.metadata().end() ? ": it holds max_value's " + m->second + " model" : std::string()));
+  }
   const auto* v = f.find("state.vocab");
-  if (v == nullptr || v->dtype != safetensors::Dtype::U8)
-    throw std::runtime_error("checkpoint " + path + ": no vocabulary (tensor 'state.vocab', U8)");
-  Vocabulary vocab = Vocabulary::deserialize({reinterpret_cast<const char*>(v->bytes.data()), v->bytes.size()});
+  Vocabulary vocab;
+  if (v != nullptr && v->dtype == safetensors::Dtype::U8) {
+    vocab = Vocabulary::deserialize({reinterpret_cast<const char*>(v->bytes.data()), v->bytes.size()});
+  } else if (v != nullptr) {
+    throw std::runtime_error("checkpoint " + path + ": its vocabulary 'state.vocab' is " + std::string(dtype_name(v->dtype)) + ", not U8");
+  } else if (corpus) {
+    vocab = corpus();
+  } else {
+    throw std::runtime_error("checkpoint " + path +
+                             " has no vocabulary (no tensor 'state.vocab', as in a model exported from PyTorch): give the corpus "
+                             "it was trained on, --data WIKITEXT2_DIR, and the vocabulary is derived from it by SPEC's rule");
+  }
+  if (derived) *derived = v == nullptr;
   check_vocabulary<V>(vocab, "checkpoint " + path);
   load_params(f, model);
   return vocab;

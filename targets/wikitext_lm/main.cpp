@@ -4,9 +4,9 @@
 //                        [--sgd] [--checkpoint P] [--curve CSV] [--eval-every N]
 //                        [--eval-positions N] [--save-every N] [--resume P]
 //   wikitext_lm eval     --checkpoint P --data DIR [--split valid|test]
-//   wikitext_lm predict  --checkpoint P --context "words ..." [--top 10]
+//   wikitext_lm predict  --checkpoint P --context "words ..." [--top 10] [--data DIR]
 //   wikitext_lm generate --checkpoint P --prompt "words ..." [--words 30] [--temperature 1]
-//                        [--top-k 40] [--seed S]
+//                        [--top-k 40] [--seed S] [--data DIR]
 //   wikitext_lm plot     --curve CSV [--compare CSV] [--output curve.png]
 //   wikitext_lm info     (the memory plan of a forward-only pass over one window)
 //
@@ -19,12 +19,17 @@
 // the signal; checkpoints are replaced atomically, so a kill never leaves a broken one.
 //
 // The checkpoint holds the model under SPEC's names, the vocabulary ("state.vocab", U8: the
-// words in id order, one per line) and, from `train`, the optimiser and generator state.
+// words in id order, one per line) and, from `train`, the optimiser and generator state. A
+// checkpoint without a vocabulary (exported from PyTorch under SPEC's names) takes the one
+// SPEC's rule derives from the corpus: `eval`'s --data, or --data given to predict/generate.
 #include <CLI/CLI.hpp>
 
 #include <chrono>
 #include <cstdio>
 #include <fstream>
+#include <functional>
+#include <numeric>
+#include <optional>
 #include <sstream>
 #include <thread>
 
@@ -241,14 +246,14 @@ int main(int argc, char** argv) {
   auto* steps_opt = t->add_option("--steps", budget.steps, "optimiser steps (the schedule's length)")
                         ->check(CLI::Range(std::int64_t{1}, std::int64_t{1} << 40))->capture_default_str();
   t->add_option("--minutes", budget.minutes, "a time budget instead of --steps (the schedule fitted to it after warm-up)")
-      ->check(CLI::PositiveNumber)->excludes(steps_opt);
+      ->check(Positive)->excludes(steps_opt);
   t->add_option("--curve", curve, "learning curve CSV (step, minutes, train_loss, valid_ppl)")->check(OutputPath);
   t->add_option("--seed", seed, "seed of initialisation and sample order")->check(Seed)->capture_default_str();
-  t->add_option("--lr", o.lr, "peak learning rate")->check(CLI::PositiveNumber)->capture_default_str();
+  t->add_option("--lr", o.lr, "peak learning rate")->check(Positive)->capture_default_str();
   t->add_flag("--sgd", o.sgd, "the seed's recipe: SGD, momentum 0.9, Nesterov, weight decay 1e-4");
   t->add_option("--checkpoint", checkpoint, "checkpoint written at the end (and every --save-every steps)")->check(OutputPath);
-  t->add_option("--save-every", save_every, "steps between checkpoints (0: only at the end)")->check(CLI::NonNegativeNumber);
-  t->add_option("--eval-every", eval_every, "steps between validation perplexities (0: never)")->check(CLI::NonNegativeNumber)->capture_default_str();
+  t->add_option("--save-every", save_every, "steps between checkpoints (0: only at the end)")->check(NonNegative);
+  t->add_option("--eval-every", eval_every, "steps between validation perplexities (0: never)")->check(NonNegative)->capture_default_str();
   t->add_option("--eval-positions", eval_positions, "validation positions used there")->check(CLI::Range(size_t{1}, size_t{1} << 30))->capture_default_str();
   t->add_option("--resume", resume, "continue from a training checkpoint")->check(CLI::ExistingFile);
 
@@ -259,16 +264,20 @@ int main(int argc, char** argv) {
 
   auto* p = app.add_subcommand("predict", "the most likely next words after a context");
   p->add_option("--checkpoint", checkpoint, "checkpoint")->required()->check(CLI::ExistingFile);
-  p->add_option("--context", text, "words before the prediction")->required();
+  p->add_option("--context", text, "words before the prediction")->required()->check(NotBlank);
   p->add_option("--top", top, "how many words")->check(CLI::Range(size_t{1}, V))->capture_default_str();
 
   auto* g = app.add_subcommand("generate", "sample a continuation");
   g->add_option("--checkpoint", checkpoint, "checkpoint")->required()->check(CLI::ExistingFile);
-  g->add_option("--prompt", text, "words to continue")->required();
+  g->add_option("--prompt", text, "words to continue")->required()->check(NotBlank);
   g->add_option("--words", words, "words to generate")->check(CLI::Range(size_t{1}, size_t{100000}))->capture_default_str();
   g->add_option("--temperature", temperature, "softmax temperature")->check(CLI::Range(1e-3, 100.0))->capture_default_str();
   g->add_option("--top-k", top_k, "sample among the k most likely words")->check(CLI::Range(size_t{1}, V))->capture_default_str();
   g->add_option("--seed", seed, "seed of the sampling")->check(Seed)->capture_default_str();
+
+  for (auto* cmd : {p, g})
+    cmd->add_option("--data", data, "the corpus the model was trained on, for a checkpoint without a vocabulary (SPEC's rule derives it)")
+        ->check(CLI::ExistingDirectory);
 
   auto* pl = app.add_subcommand("plot", "learning curves (PNG through gnuplot) from train's --curve CSV");
   pl->add_option("--curve", curve, "stformer's curve CSV")->required()->check(CLI::ExistingFile);
@@ -281,6 +290,8 @@ int main(int argc, char** argv) {
   for (auto* cmd : {t, e})
     cmd->add_option("--threads", threads, "threads, 1 or 2 (the results do not depend on it)")->check(CLI::Range(1, 2))->capture_default_str();
 
+  app.footer(exit_codes);
+  for (auto* cmd : app.get_subcommands({})) cmd->footer(exit_codes);
   CLI11_PARSE(app, argc, argv);
   try {
     if (*t) return train(data, budget, seed, threads, o, checkpoint, curve, eval_every, eval_positions, save_every, resume);
@@ -288,9 +299,16 @@ int main(int argc, char** argv) {
     if (*info_cmd) return info();
     if (*e) {
       auto run = std::make_unique<LmRun>(0, threads);
-      Vocabulary vocab = lm::load_model(checkpoint, *run->model);
-      Corpus c = Corpus::read(data);
-      lm::check_vocabulary<V>(c.vocab, "corpus " + data);
+      std::optional<Corpus> corpus;  // read once the checkpoint has been
+      auto read_corpus = [&]() -> const Vocabulary& {
+        if (!corpus) corpus = Corpus::read(data), lm::check_vocabulary<V>(corpus->vocab, "corpus " + data);
+        return corpus->vocab;
+      };
+      bool derived = false;
+      Vocabulary vocab = lm::load_model(checkpoint, *run->model, read_corpus, &derived);
+      read_corpus();
+      const Corpus& c = *corpus;
+      if (derived) std::fprintf(stderr, "wikitext_lm: %s has no vocabulary: the corpus's is used (SPEC's rule)\n", checkpoint.c_str());
       if (c.vocab.serialize() != vocab.serialize()) throw std::runtime_error("the corpus's vocabulary differs from the checkpoint's");
       const auto& ids = split == "valid" ? c.valid : c.test;
       auto start = std::chrono::steady_clock::now();
@@ -300,7 +318,16 @@ int main(int argc, char** argv) {
       return 0;
     }
     auto run = std::make_unique<Inference>();
-    Vocabulary vocab = lm::load_model(checkpoint, run->model);
+    std::optional<Corpus> corpus;
+    std::function<const Vocabulary&()> read_corpus;  // only with --data, and only when needed
+    if (!data.empty())
+      read_corpus = [&]() -> const Vocabulary& {
+        corpus = Corpus::read(data), lm::check_vocabulary<V>(corpus->vocab, "corpus " + data);
+        return corpus->vocab;
+      };
+    bool derived = false;
+    Vocabulary vocab = lm::load_model(checkpoint, run->model, read_corpus, &derived);
+    if (derived) std::fprintf(stderr, "wikitext_lm: %s has no vocabulary: the corpus's is used (SPEC's rule)\n", checkpoint.c_str());
     context_window(vocab, text, run->window);
     if (*p) {
       auto prob = next_word(*run);

@@ -1,4 +1,4 @@
-// Losses. Each returns the mean loss over its rows and writes dL/d(input) into grad (same
+// Losses, and arg-max and accuracy for classifiers. Each loss returns the mean loss over its rows and writes dL/d(input) into grad (same
 // shape as the input). Rows are all axes but the last; targets are one int32 per row.
 //
 //   mse_loss:        L = mean over elements (p − t)²;            dp = 2(p − t)/n
@@ -104,6 +104,25 @@ float cross_entropy(const Tensor<S...>& logits, const Target& target, Tensor<S..
     g[t] -= float(1.0 / n);
   }
   return float(sum / n);
+}
+
+// The index of the largest of v[0..n) (the first of equal ones; a NaN is never the largest).
+inline size_t argmax(const float* v, size_t n) {
+  size_t best = 0;
+  for (size_t i = 1; i < n; ++i)
+    if (v[i] > v[best] || (std::isnan(v[best]) && !std::isnan(v[i]))) best = i;
+  return best;
+}
+
+// The share of rows of scores [..., C] (logits, log-probabilities or probabilities) whose
+// arg-max is the row's target, targets as for cross_entropy.
+template <size_t... S, class Target>
+double accuracy(const Tensor<S...>& scores, const Target& target) {
+  constexpr size_t C = detail::last_dim<S...>(), R = (S * ...) / C;
+  static_assert(ids_shape_is<Target, R>, "accuracy: targets must be IdTensor<R>, one class per row of scores [..., C]");
+  size_t right = 0;
+  for (size_t r = 0; r < R; ++r) right += argmax(scores.data() + r * C, C) == size_t(target(r));
+  return double(right) / double(R);
 }
 
 }  // namespace stformer
