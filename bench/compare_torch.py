@@ -17,7 +17,7 @@ OpenBLAS on one thread (its own threads fight PyTorch's), glibc keeps freed memo
 (GLIBC_TUNABLES=glibc.malloc.mmap_max=0:...; fresh pages are slow here), gradients are kept
 between steps as PyTorch's optimisers do, and a warning is printed when Debian's python3-torch
 is not running on OpenBLAS (apt-get install libopenblas0-pthread; the reference BLAS is ~4x
-slower). PyTorch cases are the same models as tests/torch/stformer_torch.py (SPEC's maths);
+slower). PyTorch cases are the same models as python/stformer_torch.py (SPEC's maths);
 MultiHeadAttention is PyTorch's own nn.MultiheadAttention; inference cases run under
 torch.inference_mode() on models in eval mode.
 Exits non-zero when a case cannot run on either side.
@@ -89,7 +89,7 @@ def run_stformer(build, repetitions, cases):
 
 def torch_case(kind, *args):
     import torch
-    sys.path.insert(0, os.path.join(ROOT, "tests", "torch"))
+    sys.path.insert(0, os.path.join(ROOT, "python"))
     import stformer_torch as st
     torch.manual_seed(0)
     if kind == "mha":

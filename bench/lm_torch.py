@@ -4,7 +4,7 @@
 usage: /usr/bin/python3 bench/lm_torch.py --data ../shared/data/wikitext-2 --minutes 30 --threads 2 \
            --curve torch_curve.csv [--eval-every 1000] [--eval-positions 20000] [--seed 0]
 
-The same model (tests/torch/stformer_torch.py's LanguageModel: V = 33,278, L = 32, D = 128,
+The same model (python/stformer_torch.py's LanguageModel: V = 33,278, L = 32, D = 128,
 H = 4, F = 512, 2 blocks, PMA, batch 32), vocabulary (ids by first appearance over train,
 valid, test; <eos> per line), samples (every training position, shuffled per pass), AdamW
 (lr 1e-3, betas (0.9, 0.999), weight decay 0.01), schedule (linear warm-up over 500 steps,
@@ -28,7 +28,7 @@ import time
 
 import torch
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests", "torch"))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "python"))
 import stformer_torch as st  # noqa: E402
 
 L, B = 32, 32

@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""SPEC Example 1 in PyTorch (tests/torch/stformer_torch.py's models), for the side-by-side
+"""SPEC Example 1 in PyTorch (python/stformer_torch.py's models), for the side-by-side
 comparison with `max_value train`: same models, data, optimisers and schedules.
 
 usage: /usr/bin/python3 bench/max_value_torch.py pointer [--seeds 0 1 2 3 4] [--fresh]
@@ -21,7 +21,7 @@ import time
 
 import torch
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests", "torch"))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "python"))
 import stformer_torch as st  # noqa: E402
 
 N = 50

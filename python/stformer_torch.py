@@ -1,4 +1,5 @@
-"""SPEC.md in PyTorch: the reference implementation that stformer is checked against.
+"""stformer's models in PyTorch: SPEC's mathematics, module and parameter names, for training at scale
+(python/train_distributed.py) and as the reference stformer is checked against (tests/torch).
 
 Module and parameter names are SPEC's, so `model.state_dict()` saved as safetensors
 (`save_safetensors`) is a checkpoint that stformer loads by name.
