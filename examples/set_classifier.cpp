@@ -1,8 +1,9 @@
 // A model of your own, trained, saved, loaded and evaluated: a set classifier that counts the
 // clusters in a set of 2-D points (1, 2 or 3), built from stformer's blocks:
 //   x [B, N, 2] -> proj = Linear<2, D> -> sab = SAB<D, H> -> pool = PMA<D, H, 1> -> head = Linear<D, 3>
-// trained with cross-entropy and Adam, saved as a safetensors checkpoint, loaded into a fresh
-// model and evaluated forward only on fresh sets. docs/own-model.md walks through it.
+// trained with cross-entropy and Adam (each batch of 64 sets in chunks of 16 over two lanes, on
+// two threads), saved as a safetensors checkpoint, loaded into a fresh model and evaluated
+// forward only on fresh sets. docs/own-model.md walks through it.
 //
 //   set_classifier [--steps S] [--checkpoint PATH]   (defaults: 400 steps, set_classifier.safetensors)
 //
@@ -11,11 +12,13 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <array>
 #include <memory>
 #include <string>
 
 #include <stformer/checkpoint.hpp>
 #include <stformer/stformer.hpp>
+#include <stformer/train/parallel.hpp>
 
 using namespace stformer;
 
@@ -68,8 +71,19 @@ struct SetClassifier {
   };
 };
 
-constexpr size_t N = 20, B = 64, Classes = 3;
+constexpr size_t N = 20, B = 64, Classes = 3, Chunk = 16, Lanes = 2;
 using Model = SetClassifier<32, 4, Classes>;
+
+// What one lane needs for a chunk of the batch: its own gradient and loss (chunked_gradient
+// sums them), activations, and the chunk's sets and output gradient.
+struct Lane {
+  Model grad;
+  double loss;
+  ActsOf<Model, Chunk, N> acts;
+  Tensor<Chunk, N, 2> x;
+  IdTensor<Chunk> k;
+  Tensor<Chunk, 1, Classes> dlogits;
+};
 
 // A batch of sets: each has k = 1, 2 or 3 clusters (the class k − 1) with centres uniform in
 // [−4, 4]², points around a centre chosen at random, standard deviation 0.3.
@@ -99,24 +113,30 @@ int main(int argc, char** argv) {
     return 2;
   }
 
-  // Large objects on the heap, allocated once: the model, its gradient, the optimiser's state
-  // (two more models) and the activations of one batch.
-  auto model = std::make_unique<Model>(), grad = std::make_unique<Model>();
-  auto acts = std::make_unique<ActsOf<Model, B, N>>();
+  // Large objects on the heap, allocated once: the model, the optimiser's state (two more
+  // models) and two lanes, each with a gradient and the activations of a chunk of 16 sets.
+  auto model = std::make_unique<Model>();
   auto opt = std::make_unique<Adam<Model>>();
+  auto lanes = std::make_unique<std::array<Lane, Lanes>>();
+  ThreadPool pool(2);  // any number of threads up to Lanes gives the same bits
   Rng rng(1);
   init_params(*model, rng);  // SPEC's initialisation for every block (xavier, kaiming, g = sqrt(D) ...)
   Tensor<B, N, 2> x;
   IdTensor<B> k;
-  Tensor<B, 1, Classes> dlogits;
   Schedule lr{Schedule::warmup_cosine, 3e-3f, steps, steps / 10};
   for (long s = 0; s < steps; ++s) {
     make_sets(rng, x, k);
-    const float loss = cross_entropy(acts->forward(*model, x), k, dlogits);
-    zero_grad(*grad);
-    acts->backward(*model, *grad, dlogits);
-    clip_grad_norm(*grad, 1.0f);
-    opt->step(*model, *grad, lr(s));
+    // chunk c of the batch in a lane: forward, the loss over the whole batch's B rows, backward
+    const double loss = chunked_gradient(*lanes, B / Chunk, pool, [&](Lane& lane, size_t c) {
+      std::copy_n(x.data() + c * Chunk * N * 2, Chunk * N * 2, lane.x.data());
+      std::copy_n(k.data() + c * Chunk, Chunk, lane.k.data());
+      const float chunk_loss = cross_entropy(lane.acts.forward(*model, lane.x), lane.k, lane.dlogits, B);
+      lane.acts.backward(*model, lane.grad, lane.dlogits);
+      return chunk_loss;
+    });
+    Model& grad = (*lanes)[0].grad;  // the batch's gradient
+    clip_grad_norm(grad, 1.0f);
+    opt->step(*model, grad, lr(s));
     if ((s + 1) % 100 == 0 || s + 1 == steps) std::printf("step %4ld  loss %.4f\n", s + 1, loss);
   }
 

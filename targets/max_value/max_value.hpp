@@ -197,19 +197,12 @@ struct Run {
   // Loss and gradient on *sets: the lanes' gradients summed, in lane order, into grad().
   // Returns the batch's mean loss.
   float gradient() {
-    pool.run(Lanes, [this](size_t l) {
-      Lane& lane = (*lanes)[l];
-      zero_grad(lane.grad);
-      lane.loss = 0;
-      for (size_t c = l; c < Chunks; c += Lanes) {
-        take_chunk(lane, c);
-        lane.loss += T::loss(lane.acts.forward(*model, lane.sets.x), lane.sets, lane.dout, Batch);
-        lane.acts.backward(*model, lane.grad, lane.dout);
-      }
-    });
-    double loss = (*lanes)[0].loss;
-    for (size_t l = 1; l < Lanes; ++l) add_grads(grad(), (*lanes)[l].grad), loss += (*lanes)[l].loss;
-    return float(loss);
+    return float(chunked_gradient(*lanes, Chunks, pool, [this](Lane& lane, size_t c) {
+      take_chunk(lane, c);
+      const float loss = T::loss(lane.acts.forward(*model, lane.sets.x), lane.sets, lane.dout, Batch);
+      lane.acts.backward(*model, lane.grad, lane.dout);
+      return loss;
+    }));
   }
   Net& grad() { return (*lanes)[0].grad; }
 

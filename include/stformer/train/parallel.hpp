@@ -22,6 +22,7 @@
 
 #include "../config.hpp"
 
+#include <array>
 #include <condition_variable>
 #include <cstddef>
 #include <exception>
@@ -156,6 +157,27 @@ void add_grads(M& into, const M& from, Pool&& pool = Pool{}) {
         for (size_t i = 0; i < n; ++i) x[i] += y[i];
       },
       into, from);
+}
+
+// One batch's loss and gradient, in chunks over a fixed number of lanes L. Each lane holds its
+// own gradient `grad` (an object of the model's type), its loss `loss` (double) and whatever
+// else a chunk needs (activations, the chunk's inputs). Lane l takes chunks l, l + L, ... :
+// chunk(lane, c) runs forward, the loss (with the whole batch's row count, so that chunks add
+// up to the batch) and backward for chunk c into lane.grad, and returns the chunk's loss. The
+// lanes' gradients are then summed in lane order into lanes[0].grad, and their losses; the
+// sum is returned. The arithmetic does not depend on the pool's threads (any number up to L):
+// the same bits on 1 and 2 threads.
+template <class Lane, size_t L, class Pool, class F>
+double chunked_gradient(std::array<Lane, L>& lanes, size_t chunks, Pool& pool, F&& chunk) {
+  pool.run(L, [&](size_t l) {
+    Lane& lane = lanes[l];
+    zero_grad(lane.grad);
+    lane.loss = 0;
+    for (size_t c = l; c < chunks; c += L) lane.loss += chunk(lane, c);
+  });
+  double loss = lanes[0].loss;
+  for (size_t l = 1; l < L; ++l) add_grads(lanes[0].grad, lanes[l].grad, pool), loss += lanes[l].loss;
+  return loss;
 }
 
 }  // namespace stformer
