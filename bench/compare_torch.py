@@ -92,32 +92,26 @@ def torch_case(kind, *args):
     sys.path.insert(0, os.path.join(ROOT, "python"))
     import stformer_torch as st
     torch.manual_seed(0)
+
+    def inference(m, *inputs, **options):  # one forward pass of m in eval and inference mode
+        m.eval()
+
+        def fn():
+            with torch.inference_mode():
+                m(*inputs, **options)
+        return fn
+
     if kind == "mha":
         b, n, d, h = args
-        m = torch.nn.MultiheadAttention(d, h, batch_first=True).eval()
+        m = torch.nn.MultiheadAttention(d, h, batch_first=True)
         x = torch.randn(b, n, d)
-
-        def fn():
-            with torch.inference_mode():
-                m(x, x, x, need_weights=False)
-        return fn
+        return inference(m, x, x, x, need_weights=False)
     if kind == "encoder":
         b, n, d, h = args
-        m = st.EncoderBlock(d, h, 4 * d).eval()
-        x = torch.randn(b, n, d)
-
-        def fn():
-            with torch.inference_mode():
-                m(x)
-        return fn
+        return inference(st.EncoderBlock(d, h, 4 * d), torch.randn(b, n, d))
     if kind in ("pointer_infer", "set_infer"):
         x = torch.randn(1, 50, 2) + torch.randn(1, 1, 2)
-        m = (st.PointerModel(2, 16, 1, 64, 2) if kind == "pointer_infer" else st.SetTransformer(2, 64, 4, 16, 2)).eval()
-
-        def fn():
-            with torch.inference_mode():
-                m(x)
-        return fn
+        return inference(st.PointerModel(2, 16, 1, 64, 2) if kind == "pointer_infer" else st.SetTransformer(2, 64, 4, 16, 2), x)
     if kind in ("pointer_step", "set_step"):
         x = torch.randn(500, 50, 2) + torch.randn(500, 1, 2)
         target = x.norm(dim=-1).argmax(-1)
@@ -145,13 +139,7 @@ def torch_case(kind, *args):
         m = st.LanguageModel(v, length, 128, 4, 512, 2)
         if kind == "lm_infer":
             (batch,) = args
-            ids = torch.randint(0, v, (batch, length))
-            m.eval()
-
-            def fn():
-                with torch.inference_mode():
-                    m(ids)
-            return fn
+            return inference(m, torch.randint(0, v, (batch, length)))
         ids = torch.randint(0, v, (32, length))
         nxt = torch.randint(0, v, (32,))
         opt = torch.optim.AdamW(m.parameters(), lr=1e-4, weight_decay=0.01)
