@@ -99,12 +99,16 @@ TEST_CASE("language model: loss falls, runs reproduce, batched perplexity = dire
       CHECK_THROWS_WITH_AS(lm::load_model(bare, *from_params.model), doctest::Contains("has no vocabulary (no tensor 'state.vocab'"),
                            std::runtime_error);
       CHECK_THROWS_WITH_AS(lm::load_model(bare, *from_params.model), doctest::Contains("--data WIKITEXT2_DIR"), std::runtime_error);
-      bool derived = false;
-      auto corpus = [&]() -> const Vocabulary& { return c.vocab; };
-      CHECK(lm::load_model(bare, *from_params.model, corpus, &derived).serialize() == c.vocab.serialize());
+      bool derived = false;  // the corpus was asked for its vocabulary
+      auto corpus = [&]() -> const Vocabulary& {
+        derived = true;
+        return c.vocab;
+      };
+      CHECK(lm::load_model(bare, *from_params.model, corpus).serialize() == c.vocab.serialize());
       CHECK(derived);
       CHECK(from_params.mean_nll(c.test) == run.mean_nll(c.test));
-      lm::load_model(path, *from_params.model, corpus, &derived);  // a vocabulary of its own comes first
+      derived = false;
+      lm::load_model(path, *from_params.model, corpus);  // a vocabulary of its own comes first
       CHECK_FALSE(derived);
       std::filesystem::remove(bare);
       auto bigger = std::make_unique<LanguageModel<V + 1, L, D, H, F, 1>>();  // a model of another vocabulary size

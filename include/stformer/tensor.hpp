@@ -67,8 +67,8 @@ namespace stformer::inline STFORMER_ABI {
 using std::size_t;
 
 // Not sharable (xtensor's Sharable = false): a tensor is its values and nothing else, trivially
-// copyable, so its sizeof is its data (rounded to the alignment) and a model can be a constexpr
-// object in read-only memory (stformer/param_table.hpp).
+// copyable, so its sizeof is its data (rounded to the alignment) and a model can be read in
+// place from a constant image of the same layout in read-only memory (stformer/model_image.hpp).
 template <size_t... N>
 using Tensor = xt::xtensor_fixed<float, xt::xshape<N...>, xt::layout_type::row_major, false>;
 

@@ -5,11 +5,10 @@
 // exp(mean NLL) over every position t ≥ L of its stream.
 #pragma once
 
-#include <functional>
-
 #include <algorithm>
 #include <array>
 #include <cmath>
+#include <functional>
 #include <memory>
 #include <numeric>
 #include <span>
@@ -52,12 +51,12 @@ void check_vocabulary(const Vocabulary& vocab, const std::string& where) {
 // Model and vocabulary from a checkpoint written by Run::save (a parameters-only file under
 // SPEC's names plus state.vocab is enough); a vocabulary whose size is not the model's V is
 // refused. A checkpoint without a vocabulary (a model exported from PyTorch under SPEC's names)
-// takes the one SPEC's rule derives from the corpus it is used with, corpus() (read only
-// then; `derived` is set), and is refused with how to give one when there is no corpus. A file
-// that holds another model is refused as such (max_value's checkpoints name theirs).
+// takes the one SPEC's rule derives from the corpus it is used with, corpus() (called only
+// then), and is refused with how to give one when there is no corpus. A file that holds another
+// model is refused as such (max_value's checkpoints name theirs).
 template <size_t V, size_t L, size_t D, size_t H, size_t F, size_t Blocks>
 Vocabulary load_model(const std::string& path, LanguageModel<V, L, D, H, F, Blocks>& model,
-                      const std::function<const Vocabulary&()>& corpus = {}, bool* derived = nullptr) {
+                      const std::function<const Vocabulary&()>& corpus = {}) {
   auto f = safetensors::File::read(path);
   if (f.find("embedding.weight") == nullptr) {
     auto m = f.metadata().find("model");
@@ -77,7 +76,6 @@ Vocabulary load_model(const std::string& path, LanguageModel<V, L, D, H, F, Bloc
                              " has no vocabulary (no tensor 'state.vocab', as in a model exported from PyTorch): give the corpus "
                              "it was trained on, --data WIKITEXT2_DIR, and the vocabulary is derived from it by SPEC's rule");
   }
-  if (derived) *derived = v == nullptr;
   check_vocabulary<V>(vocab, "checkpoint " + path);
   load_params(f, model);
   return vocab;

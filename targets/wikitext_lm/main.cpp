@@ -205,6 +205,27 @@ int plot(const std::string& curve, const std::string& compare, const std::string
   return 0;
 }
 
+// The corpus in the folder `data`, read once into *corpus, its vocabulary checked against V.
+const Corpus& read_corpus(const std::string& data, std::optional<Corpus>& corpus) {
+  if (!corpus) {
+    corpus = Corpus::read(data);
+    lm::check_vocabulary<V>(corpus->vocab, "corpus " + data);
+  }
+  return *corpus;
+}
+
+// Model and vocabulary from `checkpoint`; one without a vocabulary takes that of the corpus in
+// `data` (SPEC's rule; read into *corpus), saying so, when `data` is given.
+Vocabulary load_model(const std::string& checkpoint, Model& model, const std::string& data, std::optional<Corpus>& corpus) {
+  std::function<const Vocabulary&()> from_corpus;
+  if (!data.empty())
+    from_corpus = [&]() -> const Vocabulary& {
+      std::fprintf(stderr, "wikitext_lm: %s has no vocabulary: the corpus's is used (SPEC's rule)\n", checkpoint.c_str());
+      return read_corpus(data, corpus).vocab;
+    };
+  return lm::load_model(checkpoint, model, from_corpus);
+}
+
 // info: the model's size and the memory of a forward-only pass over one window, phase by phase,
 // from the types' sizes (sizeof(InferOf<Model, 1>) is the whole of it).
 int info() {
@@ -299,16 +320,9 @@ int main(int argc, char** argv) {
     if (*info_cmd) return info();
     if (*e) {
       auto run = std::make_unique<LmRun>(0, threads);
-      std::optional<Corpus> corpus;  // read once the checkpoint has been
-      auto read_corpus = [&]() -> const Vocabulary& {
-        if (!corpus) corpus = Corpus::read(data), lm::check_vocabulary<V>(corpus->vocab, "corpus " + data);
-        return corpus->vocab;
-      };
-      bool derived = false;
-      Vocabulary vocab = lm::load_model(checkpoint, *run->model, read_corpus, &derived);
-      read_corpus();
-      const Corpus& c = *corpus;
-      if (derived) std::fprintf(stderr, "wikitext_lm: %s has no vocabulary: the corpus's is used (SPEC's rule)\n", checkpoint.c_str());
+      std::optional<Corpus> corpus;
+      Vocabulary vocab = load_model(checkpoint, *run->model, data, corpus);  // the checkpoint first
+      const Corpus& c = read_corpus(data, corpus);
       if (c.vocab.serialize() != vocab.serialize()) throw std::runtime_error("the corpus's vocabulary differs from the checkpoint's");
       const auto& ids = split == "valid" ? c.valid : c.test;
       auto start = std::chrono::steady_clock::now();
@@ -319,15 +333,7 @@ int main(int argc, char** argv) {
     }
     auto run = std::make_unique<Inference>();
     std::optional<Corpus> corpus;
-    std::function<const Vocabulary&()> read_corpus;  // only with --data, and only when needed
-    if (!data.empty())
-      read_corpus = [&]() -> const Vocabulary& {
-        corpus = Corpus::read(data), lm::check_vocabulary<V>(corpus->vocab, "corpus " + data);
-        return corpus->vocab;
-      };
-    bool derived = false;
-    Vocabulary vocab = lm::load_model(checkpoint, run->model, read_corpus, &derived);
-    if (derived) std::fprintf(stderr, "wikitext_lm: %s has no vocabulary: the corpus's is used (SPEC's rule)\n", checkpoint.c_str());
+    Vocabulary vocab = load_model(checkpoint, run->model, data, corpus);
     context_window(vocab, text, run->window);
     if (*p) {
       auto prob = next_word(*run);
