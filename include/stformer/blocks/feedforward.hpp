@@ -23,13 +23,17 @@ struct FeedForward {
 
   // FFN on Rows rows of x, T rows at a time: hid [T, F] = ReLU(x_t W1ᵀ + b1), then x_t ← hid W2ᵀ
   // + b2 (in place), and y_t += x_t when Add (a residual connection) (the same bits as the
-  // whole rows at once).
+  // whole rows at once; small weights are packed once for all the tiles: Linear::with_panels).
   template <size_t Rows, size_t T, bool Add = false>
   void apply_tiled(float* x, float* y, float* hid) const {
-    for_tiles<Rows, T>([&]<size_t R>(size_t i) {
-      fc1.template apply<R, true, Rows>(x + i * D, hid);
-      fc2.template apply<R, false, Rows>(hid, x + i * D);
-      if constexpr (Add) kernels::add_to<R * D>(x + i * D, y + i * D);
+    fc1.template with_panels<Rows, T>([&](const auto* panels1) {
+      fc2.template with_panels<Rows, T>([&](const auto* panels2) {
+        for_tiles<Rows, T>([&]<size_t R>(size_t i) {
+          fc1.template apply<R, true, Rows>(x + i * D, hid, panels1);
+          fc2.template apply<R, false, Rows>(hid, x + i * D, panels2);
+          if constexpr (Add) kernels::add_to<R * D>(x + i * D, y + i * D);
+        });
+      });
     });
   }
 

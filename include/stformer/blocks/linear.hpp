@@ -27,10 +27,26 @@ struct Linear {
 
   // y = x Wᵀ + b (max(·, 0) when Relu) for Rows rows x [Rows, In] -> y [Rows, Out]: the one
   // call of the layer. Of: the rows of the whole layer when these are a tile of it (the kernel's
-  // path follows Of, so a tile gives the same bits as the whole).
+  // path follows Of, so a tile gives the same bits as the whole); panels: the weight packed
+  // beforehand (with_panels).
+  using Panels = kernels::PanelsNT<Out, In>;
   template <size_t Rows, bool Relu = false, size_t Of = Rows>
-  void apply(const float* x, float* y) const {
-    kernels::matmul_nt<Rows, Out, In, Relu, Of>(x, In, weight.data(), In, y, Out, 1.0f, bias.data());
+  void apply(const float* x, float* y, const Panels* panels = nullptr) const {
+    kernels::matmul_nt<Rows, Out, In, Relu, Of>(x, In, weight.data(), In, y, Out, 1.0f, bias.data(), panels);
+  }
+
+  // fn(panels) for a layer of Rows rows taken T at a time: panels is the weight packed once (on
+  // the stack, at most 8 KB) when the kernel packs it and there are several tiles, else null
+  // (each tile packs its own). The same bits either way.
+  template <size_t Rows, size_t T, class Fn>
+  void with_panels(Fn&& fn) const {
+    if constexpr (T < Rows && kernels::packs<Rows> && sizeof(Panels) <= 8192) {
+      Panels panels;
+      panels.pack(weight.data(), In);
+      fn(&panels);
+    } else {
+      fn(static_cast<const Panels*>(nullptr));
+    }
   }
 
   // The same on Rows rows T at a time, each tile into tile [T, Out], then y_t = tile (y may be
@@ -38,12 +54,14 @@ struct Linear {
   // adding the whole output afterwards).
   template <size_t Rows, size_t T, bool Relu = false, bool Add = false>
   void apply_tiled(const float* x, float* y, float* tile) const {
-    for_tiles<Rows, T>([&]<size_t R>(size_t i) {
-      apply<R, Relu, Rows>(x + i * In, tile);
-      if constexpr (Add)
-        kernels::add_to<R * Out>(tile, y + i * Out);
-      else
-        std::copy_n(tile, R * Out, y + i * Out);
+    with_panels<Rows, T>([&](const Panels* panels) {
+      for_tiles<Rows, T>([&]<size_t R>(size_t i) {
+        apply<R, Relu, Rows>(x + i * In, tile, panels);
+        if constexpr (Add)
+          kernels::add_to<R * Out>(tile, y + i * Out);
+        else
+          std::copy_n(tile, R * Out, y + i * Out);
+      });
     });
   }
 

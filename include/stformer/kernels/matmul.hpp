@@ -207,40 +207,75 @@ inline void pack_panel(const float* B, size_t ldb, size_t cols, float* panel) {
 
 }  // namespace detail
 
+// matmul_nt's SIMD path packs Bᵀ in panels of NP columns (NP/W vectors: 4 with AVX-512, 2 with
+// fewer registers, fewer for narrow outputs), zero beyond column N. `packs<Of>`: a product of Of
+// rows takes that path.
+template <size_t Of>
+inline constexpr bool packs = W > 1 && Of >= 8;
+template <size_t N>
+inline constexpr size_t panel_width = ((N + W - 1) / W < (W >= 16 ? 4 : 2) ? (N + W - 1) / W : (W >= 16 ? 4 : 2)) * W;
+
+// Bᵀ [K, N] in matmul_nt's panels, packed once for a product taken in several calls (the row
+// tiles of a forward-only layer): panel j holds columns [j·NP, (j+1)·NP) as [K, NP], so that a
+// block of K starting at k0 is at p + j·K·NP + k0·NP, as matmul_nt packs it.
+template <size_t N, size_t K>
+struct PanelsNT {
+  static constexpr size_t NP = panel_width<N>, count = (N + NP - 1) / NP;
+  alignas(64) float p[count * K * NP];
+
+  void pack(const float* B, size_t ldb) {
+    for (size_t j = 0; j < count; ++j)
+      detail::pack_panel<K, NP>(B + j * NP * ldb, ldb, N - j * NP < NP ? N - j * NP : NP, p + j * K * NP);
+  }
+};
+
 // C[M,N] = alpha · A[M,K] · B[N,K]ᵀ (+ bias[N]), then max(·, 0) when Relu (FeedForward's first
-// layer, fused). SIMD builds pack Bᵀ in panels of NV·W columns and at most KC = 128 rows of K
+// layer, fused). SIMD builds pack Bᵀ in panels of NP columns and at most KC = 128 rows of K
 // (on the stack, 32 KB with AVX-512: it stays in the L1 cache while every row of A passes over
-// it) and broadcast A's entries against them, 6 rows at a time (24 accumulators with AVX-512),
-// which needs no horizontal sums. The one-lane build and very few rows (M < 8: one window's
-// row through the 33,278-word head, where packing B would cost more than the product) take dot
-// products along K instead. Packing by register transposes costs about a quarter of a 32-row
-// product.
+// it), or read them from `panels` (B packed beforehand), and broadcast A's entries against them,
+// 6 or 7 rows at a time (24 accumulators with AVX-512), which needs no horizontal sums. The
+// one-lane build and very few rows (M < 8: one window's row through the 33,278-word head, where
+// packing B would cost more than the product) take dot products along K instead. Packing by
+// register transposes costs about a quarter of a 32-row product.
 // Of: the rows of the whole product when these M rows are one tile of it (forward-only passes
 // take a layer's rows in tiles). The path is chosen by Of, and every entry of C is one chain of
 // multiply-adds along K on either path whatever the tile, so a tile's entries have the same bits
 // as the whole product's.
 template <size_t M, size_t N, size_t K, bool Relu = false, size_t Of = M>
 inline void matmul_nt(const float* A, size_t lda, const float* B, size_t ldb, float* C, size_t ldc, float alpha = 1.0f,
-                      const float* bias = nullptr) {
-  if constexpr (W == 1 || Of < 8) {
+                      const float* bias = nullptr, const PanelsNT<N, K>* panels = nullptr) {
+  if constexpr (!packs<Of>) {
     detail::nt_dots<M, N, K, Relu>(A, lda, B, ldb, C, ldc, alpha, bias);
   } else {
-    constexpr size_t NV = W >= 16 ? 4 : 2;  // panel width in vectors
-    constexpr size_t NVused = (N + W - 1) / W < NV ? (N + W - 1) / W : NV;  // narrow outputs: fewer vectors
-    constexpr size_t NPused = NVused * W, TR = 6, KC = K < 128 ? K : 128, NB = K / KC, KT = K % KC;
-    alignas(64) float panel[KC * NPused];
+    constexpr size_t NPused = panel_width<N>, NVused = NPused / W, TR = 6, KC = K < 128 ? K : 128, NB = K / KC, KT = K % KC;
+    // The rows past the last whole tile go one each into the first tiles when those still fit
+    // the registers (accumulators, B's vectors, A's broadcast): a short last tile has too few
+    // independent chains to hide the multiply-add latency.
+    constexpr size_t registers = W >= 16 ? 32 : 16;
+    constexpr bool spread = M % TR != 0 && M % TR <= M / TR && (TR + 1) * NVused + NVused + 1 <= registers;
+    alignas(64) float local[KC * NPused];
     alignas(64) float bias_panel[NPused];
     for (size_t j0 = 0; j0 < N; j0 += NPused) {
       size_t cols = N - j0 < NPused ? N - j0 : NPused;
       for (size_t j = 0; j < NPused; ++j) bias_panel[j] = bias && j < cols ? bias[j0 + j] : 0.0f;
       // one block of K: [k0, k0 + KB)
       auto block = [&]<size_t KB, bool First, bool Last>(size_t k0) {
-        detail::pack_panel<KB, NPused>(B + j0 * ldb + k0, ldb, cols, panel);
+        const float* panel = local;
+        if (panels)
+          panel = panels->p + j0 * K + k0 * NPused;
+        else
+          detail::pack_panel<KB, NPused>(B + j0 * ldb + k0, ldb, cols, local);
+        auto tile = [&]<size_t R>(size_t i) {
+          detail::panel_tile<R, NVused, KB, First, Last, Relu>(A + i * lda + k0, lda, panel, C + i * ldc + j0, ldc, alpha, bias_panel, cols);
+        };
         size_t i = 0;
-        for (; i + TR <= M; i += TR)
-          detail::panel_tile<TR, NVused, KB, First, Last, Relu>(A + i * lda + k0, lda, panel, C + i * ldc + j0, ldc, alpha, bias_panel, cols);
-        if constexpr (M % TR != 0)
-          detail::panel_tile<M % TR, NVused, KB, First, Last, Relu>(A + i * lda + k0, lda, panel, C + i * ldc + j0, ldc, alpha, bias_panel, cols);
+        if constexpr (spread) {
+          for (size_t t = 0; t < M % TR; ++t, i += TR + 1) tile.template operator()<TR + 1>(i);
+          for (; i < M; i += TR) tile.template operator()<TR>(i);
+        } else {
+          for (; i + TR <= M; i += TR) tile.template operator()<TR>(i);
+          if constexpr (M % TR != 0) tile.template operator()<M % TR>(i);
+        }
       };
       if constexpr (NB == 1 && KT == 0) {
         block.template operator()<K, true, true>(0);

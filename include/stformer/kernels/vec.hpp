@@ -148,7 +148,7 @@ inline void hmaxs(const vf* v, float* out) {
 #endif
 // dst[c·ldd + r] = src[r·lds + c] for r, c < W: one W × W tile transposed in registers
 // (AVX-512 and AVX2 shuffles; element by element for other widths).
-inline void transpose_tile(const float* src, size_t lds, float* dst, size_t ldd) {
+[[gnu::always_inline]] inline void transpose_tile(const float* src, size_t lds, float* dst, size_t ldd) {
 #if defined(__AVX512F__)
   __m512 r[16], t[16];
   for (int i = 0; i < 16; ++i) r[i] = _mm512_loadu_ps(src + i * lds);
