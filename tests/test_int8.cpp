@@ -1,0 +1,141 @@
+// The int8 kernels against naive integer loops: the product exact on awkward sizes (K across
+// the kernel's blocks, columns past its panels, rows past its tiles, strides), the extremes of
+// int8, and requantization exact against the formula written with 128-bit integers. Built once
+// per backend (meson: the configured one, plain C++, and AVX-512 VNNI or NEON sdot where the
+// compiler targets them), so every backend is held to the same integers.
+#define DOCTEST_CONFIG_IMPLEMENT
+#include <doctest/doctest.h>
+
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include <stformer/kernels/int8.hpp>
+#include <stformer/rng.hpp>
+
+namespace k = stformer::kernels;
+using std::size_t;
+
+namespace {
+
+std::vector<std::int8_t> random_i8(size_t n, stformer::Rng& rng) {
+  std::vector<std::int8_t> v(n);
+  for (auto& x : v) x = std::int8_t(int(rng.below(256)) - 128);
+  return v;
+}
+
+template <size_t M, size_t N, size_t K>
+void check_product(size_t pad, bool bias, bool extremes) {
+  stformer::Rng rng(M * 1000003 + N * 1009 + K + pad, 5);
+  const size_t lda = K + pad, ldb = K + 2 * pad, ldc = N + pad;
+  auto A = random_i8(M * lda, rng), B = random_i8(N * ldb, rng);
+  if (extremes) {  // the largest products: −128 · −128 is not in symmetric weights, but −128 · 127 is
+    for (auto& a : A) a = a < 0 ? -128 : 127;
+    for (auto& b : B) b = b < 0 ? -127 : 127;
+  }
+  std::vector<std::int32_t> bv(N);
+  for (auto& x : bv) x = std::int32_t(rng.below(1 << 20)) - (1 << 19);
+  std::vector<std::int32_t> C(M * ldc, 12345);
+  k::qmatmul_nt<M, N, K>(A.data(), lda, B.data(), ldb, C.data(), ldc, bias ? bv.data() : nullptr);
+  size_t wrong = 0;
+  for (size_t i = 0; i < M; ++i)
+    for (size_t j = 0; j < N; ++j) {
+      std::int64_t s = bias ? bv[j] : 0;
+      for (size_t kk = 0; kk < K; ++kk) s += std::int64_t(A[i * lda + kk]) * B[j * ldb + kk];
+      wrong += C[i * ldc + j] != s;
+    }
+  for (size_t i = 0; i < M; ++i)  // the padding between rows is left alone
+    for (size_t j = N; j < ldc; ++j) wrong += C[i * ldc + j] != 12345;
+  INFO("M=", M, " N=", N, " K=", K, " pad=", pad, " bias=", bias, " extremes=", extremes, " backend: ", std::string(k::qv::name()));
+  CHECK(wrong == 0);
+}
+
+// The formula: srdhm(a, b) = ⌊(2ab + 2^31) / 2^32⌋ (nearest, ties toward +∞; INT32_MAX for
+// a = b = INT32_MIN), rdbp(x, e) = sign(x)·⌊(|x| + 2^(e−1)) / 2^e⌋ (nearest, ties away from 0).
+// (C++20's >> of a negative number is the floor division by a power of two; 2ab + 2^31 fits in
+// int64 except at a = b = INT32_MIN.)
+std::int32_t reference(std::int32_t x, k::Multiplier m) {
+  const int left = m.shift > 0 ? m.shift : 0, right = m.shift > 0 ? 0 : -m.shift;
+  const std::int64_t a = std::int64_t(x) * (std::int64_t(1) << left);
+  const std::int64_t h = a == INT32_MIN && m.q == INT32_MIN ? INT32_MAX : (2 * a * m.q + (std::int64_t(1) << 31)) >> 32;
+  if (right == 0) return std::int32_t(h);
+  const std::int64_t mag = h < 0 ? -h : h, r = (mag + (std::int64_t(1) << (right - 1))) >> right;
+  return std::int32_t(h < 0 ? -r : r);
+}
+
+}  // namespace
+
+TEST_CASE("qmatmul_nt is exact against the integer loop on every size") {
+  MESSAGE("int8 backend: ", std::string(k::qv::name()), ", groups of ", k::qv::G, ", ", k::qv::lanes, " lanes");
+  for (bool bias : {false, true})
+    for (size_t pad : {0, 3}) {
+      check_product<1, 1, 1>(pad, bias, false);
+      check_product<3, 5, 7>(pad, bias, false);
+      check_product<7, 17, 33>(pad, bias, false);
+      check_product<50, 16, 16>(pad, bias, false);
+      check_product<25, 64, 16>(pad, bias, false);
+      check_product<25, 16, 64>(pad, bias, false);
+      check_product<13, 70, 257>(pad, bias, false);  // K over one block (256) by one
+      check_product<9, 33, 600>(pad, bias, false);
+      check_product<1, 130, 2>(pad, bias, false);
+    }
+  check_product<11, 37, 1000>(1, true, true);  // sums near ±128·127·1000
+}
+
+TEST_CASE("requantization is the formula, exactly") {
+  stformer::Rng rng(11, 3);
+  const std::int32_t edges[] = {0, 1, -1, 2, -2, 3, -3, INT32_MAX, INT32_MIN, INT32_MIN + 1, 1 << 30, -(1 << 30), 12345678, -12345678};
+  size_t wrong = 0, n = 0;
+  for (int shift = -31; shift <= 0; ++shift)
+    for (std::int32_t q : {std::int32_t(1) << 30, (std::int32_t(1) << 30) + 1, INT32_MAX, 1518500250, INT32_MIN}) {
+      for (std::int32_t x : edges) wrong += k::apply(x, {q, shift}) != reference(x, {q, shift}), ++n;
+      for (int t = 0; t < 200; ++t) {
+        const std::int32_t x = std::int32_t(rng.next_u32());
+        wrong += k::apply(x, {q, shift}) != reference(x, {q, shift}), ++n;
+      }
+    }
+  for (int shift = 1; shift <= 8; ++shift)  // multipliers ≥ 1: x · 2^shift must fit in int32
+    for (int t = 0; t < 500; ++t) {
+      const std::int32_t x = std::int32_t(rng.next_u32()) >> (shift + 1), q = std::int32_t((1u << 30) + rng.below(1u << 30));
+      wrong += k::apply(x, {q, shift}) != reference(x, {q, shift}), ++n;
+    }
+  INFO(wrong, " of ", n, " differ");
+  CHECK(wrong == 0);
+}
+
+TEST_CASE("a real multiplier as mantissa and shift: x·m rounded, within one") {
+  stformer::Rng rng(12, 3);
+  for (double m : {1e-9, 3.3e-6, 0.000123, 0.0078125, 0.3, 0.5, 0.7071, 0.99999999, 1.0, 1.5, 3.75, 100.0}) {
+    const k::Multiplier q = k::quantize_multiplier(m);
+    INFO("m=", m, " q=", q.q, " shift=", q.shift);
+    CHECK(q.q >= (1 << 30));
+    CHECK(std::abs(std::ldexp(double(q.q), q.shift - 31) / m - 1) < 1e-9);
+    for (int t = 0; t < 1000; ++t) {
+      const std::int32_t x = std::int32_t(rng.next_u32()) / (m >= 1 ? std::int32_t(4 * m) + 1 : 1);
+      CHECK(std::abs(double(k::apply(x, q)) - std::round(double(x) * m)) <= 1.0);
+    }
+  }
+  CHECK(k::quantize_multiplier(0.0).q == 0);
+}
+
+TEST_CASE("requantize clamps to the output type's range and adds the zero point") {
+  const std::int32_t x[] = {-1000000, -300, -1, 0, 1, 300, 1000000, 255};
+  const k::Multiplier half = k::quantize_multiplier(0.5);
+  std::int8_t y[8];
+  k::requantize(x, 8, &half, 1, 3, -128, 127, y);
+  const int want[] = {-128, -128, 3, 3, 4, 127, 127, 127};  // -150 + 3 clamps
+  for (int i = 0; i < 8; ++i) CHECK(int(y[i]) == int(want[i]));
+}
+
+// A variant built for instructions this CPU lacks (AVX-512 VNNI) is skipped (77), not failed.
+int main(int argc, char** argv) {
+#if defined(__AVX512VNNI__) && defined(__GNUC__)
+  if (!__builtin_cpu_supports("avx512vnni")) {
+    std::puts("skipped: this CPU has no AVX-512 VNNI");
+    return 77;
+  }
+#endif
+  return doctest::Context(argc, argv).run();
+}
