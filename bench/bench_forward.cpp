@@ -5,10 +5,20 @@
 //     (q, k, v, o projections 4 · 2·N·D²; scores q·kᵀ 2·N²·D; A·v 2·N²·D)
 //   EncoderBlock adds the feed-forward layers:              B · 4·N·D·F
 // Counters (printed per second): GFLOP, and tokens (B·N per iteration).
+//
+// Products of one layer, float against int8, C[M,N] = A[M,K]·B[N,K]ᵀ + bias, FLOP 2·M·N·K:
+//   Matmul<M, N, K>:  kernels::matmul_nt on floats (weights packed per call, as the layers do)
+//   QMatmul<M, N, K>: kernels::qmatmul_nt on int8 to int32, then requantize to int8 (per-column
+//     multipliers): what a quantized Linear costs. The shapes are the pointer model's layers
+//     (50 points: projections 16 → 16, feed-forward 16 → 64 → 16) and the language model's
+//     (32 tokens, 128 → 128, 128 → 512, 512 → 128).
 #include <benchmark/benchmark.h>
 
+#include <cstdint>
 #include <memory>
+#include <vector>
 
+#include <stformer/kernels/int8.hpp>
 #include <stformer/stformer.hpp>
 
 #include "flops.hpp"
@@ -34,6 +44,39 @@ void run(benchmark::State& state, double flops) {
   }
   state.counters["GFLOP"] = benchmark::Counter(flops * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
   state.counters["tokens"] = benchmark::Counter(double(B * N), benchmark::Counter::kIsIterationInvariantRate);
+}
+
+template <size_t M, size_t N, size_t K>
+void BM_Matmul(benchmark::State& state) {
+  Rng rng(1);
+  std::vector<float> a(M * K), b(N * K), bias(N), c(M * N);
+  for (auto* v : {&a, &b, &bias})
+    for (auto& x : *v) x = rng.normal();
+  for (auto _ : state) {
+    kernels::matmul_nt<M, N, K>(a.data(), K, b.data(), K, c.data(), N, 1.0f, bias.data());
+    benchmark::DoNotOptimize(c.data());
+    benchmark::ClobberMemory();
+  }
+  state.counters["GFLOP"] = benchmark::Counter(2e-9 * M * N * K, benchmark::Counter::kIsIterationInvariantRate);
+}
+
+template <size_t M, size_t N, size_t K>
+void BM_QMatmul(benchmark::State& state) {
+  Rng rng(1);
+  std::vector<std::int8_t> a(M * K), b(N * K), y(M * N);
+  std::vector<std::int32_t> bias(N), c(M * N);
+  std::vector<kernels::Multiplier> m(N);
+  for (auto* v : {&a, &b})
+    for (auto& x : *v) x = std::int8_t(int(rng.below(255)) - 127);
+  for (size_t j = 0; j < N; ++j) bias[j] = std::int32_t(rng.below(2001)) - 1000, m[j] = kernels::quantize_multiplier(1e-3 * (1 + rng.uniform()));
+  for (auto _ : state) {
+    kernels::qmatmul_nt<M, N, K>(a.data(), K, b.data(), K, c.data(), N, bias.data());
+    kernels::requantize(c.data(), M, N, m.data(), 0, -128, 127, y.data());
+    benchmark::DoNotOptimize(y.data());
+    benchmark::ClobberMemory();
+  }
+  state.counters["GFLOP"] = benchmark::Counter(2e-9 * M * N * K, benchmark::Counter::kIsIterationInvariantRate);
+  state.SetLabel(kernels::qv::name());
 }
 
 template <size_t B, size_t N, size_t D, size_t H>
@@ -67,6 +110,18 @@ BENCHMARK(BM_MultiHeadAttentionInfer<1, 16, 64, 4>);
 BENCHMARK(BM_MultiHeadAttentionInfer<1, 64, 64, 4>);
 BENCHMARK(BM_MultiHeadAttentionInfer<1, 128, 128, 8>);
 BENCHMARK(BM_MultiHeadAttentionInfer<1, 256, 128, 8>);
+BENCHMARK(BM_Matmul<50, 16, 16>);
+BENCHMARK(BM_QMatmul<50, 16, 16>);
+BENCHMARK(BM_Matmul<50, 64, 16>);
+BENCHMARK(BM_QMatmul<50, 64, 16>);
+BENCHMARK(BM_Matmul<50, 16, 64>);
+BENCHMARK(BM_QMatmul<50, 16, 64>);
+BENCHMARK(BM_Matmul<32, 128, 128>);
+BENCHMARK(BM_QMatmul<32, 128, 128>);
+BENCHMARK(BM_Matmul<32, 512, 128>);
+BENCHMARK(BM_QMatmul<32, 512, 128>);
+BENCHMARK(BM_Matmul<32, 128, 512>);
+BENCHMARK(BM_QMatmul<32, 128, 512>);
 BENCHMARK(BM_EncoderBlock<1, 16, 64, 4>);
 BENCHMARK(BM_EncoderBlock<1, 64, 64, 4>);
 BENCHMARK(BM_EncoderBlock<1, 128, 128, 8>);

@@ -223,11 +223,13 @@ inline void qmatmul_nt(const std::int8_t* A, size_t lda, const std::int8_t* B, s
 // ---- requantization (fixed point, as TFLite Micro and CMSIS-NN) ----
 //
 // A real multiplier m > 0 is held as an int32 mantissa q in [2^30, 2^31) and a shift s, with
-// m ≈ q · 2^(s − 31). Applying it to an int32 x:
-//   srdhm(a, b)   = 2·a·b / 2^32 rounded to nearest, ties toward +∞ (⌊(2ab + 2^31) / 2^32⌋),
-//                   saturated (a = b = INT32_MIN gives INT32_MAX)
-//   rdbp(x, e)    = x / 2^e, rounded to nearest, ties away from zero
-//   apply(x, q, s) = rdbp(srdhm(x · 2^max(s, 0), q), max(−s, 0))
+// m ≈ q · 2^(s − 31). Applied to an int32 x (TFLite's MultiplyByQuantizedMultiplier):
+//   a = x · 2^max(s, 0)                      (in int32: a multiplier ≥ 1 must not overflow it)
+//   h = ⌊(a·q + 2^30) / 2^31⌋                 (2aq / 2^32 to nearest, ties toward +∞: TFLite's
+//                                             SaturatingRoundingDoublingHighMul for q ≥ 0)
+//   y = h / 2^max(−s, 0), to nearest, ties away from zero   (RoundingDivideByPOT)
+// in int64 without branches, so that the loops below vectorize; every backend computes it
+// the same way, and a core without a floating-point unit runs it as it is.
 struct Multiplier {
   std::int32_t q = 0;
   int shift = 0;
@@ -245,33 +247,24 @@ inline Multiplier quantize_multiplier(double m) {
   return {std::int32_t(q), e};
 }
 
-inline std::int32_t srdhm(std::int32_t a, std::int32_t b) {
-  if (a == b && a == INT32_MIN) return INT32_MAX;
-  const std::int64_t ab = std::int64_t(a) * std::int64_t(b);
-  const std::int64_t nudge = ab >= 0 ? (1ll << 30) : 1 - (1ll << 30);
-  return std::int32_t((ab + nudge) / (1ll << 31));
+inline std::int32_t apply(std::int32_t x, std::int32_t q, int shift) {
+  const int left = shift > 0 ? shift : 0, right = shift > 0 ? 0 : -shift;
+  const std::int64_t a = std::int32_t(std::uint32_t(x) << left);
+  const std::int64_t h = (a * q + (std::int64_t(1) << 30)) >> 31;
+  return std::int32_t((h + ((std::int64_t(1) << right) >> 1) - (h < 0 && right > 0)) >> right);
 }
+inline std::int32_t apply(std::int32_t x, Multiplier m) { return apply(x, m.q, m.shift); }
 
-inline std::int32_t rdbp(std::int32_t x, int e) {
-  const std::int32_t mask = std::int32_t((1ll << e) - 1), remainder = x & mask;
-  const std::int32_t threshold = (mask >> 1) + (x < 0 ? 1 : 0);
-  return (x >> e) + (remainder > threshold ? 1 : 0);
-}
-
-inline std::int32_t apply(std::int32_t x, Multiplier m) {
-  const int left = m.shift > 0 ? m.shift : 0, right = m.shift > 0 ? 0 : -m.shift;
-  return rdbp(srdhm(std::int32_t(std::uint32_t(x) << left), m.q), right);
-}
-
-// y[i] = clamp(zero + apply(x[i], m_c), lo, hi) for n entries, c = i % channels (per output
-// channel multipliers: channels = N of a [M, N] product; 1: one multiplier).
+// y[r, c] = clamp(zero + apply(x[r, c], m[c]), lo, hi) for rows × channels entries (per output
+// channel multipliers; channels = 1 with one multiplier for a whole tensor).
 template <class Out>
-inline void requantize(const std::int32_t* x, size_t n, const Multiplier* m, size_t channels, std::int32_t zero, std::int32_t lo,
+inline void requantize(const std::int32_t* x, size_t rows, size_t channels, const Multiplier* m, std::int32_t zero, std::int32_t lo,
                        std::int32_t hi, Out* y) {
-  for (size_t i = 0; i < n; ++i) {
-    const std::int32_t v = zero + apply(x[i], m[channels == 1 ? 0 : i % channels]);
-    y[i] = Out(v < lo ? lo : v > hi ? hi : v);
-  }
+  for (size_t r = 0; r < rows; ++r, x += channels, y += channels)
+    for (size_t c = 0; c < channels; ++c) {
+      const std::int32_t v = zero + apply(x[c], m[c].q, m[c].shift);
+      y[c] = Out(v < lo ? lo : v > hi ? hi : v);
+    }
 }
 
 }  // namespace stformer::kernels
