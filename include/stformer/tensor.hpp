@@ -80,23 +80,18 @@ using IdTensor = xt::xtensor_fixed<std::int32_t, xt::xshape<N...>, xt::layout_ty
 // the compiler's first error names the first dimension that differs and both sizes, as the
 // type ShapeMismatch<Dimension<i>, Expected<e>, Got<g>> (i counted from 0), or
 // RankMismatch<Expected<r>, Got<s>>; the block's own static_assert follows with the roles.
-template <class X, size_t... E>
-struct ShapeCheck {  // not a tensor of this kind at all
+template <class T, class X, size_t... E>
+struct ShapeCheck {  // not a fixed tensor of T at all
   static constexpr bool ok = false;
 };
-template <size_t... G, size_t... E>
-struct ShapeCheck<Tensor<G...>, E...> : DimsCheck<std::index_sequence<G...>, E...> {};
+template <class T, size_t... G, size_t... E>
+struct ShapeCheck<T, xt::xtensor_fixed<T, xt::xshape<G...>, xt::layout_type::row_major, false>, E...>
+    : DimsCheck<std::index_sequence<G...>, E...> {};
 template <class X, size_t... E>
-struct IdShapeCheck {
-  static constexpr bool ok = false;
-};
-template <size_t... G, size_t... E>
-struct IdShapeCheck<IdTensor<G...>, E...> : DimsCheck<std::index_sequence<G...>, E...> {};
-template <class X, size_t... E>
-inline constexpr bool shape_is = ShapeCheck<X, E...>::ok;
+inline constexpr bool shape_is = ShapeCheck<float, X, E...>::ok;
 // The same for token ids: X is IdTensor<E...>.
 template <class X, size_t... E>
-inline constexpr bool ids_shape_is = IdShapeCheck<X, E...>::ok;
+inline constexpr bool ids_shape_is = ShapeCheck<std::int32_t, X, E...>::ok;
 
 // Key-padding mask: keys[b][j] == true when key j of batch row b exists.
 template <size_t B, size_t Nk>

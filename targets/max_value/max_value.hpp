@@ -92,9 +92,7 @@ struct Task<PointerNet> {
   static float loss(const Out<B>& logp, const Sets<B>& s, Out<B>& d, size_t of) { return nll_loss(logp, s.target, d, of); }
   template <size_t B>
   static Prediction predict(const Out<B>& logp, const Sets<B>& s, size_t b) {
-    size_t arg = 0;
-    for (size_t i = 1; i < N; ++i)
-      if (logp(b, 0, i) > logp(b, 0, arg)) arg = i;
+    const size_t arg = argmax(logp.data() + b * N, N);
     return {arg, s.x(b, arg, 0), s.x(b, arg, 1)};
   }
 };

@@ -213,7 +213,7 @@ inline void pack_panel(const float* B, size_t ldb, size_t cols, float* panel) {
 template <size_t Of>
 inline constexpr bool packs = W > 1 && Of >= 8;
 template <size_t N>
-inline constexpr size_t panel_width = ((N + W - 1) / W < (W >= 16 ? 4 : 2) ? (N + W - 1) / W : (W >= 16 ? 4 : 2)) * W;
+inline constexpr size_t panel_width = std::min<size_t>((N + W - 1) / W, W >= 16 ? 4 : 2) * W;
 
 // Bᵀ [K, N] in matmul_nt's panels, packed once for a product taken in several calls (the row
 // tiles of a forward-only layer): panel j holds columns [j·NP, (j+1)·NP) as [K, NP], so that a

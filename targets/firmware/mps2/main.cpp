@@ -15,6 +15,7 @@
 #include <stformer/model_image.hpp>
 #include <stformer/models/pointer_model.hpp>
 #include <stformer/param_table.hpp>
+#include <stformer/train/loss.hpp>
 
 #include "expected.hpp"
 #include "semihosting.hpp"
@@ -44,13 +45,6 @@ static_assert(S > 0 && x.size == S * N * 2 && want.size == S * N, "sets.x [S, 50
 Infer infer;
 stformer::Tensor<1, N, 2> set;
 
-size_t argmax(const float* v) {
-  size_t best = 0;
-  for (size_t i = 1; i < N; ++i)
-    if (v[i] > v[best]) best = i;
-  return best;
-}
-
 }  // namespace
 
 // Called by reset_handler (startup.cpp); the exit status goes out through semihosting.
@@ -66,11 +60,12 @@ extern "C" int firmware_main() {
     std::copy(x.data + s * N * 2, x.data + (s + 1) * N * 2, set.data());
     const float* got = infer.forward(model, set).data();
     const float* host = want.data + s * N;
-    bool same = argmax(got) == argmax(host);
+    const size_t point = stformer::argmax(got, N);
+    bool same = point == stformer::argmax(host, N);
     for (size_t i = 0; i < N; ++i) same = same && std::fabs(got[i] - host[i]) <= 1e-4f + 1e-4f * std::fabs(host[i]);
     agree += same;
-    write("set "), write(s), write(": point "), write(std::uint64_t(argmax(got))), write(", log-probability ");
-    write(got[argmax(got)], 6), write(same ? " (host: the same)\n" : " (host: DIFFERENT)\n");
+    write("set "), write(s), write(": point "), write(std::uint64_t(point)), write(", log-probability ");
+    write(got[point], 6), write(same ? " (host: the same)\n" : " (host: DIFFERENT)\n");
   }
   write("agree with the host build: "), write(agree), write(" of "), write(S), write(" sets\n");
   write("model in flash: "), write(sizeof model), write(" B; static RAM: forward-only workspace "), write(sizeof infer), write(" B; stack used "),
