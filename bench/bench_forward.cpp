@@ -65,13 +65,16 @@ void BM_QMatmul(benchmark::State& state) {
   Rng rng(1);
   std::vector<std::int8_t> a(M * K), b(N * K), y(M * N);
   std::vector<std::int32_t> bias(N), c(M * N);
-  std::vector<kernels::Multiplier> m(N);
+  std::vector<std::int32_t> q(N), shift(N);
   for (auto* v : {&a, &b})
     for (auto& x : *v) x = std::int8_t(int(rng.below(255)) - 127);
-  for (size_t j = 0; j < N; ++j) bias[j] = std::int32_t(rng.below(2001)) - 1000, m[j] = kernels::quantize_multiplier(1e-3 * (1 + rng.uniform()));
+  for (size_t j = 0; j < N; ++j) {
+    const kernels::Multiplier m = kernels::quantize_multiplier(1e-3 * (1 + rng.uniform()));
+    bias[j] = std::int32_t(rng.below(2001)) - 1000, q[j] = m.q, shift[j] = m.shift;
+  }
   for (auto _ : state) {
     kernels::qmatmul_nt<M, N, K>(a.data(), K, b.data(), K, c.data(), N, bias.data());
-    kernels::requantize(c.data(), M, N, m.data(), 0, -128, 127, y.data());
+    kernels::requantize(c.data(), M, N, q.data(), shift.data(), 0, -128, 127, y.data());
     benchmark::DoNotOptimize(y.data());
     benchmark::ClobberMemory();
   }

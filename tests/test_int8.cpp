@@ -6,6 +6,8 @@
 #define DOCTEST_CONFIG_IMPLEMENT
 #include <doctest/doctest.h>
 
+#include <algorithm>
+#include <climits>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
@@ -127,13 +129,39 @@ TEST_CASE("a real multiplier as mantissa and shift: x·m rounded, within one") {
   CHECK(k::quantize_multiplier(0.0).q == 0);
 }
 
-TEST_CASE("requantize clamps to the output type's range and adds the zero point") {
-  const std::int32_t x[] = {-1000000, -300, -1, 0, 1, 300, 1000000, 255};
+TEST_CASE("requantize: the formula on vectors of channels, the zero point added, clamped") {
+  stformer::Rng rng(13, 3);
+  constexpr size_t rows = 5, channels = 37;  // whole vectors of channels and a tail
+  std::vector<std::int32_t> q(channels), shift(channels), x(rows * channels);
+  for (size_t c = 0; c < channels; ++c) {
+    const auto m = k::quantize_multiplier(c % 5 == 0 ? 1.0 + 7 * rng.uniform() : std::ldexp(0.5 + 0.5 * rng.uniform(), -int(rng.below(32))));
+    q[c] = m.q, shift[c] = m.shift;
+  }
+  for (size_t i = 0; i < x.size(); ++i) {  // edges of int32 where the shift leaves room, else random
+    const size_t c = i % channels;
+    const std::int32_t v = i % 7 == 0 ? INT32_MAX : i % 7 == 1 ? INT32_MIN : std::int32_t(rng.next_u32());
+    x[i] = shift[c] > 0 ? v >> (shift[c] + 1) : v;
+  }
+  std::vector<std::int32_t> wide(x.size());
+  std::vector<std::int8_t> narrow(x.size());
+  k::requantize(x.data(), rows, channels, q.data(), shift.data(), 0, INT32_MIN, INT32_MAX, wide.data());
+  k::requantize(x.data(), rows, channels, q.data(), shift.data(), -3, -128, 127, narrow.data());
+  size_t wrong = 0;
+  for (size_t i = 0; i < x.size(); ++i) {
+    const std::int32_t want = reference(x[i], {q[i % channels], shift[i % channels]});
+    wrong += wide[i] != want;
+    wrong += int(narrow[i]) != std::clamp(want - 3, -128, 127);
+  }
+  INFO(wrong, " of ", 2 * x.size(), " differ; backend ", std::string(k::qv::name()));
+  CHECK(wrong == 0);
+
+  const std::int32_t y[] = {-1000000, -300, -1, 0, 1, 300, 1000000, 255};
   const k::Multiplier half = k::quantize_multiplier(0.5);
-  std::int8_t y[8];
-  k::requantize(x, 8, 1, &half, 3, -128, 127, y);
+  const std::int32_t hq[8] = {half.q, half.q, half.q, half.q, half.q, half.q, half.q, half.q}, hs[8] = {};
+  std::int8_t out[8];
+  k::requantize(y, 1, 8, hq, hs, 3, -128, 127, out);
   const int want[] = {-128, -128, 3, 3, 4, 127, 127, 127};  // -150 + 3 clamps
-  for (int i = 0; i < 8; ++i) CHECK(int(y[i]) == int(want[i]));
+  for (int i = 0; i < 8; ++i) CHECK(int(out[i]) == want[i]);
 }
 
 // A variant built for instructions this CPU lacks (AVX-512 VNNI) is skipped (77), not failed.

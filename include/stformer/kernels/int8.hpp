@@ -2,8 +2,8 @@
 // quantized forward pass, exact in integers, so that every backend computes the same numbers.
 //
 //   qmatmul_nt:  C[M,N] (int32) = A[M,K] (int8) · B[N,K]ᵀ (int8) + bias[N] (int32)
-//   requantize:  y = clamp(zero + MultiplyByQuantizedMultiplier(x, m, shift), lo, hi)
-//                (TFLite Micro's and CMSIS-NN's formula, below)
+//   requantize:  y = clamp(zero + MultiplyByQuantizedMultiplier(x, q[c], shift[c]), lo, hi), one
+//                multiplier per output channel c (TFLite Micro's and CMSIS-NN's formula, below)
 //
 // The product is written once over a small integer vector type, qv (below): a vector of int32
 // accumulators, `lanes` wide, to which dot(acc, a, b) adds, for each lane l, the G products
@@ -37,6 +37,42 @@
 
 namespace stformer::inline STFORMER_ABI::kernels {
 
+// ---- requantization (fixed point, as TFLite Micro and CMSIS-NN) ----
+//
+// A real multiplier m > 0 is held as an int32 mantissa q in [2^30, 2^31) and a shift s, with
+// m ≈ q · 2^(s − 31). Applied to an int32 x (TFLite's MultiplyByQuantizedMultiplier):
+//   a = x · 2^max(s, 0)                      (in int32: a multiplier ≥ 1 must not overflow it)
+//   h = ⌊(a·q + 2^30) / 2^31⌋                 (2aq / 2^32 to nearest, ties toward +∞: TFLite's
+//                                             SaturatingRoundingDoublingHighMul for q ≥ 0)
+//   y = h / 2^max(−s, 0), to nearest, ties away from zero   (RoundingDivideByPOT)
+// apply below computes it in int64 without branches, qv::apply lane by lane on vectors (each
+// backend's own instructions, the same integers), and a core without a floating-point unit
+// runs it as it is.
+struct Multiplier {
+  std::int32_t q = 0;
+  int shift = 0;
+};
+
+// The multiplier nearest to m (host side, when a model is quantized): m = f·2^e with f in
+// [0.5, 1), q = round(f·2^31), shift = e. Multipliers below 2^−32 (no int32 survives them) and
+// m ≤ 0 give q = 0.
+inline Multiplier quantize_multiplier(double m) {
+  if (!(m > 0)) return {};
+  int e = 0;
+  std::int64_t q = std::llround(std::frexp(m, &e) * 2147483648.0);
+  if (q == (std::int64_t(1) << 31)) q /= 2, ++e;
+  if (e < -31) return {};
+  return {std::int32_t(q), e};
+}
+
+inline std::int32_t apply(std::int32_t x, std::int32_t q, int shift) {
+  const int left = shift > 0 ? shift : 0, right = shift > 0 ? 0 : -shift;
+  const std::int64_t a = std::int32_t(std::uint32_t(x) << left);
+  const std::int64_t h = (a * q + (std::int64_t(1) << 30)) >> 31;
+  return std::int32_t((h + ((std::int64_t(1) << right) >> 1) - (h < 0 && right > 0)) >> right);
+}
+inline std::int32_t apply(std::int32_t x, Multiplier m) { return apply(x, m.q, m.shift); }
+
 #if STFORMER_SIMD && defined(__AVX512BW__)
 struct qv {
   __m512i v;
@@ -56,6 +92,24 @@ struct qv {
   static const char* name() { return "AVX-512BW (vpmaddwd)"; }
 #endif
   static qv zero() { return {_mm512_setzero_si512()}; }
+  // apply(x, q, shift) lane by lane (the formula above): the 64-bit products of the even and
+  // the odd lanes, h from bits 31…62 of each, then the rounding shift right.
+  static qv apply(qv x, qv q, qv shift) {
+    const __m512i zero = _mm512_setzero_si512(), one = _mm512_set1_epi32(1), nudge = _mm512_set1_epi64(std::int64_t(1) << 30);
+    const __m512i left = _mm512_max_epi32(shift.v, zero), right = _mm512_max_epi32(_mm512_sub_epi32(zero, shift.v), zero);
+    const __m512i a = _mm512_sllv_epi32(x.v, left);
+    const __m512i even = _mm512_srli_epi64(_mm512_add_epi64(_mm512_mul_epi32(a, q.v), nudge), 31);
+    const __m512i odd = _mm512_srli_epi64(_mm512_add_epi64(_mm512_mul_epi32(_mm512_srli_epi64(a, 32), _mm512_srli_epi64(q.v, 32)), nudge), 31);
+    const __m512i h = _mm512_mask_blend_epi32(0xAAAA, even, _mm512_slli_epi64(odd, 32));
+    const __m512i mask = _mm512_sub_epi32(_mm512_sllv_epi32(one, right), one);
+    const __m512i threshold = _mm512_add_epi32(_mm512_srai_epi32(mask, 1), _mm512_srli_epi32(h, 31));
+    const __m512i y = _mm512_srav_epi32(h, right);
+    return {_mm512_mask_add_epi32(y, _mm512_cmpgt_epi32_mask(_mm512_and_si512(h, mask), threshold), y, one)};
+  }
+  // min(max(x + zero, lo), hi)
+  static qv clamp_add(qv x, std::int32_t zero, std::int32_t lo, std::int32_t hi) {
+    return {_mm512_min_epi32(_mm512_max_epi32(_mm512_add_epi32(x.v, _mm512_set1_epi32(zero)), _mm512_set1_epi32(lo)), _mm512_set1_epi32(hi))};
+  }
   static qv broadcast(const qa* a) { std::int32_t x; std::memcpy(&x, a, 4); return {_mm512_set1_epi32(x)}; }
   static qv load(const void* p) { return {_mm512_loadu_si512(p)}; }
   static qv load_acc(const std::int32_t* p) { return {_mm512_loadu_si512(p)}; }
@@ -71,6 +125,21 @@ struct qv {
   static qv dot(qv acc, qv a, qv b) { return {_mm256_add_epi32(acc.v, _mm256_madd_epi16(a.v, b.v))}; }
   static const char* name() { return "AVX2 (vpmaddwd)"; }
   static qv zero() { return {_mm256_setzero_si256()}; }
+  static qv apply(qv x, qv q, qv shift) {  // as AVX-512's
+    const __m256i zero = _mm256_setzero_si256(), one = _mm256_set1_epi32(1), nudge = _mm256_set1_epi64x(std::int64_t(1) << 30);
+    const __m256i left = _mm256_max_epi32(shift.v, zero), right = _mm256_max_epi32(_mm256_sub_epi32(zero, shift.v), zero);
+    const __m256i a = _mm256_sllv_epi32(x.v, left);
+    const __m256i even = _mm256_srli_epi64(_mm256_add_epi64(_mm256_mul_epi32(a, q.v), nudge), 31);
+    const __m256i odd = _mm256_srli_epi64(_mm256_add_epi64(_mm256_mul_epi32(_mm256_srli_epi64(a, 32), _mm256_srli_epi64(q.v, 32)), nudge), 31);
+    const __m256i h = _mm256_blend_epi32(even, _mm256_slli_epi64(odd, 32), 0xAA);
+    const __m256i mask = _mm256_sub_epi32(_mm256_sllv_epi32(one, right), one);
+    const __m256i threshold = _mm256_add_epi32(_mm256_srai_epi32(mask, 1), _mm256_srli_epi32(h, 31));
+    const __m256i y = _mm256_srav_epi32(h, right);
+    return {_mm256_sub_epi32(y, _mm256_cmpgt_epi32(_mm256_and_si256(h, mask), threshold))};
+  }
+  static qv clamp_add(qv x, std::int32_t zero, std::int32_t lo, std::int32_t hi) {
+    return {_mm256_min_epi32(_mm256_max_epi32(_mm256_add_epi32(x.v, _mm256_set1_epi32(zero)), _mm256_set1_epi32(lo)), _mm256_set1_epi32(hi))};
+  }
   static qv broadcast(const qa* a) { std::int32_t x; std::memcpy(&x, a, 4); return {_mm256_set1_epi32(x)}; }
   static qv load(const void* p) { return {_mm256_loadu_si256(static_cast<const __m256i*>(p))}; }
   static qv load_acc(const std::int32_t* p) { return load(p); }
@@ -100,6 +169,20 @@ struct qv {
   static const char* name() { return "NEON (vmlal)"; }
 #endif
   static qv zero() { return {vdupq_n_s32(0)}; }
+  // vqrdmulh is h exactly (it saturates only at a = q = INT32_MIN, and q ≥ 0); then the
+  // rounding shift right as on x86 (vrshl alone would round ties upward).
+  static qv apply(qv x, qv q, qv shift) {
+    const int32x4_t zero = vdupq_n_s32(0), one = vdupq_n_s32(1);
+    const int32x4_t left = vmaxq_s32(shift.v, zero), right = vmaxq_s32(vnegq_s32(shift.v), zero);
+    const int32x4_t h = vqrdmulhq_s32(vshlq_s32(x.v, left), q.v);
+    const int32x4_t mask = vsubq_s32(vshlq_s32(one, right), one);
+    const int32x4_t threshold = vaddq_s32(vshrq_n_s32(mask, 1), vreinterpretq_s32_u32(vshrq_n_u32(vreinterpretq_u32_s32(h), 31)));
+    const int32x4_t y = vshlq_s32(h, vnegq_s32(right));
+    return {vsubq_s32(y, vreinterpretq_s32_u32(vcgtq_s32(vandq_s32(h, mask), threshold)))};
+  }
+  static qv clamp_add(qv x, std::int32_t zero, std::int32_t lo, std::int32_t hi) {
+    return {vminq_s32(vmaxq_s32(vaddq_s32(x.v, vdupq_n_s32(zero)), vdupq_n_s32(lo)), vdupq_n_s32(hi))};
+  }
   static qv load_acc(const std::int32_t* p) { return {vld1q_s32(p)}; }
   static void store(std::int32_t* p, qv x) { vst1q_s32(p, x.v); }
 };
@@ -112,6 +195,8 @@ struct qv {
   static constexpr std::int32_t a_offset = 0;
   static qv dot(qv acc, qv a, qv b) { return {acc.v + a.v * b.v}; }
   static qv zero() { return {0}; }
+  static qv apply(qv x, qv q, qv shift) { return {kernels::apply(x.v, q.v, shift.v)}; }
+  static qv clamp_add(qv x, std::int32_t zero, std::int32_t lo, std::int32_t hi) { return {std::clamp(x.v + zero, lo, hi)}; }
   static qv broadcast(const qa* a) { return {*a}; }
   static qv load(const void* p) { return {*static_cast<const qb*>(p)}; }
   static qv load_acc(const std::int32_t* p) { return {*p}; }
@@ -219,51 +304,22 @@ inline void qmatmul_nt(const std::int8_t* A, size_t lda, const std::int8_t* B, s
   }
 }
 
-// ---- requantization (fixed point, as TFLite Micro and CMSIS-NN) ----
-//
-// A real multiplier m > 0 is held as an int32 mantissa q in [2^30, 2^31) and a shift s, with
-// m ≈ q · 2^(s − 31). Applied to an int32 x (TFLite's MultiplyByQuantizedMultiplier):
-//   a = x · 2^max(s, 0)                      (in int32: a multiplier ≥ 1 must not overflow it)
-//   h = ⌊(a·q + 2^30) / 2^31⌋                 (2aq / 2^32 to nearest, ties toward +∞: TFLite's
-//                                             SaturatingRoundingDoublingHighMul for q ≥ 0)
-//   y = h / 2^max(−s, 0), to nearest, ties away from zero   (RoundingDivideByPOT)
-// in int64 without branches, so that the loops below vectorize; every backend computes it
-// the same way, and a core without a floating-point unit runs it as it is.
-struct Multiplier {
-  std::int32_t q = 0;
-  int shift = 0;
-};
-
-// The multiplier nearest to m (host side, when a model is quantized): m = f·2^e with f in
-// [0.5, 1), q = round(f·2^31), shift = e. Multipliers below 2^−32 (no int32 survives them) and
-// m ≤ 0 give q = 0.
-inline Multiplier quantize_multiplier(double m) {
-  if (!(m > 0)) return {};
-  int e = 0;
-  std::int64_t q = std::llround(std::frexp(m, &e) * 2147483648.0);
-  if (q == (std::int64_t(1) << 31)) q /= 2, ++e;
-  if (e < -31) return {};
-  return {std::int32_t(q), e};
-}
-
-inline std::int32_t apply(std::int32_t x, std::int32_t q, int shift) {
-  const int left = shift > 0 ? shift : 0, right = shift > 0 ? 0 : -shift;
-  const std::int64_t a = std::int32_t(std::uint32_t(x) << left);
-  const std::int64_t h = (a * q + (std::int64_t(1) << 30)) >> 31;
-  return std::int32_t((h + ((std::int64_t(1) << right) >> 1) - (h < 0 && right > 0)) >> right);
-}
-inline std::int32_t apply(std::int32_t x, Multiplier m) { return apply(x, m.q, m.shift); }
-
-// y[r, c] = clamp(zero + apply(x[r, c], m[c]), lo, hi) for rows × channels entries (per output
-// channel multipliers; channels = 1 with one multiplier for a whole tensor).
+// y[r, c] = clamp(zero + apply(x[r, c], q[c], shift[c]), lo, hi) for rows × channels entries,
+// with one multiplier per channel (an output column of a product; Multiplier's fields as two
+// arrays, so that a vector of channels loads at once). The same integers on every backend.
 template <class Out>
-inline void requantize(const std::int32_t* x, size_t rows, size_t channels, const Multiplier* m, std::int32_t zero, std::int32_t lo,
-                       std::int32_t hi, Out* y) {
-  for (size_t r = 0; r < rows; ++r, x += channels, y += channels)
-    for (size_t c = 0; c < channels; ++c) {
-      const std::int32_t v = zero + apply(x[c], m[c].q, m[c].shift);
-      y[c] = Out(v < lo ? lo : v > hi ? hi : v);
+inline void requantize(const std::int32_t* x, size_t rows, size_t channels, const std::int32_t* q, const std::int32_t* shift,
+                       std::int32_t zero, std::int32_t lo, std::int32_t hi, Out* y) {
+  constexpr size_t L = qv::lanes;
+  const size_t whole = channels / L * L;  // channels in whole vectors
+  for (size_t r = 0; r < rows; ++r, x += channels, y += channels) {
+    for (size_t c = 0; c < whole; c += L) {
+      std::int32_t v[L];
+      qv::store(v, qv::clamp_add(qv::apply(qv::load_acc(x + c), qv::load_acc(q + c), qv::load_acc(shift + c)), zero, lo, hi));
+      for (size_t l = 0; l < L; ++l) y[c + l] = Out(v[l]);
     }
+    for (size_t c = whole; c < channels; ++c) y[c] = Out(std::clamp(zero + apply(x[c], q[c], shift[c]), lo, hi));
+  }
 }
 
 }  // namespace stformer::kernels
