@@ -91,7 +91,6 @@ struct qv {
   static qv dot(qv acc, qv a, qv b) { return {_mm512_add_epi32(acc.v, _mm512_madd_epi16(a.v, b.v))}; }
   static const char* name() { return "AVX-512BW (vpmaddwd)"; }
 #endif
-  static qv zero() { return {_mm512_setzero_si512()}; }
   // apply(x, q, shift) lane by lane (the formula above): the 64-bit products of the even and
   // the odd lanes, h from bits 31…62 of each, then the rounding shift right.
   static qv apply(qv x, qv q, qv shift) {
@@ -124,7 +123,6 @@ struct qv {
   static constexpr std::int32_t a_offset = 0;
   static qv dot(qv acc, qv a, qv b) { return {_mm256_add_epi32(acc.v, _mm256_madd_epi16(a.v, b.v))}; }
   static const char* name() { return "AVX2 (vpmaddwd)"; }
-  static qv zero() { return {_mm256_setzero_si256()}; }
   static qv apply(qv x, qv q, qv shift) {  // as AVX-512's
     const __m256i zero = _mm256_setzero_si256(), one = _mm256_set1_epi32(1), nudge = _mm256_set1_epi64x(std::int64_t(1) << 30);
     const __m256i left = _mm256_max_epi32(shift.v, zero), right = _mm256_max_epi32(_mm256_sub_epi32(zero, shift.v), zero);
@@ -168,7 +166,6 @@ struct qv {
   static qv load(const void* p) { return {vreinterpretq_s32_s16(vcombine_s16(vld1_s16(static_cast<const std::int16_t*>(p)), vdup_n_s16(0)))}; }
   static const char* name() { return "NEON (vmlal)"; }
 #endif
-  static qv zero() { return {vdupq_n_s32(0)}; }
   // vqrdmulh is h exactly (it saturates only at a = q = INT32_MIN, and q ≥ 0); then the
   // rounding shift right as on x86 (vrshl alone would round ties upward).
   static qv apply(qv x, qv q, qv shift) {
@@ -194,7 +191,6 @@ struct qv {
   using qb = std::int8_t;
   static constexpr std::int32_t a_offset = 0;
   static qv dot(qv acc, qv a, qv b) { return {acc.v + a.v * b.v}; }
-  static qv zero() { return {0}; }
   static qv apply(qv x, qv q, qv shift) { return {kernels::apply(x.v, q.v, shift.v)}; }
   static qv clamp_add(qv x, std::int32_t zero, std::int32_t lo, std::int32_t hi) { return {std::clamp(x.v + zero, lo, hi)}; }
   static qv broadcast(const qa* a) { return {*a}; }
