@@ -164,6 +164,76 @@ TEST_CASE("requantize: the formula on vectors of channels, the zero point added,
   for (int i = 0; i < 8; ++i) CHECK(int(out[i]) == want[i]);
 }
 
+TEST_CASE("integer square root, exactly") {
+  stformer::Rng rng(14, 3);
+  for (std::uint64_t n : {std::uint64_t(0), std::uint64_t(1), std::uint64_t(2), std::uint64_t(3), std::uint64_t(4), std::uint64_t(99),
+                          (std::uint64_t(1) << 62) - 1, std::uint64_t(1) << 62, ~std::uint64_t(0)}) {
+    const std::uint64_t r = k::isqrt(n);
+    CHECK((r * r <= n && n - r * r < 2 * r + 1));  // r² ≤ n < (r + 1)²
+  }
+  for (int t = 0; t < 20000; ++t) {
+    const std::uint64_t n = (std::uint64_t(rng.next_u32()) << 32 | rng.next_u32()) >> rng.below(64);
+    const std::uint64_t r = k::isqrt(n);
+    REQUIRE((r * r <= n && n - r * r < 2 * r + 1));
+  }
+}
+
+TEST_CASE("m / d and m / √ss as multipliers: within 2^−29 of the real quotient, 0 below 2^−32") {
+  stformer::Rng rng(15, 3);
+  for (int t = 0; t < 20000; ++t) {
+    const double m = std::ldexp(0.5 + 0.5 * rng.uniform(), int(rng.below(40)) - 20);
+    const std::uint64_t d = 1 + ((std::uint64_t(rng.next_u32()) << 30) >> rng.below(62));
+    const k::Multiplier q = k::divide(k::quantize_multiplier(m), d);
+    const double want = std::ldexp(double(k::quantize_multiplier(m).q), k::quantize_multiplier(m).shift - 31) / d;
+    INFO("m=", m, " d=", d);
+    if (want < std::ldexp(1.0, -32)) {  // no int32 survives it: {0, 0}
+      REQUIRE(q.q == 0);
+      continue;
+    }
+    REQUIRE(q.q >= (1 << 30));
+    REQUIRE(std::abs(std::ldexp(double(q.q), q.shift - 31) / want - 1) < std::ldexp(1.0, -29));
+    const std::uint64_t ss = (std::uint64_t(rng.next_u32()) << 30 | rng.next_u32()) >> rng.below(62);
+    if (ss == 0) continue;
+    const k::Multiplier r = k::divide_by_root(k::quantize_multiplier(m), ss);
+    const double want_r = std::ldexp(double(k::quantize_multiplier(m).q), k::quantize_multiplier(m).shift - 31) / std::sqrt(double(ss));
+    INFO("ss=", ss);
+    if (want_r < std::ldexp(1.0, -32)) {
+      REQUIRE(r.q == 0);
+      continue;
+    }
+    REQUIRE(std::abs(std::ldexp(double(r.q), r.shift - 31) / want_r - 1) < std::ldexp(1.0, -29));
+  }
+  CHECK(k::divide({1 << 30, 0}, 0).q == 0);
+  CHECK(k::divide_by_root({1 << 30, 0}, 0).q == 0);
+}
+
+TEST_CASE("the integer exponential: 2^(−u/2^16) in Q15, rounded, 0 from 2^−16 on") {
+  for (std::int32_t u = 0; u < (17 << 16); u += 7) {
+    const double want = 32768.0 * std::exp2(-double(u) / 65536.0);
+    const std::int32_t got = k::exp2_neg(u);
+    if (u >= (16 << 16)) {
+      REQUIRE(got == 0);
+    } else {
+      INFO("u=", u, " got ", got, " want ", want);
+      REQUIRE(std::abs(got - want) <= 0.51);  // rounded to nearest, from within 2^−22 (0.008 steps)
+    }
+  }
+  CHECK(k::exp2_neg(0) == 32768);
+  CHECK(k::exp2_neg(1 << 16) == 16384);
+}
+
+TEST_CASE("softmax_q15: the numerators over the row's maximum, masked keys 0, all masked 0") {
+  const k::Multiplier unit = k::quantize_multiplier(65536.0);  // u = the difference in log2 units
+  std::int32_t x[6] = {10, 9, INT32_MIN, 7, 10, -2000000000};
+  const std::int32_t sum = k::softmax_q15<6>(x, unit);
+  const std::int32_t want[6] = {32768, 16384, 0, 4096, 32768, 0};
+  for (int j = 0; j < 6; ++j) CHECK(x[j] == want[j]);
+  CHECK(sum == 32768 + 16384 + 4096 + 32768);
+  std::int32_t masked[3] = {INT32_MIN, INT32_MIN, INT32_MIN};
+  CHECK(k::softmax_q15<3>(masked, unit) == 0);
+  CHECK((masked[0] == 0 && masked[1] == 0 && masked[2] == 0));
+}
+
 // A variant built for instructions this CPU lacks (AVX-512 VNNI) is skipped (77), not failed.
 int main(int argc, char** argv) {
 #if defined(__AVX512VNNI__) && defined(__GNUC__)

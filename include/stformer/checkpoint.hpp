@@ -1,6 +1,7 @@
 // stformer — model checkpoints: the parameter visitor (stformer/params.hpp) over safetensors.
 //
-// SPEC "Checkpoints": one F32 tensor per parameter, named by its dotted path (here optionally
+// SPEC "Checkpoints": one F32 tensor per parameter (a quantized model's integer tensors: I8,
+// I16, I32; stformer/quantized/), named by its dotted path (here optionally
 // after a prefix, e.g. "ema."), with the parameter's shape, row-major as the model holds it.
 // The namespaces "optim." and "state." are reserved for optimiser and RNG state.
 //
@@ -29,6 +30,7 @@
 #include <stdexcept>
 #include <string>
 #include <string_view>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -50,14 +52,28 @@ std::vector<size_t> shape_of(const T& t) {
   return {s.begin(), s.end()};
 }
 inline bool reserved_name(std::string_view name) { return name.starts_with("optim.") || name.starts_with("state."); }
+
+// The file's dtype of a tensor of T elements: F32 for the float models, I8, I16 and I32 for
+// the integer tensors of quantized ones (stformer/quantized/).
+template <class T>
+constexpr safetensors::Dtype dtype_of() {
+  using E = typename T::value_type;
+  if constexpr (std::is_same_v<E, float>) return safetensors::Dtype::F32;
+  else if constexpr (std::is_same_v<E, std::int8_t>) return safetensors::Dtype::I8;
+  else if constexpr (std::is_same_v<E, std::int16_t>) return safetensors::Dtype::I16;
+  else if constexpr (std::is_same_v<E, std::int32_t>) return safetensors::Dtype::I32;
+  else static_assert(sizeof(E) == 0, "checkpoint: a parameter tensor of an element type with no safetensors dtype here");
+}
 }  // namespace detail
 
-// Adds every parameter of model to w as F32, named prefix + dotted path, in visit order.
+// Adds every parameter of model to w (F32; a quantized model's integer tensors as I8, I16,
+// I32), named prefix + dotted path, in visit order.
 template <class M>
 void add_params(safetensors::Writer& w, const M& model, std::string_view prefix = "") {
   for_each_param(
       [&](const Path& path, Init, const auto& t) {
-        w.add(std::string(prefix) + path.c_str(), safetensors::Dtype::F32, detail::shape_of(t), std::as_bytes(std::span(t.data(), t.size())));
+        w.add(std::string(prefix) + path.c_str(), detail::dtype_of<std::remove_cvref_t<decltype(t)>>(), detail::shape_of(t),
+              std::as_bytes(std::span(t.data(), t.size())));
       },
       model);
 }
@@ -75,8 +91,8 @@ void check_params(const safetensors::File& f, const M& model, std::string_view p
         if (!problem.empty()) {  // keep the first
         } else if (v == nullptr) {
           problem = "tensor '" + name + "' is missing";
-        } else if (v->dtype != safetensors::Dtype::F32) {
-          problem = "tensor '" + name + "' has dtype " + std::string(dtype_name(v->dtype)) + ", the model expects F32";
+        } else if (constexpr auto dtype = detail::dtype_of<std::remove_cvref_t<decltype(t)>>(); v->dtype != dtype) {
+          problem = "tensor '" + name + "' has dtype " + std::string(dtype_name(v->dtype)) + ", the model expects " + std::string(dtype_name(dtype));
         } else if (v->shape != shape) {
           problem = "tensor '" + name + "' has shape " + safetensors::shape_string(v->shape) + ", the model expects " +
                     safetensors::shape_string(shape);

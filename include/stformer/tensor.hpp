@@ -72,9 +72,14 @@ using std::size_t;
 template <size_t... N>
 using Tensor = xt::xtensor_fixed<float, xt::xshape<N...>, xt::layout_type::row_major, false>;
 
+// The same with elements of type T: IdTensor (token ids), and the integer tensors of the
+// quantized blocks (int8 weights and activations, int16 residual streams, int32 accumulators).
+template <class T, size_t... N>
+using TensorOf = xt::xtensor_fixed<T, xt::xshape<N...>, xt::layout_type::row_major, false>;
+
 // Token ids (Embedding input).
 template <size_t... N>
-using IdTensor = xt::xtensor_fixed<std::int32_t, xt::xshape<N...>, xt::layout_type::row_major, false>;
+using IdTensor = TensorOf<std::int32_t, N...>;
 
 // Compile-time shape checks: shape_is<X, E...> is true when X is Tensor<E...>. When it is not,
 // the compiler's first error names the first dimension that differs and both sizes, as the

@@ -7,6 +7,8 @@
 //   max_value predict --checkpoint PATH --input IN.safetensors --output OUT.safetensors
 //   max_value plot    --checkpoint PATH [--seed S] [--output max_value.png]  (+ .csv)
 //   max_value sets    --output OUT.safetensors [--seed S] [--sets 8]   (x [B, 50, 2] for predict)
+//   max_value quantize --checkpoint PATH --output Q.safetensors [--seed S] [--sets 1000]
+//                     (the pointer model in int8; eval, predict and plot take Q.safetensors)
 //   max_value info    [--model pointer|set]   (the memory plan of a forward-only pass)
 //
 // Checkpoints are safetensors files under SPEC's names; `train` adds the optimiser and
@@ -134,6 +136,10 @@ int with_checkpoint(const std::string& path, size_t threads, F&& f) {
   auto file = safetensors::File::read(path);
   std::string kind;
   if (auto it = file.metadata().find("model"); it != file.metadata().end()) kind = it->second;
+  // A quantized pointer model (max_value quantize) holds I8 weights.
+  const auto* proj = file.find("proj.weight");
+  const bool quantized = proj && proj->dtype == safetensors::Dtype::I8;
+  if (quantized && kind.empty()) kind = "pointer";
   if (kind.empty()) {  // parameters only: recognise the model by its tensors
     std::string problems;
     const auto fits = [&](const auto& model, const char* name) {
@@ -154,7 +160,13 @@ int with_checkpoint(const std::string& path, size_t threads, F&& f) {
   }
   if (kind == "pointer") {
     auto run = std::make_unique<Run<PointerNet>>(0, threads);
-    load_params(file, *run->model);
+    if (quantized) {
+      run->quantized = std::make_unique<QPointerNet>();
+      load_quantized(file, *run->quantized);
+    } else {
+      load_params(file, *run->model);
+    }
+    std::printf("%s: pointer model, %s\n", path.c_str(), quantized ? "int8 (integer forward pass, quantized checkpoint)" : "float32");
     return f(*run, "pointer");
   }
   if (kind == "set") {
@@ -163,6 +175,48 @@ int with_checkpoint(const std::string& path, size_t threads, F&& f) {
     return f(*run, "set");
   }
   throw std::runtime_error("checkpoint " + path + ": unknown model '" + kind + "' (expected pointer or set)");
+}
+
+// quantize: the pointer model of a float checkpoint into int8 (max_value::quantize: ranges over
+// the training sets of its seed), saved, then both evaluated on the same fresh sets.
+int quantize_checkpoint(const std::string& path, const std::string& output, std::uint64_t eval_seed, size_t sets, size_t threads) {
+  auto file = safetensors::File::read(path);
+  if (const auto* w = file.find("proj.weight"); w && w->dtype == safetensors::Dtype::I8)
+    throw std::runtime_error("checkpoint " + path + " is already quantized");
+  if (auto it = file.metadata().find("model"); it != file.metadata().end() && it->second != "pointer")
+    throw std::runtime_error("checkpoint " + path + " holds the " + it->second + " model: only the pointer model is quantized");
+  auto run = std::make_unique<Run<PointerNet>>(0, threads);
+  load_params(file, *run->model, "", Unexpected::ignore);  // a training checkpoint's optimiser state is not needed
+  check_params(file, *run->model, "", Unexpected::ignore);
+  std::uint64_t seed = 0;
+  if (auto it = file.metadata().find("seed"); it != file.metadata().end()) seed = std::stoull(it->second);
+  auto start = std::chrono::steady_clock::now();
+  run->quantized = quantize(*run->model, seed);
+  const double ms = 1000 * std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  save_params(output, *run->quantized, {{"model", "pointer"}, {"precision", "int8"}, {"calibration", "500 training sets of seed " + std::to_string(seed)}});
+  size_t bytes = 0;  // of the whole quantized model: weights, biases, scales, multipliers
+  for_each_param([&](const Path&, Init, const auto& t) { bytes += t.size() * sizeof(*t.data()); }, std::as_const(*run->quantized));
+  std::printf("quantized %s in %.0f ms, calibrated on the 500 training sets of seed %llu: %zu B of tensors (float32: %zu B)\n", path.c_str(), ms,
+              (unsigned long long)seed, bytes, param_count(*run->model) * sizeof(float));
+  // both models on the same sets
+  Rng rng = eval_rng(eval_seed);
+  size_t same = 0, right_f = 0, right_q = 0, n = 0;
+  auto logp = std::make_unique<Tensor<Batch, 1, N>>();
+  for (size_t done = 0; done < sets; done += Batch) {
+    run->sets->draw(rng);
+    auto q = std::move(run->quantized);
+    *logp = run->infer();
+    run->quantized = std::move(q);
+    const auto& lq = run->infer();
+    for (size_t b = 0; b < Batch && done + b < sets; ++b, ++n) {
+      const size_t af = argmax(logp->data() + b * N, N), aq = argmax(lq.data() + b * N, N), t = size_t(run->sets->target(b));
+      same += af == aq, right_f += af == t, right_q += aq == t;
+    }
+  }
+  std::printf("test on %zu fresh sets (seed %llu): accuracy float32 %.1f%%, int8 %.1f%%; the same choice on %.1f%% of sets\n", n,
+              (unsigned long long)eval_seed, 100.0 * right_f / n, 100.0 * right_q / n, 100.0 * same / n);
+  std::printf("quantized checkpoint: %s\n", output.c_str());
+  return 0;
 }
 
 // predict: x [B, 50, 2] in, log_probs [B, 50] (pointer) or y [B, 2] (set) out.
@@ -317,6 +371,12 @@ int main(int argc, char** argv) {
   plot_cmd->add_option("--seed", o.seed, "seed of the sets")->check(Seed)->capture_default_str();
   plot_cmd->add_option("--output", png, "PNG file (the CSV goes next to it)")->check(OutputPath)->capture_default_str();
 
+  auto* quantize_cmd = app.add_subcommand("quantize", "quantize a pointer model to int8 (post-training), save it, compare it with the float model");
+  quantize_cmd->add_option("--checkpoint", checkpoint, "float checkpoint of the pointer model (safetensors)")->required()->check(CLI::ExistingFile);
+  quantize_cmd->add_option("--output", output, "the quantized checkpoint (safetensors)")->required()->check(OutputPath);
+  quantize_cmd->add_option("--seed", o.seed, "seed of the test sets")->check(Seed)->capture_default_str();
+  quantize_cmd->add_option("--sets", sets, "number of fresh test sets")->check(CLI::Range(size_t{1}, size_t{100000000}))->capture_default_str();
+
   auto* sets_cmd = app.add_subcommand("sets", "write fresh sets x [B, 50, 2] (the input of predict) to a safetensors file");
   sets_cmd->add_option("--output", output, "safetensors file")->required()->check(OutputPath);
   sets_cmd->add_option("--seed", o.seed, "seed of the sets")->check(Seed)->capture_default_str();
@@ -326,7 +386,7 @@ int main(int argc, char** argv) {
   info_cmd->add_option("--model", model, "pointer or set")->check(CLI::IsMember({"pointer", "set"}))->capture_default_str();
 
   o.threads = std::clamp<size_t>(std::thread::hardware_concurrency(), 1, 2);
-  for (auto* cmd : {train_cmd, eval_cmd, predict_cmd, plot_cmd})
+  for (auto* cmd : {train_cmd, eval_cmd, predict_cmd, plot_cmd, quantize_cmd})
     cmd->add_option("--threads", o.threads, "threads, 1 or 2 (the results do not depend on it)")->check(CLI::Range(1, 2))->capture_default_str();
 
   app.footer(exit_codes);
@@ -353,6 +413,7 @@ int main(int argc, char** argv) {
         print_metrics(kind, run.evaluate(rng, sets));
         return 0;
       });
+    if (*quantize_cmd) return quantize_checkpoint(checkpoint, output, o.seed, sets, o.threads);
     if (*predict_cmd) return with_checkpoint(checkpoint, o.threads, [&](auto& run, const char* kind) { return predict(run, kind, input, output); });
     if (*sets_cmd) {
       Rng rng = eval_rng(o.seed);

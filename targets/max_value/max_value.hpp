@@ -15,11 +15,14 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <type_traits>
 
 #include <stformer/checkpoint.hpp>
 #include <stformer/training.hpp>
 #include <stformer/stformer.hpp>
 #include <stformer/train/parallel.hpp>
+#include <stformer/quantized/checkpoint.hpp>
+#include <stformer/quantized/pointer_model.hpp>
 
 namespace max_value {
 
@@ -28,6 +31,7 @@ using namespace stformer;
 constexpr size_t N = 50, Batch = 500;
 using PointerNet = PointerModel<2, 16, 1, 64, 2>;
 using SetNet = SetTransformer<2, 64, 4, 16, 2>;
+using QPointerNet = QPointerModel<2, 16, 1, 64, 2>;  // the pointer model in int8 (quantize below)
 
 // B sets with, for each, the index and the coordinates of its largest-norm point.
 template <size_t B>
@@ -161,16 +165,20 @@ struct Run {
   static constexpr size_t Chunk = 2, Lanes = 2, Chunks = Batch / Chunk;
   static_assert(Batch % Chunk == 0 && Chunks % Lanes == 0);
 
+  static constexpr bool pointer = std::is_same_v<Net, PointerNet>;
+  struct NoQuantized {};
   struct Lane {
     Net grad;
     ActsOf<Net, Chunk, N> acts;    // training
     InferOf<Net, Chunk, N> infer;  // evaluation and prediction (forward only: the same outputs)
+    std::conditional_t<pointer, InferOf<QPointerNet, Chunk, N>, NoQuantized> qinfer;  // the same with `quantized`
     Sets<Chunk> sets;
     typename T::template Out<Chunk> dout;
     double loss;
   };
 
   std::unique_ptr<Net> model = std::make_unique<Net>();
+  std::unique_ptr<QPointerNet> quantized;  // set: infer() runs this int8 model instead (pointer only)
   std::unique_ptr<std::array<Lane, Lanes>> lanes = std::make_unique<std::array<Lane, Lanes>>();
   std::unique_ptr<typename T::Optimizer> opt = T::optimizer();
   std::unique_ptr<Sets<Batch>> sets = std::make_unique<Sets<Batch>>();
@@ -214,12 +222,21 @@ struct Run {
   }
 
   // The model's outputs for *sets, into *out: forward-only passes (Infer), chunk by chunk over
-  // the lanes, bit for bit the outputs of the training activations' forward.
+  // the lanes, bit for bit the outputs of the training activations' forward; with `quantized`,
+  // the int8 model's log-probabilities.
   const typename T::template Out<Batch>& infer() {
     pool.run(Lanes, [this](size_t l) {
       Lane& lane = (*lanes)[l];
       for (size_t c = l; c < Chunks; c += Lanes) {
         take_chunk(lane, c);
+        if constexpr (pointer) {
+          if (quantized) {  // integers from the input's quantization to the logits, then log-probabilities
+            lane.qinfer.forward(*quantized, lane.sets.x);
+            lane.qinfer.log_probs(*quantized, lane.dout);
+            std::copy(lane.dout.begin(), lane.dout.end(), out->begin() + c * lane.dout.size());
+            continue;
+          }
+        }
         const auto& y = lane.infer.forward(*model, lane.sets.x);
         std::copy(y.begin(), y.end(), out->begin() + c * y.size());
       }
@@ -279,5 +296,24 @@ struct Run {
     return m;
   }
 };
+
+// Post-training quantization of a pointer model (stformer/quantized/pointer_model.hpp): the
+// ranges of its activations over the 500 training sets of `seed` (drawn as train draws them),
+// in a float forward, then QPointerNet::quantize.
+inline std::unique_ptr<QPointerNet> quantize(const PointerNet& f, std::uint64_t seed) {
+  constexpr size_t C = 25;
+  auto sets = std::make_unique<Sets<Batch>>();
+  Rng first(seed, 1);
+  sets->draw(first);
+  auto acts = std::make_unique<ActsOf<PointerNet, C, N>>();
+  auto x = std::make_unique<Tensor<C, N, 2>>();
+  QPointerNet::Ranges ranges;
+  for (size_t c = 0; c < Batch; c += C) {
+    std::copy_n(sets->x.data() + c * N * 2, C * N * 2, x->data());
+    acts->forward(f, *x);
+    ranges.observe(*acts, *x);
+  }
+  return std::make_unique<QPointerNet>(QPointerNet::quantize(f, ranges));
+}
 
 }  // namespace max_value

@@ -24,6 +24,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <climits>
 #include <cstdint>
 #include <cstring>
 
@@ -72,6 +73,65 @@ inline std::int32_t apply(std::int32_t x, std::int32_t q, int shift) {
   return std::int32_t((h + ((std::int64_t(1) << right) >> 1) - (h < 0 && right > 0)) >> right);
 }
 inline std::int32_t apply(std::int32_t x, Multiplier m) { return apply(x, m.q, m.shift); }
+
+// ---- the integer arithmetic of ScaleNorm and softmax (scalar, the same on every core) ----
+
+// m / d for an integer d > 0, as a Multiplier: with d' = d·2^l in [2^30, 2^31) (the top 31
+// bits of a wider d), q' = ⌊q·2^31 / d'⌋ in (2^30, 2^32), halved into [2^30, 2^31) when it is not; shift
+// s' = s + l − 31 (+1 when halved). Per-row multipliers: 1/‖x‖ (ScaleNorm), 1/Σe (softmax).
+// A result below 2^−32 (|x·m| < 1/2 for every int32 x) is {0, 0}.
+inline Multiplier divide(Multiplier m, std::uint64_t d) {
+  if (m.q == 0 || d == 0) return {};
+  int l = 0;
+  for (; d >= (std::uint64_t(1) << 31); d >>= 1) --l;  // a wider d keeps its top 31 bits
+  for (; d < (std::uint64_t(1) << 30); d <<= 1) ++l;
+  std::uint64_t q = (std::uint64_t(std::uint32_t(m.q)) << 31) / d;
+  int shift = m.shift + l - 31;
+  if (q >= (std::uint64_t(1) << 31)) q >>= 1, ++shift;
+  if (shift < -31) return {};
+  return {std::int32_t(q), shift};
+}
+
+// ⌊√n⌋, bit by bit.
+inline std::uint32_t isqrt(std::uint64_t n) {
+  std::uint64_t r = 0, bit = std::uint64_t(1) << 62;
+  while (bit > n) bit >>= 2;
+  for (; bit != 0; bit >>= 2) {
+    if (n >= r + bit) {
+      n -= r + bit;
+      r = (r >> 1) + bit;
+    } else {
+      r >>= 1;
+    }
+  }
+  return std::uint32_t(r);
+}
+
+// m / √ss for ss > 0 (ScaleNorm's g/‖x‖ on integer rows): ss·4^t is brought into
+// [2^60, 2^62), its root r = ⌊√(ss·4^t)⌋ has 31 bits, and m/√ss = (m·2^t) / r.
+inline Multiplier divide_by_root(Multiplier m, std::uint64_t ss) {
+  if (ss == 0) return {};
+  int t = 0;
+  while ((ss << 2 * t) < (std::uint64_t(1) << 60)) ++t;
+  return divide({m.q, m.shift + t}, isqrt(ss << 2 * t));
+}
+
+// 2^(−u/2^16) in Q15 (32768 = 1), for u ≥ 0 in Q16 (softmax's e^(x − max) with the scale and
+// log2(e) folded into u's multiplier). u = 2^16·n + 2^12·i + r: 2^−n by a shift, 2^(−i/16)
+// from a table (Q30), and 2^(−r/2^16) = e^(−z), z = r·ln2/2^16 < 0.044, as 1 − z + z²/2 − z³/6
+// in Q30 (error below z⁴/24 < 2^−22). Rounded to nearest; 0 from n = 16 on.
+inline std::int32_t exp2_neg(std::int32_t u) {
+  static constexpr std::int64_t pow2[16] = {1073741824, 1028218693, 984625594, 942880699, 902905651, 864625413, 827968132, 792865000,
+                                            759250125,  727060411,  696235434, 666717336, 638450708, 611382493, 585461881, 560640218};
+  constexpr std::int64_t one = std::int64_t(1) << 30, ln2 = 744261118;  // 1 and ln 2 in Q30
+  const int n = u >> 16;
+  if (n >= 16) return 0;
+  const std::int64_t z = (std::int64_t(u & 0xFFF) * ln2) >> 16;
+  const std::int64_t z2 = (z * z) >> 30, z3 = (z2 * z) >> 30;
+  const std::int64_t p = one - z + (z2 >> 1) - z3 / 6;
+  const int shift = 45 + n;  // Q60 -> Q15, then 2^−n
+  return std::int32_t((pow2[(u >> 12) & 15] * p + (std::int64_t(1) << (shift - 1))) >> shift);
+}
 
 #if STFORMER_SIMD && defined(__AVX512BW__)
 struct qv {
@@ -298,6 +358,43 @@ inline void qmatmul_nt(const std::int8_t* A, size_t lda, const std::int8_t* B, s
       }
     }
   }
+}
+
+// The same with A in int16 (a model's int16 input into its first layer): a plain loop, exact
+// while K·2^15·127 < 2^31 (K ≤ 516).
+template <size_t M, size_t N, size_t K>
+inline void qmatmul_nt(const std::int16_t* A, size_t lda, const std::int8_t* B, size_t ldb, std::int32_t* C, size_t ldc,
+                       const std::int32_t* bias = nullptr) {
+  static_assert(K <= 516, "qmatmul_nt: int16 rows are for layers of at most 516 inputs (int32 sums)");
+  for (size_t i = 0; i < M; ++i)
+    for (size_t j = 0; j < N; ++j) {
+      std::int32_t s = bias ? bias[j] : 0;
+      for (size_t k = 0; k < K; ++k) s += std::int32_t(A[i * lda + k]) * std::int32_t(B[j * ldb + k]);
+      C[i * ldc + j] = s;
+    }
+}
+
+// x[j] ← e_j = 2^(−u_j/2^16) in Q15 (exp2_neg), u_j = apply(max − x[j], exponent), for the C
+// scores x of one query row (int32, masked keys at INT32_MIN: e_j = 0); returns Σ_j e_j (0 when
+// every key is masked). The exponent's multiplier holds the scores' scale times log2(e)·2^16.
+// Differences past 2^(30 − max(shift, 0)) are clamped there: apply stays in int32 and u_j
+// ≥ 2^29 already gives 0.
+template <size_t C>
+inline std::int32_t softmax_q15(std::int32_t* x, Multiplier exponent) {
+  static_assert(C < 65536, "softmax_q15: at most 65535 keys (the sum of the e_j in int32)");
+  std::int32_t mx = INT32_MIN;
+  for (size_t j = 0; j < C; ++j) mx = std::max(mx, x[j]);
+  const std::int64_t limit = std::int64_t(1) << (30 - std::max(exponent.shift, 0));
+  std::int32_t sum = 0;
+  for (size_t j = 0; j < C; ++j) {
+    if (x[j] == INT32_MIN) {
+      x[j] = 0;
+    } else {
+      x[j] = exp2_neg(apply(std::int32_t(std::min(std::int64_t(mx) - x[j], limit)), exponent));
+      sum += x[j];
+    }
+  }
+  return sum;
 }
 
 // y[r, c] = clamp(zero + apply(x[r, c], q[c], shift[c]), lo, hi) for rows × channels entries,

@@ -15,6 +15,7 @@
 #include "../config.hpp"
 
 #include <cmath>
+#include <type_traits>
 
 #include "../kernels/rowwise.hpp"
 #include "../tensor.hpp"
@@ -106,11 +107,17 @@ float cross_entropy(const Tensor<S...>& logits, const Target& target, Tensor<S..
   return float(sum / n);
 }
 
-// The index of the largest of v[0..n) (the first of equal ones; a NaN is never the largest).
-inline size_t argmax(const float* v, size_t n) {
+// The index of the largest of v[0..n) (the first of equal ones; a NaN is never the largest),
+// floats or integers (a quantized model's logits).
+template <class T>
+size_t argmax(const T* v, size_t n) {
   size_t best = 0;
   for (size_t i = 1; i < n; ++i)
-    if (v[i] > v[best] || (std::isnan(v[best]) && !std::isnan(v[i]))) best = i;
+    if constexpr (std::is_floating_point_v<T>) {
+      if (v[i] > v[best] || (std::isnan(v[best]) && !std::isnan(v[i]))) best = i;
+    } else if (v[i] > v[best]) {
+      best = i;
+    }
   return best;
 }
 

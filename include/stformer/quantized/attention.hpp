@@ -1,0 +1,138 @@
+// QMultiHeadAttention<Dq, Dkv, D, H>: MultiHeadAttention in integers, int8 rows in, its output
+// added into an int16 residual stream (the blocks keep one; forward_add):
+//   q_q, k_q, v_q = QLinear(xq_q), QLinear(xkv_q), QLinear(xkv_q)      int8 at s_q, s_k, s_v
+//   head h, query i, key j:  x_ij = q_q,ih · k_q,jh                      int32 (scale s_q·s_k)
+//     e_ij = 2^(−u_ij / 2^16) in Q15,  u_ij = apply(max_j x_ij − x_ij, E)   (kernels::softmax_q15)
+//       E ≈ s_q·s_k·s·log2(e)·2^16: e_ij is e^(s·(score_ij − max)) = the softmax's numerator
+//     o_ih = clamp(apply(Σ_j e_ij v_q,jh, V / Σ_j e_ij), int8)        heads at s_o; V ≈ s_v / s_o
+//   residual += QLinear(concat_h o_h)                                    wo, to the residual's scale
+// Masks as in float: a masked key gets e = 0 and a query that sees no key o = 0. Exactness:
+// Σ_j e_ij v ≤ Nk·2^15·128 must fit int32, so Nk < 512. Tensors: wq, wk, wv, wo (QLinear),
+// q_scale, k_scale, v_scale, heads_scale (F32 [1]), exponent (E) and values (V) (Requant<1>).
+#pragma once
+
+#include "../config.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+
+#include "../blocks/attention.hpp"
+#include "linear.hpp"
+
+namespace stformer::inline STFORMER_ABI {
+
+template <size_t Dq, size_t Dkv, size_t D, size_t H, ScoreScale S = ScoreScale::head_width>
+struct QMultiHeadAttention {
+  using Float = MultiHeadAttention<Dq, Dkv, D, H, S>;
+  static constexpr size_t Dh = D / H;
+
+  QLinear<Dq, D> wq;
+  QLinear<Dkv, D> wk, wv;
+  QLinear<D, D> wo;
+  Scale q_scale, k_scale, v_scale, heads_scale;
+  Requant<1> exponent, values;
+
+  template <class F, class... P>
+  static constexpr void visit(const Path& at, F& f, P&... p) {
+    stformer::visit(at / "wq", f, p.wq...);
+    stformer::visit(at / "wk", f, p.wk...);
+    stformer::visit(at / "wv", f, p.wv...);
+    stformer::visit(at / "wo", f, p.wo...);
+    f(at / "q_scale", Init{Init::zeros}, p.q_scale...);
+    f(at / "k_scale", Init{Init::zeros}, p.k_scale...);
+    f(at / "v_scale", Init{Init::zeros}, p.v_scale...);
+    f(at / "heads_scale", Init{Init::zeros}, p.heads_scale...);
+    stformer::visit(at / "exponent", f, p.exponent...);
+    stformer::visit(at / "values", f, p.values...);
+  }
+
+  // The ranges (max |·|) of the float block's activations over calibration data.
+  struct Ranges {
+    float q = 0, k = 0, v = 0, heads = 0;
+    template <class A>
+    void observe(const A& acts) {
+      q = std::max(q, quant::max_abs(acts.q.out)), k = std::max(k, quant::max_abs(acts.k.out));
+      v = std::max(v, quant::max_abs(acts.v.out)), heads = std::max(heads, quant::max_abs(acts.heads));
+    }
+  };
+
+  // Inputs at scales s_xq, s_xkv, the output at s_out (host side; also the check of a loaded model).
+  void set_multipliers(float s_xq, float s_xkv, float s_out) {
+    wq.set_multipliers(s_xq, q_scale(0));
+    wk.set_multipliers(s_xkv, k_scale(0));
+    wv.set_multipliers(s_xkv, v_scale(0));
+    wo.set_multipliers(heads_scale(0), s_out);
+    exponent.set(0, double(q_scale(0)) * k_scale(0) * Float::score_scale * 1.4426950408889634 * 65536.0);
+    values.set(0, double(v_scale(0)) / heads_scale(0));
+  }
+
+  static QMultiHeadAttention quantize(const Float& f, const Ranges& r, float s_xq, float s_xkv, float s_out) {
+    QMultiHeadAttention q;
+    q.q_scale(0) = quant::scale_for(r.q), q.k_scale(0) = quant::scale_for(r.k);
+    q.v_scale(0) = quant::scale_for(r.v), q.heads_scale(0) = quant::scale_for(r.heads);
+    q.wq = QLinear<Dq, D>::quantize(f.wq, s_xq, q.q_scale(0));
+    q.wk = QLinear<Dkv, D>::quantize(f.wk, s_xkv, q.k_scale(0));
+    q.wv = QLinear<Dkv, D>::quantize(f.wv, s_xkv, q.v_scale(0));
+    q.wo = QLinear<D, D>::quantize(f.wo, q.heads_scale(0), s_out);
+    q.set_multipliers(s_xq, s_xkv, s_out);
+    return q;
+  }
+
+  static constexpr size_t query_block = Float::query_block;
+
+  // The buffers besides the queries' rows: k, v [B, Nk, D] (int8), the scores of a block of
+  // queries [query_block, Nk] and the projections' accumulators [T, D] (int32).
+  template <size_t B, size_t Nq, size_t Nk, size_t T>
+  struct Work {
+    static_assert(Nk < 512, "QMultiHeadAttention: at most 511 keys (the softmax's weighted sums of values in int32)");
+    static constexpr size_t QB = Nq < query_block ? Nq : query_block;
+    TensorOf<std::int8_t, B, Nk, D> k, v;
+    TensorOf<std::int32_t, (QB * Nk > T * D ? QB * Nk : T * D)> scratch;  // scores, or accumulators
+  };
+
+  // k, v of xkv [B, Nk, Dkv] (int8) into w.
+  template <size_t B, size_t Nq, size_t Nk, size_t T>
+  void prepare(const std::int8_t* xkv, Work<B, Nq, Nk, T>& w) const {
+    for_tiles<B * Nk, T>([&]<size_t R>(size_t i) {
+      wk.template apply<R>(xkv + i * Dkv, w.scratch.data(), w.k.data() + i * D);
+      wv.template apply<R>(xkv + i * Dkv, w.scratch.data(), w.v.data() + i * D);
+    });
+  }
+
+  // q [B, Nq, D], the projected queries (int8), ← concat_h(o_h) in place.
+  template <size_t B, size_t Nq, size_t Nk, size_t T>
+  void attend(std::int8_t* q, Work<B, Nq, Nk, T>& w, const Mask<B, Nk>& mask) const {
+    std::int32_t* s = w.scratch.data();
+    for (size_t b = 0; b < B; ++b)
+      for (size_t h = 0; h < H; ++h)
+        for_tiles<Nq, Work<B, Nq, Nk, T>::QB>([&]<size_t R>(size_t i0) {
+          std::int8_t* qh = q + (b * Nq + i0) * D + h * Dh;
+          const std::int8_t* vh = w.v.data() + b * Nk * D + h * Dh;
+          kernels::qmatmul_nt<R, Nk, Dh>(qh, D, w.k.data() + b * Nk * D + h * Dh, D, s, Nk);
+          for (size_t r = 0; r < R; ++r) {
+            std::int32_t* e = s + r * Nk;
+            if (mask.causal || mask.keys)
+              for (size_t j = 0; j < Nk; ++j)
+                if (!mask.sees(b, i0 + r, j)) e[j] = INT32_MIN;
+            const kernels::Multiplier m = kernels::divide(values[0], std::uint32_t(kernels::softmax_q15<Nk>(e, exponent[0])));
+            std::int32_t o[Dh] = {};
+            for (size_t j = 0; j < Nk; ++j)
+              for (size_t d = 0; d < Dh; ++d) o[d] += e[j] * vh[j * D + d];
+            for (size_t d = 0; d < Dh; ++d) qh[r * D + d] = std::int8_t(std::clamp(kernels::apply(o[d], m), -128, 127));
+          }
+        });
+  }
+
+  // residual [B, Nq, D] (int16) += MHA(x, keys of w); x (int8, Dq = D) is overwritten: q, then
+  // the heads. The projections T rows at a time.
+  template <size_t B, size_t Nq, size_t Nk, size_t T>
+  void forward_add(std::int8_t* x, std::int16_t* residual, Work<B, Nq, Nk, T>& w, const Mask<B, Nk>& mask) const {
+    static_assert(Dq == D, "QMultiHeadAttention::forward_add: the queries' rows become the heads in place (Dq = D)");
+    for_tiles<B * Nq, T>([&]<size_t R>(size_t i) { wq.template apply<R>(x + i * D, w.scratch.data(), x + i * D); });
+    attend<B, Nq, Nk, T>(x, w, mask);
+    for_tiles<B * Nq, T>([&]<size_t R>(size_t i) { wo.template add_to<R>(x + i * D, w.scratch.data(), residual + i * D); });
+  }
+};
+
+}  // namespace stformer

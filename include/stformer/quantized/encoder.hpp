@@ -1,0 +1,126 @@
+// QEncoderBlock<D, H, F>: EncoderBlock (pre-norm) in integers, in place on an int16 residual
+// stream h at the model's residual scale s_h:
+//   a = QScaleNorm sn1(h)  (int8)     h += QMultiHeadAttention(a, a)         (causal / key-padded)
+//   a = QScaleNorm sn2(h)  (int8)     h += fc2(ReLU(fc1(a)))                 (QFeedForward)
+// QFeedForward<D, F>: fc1 to int8 hidden rows at hidden_scale, zero point −128 (ReLU's outputs
+// are ≥ 0: all 256 steps for them; the ReLU is the clamp at −128), fc2 (whose bias holds the
+// zero point's 128·Σ W_q) into the residual. Why int16 for the stream: it carries every block's sum at one scale, and
+// the pointer model's choice among 50 points turns on small differences of it (int8 there
+// costs accuracy, the docs' table). Tensors: sn1.*, attn.*, sn2.*, ffn.fc1.*, ffn.fc2.*,
+// ffn.hidden_scale (F32 [1]).
+#pragma once
+
+#include "../config.hpp"
+
+#include <algorithm>
+#include <cstdint>
+
+#include "../blocks/encoder.hpp"
+#include "attention.hpp"
+#include "linear.hpp"
+#include "scalenorm.hpp"
+
+namespace stformer::inline STFORMER_ABI {
+
+template <size_t D, size_t F>
+struct QFeedForward {
+  QLinear<D, F> fc1;
+  QLinear<F, D> fc2;
+  Scale hidden_scale;
+
+  template <class Fn, class... S>
+  static constexpr void visit(const Path& at, Fn& f, S&... s) {
+    stformer::visit(at / "fc1", f, s.fc1...);
+    stformer::visit(at / "fc2", f, s.fc2...);
+    f(at / "hidden_scale", Init{Init::zeros}, s.hidden_scale...);
+  }
+
+  void set_multipliers(float s_in, float s_out) {
+    fc1.set_multipliers(s_in, hidden_scale(0));
+    fc2.set_multipliers(hidden_scale(0), s_out);
+  }
+
+  static QFeedForward quantize(const FeedForward<D, F>& f, float hidden_max, float s_in, float s_out) {
+    QFeedForward q;
+    q.hidden_scale(0) = quant::scale_for(hidden_max, 255);
+    q.fc1 = QLinear<D, F>::quantize(f.fc1, s_in, q.hidden_scale(0));
+    q.fc2 = QLinear<F, D>::quantize(f.fc2, q.hidden_scale(0), s_out, -128);
+    return q;
+  }
+
+  // residual [Rows, D] += FFN(x [Rows, D]), T rows at a time: hid [T, F] (int8), acc [T, F].
+  template <size_t Rows, size_t T>
+  void add_to(const std::int8_t* x, std::int16_t* residual, std::int8_t* hid, std::int32_t* acc) const {
+    for_tiles<Rows, T>([&]<size_t R>(size_t i) {
+      fc1.template apply<R, true>(x + i * D, acc, hid);
+      fc2.template add_to<R>(hid, acc, residual + i * D);
+    });
+  }
+};
+
+template <size_t D, size_t H, size_t F>
+struct QEncoderBlock {
+  using Float = EncoderBlock<D, H, F>;
+  using Attention = QMultiHeadAttention<D, D, D, H>;
+  QScaleNorm<D> sn1;
+  Attention attn;
+  QScaleNorm<D> sn2;
+  QFeedForward<D, F> ffn;
+
+  template <class Fn, class... S>
+  static constexpr void visit(const Path& at, Fn& f, S&... s) {
+    stformer::visit(at / "sn1", f, s.sn1...);
+    stformer::visit(at / "attn", f, s.attn...);
+    stformer::visit(at / "sn2", f, s.sn2...);
+    stformer::visit(at / "ffn", f, s.ffn...);
+  }
+
+  // Ranges of the float block's activations; residual: of its residual stream (h and out).
+  struct Ranges {
+    float sn1 = 0, sn2 = 0, hidden = 0, residual = 0;
+    typename Attention::Ranges attn;
+    template <class A>
+    void observe(const A& acts) {
+      sn1 = std::max(sn1, quant::max_abs(acts.sn1.out)), sn2 = std::max(sn2, quant::max_abs(acts.sn2.out));
+      hidden = std::max(hidden, quant::max_abs(acts.ffn.fc1.out));
+      residual = std::max({residual, quant::max_abs(acts.h), quant::max_abs(acts.out)});
+      attn.observe(acts.attn);
+    }
+  };
+
+  void set_multipliers(float s_h) {
+    sn1.set_multipliers(), sn2.set_multipliers();
+    attn.set_multipliers(sn1.out_scale(0), sn1.out_scale(0), s_h);
+    ffn.set_multipliers(sn2.out_scale(0), s_h);
+  }
+
+  static QEncoderBlock quantize(const Float& f, const Ranges& r, float s_h) {
+    QEncoderBlock q;
+    q.sn1 = QScaleNorm<D>::quantize(f.sn1, quant::scale_for(r.sn1));
+    q.sn2 = QScaleNorm<D>::quantize(f.sn2, quant::scale_for(r.sn2));
+    q.attn = Attention::quantize(f.attn, r.attn, q.sn1.out_scale(0), q.sn1.out_scale(0), s_h);
+    q.ffn = QFeedForward<D, F>::quantize(f.ffn, r.hidden, q.sn2.out_scale(0), s_h);
+    return q;
+  }
+
+  // Forward only: a [B, N, D] (int8: SN1(h), then q and the heads, then SN2(h)), the attention's
+  // buffers, and the feed-forward layer's hidden rows and accumulators, T rows at a time.
+  template <size_t B, size_t N, size_t T = tile_rows(B * N)>
+  struct Work {
+    TensorOf<std::int8_t, B, N, D> a;
+    typename Attention::template Work<B, N, N, T> attention;
+    TensorOf<std::int8_t, T, F> hid;
+    TensorOf<std::int32_t, T, F> acc;
+  };
+
+  template <size_t B, size_t N, size_t T>
+  void forward_in_place(TensorOf<std::int16_t, B, N, D>& h, Work<B, N, T>& w, Mask<B, N> mask = {}) const {
+    sn1.template apply<B * N>(h.data(), w.a.data());
+    attn.template prepare<B, N, N, T>(w.a.data(), w.attention);
+    attn.template forward_add<B, N, N, T>(w.a.data(), h.data(), w.attention, mask);
+    sn2.template apply<B * N>(h.data(), w.a.data());
+    ffn.template add_to<B * N, T>(w.a.data(), h.data(), w.hid.data(), w.acc.data());
+  }
+};
+
+}  // namespace stformer

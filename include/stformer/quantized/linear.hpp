@@ -1,0 +1,139 @@
+// QLinear<In, Out>: Linear<In, Out> in integers (post-training quantization, one scale per
+// output channel c):
+//   acc[r, c] = Σ_k x_q[r, k]·W_q[c, k] + b_q[c]                 int32, exact (kernels/int8.hpp)
+//   y_q[r, c] = clamp(apply(acc[r, c], M_c), −128 or 0, 127)      int8 rows (0: after ReLU)
+//   h[r, c]   = clamp(h[r, c] + apply(acc[r, c], M_c), int16)     or into an int16 residual stream
+// for real values x ≈ s_x·x_q, W[c, :] ≈ s_w[c]·W_q[c, :] with W_q in [−127, 127] (symmetric),
+// b_q[c] = round(b[c] / (s_x·s_w[c])), and M_c ≈ s_x·s_w[c] / s_y the fixed-point multiplier of
+// the output's scale s_y. The input's and the output's scales belong to the blocks that own
+// those activations, which make the bias and the multipliers for them (quantize,
+// set_multipliers). Tensors: weight I8 [Out, In], bias I32 [Out], weight_scale F32 [Out],
+// requant.multiplier and requant.shift I32 [Out].
+//
+// Also here, for every quantized block: Requant<C> (C fixed-point multipliers as two I32
+// tensors), scale tensors (F32 [1], > 0), and the host-side helpers of quantization.
+#pragma once
+
+#include "../config.hpp"
+
+#include <algorithm>
+#include <climits>
+#include <cmath>
+#include <cstdint>
+#include <limits>
+
+#include "../blocks/linear.hpp"
+#include "../kernels/int8.hpp"
+#include "../params.hpp"
+
+namespace stformer::inline STFORMER_ABI {
+
+// C multipliers m_c ≈ q_c·2^(shift_c − 31) (kernels::Multiplier) as two tensors.
+template <size_t C>
+struct Requant {
+  TensorOf<std::int32_t, C> multiplier, shift;
+
+  template <class F, class... S>
+  static constexpr void visit(const Path& at, F& f, S&... s) {
+    f(at / "multiplier", Init{Init::zeros}, s.multiplier...);
+    f(at / "shift", Init{Init::zeros}, s.shift...);
+  }
+  kernels::Multiplier operator[](size_t c) const { return {multiplier(c), int(shift(c))}; }
+  void set(size_t c, double m) {  // host side
+    const kernels::Multiplier k = kernels::quantize_multiplier(m);
+    multiplier(c) = k.q, shift(c) = k.shift;
+  }
+};
+
+// ---- host-side quantization helpers (float and double; never called by a forward pass) ----
+namespace quant {
+
+// The symmetric scale that maps max|x| to 127 (int8) or 32767 (int16); 1 for a tensor of zeros.
+inline float scale_for(float max_abs, int levels = 127) { return max_abs > 0 ? max_abs / float(levels) : 1.0f; }
+
+template <class T>
+float max_abs(const T& t) {
+  float m = 0;
+  for (float v : t) m = std::max(m, std::abs(v));
+  return m;
+}
+
+// round(x / s) clamped into [lo, hi].
+inline std::int32_t to_int(double x, double s, std::int32_t lo, std::int32_t hi) {
+  return std::int32_t(std::clamp(std::nearbyint(x / s), double(lo), double(hi)));
+}
+
+// x_q = round(x / s) in T's range (int8: [−128, 127]), element by element.
+template <class T>
+void quantize(const float* x, size_t n, float s, T* y) {
+  for (size_t i = 0; i < n; ++i) y[i] = T(to_int(x[i], s, std::numeric_limits<T>::min(), std::numeric_limits<T>::max()));
+}
+
+}  // namespace quant
+
+template <size_t In, size_t Out>
+struct QLinear {
+  TensorOf<std::int8_t, Out, In> weight;
+  TensorOf<std::int32_t, Out> bias;
+  Tensor<Out> weight_scale;
+  Requant<Out> requant;
+
+  template <class F, class... S>
+  static constexpr void visit(const Path& at, F& f, S&... s) {
+    f(at / "weight", Init{Init::zeros}, s.weight...);
+    f(at / "bias", Init{Init::zeros}, s.bias...);
+    f(at / "weight_scale", Init{Init::zeros}, s.weight_scale...);
+    stformer::visit(at / "requant", f, s.requant...);
+  }
+
+  // M_c = s_in·s_w[c] / s_out (host side; also the check of a loaded model).
+  void set_multipliers(float s_in, float s_out) {
+    for (size_t c = 0; c < Out; ++c) requant.set(c, double(s_in) * weight_scale(c) / s_out);
+  }
+
+  // The layer f for inputs at scale s_in and outputs at scale s_out (host side); inputs with
+  // zero point z_in (x = s_in·(x_q − z_in)) have −z_in·Σ_k W_q[c, k] in the bias.
+  template <Init::Kind K>
+  static QLinear quantize(const Linear<In, Out, K>& f, float s_in, float s_out, std::int32_t z_in = 0) {
+    QLinear q;
+    for (size_t c = 0; c < Out; ++c) {
+      float m = 0;
+      for (size_t k = 0; k < In; ++k) m = std::max(m, std::abs(f.weight(c, k)));
+      q.weight_scale(c) = quant::scale_for(m);
+      for (size_t k = 0; k < In; ++k) q.weight(c, k) = std::int8_t(quant::to_int(f.weight(c, k), q.weight_scale(c), -127, 127));
+      std::int32_t w_sum = 0;
+      for (size_t k = 0; k < In; ++k) w_sum += q.weight(c, k);
+      q.bias(c) = quant::to_int(f.bias(c), double(s_in) * q.weight_scale(c), INT32_MIN / 2, INT32_MAX / 2) - z_in * w_sum;
+    }
+    q.set_multipliers(s_in, s_out);
+    return q;
+  }
+
+  // acc [Rows, Out] = x_q Wᵀ + b_q for Rows rows x [Rows, In] (int8, or int16 for a model's input)
+  template <size_t Rows, class X>
+  void accumulate(const X* x, std::int32_t* acc) const {
+    kernels::qmatmul_nt<Rows, Out, In>(x, In, weight.data(), In, acc, Out, bias.data());
+  }
+
+  // y [Rows, Out] (int8) = the layer on x; acc: [Rows, Out] of scratch. Relu: max(·, 0) with
+  // the outputs' zero point at −128 (y_q = y/s_y − 128: 256 steps from 0 to the range's top).
+  template <size_t Rows, bool Relu = false, class X>
+  void apply(const X* x, std::int32_t* acc, std::int8_t* y) const {
+    accumulate<Rows>(x, acc);
+    kernels::requantize(acc, Rows, Out, requant.multiplier.data(), requant.shift.data(), Relu ? -128 : 0, -128, 127, y);
+  }
+
+  // h [Rows, Out] (int16) += the layer on x, or h = the layer when Set (the first layer of a
+  // residual stream), saturating; acc: [Rows, Out] of scratch.
+  template <size_t Rows, bool Set = false, class X>
+  void add_to(const X* x, std::int32_t* acc, std::int16_t* h) const {
+    accumulate<Rows>(x, acc);
+    kernels::requantize(acc, Rows, Out, requant.multiplier.data(), requant.shift.data(), 0, INT16_MIN, INT16_MAX, acc);
+    for (size_t i = 0; i < Rows * Out; ++i) h[i] = std::int16_t(std::clamp<std::int32_t>(acc[i] + (Set ? 0 : h[i]), INT16_MIN, INT16_MAX));
+  }
+};
+
+// A scale tensor: F32 [1], s > 0 (named `<activation>_scale`).
+using Scale = Tensor<1>;
+
+}  // namespace stformer

@@ -1,0 +1,87 @@
+// QPointerAttention<Dq, Dk, Da>: PointerAttention's scores in integers, int8 rows in:
+//   q_q = QLinear(xq_q) at q_scale,  k_q = QLinear(xk_q) at k_scale          (int8)
+//   logits[b, i, j] = q_q,i · k_q,j                                           (int32)
+// at the real scale q_scale·k_scale / √Da (logit_scale), masked keys at INT32_MIN. The
+// log-softmax is left to the output's dequantization (log_probs, in float on the host): its
+// arg-max is the logits' (kernels-free `argmax` on the integers). Tensors: wq, wk (QLinear),
+// q_scale, k_scale (F32 [1]).
+#pragma once
+
+#include "../config.hpp"
+
+#include <algorithm>
+#include <climits>
+#include <cmath>
+#include <cstdint>
+
+#include "../blocks/pointer.hpp"
+#include "linear.hpp"
+
+namespace stformer::inline STFORMER_ABI {
+
+template <size_t Dq, size_t Dk, size_t Da>
+struct QPointerAttention {
+  using Float = PointerAttention<Dq, Dk, Da>;
+  QLinear<Dq, Da> wq;
+  QLinear<Dk, Da> wk;
+  Scale q_scale, k_scale;
+
+  template <class F, class... S>
+  static constexpr void visit(const Path& at, F& f, S&... s) {
+    stformer::visit(at / "wq", f, s.wq...);
+    stformer::visit(at / "wk", f, s.wk...);
+    f(at / "q_scale", Init{Init::zeros}, s.q_scale...);
+    f(at / "k_scale", Init{Init::zeros}, s.k_scale...);
+  }
+
+  struct Ranges {
+    float q = 0, k = 0;
+    template <class A>
+    void observe(const A& acts) {
+      q = std::max(q, quant::max_abs(acts.q.out)), k = std::max(k, quant::max_abs(acts.k.out));
+    }
+  };
+
+  void set_multipliers(float s_xq, float s_xk) {
+    wq.set_multipliers(s_xq, q_scale(0));
+    wk.set_multipliers(s_xk, k_scale(0));
+  }
+
+  static QPointerAttention quantize(const Float& f, const Ranges& r, float s_xq, float s_xk) {
+    QPointerAttention q;
+    q.q_scale(0) = quant::scale_for(r.q), q.k_scale(0) = quant::scale_for(r.k);
+    q.wq = QLinear<Dq, Da>::quantize(f.wq, s_xq, q.q_scale(0));
+    q.wk = QLinear<Dk, Da>::quantize(f.wk, s_xk, q.k_scale(0));
+    return q;
+  }
+
+  // The real value of one unit of the logits (host side).
+  double logit_scale() const { return double(q_scale(0)) * k_scale(0) / std::sqrt(double(Da)); }
+
+  // Forward only: q [B, Nq, Da], k [B, Nk, Da] (int8), the logits [B, Nq, Nk] (int32), and the
+  // projections' accumulators, T rows at a time.
+  template <size_t B, size_t Nq, size_t Nk, size_t T = tile_rows(B * Nk)>
+  struct Infer {
+    TensorOf<std::int8_t, B, Nq, Da> q;
+    TensorOf<std::int8_t, B, Nk, Da> k;
+    TensorOf<std::int32_t, B, Nq, Nk> logits;
+    TensorOf<std::int32_t, T, Da> acc;
+
+    const TensorOf<std::int32_t, B, Nq, Nk>& forward(const QPointerAttention& p, const std::int8_t* xq, const std::int8_t* xk,
+                                                      const KeyMask<B, Nk>* keys = nullptr) {
+      for_tiles<B * Nq, T>([&]<size_t R>(size_t i) { p.wq.template apply<R>(xq + i * Dq, acc.data(), q.data() + i * Da); });
+      for_tiles<B * Nk, T>([&]<size_t R>(size_t i) { p.wk.template apply<R>(xk + i * Dk, acc.data(), k.data() + i * Da); });
+      for (size_t b = 0; b < B; ++b) {
+        std::int32_t* l = logits.data() + b * Nq * Nk;
+        kernels::qmatmul_nt<Nq, Nk, Da>(q.data() + b * Nq * Da, Da, k.data() + b * Nk * Da, Da, l, Nk);
+        if (keys)
+          for (size_t i = 0; i < Nq; ++i)
+            for (size_t j = 0; j < Nk; ++j)
+              if (!(*keys)(b, j)) l[i * Nk + j] = INT32_MIN;
+      }
+      return logits;
+    }
+  };
+};
+
+}  // namespace stformer

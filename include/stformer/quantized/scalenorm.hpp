@@ -1,0 +1,65 @@
+// QScaleNorm<D>: ScaleNorm<D> on integer rows, y = g·x / ‖x‖, with no floating point:
+//   y_q[i] = clamp(apply(x_q[i], M / ‖x_q‖), −128, 127)      M ≈ g / s_y (the output's scale)
+// The input's scale cancels (x/‖x‖ = x_q/‖x_q‖), so rows come at any scale: int16 residual
+// streams or int8 rows. M/‖x_q‖ is one integer square root and one division per row
+// (kernels::divide_by_root). A row of zeros gives zeros, as in float; a nonzero row whose real
+// norm is below ScaleNorm's 1e-5 (only when its scale is) is normalised all the same.
+// Tensors: g F32 [1] (the float block's), out_scale F32 [1] (s_y), requant I32 [1] (M).
+#pragma once
+
+#include "../config.hpp"
+
+#include <algorithm>
+#include <cstdint>
+#include <limits>
+
+#include "../blocks/scalenorm.hpp"
+#include "linear.hpp"
+
+namespace stformer::inline STFORMER_ABI {
+
+template <size_t D>
+struct QScaleNorm {
+  Tensor<1> g;
+  Scale out_scale;
+  Requant<1> requant;
+
+  template <class F, class... S>
+  static constexpr void visit(const Path& at, F& f, S&... s) {
+    f(at / "g", Init{Init::zeros}, s.g...);
+    f(at / "out_scale", Init{Init::zeros}, s.out_scale...);
+    stformer::visit(at / "requant", f, s.requant...);
+  }
+
+  void set_multipliers() { requant.set(0, double(g(0)) / out_scale(0)); }
+
+  // The norm f with outputs at scale s_out (host side).
+  static QScaleNorm quantize(const ScaleNorm<D>& f, float s_out) {
+    QScaleNorm q;
+    q.g(0) = f.g(0);
+    q.out_scale(0) = s_out;
+    q.set_multipliers();
+    return q;
+  }
+
+  // y [Rows, D] (int8, or int16) = the norm of x [Rows, D] (int16 or int8)
+  // x_i is taken as x_i·2^up (up = 31 − its bits) with the shift lowered to match: the high
+  // multiply then keeps 31 bits of x_i·M/‖x‖ where x_i alone (a few bits: ScaleNorm's inputs
+  // need not be large) would round it off early.
+  template <size_t Rows, class X, class Y>
+  void apply(const X* x, Y* y) const {
+    static_assert(sizeof(X) <= 2, "QScaleNorm: int8 or int16 rows");
+    constexpr int up = 31 - 8 * int(sizeof(X));
+    for (size_t r = 0; r < Rows; ++r, x += D, y += D) {
+      std::uint64_t ss = 0;
+      for (size_t i = 0; i < D; ++i) ss += std::uint64_t(std::int64_t(x[i]) * x[i]);
+      const kernels::Multiplier m = kernels::divide_by_root(requant[0], ss);
+      for (size_t i = 0; i < D; ++i) {
+        const std::int32_t v = kernels::apply(std::int32_t(std::uint32_t(std::int32_t(x[i])) << up), m.q, m.shift - up);
+        y[i] = Y(std::clamp<std::int32_t>(v, std::numeric_limits<Y>::min(), std::numeric_limits<Y>::max()));
+      }
+    }
+  }
+};
+
+}  // namespace stformer

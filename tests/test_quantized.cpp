@@ -1,0 +1,368 @@
+// The quantized blocks (stformer/quantized/) against the float blocks they come from, on the
+// float block's own inputs dequantized (so that only the block's quantization is measured), with
+// the documented bounds (docs/reference.md, "Quantized models"): QLinear and the attention's
+// projections 1.5% rms of the output, QScaleNorm one output step, QMultiHeadAttention and
+// QEncoderBlock 3% rms, the pointer's log-probabilities 0.05. Then the quantized pointer model:
+// quantize → save → load gives the same integers, and bad quantized checkpoints are refused.
+#include <doctest/doctest.h>
+
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <stformer/quantized/checkpoint.hpp>
+#include <stformer/quantized/pointer_model.hpp>
+#include <stformer/stformer.hpp>
+
+#include "util.hpp"
+
+using namespace stformer;
+
+namespace {
+
+// ‖want − s·got‖ / ‖want‖ (got in integers, s its scale; z its zero point)
+template <class W, class G>
+double rel_rms(const W& want, const G& got, double s, double z = 0) {
+  double num = 0, den = 0;
+  for (size_t i = 0; i < want.size(); ++i) {
+    const double d = want.data()[i] - s * (double(got.data()[i]) - z);
+    num += d * d, den += double(want.data()[i]) * want.data()[i];
+  }
+  return std::sqrt(num / den);
+}
+
+template <class T, class X>
+void quantize_to(const X& x, float s, T& q) {
+  quant::quantize(x.data(), x.size(), s, q.data());
+}
+template <class X, class Q>
+void dequantize(const Q& q, float s, X& x) {
+  for (size_t i = 0; i < x.size(); ++i) x.data()[i] = s * float(q.data()[i]);
+}
+
+}  // namespace
+
+TEST_CASE("QLinear: the float layer within 1.5% rms, as int8 rows, after ReLU (zero point −128), into an int16 stream") {
+  Rng rng(31, 0);
+  Linear<24, 40> f;
+  test::randomize(f, rng);
+  Tensor<30, 24> x;
+  test::fill(x, rng);
+  const float sx = quant::scale_for(quant::max_abs(x));
+  TensorOf<std::int8_t, 30, 24> xq;
+  quantize_to(x, sx, xq);
+  dequantize(xq, sx, x);  // the layer's own error only
+  Tensor<30, 40> y;
+  f.apply<30>(x.data(), y.data());
+  TensorOf<std::int32_t, 30, 40> acc;
+
+  const float sy = quant::scale_for(quant::max_abs(y));
+  auto q = QLinear<24, 40>::quantize(f, sx, sy);
+  TensorOf<std::int8_t, 30, 40> yq;
+  q.apply<30>(xq.data(), acc.data(), yq.data());
+  CHECK(rel_rms(y, yq, sy) < 0.015);
+
+  Tensor<30, 40> relu = y;
+  for (auto& v : relu) v = std::max(v, 0.0f);
+  const float sr = quant::scale_for(quant::max_abs(relu), 255);
+  auto qr = QLinear<24, 40>::quantize(f, sx, sr);
+  qr.apply<30, true>(xq.data(), acc.data(), yq.data());
+  CHECK(rel_rms(relu, yq, sr, -128) < 0.015);
+  size_t at_zero = 0;
+  for (size_t i = 0; i < relu.size(); ++i) at_zero += relu.data()[i] == 0 && yq.data()[i] == -128;
+  CHECK(at_zero > 0);
+
+  // into an int16 stream h at s_h: h + the layer, and the layer's inputs at zero point −128
+  Tensor<30, 40> h0;
+  test::fill(h0, rng, quant::max_abs(y));
+  const float sh = quant::scale_for(quant::max_abs(h0) + quant::max_abs(y), 32767);
+  auto qh = QLinear<24, 40>::quantize(f, sx, sh);
+  TensorOf<std::int16_t, 30, 40> h;
+  quantize_to(h0, sh, h);
+  dequantize(h, sh, h0);
+  qh.add_to<30>(xq.data(), acc.data(), h.data());
+  Tensor<30, 40> want = h0 + y;
+  CHECK(rel_rms(want, h, sh) < 0.01);
+
+  TensorOf<std::int8_t, 30, 24> xu;  // x ≈ s·(x_u + 128): the same layer on rows at zero point −128
+  Tensor<30, 24> xpos = x;
+  for (auto& v : xpos) v = std::abs(v);
+  const float su = quant::scale_for(quant::max_abs(xpos), 255);
+  for (size_t i = 0; i < xpos.size(); ++i) xu.data()[i] = std::int8_t(quant::to_int(xpos.data()[i], su, 0, 255) - 128);
+  for (size_t i = 0; i < xpos.size(); ++i) xpos.data()[i] = su * float(xu.data()[i] + 128);
+  f.apply<30>(xpos.data(), y.data());
+  const float sz = quant::scale_for(quant::max_abs(y));
+  auto qz = QLinear<24, 40>::quantize(f, su, sz, -128);
+  qz.apply<30>(xu.data(), acc.data(), yq.data());
+  CHECK(rel_rms(y, yq, sz) < 0.015);
+}
+
+TEST_CASE("QScaleNorm: g·x/‖x‖ within one output step, from int16 and int8 rows; zero rows give zeros") {
+  Rng rng(32, 0);
+  ScaleNorm<24> f;
+  f.g(0) = 3.7f;
+  TensorOf<std::int16_t, 12, 24> x16;
+  TensorOf<std::int8_t, 12, 24> x8;
+  for (size_t r = 0; r < 12; ++r) {
+    const float spread = r == 0 ? 0.0f : std::ldexp(1.0f, int(r));  // row 0 all zeros; norms from 2 to 4096·√24
+    for (size_t i = 0; i < 24; ++i) {
+      x16(r, i) = std::int16_t(std::clamp(std::nearbyint(spread * rng.normal()), -32767.0f, 32767.0f));
+      x8(r, i) = std::int8_t(std::clamp(std::nearbyint(std::min(spread, 30.0f) * rng.normal()), -127.0f, 127.0f));
+    }
+  }
+  const float sy = quant::scale_for(3.7f);
+  auto q = QScaleNorm<24>::quantize(f, sy);
+  auto check = [&](const auto& xq) {
+    Tensor<12, 24> x, y;
+    dequantize(xq, 1.0f, x);
+    f.apply<12>(x.data(), y.data());
+    TensorOf<std::int8_t, 12, 24> yq;
+    q.apply<12>(xq.data(), yq.data());
+    double worst = 0;
+    for (size_t i = 0; i < y.size(); ++i) worst = std::max(worst, std::abs(double(y.data()[i]) - sy * yq.data()[i]));
+    CHECK(worst <= 0.51 * sy);  // rounded to nearest, from a multiplier within 2^−29
+    for (size_t i = 0; i < 24; ++i) CHECK(yq(0, i) == 0);
+  };
+  check(x16);
+  check(x8);
+}
+
+namespace {
+
+// A float block's input rows: ScaleNorm-like (norm √D·0.8), quantized to int8 and back.
+template <size_t B, size_t N, size_t D>
+float int8_rows(Rng& rng, Tensor<B, N, D>& x, TensorOf<std::int8_t, B, N, D>& xq) {
+  test::fill(x, rng, 0.8f);
+  const float s = quant::scale_for(quant::max_abs(x));
+  quantize_to(x, s, xq);
+  dequantize(xq, s, x);
+  return s;
+}
+
+}  // namespace
+
+TEST_CASE("QMultiHeadAttention: the float block within 3% rms, causal and key-padded; a query that sees no key adds bo alone") {
+  constexpr size_t B = 2, N = 20, D = 24, H = 3;
+  using F = MultiHeadAttention<D, D, D, H>;
+  using Q = QMultiHeadAttention<D, D, D, H>;
+  Rng rng(33, 0);
+  auto f = std::make_unique<F>();
+  test::randomize(*f, rng);
+  Tensor<B, N, D> x;
+  TensorOf<std::int8_t, B, N, D> xq;
+  const float sx = int8_rows(rng, x, xq);
+  const KeyMask<B, N> keys = key_mask_from_lengths<B, N>({13, 0});  // batch row 1 sees no key
+  for (Mask<B, N> mask : {Mask<B, N>{}, Mask<B, N>{.causal = true}, Mask<B, N>{.keys = &keys}}) {
+    auto acts = std::make_unique<ActsOf<F, B, N, N>>();
+    const auto& want = acts->forward(*f, x, x, mask);
+    typename Q::Ranges r;
+    r.observe(*acts);
+    const float so = quant::scale_for(quant::max_abs(want), 32767);
+    auto q = std::make_unique<Q>(Q::quantize(*f, r, sx, sx, so));
+    auto w = std::make_unique<typename Q::template Work<B, N, N, 16>>();
+    TensorOf<std::int8_t, B, N, D> a = xq;
+    TensorOf<std::int16_t, B, N, D> out;
+    out.fill(0);
+    q->prepare<B, N, N, 16>(xq.data(), *w);
+    q->forward_add<B, N, N, 16>(a.data(), out.data(), *w, mask);
+    INFO("causal ", mask.causal, " keys ", mask.keys != nullptr);
+    CHECK(rel_rms(want, out, so) < 0.03);
+    if (mask.keys)
+      for (size_t i = 0; i < N; ++i)
+        for (size_t c = 0; c < D; ++c)  // bo rounded at s_heads·s_w[c], then to the output's step
+          CHECK(std::abs(so * out(1, i, c) - f->wo.bias(c)) <= 0.51 * (so + q->heads_scale(0) * q->wo.weight_scale(c)));
+  }
+}
+
+TEST_CASE("QEncoderBlock: the float block within 3% rms on an int16 residual stream") {
+  constexpr size_t B = 2, N = 30, D = 32, H = 4, Fw = 48;
+  using F = EncoderBlock<D, H, Fw>;
+  using Q = QEncoderBlock<D, H, Fw>;
+  Rng rng(34, 0);
+  auto f = std::make_unique<F>();
+  test::randomize(*f, rng);
+  Tensor<B, N, D> x;
+  test::fill(x, rng, 2.0f);
+  auto acts = std::make_unique<ActsOf<F, B, N>>();
+  const auto& want0 = acts->forward(*f, x);
+  typename Q::Ranges r;
+  r.observe(*acts);
+  const float sh = quant::scale_for(std::max(r.residual, quant::max_abs(x)), 32767);
+  TensorOf<std::int16_t, B, N, D> h;
+  quantize_to(x, sh, h);
+  dequantize(h, sh, x);
+  const Tensor<B, N, D> want = acts->forward(*f, x);
+  CHECK(rel_rms(want, want0, 1.0) < 1e-3);  // the int16 stream's own rounding is small
+  auto q = std::make_unique<Q>(Q::quantize(*f, r, sh));
+  auto w = std::make_unique<typename Q::template Work<B, N>>();
+  q->forward_in_place(h, *w);
+  CHECK(rel_rms(want, h, sh) < 0.03);
+}
+
+TEST_CASE("QPointerAttention: log-probabilities within 0.05 of the float block's, masked keys at −∞") {
+  constexpr size_t B = 2, Nk = 40, D = 16;
+  using F = PointerAttention<D, D, D>;
+  using Q = QPointerAttention<D, D, D>;
+  Rng rng(35, 0);
+  F f;
+  test::randomize(f, rng);
+  Tensor<B, 1, D> xq;
+  Tensor<B, Nk, D> xk;
+  TensorOf<std::int8_t, B, 1, D> qq;
+  TensorOf<std::int8_t, B, Nk, D> kq;
+  const float sq = int8_rows(rng, xq, qq), sk = int8_rows(rng, xk, kq);
+  const KeyMask<B, Nk> keys = key_mask_from_lengths<B, Nk>({40, 11});
+  auto acts = std::make_unique<ActsOf<F, B, 1, Nk>>();
+  const auto& want = acts->forward(f, xq, xk, &keys);
+  typename Q::Ranges r;
+  r.observe(*acts);
+  auto q = Q::quantize(f, r, sq, sk);
+  auto infer = std::make_unique<typename Q::template Infer<B, 1, Nk>>();
+  const auto& logits = infer->forward(q, qq.data(), kq.data(), &keys);
+  double worst = 0;
+  for (size_t b = 0; b < B; ++b) {
+    Tensor<Nk> lp;
+    for (size_t j = 0; j < Nk; ++j) lp(j) = logits(b, 0, j) == INT32_MIN ? kernels::neg_inf : float(logits(b, 0, j) * q.logit_scale());
+    kernels::log_softmax_row<Nk>(lp.data());
+    for (size_t j = 0; j < Nk; ++j) {
+      if (!keys(b, j)) {
+        CHECK(std::isinf(lp(j)));
+        continue;
+      }
+      worst = std::max(worst, double(std::abs(lp(j) - want(b, 0, j))));
+    }
+  }
+  CHECK(worst < 0.05);
+}
+
+namespace {
+
+constexpr size_t Sets = 4, Points = 50;
+using FloatPointer = PointerModel<2, 16, 1, 64, 2>;
+using QPointer = QPointerModel<2, 16, 1, 64, 2>;
+
+struct Quantized {
+  std::unique_ptr<FloatPointer> f = std::make_unique<FloatPointer>();
+  std::unique_ptr<QPointer> q;
+  Tensor<Sets, Points, 2> x;
+
+  Quantized() {
+    Rng rng(36, 0);
+    init_params(*f, rng);
+    test::fill(x, rng, 1.5f);
+    auto acts = std::make_unique<ActsOf<FloatPointer, Sets, Points>>();
+    QPointer::Ranges r;
+    acts->forward(*f, x);
+    r.observe(*acts, x);
+    q = std::make_unique<QPointer>(QPointer::quantize(*f, r));
+  }
+};
+
+// The model's tensors into a file, with one changed by edit(name, dtype, bytes) (or dropped
+// when it returns false).
+template <class Edit>
+std::filesystem::path write_edited(const QPointer& q, const std::string& file, Edit edit) {
+  safetensors::Writer w;
+  for_each_param(
+      [&](const Path& path, Init, const auto& t) {
+        std::string name(path.view());
+        auto dtype = detail::dtype_of<std::remove_cvref_t<decltype(t)>>();
+        const auto* p = reinterpret_cast<const std::byte*>(t.data());
+        std::vector<std::byte> bytes(p, p + t.size() * sizeof(*t.data()));
+        std::vector<size_t> shape(t.shape().begin(), t.shape().end());
+        if (edit(name, dtype, bytes)) w.add(name, dtype, shape, bytes);
+      },
+      q);
+  const auto path = std::filesystem::temp_directory_path() / file;
+  w.write(path);
+  return path;
+}
+
+std::string load_error(const std::filesystem::path& path) {
+  auto q = std::make_unique<QPointer>();
+  try {
+    load_quantized(path, *q);
+  } catch (const std::runtime_error& e) {
+    return e.what();
+  }
+  return "";
+}
+
+}  // namespace
+
+TEST_CASE("QPointerModel: close to the float model; quantize → save → load gives the same integers") {
+  Quantized m;
+  auto fi = std::make_unique<InferOf<FloatPointer, Sets, Points>>();
+  auto qi = std::make_unique<InferOf<QPointer, Sets, Points>>();
+  const auto& want = fi->forward(*m.f, m.x);
+  const TensorOf<std::int32_t, Sets, 1, Points> logits = qi->forward(*m.q, m.x);
+  Tensor<Sets, 1, Points> lp;
+  qi->log_probs(*m.q, lp);
+  double worst = 0;
+  for (size_t i = 0; i < lp.size(); ++i) worst = std::max(worst, double(std::abs(std::exp(lp.data()[i]) - std::exp(want.data()[i]))));
+  CHECK(worst < 0.02);  // probabilities
+
+  const auto path = std::filesystem::temp_directory_path() / "stformer_test_quantized.safetensors";
+  save_params(path, *m.q);
+  auto loaded = std::make_unique<QPointer>();
+  load_quantized(path, *loaded);
+  auto li = std::make_unique<InferOf<QPointer, Sets, Points>>();
+  const auto& again = li->forward(*loaded, m.x);
+  CHECK(std::equal(again.begin(), again.end(), logits.begin()));
+  std::filesystem::remove(path);
+}
+
+TEST_CASE("load_quantized refuses a missing scale, a wrong dtype, a scale ≤ 0 or NaN, a multiplier that is not its scales'") {
+  Quantized m;
+  const auto set_float = [](std::vector<std::byte>& b, float v) { std::memcpy(b.data(), &v, sizeof v); };
+  struct Case {
+    const char* file;
+    std::string want;
+    std::function<bool(const std::string&, safetensors::Dtype&, std::vector<std::byte>&)> edit;
+  };
+  const Case cases[] = {
+      {"q_missing.safetensors", "tensor 'sn_v.out_scale' is missing",
+       [](const std::string& n, auto&, auto&) { return n != "sn_v.out_scale"; }},
+      {"q_dtype.safetensors", "tensor 'proj.weight' has dtype U8, the model expects I8",
+       [](const std::string& n, auto& d, auto&) {
+         if (n == "proj.weight") d = safetensors::Dtype::U8;
+         return true;
+       }},
+      {"q_zero.safetensors", "scale 'residual_scale' is 0",
+       [&](const std::string& n, auto&, auto& b) {
+         if (n == "residual_scale") set_float(b, 0.0f);
+         return true;
+       }},
+      {"q_negative.safetensors", "scale 'blocks.1.attn.v_scale' is -0.5",
+       [&](const std::string& n, auto&, auto& b) {
+         if (n == "blocks.1.attn.v_scale") set_float(b, -0.5f);
+         return true;
+       }},
+      {"q_nan.safetensors", "scale 'blocks.0.attn.wq.weight_scale' is nan",
+       [&](const std::string& n, auto&, auto& b) {
+         if (n == "blocks.0.attn.wq.weight_scale") set_float(b, std::nanf(""));
+         return true;
+       }},
+      {"q_multiplier.safetensors", "tensor 'blocks.0.ffn.fc2.requant.multiplier' is not what the scales give",
+       [](const std::string& n, auto&, auto& b) {
+         if (n == "blocks.0.ffn.fc2.requant.multiplier") b[0] ^= std::byte{1};
+         return true;
+       }},
+  };
+  for (const auto& c : cases) {
+    const auto path = write_edited(*m.q, c.file, c.edit);
+    const std::string error = load_error(path);
+    INFO(c.file, ": ", error);
+    CHECK(error.find(c.want) != std::string::npos);
+    CHECK(error.find(path.string()) != std::string::npos);
+    std::filesystem::remove(path);
+  }
+  const auto good = write_edited(*m.q, "q_good.safetensors", [](auto&, auto&, auto&) { return true; });
+  CHECK(load_error(good).empty());
+  std::filesystem::remove(good);
+}
