@@ -1,11 +1,13 @@
 // Runs fixed models on fixed inputs (seeded) and writes every output as raw floats, or
 // compares them with a file written by another build: `backend_dump OUT` / `backend_dump
-// --compare REF`. backends_agree.sh runs the scalar build then the SIMD build.
+// --compare REF`. backends_agree.sh runs the scalar build then the SIMD build. The quantized
+// model's outputs are integers, and must be the same integers on every backend.
 #include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <vector>
 
+#include <stformer/quantized/pointer_model.hpp>
 #include <stformer/stformer.hpp>
 
 #if !STFORMER_SIMD && defined(XSIMD_VERSION_MAJOR)
@@ -16,6 +18,7 @@ using namespace stformer;
 
 namespace {
 std::vector<float> outputs;
+std::vector<std::int32_t> integers;  // compared exactly
 
 template <class T>
 void keep(const T& t) {
@@ -29,6 +32,12 @@ void fill(T& t, Rng& rng) {
 }  // namespace
 
 int main(int argc, char** argv) {
+#if defined(__AVX512VNNI__) && defined(__GNUC__)
+  if (!__builtin_cpu_supports("avx512vnni")) {
+    std::puts("skipped: this CPU has no AVX-512 VNNI");
+    return 77;
+  }
+#endif
   if (argc < 2) {
     std::fprintf(stderr, "usage: %s OUT | --compare REF\n", argv[0]);
     return 2;
@@ -50,6 +59,22 @@ int main(int argc, char** argv) {
   init_params(ptr, rng);
   keep(ptr_acts.forward(ptr, pts));
 
+  // Quantized from fixed ranges (calibration runs the float model, whose last bits differ
+  // between backends), with a query of fixed integers: the same model on every backend.
+  using QPointer = QPointerModel<2, 16, 1, 64, 2>;
+  static QPointer::Ranges ranges;
+  ranges.input = 3, ranges.residual = 12, ranges.keys = 4, ranges.pointer = {3, 5};
+  for (auto& r : ranges.blocks) r.sn1 = r.sn2 = 3, r.hidden = 6, r.attn = {4, 4, 3, 2};
+  static QPointer qptr = QPointer::quantize(ptr, ranges);
+  for (size_t i = 0; i < 16; ++i) qptr.query(0, i) = std::int8_t(int(rng.below(255)) - 127);
+  static InferOf<QPointer, B, N> qptr_infer;
+  const KeyMask<B, N>* masks[] = {nullptr, &keys};
+  for (const KeyMask<B, N>* k : masks) {
+    const auto& logits = qptr_infer.forward(qptr, pts, k);
+    integers.insert(integers.end(), logits.begin(), logits.end());
+    integers.insert(integers.end(), qptr_infer.h.begin(), qptr_infer.h.end());
+  }
+
   static Tensor<B, 33, 40> x;
   static Tensor<B, 9, 40> m;
   fill(x, rng);
@@ -65,20 +90,29 @@ int main(int argc, char** argv) {
 
   if (std::strcmp(argv[1], "--compare") != 0) {
     FILE* f = std::fopen(argv[1], "wb");
-    if (!f || std::fwrite(outputs.data(), sizeof(float), outputs.size(), f) != outputs.size() || std::fclose(f) != 0) {
+    if (!f || std::fwrite(outputs.data(), sizeof(float), outputs.size(), f) != outputs.size() ||
+        std::fwrite(integers.data(), sizeof(std::int32_t), integers.size(), f) != integers.size() || std::fclose(f) != 0) {
       std::perror(argv[1]);
       return 1;
     }
-    std::printf("wrote %zu outputs (SIMD backend: %d)\n", outputs.size(), STFORMER_SIMD);
+    std::printf("wrote %zu outputs and %zu integers (SIMD backend: %d)\n", outputs.size(), integers.size(), STFORMER_SIMD);
     return 0;
   }
-  std::vector<float> want(outputs.size() + 1);
+  std::vector<float> want(outputs.size());
+  std::vector<std::int32_t> want_integers(integers.size() + 1);
   FILE* f = argc > 2 ? std::fopen(argv[2], "rb") : nullptr;
   size_t n = f ? std::fread(want.data(), sizeof(float), want.size(), f) : 0;
-  if (n != outputs.size()) {
-    std::fprintf(stderr, "reference holds %zu outputs, this build computes %zu\n", n, outputs.size());
+  const size_t ni = f ? std::fread(want_integers.data(), sizeof(std::int32_t), want_integers.size(), f) : 0;
+  if (n != outputs.size() || ni != integers.size()) {
+    std::fprintf(stderr, "reference holds %zu outputs and %zu integers, this build computes %zu and %zu\n", n, ni, outputs.size(), integers.size());
     return 1;
   }
+  for (size_t i = 0; i < ni; ++i)
+    if (integers[i] != want_integers[i]) {
+      std::fprintf(stderr, "integer %zu of the quantized model: %d here, %d in the reference (%s)\n", i, int(integers[i]), int(want_integers[i]),
+                   kernels::qv::name());
+      return 1;
+    }
   double worst = 0;
   for (size_t i = 0; i < n; ++i) {
     double tol = 1e-5 * (1 + std::abs(want[i]));
@@ -89,6 +123,6 @@ int main(int argc, char** argv) {
     }
     if (std::isfinite(err)) worst = std::max(worst, err / (1 + std::abs(want[i])));
   }
-  std::printf("%zu outputs agree; largest relative difference %.3g\n", n, worst);
+  std::printf("%zu outputs agree, largest relative difference %.3g; %zu integers the same (%s)\n", n, worst, ni, kernels::qv::name());
   return 0;
 }
