@@ -6,6 +6,9 @@
 //   EncoderBlock adds the feed-forward layers:              B · 4·N·D·F
 // Counters (printed per second): GFLOP, and tokens (B·N per iteration).
 //
+// EncoderBlockInfer / QEncoderBlockInfer<B, N, D, H>: forward only, in place, on floats and on
+// the int8 block (int16 residual stream); the same FLOP count.
+//
 // Products of one layer, float against int8, C[M,N] = A[M,K]·B[N,K]ᵀ + bias, FLOP 2·M·N·K:
 //   Matmul<M, N, K>:  kernels::matmul_nt on floats (weights packed per call, as the layers do)
 //   QMatmul<M, N, K>: kernels::qmatmul_nt on int8 to int32, then requantize to int8 (per-column
@@ -19,6 +22,7 @@
 #include <vector>
 
 #include <stformer/kernels/int8.hpp>
+#include <stformer/quantized/encoder.hpp>
 #include <stformer/stformer.hpp>
 
 #include "flops.hpp"
@@ -101,9 +105,64 @@ void BM_EncoderBlock(benchmark::State& state) {
   run<Block, ActsOf<Block, B, N>, B, N, D>(state, encoder_flops(B, N, D, 4 * D));
 }
 
+// Forward only, in place on a residual stream: EncoderBlock::forward_in_place on floats against
+// QEncoderBlock's on an int16 stream (quantized from the float block with ranges from its
+// forward on the same input), F = 4·D.
+template <size_t B, size_t N, size_t D, size_t H>
+void BM_EncoderBlockInfer(benchmark::State& state) {
+  using Block = EncoderBlock<D, H, 4 * D>;
+  auto p = std::make_unique<Block>();
+  auto h = std::make_unique<Tensor<B, N, D>>(), x = std::make_unique<Tensor<B, N, D>>();
+  auto w = std::make_unique<typename Block::template Work<B, N>>();
+  Rng rng(1);
+  init_params(*p, rng);
+  for (auto& v : *x) v = rng.normal();
+  for (auto _ : state) {
+    *h = *x;
+    p->forward_in_place(*h, *w);
+    benchmark::DoNotOptimize(h->data());
+    benchmark::ClobberMemory();
+  }
+  state.counters["GFLOP"] = benchmark::Counter(encoder_flops(B, N, D, 4 * D) * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
+}
+
+template <size_t B, size_t N, size_t D, size_t H>
+void BM_QEncoderBlockInfer(benchmark::State& state) {
+  using Block = EncoderBlock<D, H, 4 * D>;
+  using Q = QEncoderBlock<D, H, 4 * D>;
+  auto p = std::make_unique<Block>();
+  auto x = std::make_unique<Tensor<B, N, D>>();
+  Rng rng(1);
+  init_params(*p, rng);
+  for (auto& v : *x) v = rng.normal();
+  auto acts = std::make_unique<ActsOf<Block, B, N>>();
+  acts->forward(*p, *x);
+  typename Q::Ranges r;
+  r.observe(*acts);
+  const float sh = quant::scale_for(std::max(r.residual, quant::max_abs(*x)), 32767);
+  auto q = std::make_unique<Q>(Q::quantize(*p, r, sh));
+  auto h0 = std::make_unique<TensorOf<std::int16_t, B, N, D>>(), h = std::make_unique<TensorOf<std::int16_t, B, N, D>>();
+  quant::quantize(x->data(), x->size(), sh, h0->data());
+  auto w = std::make_unique<typename Q::template Work<B, N>>();
+  for (auto _ : state) {
+    *h = *h0;
+    q->forward_in_place(*h, *w);
+    benchmark::DoNotOptimize(h->data());
+    benchmark::ClobberMemory();
+  }
+  state.counters["GFLOP"] = benchmark::Counter(encoder_flops(B, N, D, 4 * D) * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
+  state.SetLabel(kernels::qv::name());
+}
+
 }  // namespace
 
 // Template arguments: batch B, tokens N, width D, heads H.
+BENCHMARK(BM_EncoderBlockInfer<1, 50, 16, 1>);
+BENCHMARK(BM_QEncoderBlockInfer<1, 50, 16, 1>);
+BENCHMARK(BM_EncoderBlockInfer<1, 64, 64, 4>);
+BENCHMARK(BM_QEncoderBlockInfer<1, 64, 64, 4>);
+BENCHMARK(BM_EncoderBlockInfer<1, 128, 128, 8>);
+BENCHMARK(BM_QEncoderBlockInfer<1, 128, 128, 8>);
 BENCHMARK(BM_MultiHeadAttention<1, 16, 64, 4>);
 BENCHMARK(BM_MultiHeadAttention<1, 64, 64, 4>);
 BENCHMARK(BM_MultiHeadAttention<1, 128, 128, 8>);

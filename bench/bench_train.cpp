@@ -22,6 +22,8 @@
 //     PointerForward<pass>: max_value::PointerNet = PointerModel<2, 16, 1, 64, 2> on one set
 //       x [1, 50, 2] (randn + a shared randn offset, as the task draws them) to the
 //       log-probabilities [1, 1, 50]; `sets` per second.
+//     QPointerForward: the same with the model quantized to int8 (max_value::quantize), from the
+//       float input to the int32 logits; kernels' backend in the label.
 //     SetForward<pass>: max_value::SetNet = SetTransformer<2, 64, 4, 16, 2> on the same kind
 //       of set to the point [1, 1, 2]; `sets` per second.
 //     LmForward<pass, B>: SPEC's language model on B windows of 32 random token ids [B, 32]
@@ -126,6 +128,25 @@ void BM_PointerForward(benchmark::State& state) {
   run_forward<PointerNet, Pass<PointerNet, 1, N>>(state, set->x, pointer_model_flops(1, N, 2, 16, 64, 2), "sets", 1);
 }
 
+// The same set through the int8 model (max_value quantize: calibrated on the training sets of
+// seed 0): the input's quantization, the integer pass, the logits [1, 1, 50].
+void BM_QPointerForward(benchmark::State& state) {
+  using namespace max_value;
+  auto set = one_set();
+  auto model = std::make_unique<PointerNet>();
+  Rng rng(1);
+  init_params(*model, rng);
+  auto q = quantize(*model, 0);
+  auto pass = std::make_unique<InferOf<QPointerNet, 1, N>>();
+  for (auto _ : state) {
+    benchmark::DoNotOptimize(pass->forward(*q, set->x).data());
+    benchmark::ClobberMemory();
+  }
+  state.counters["GFLOP"] = benchmark::Counter(pointer_model_flops(1, N, 2, 16, 64, 2) * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
+  state.counters["sets"] = benchmark::Counter(1, benchmark::Counter::kIsIterationInvariantRate);
+  state.SetLabel(kernels::qv::name());
+}
+
 template <template <class, size_t...> class Pass>
 void BM_SetForward(benchmark::State& state) {
   using namespace max_value;
@@ -150,6 +171,7 @@ BENCHMARK(BM_MaxValueStep<max_value::SetNet>)->ArgName("threads")->Arg(1)->Arg(2
 BENCHMARK(BM_LmStep)->ArgName("threads")->Arg(1)->Arg(2)->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK(BM_PointerForward<InferOf>)->Unit(benchmark::kMicrosecond);
 BENCHMARK(BM_PointerForward<ActsOf>)->Unit(benchmark::kMicrosecond);
+BENCHMARK(BM_QPointerForward)->Unit(benchmark::kMicrosecond);
 BENCHMARK(BM_SetForward<InferOf>)->Unit(benchmark::kMicrosecond);
 BENCHMARK(BM_SetForward<ActsOf>)->Unit(benchmark::kMicrosecond);
 BENCHMARK(BM_LmForward<InferOf, 1>)->Unit(benchmark::kMicrosecond);

@@ -74,6 +74,21 @@ std::int32_t reference(std::int32_t x, k::Multiplier m) {
   return rdbp(srdhm(x * (1 << left), m.q), right);
 }
 
+// ⌊√n⌋, bit by bit: the reference of divide_by_root.
+std::uint32_t isqrt(std::uint64_t n) {
+  std::uint64_t r = 0, bit = std::uint64_t(1) << 62;
+  while (bit > n) bit >>= 2;
+  for (; bit != 0; bit >>= 2) {
+    if (n >= r + bit) {
+      n -= r + bit;
+      r = (r >> 1) + bit;
+    } else {
+      r >>= 1;
+    }
+  }
+  return std::uint32_t(r);
+}
+
 }  // namespace
 
 TEST_CASE("qmatmul_nt is exact against the integer loop on every size") {
@@ -168,40 +183,45 @@ TEST_CASE("integer square root, exactly") {
   stformer::Rng rng(14, 3);
   for (std::uint64_t n : {std::uint64_t(0), std::uint64_t(1), std::uint64_t(2), std::uint64_t(3), std::uint64_t(4), std::uint64_t(99),
                           (std::uint64_t(1) << 62) - 1, std::uint64_t(1) << 62, ~std::uint64_t(0)}) {
-    const std::uint64_t r = k::isqrt(n);
+    const std::uint64_t r = isqrt(n);
     CHECK((r * r <= n && n - r * r < 2 * r + 1));  // r² ≤ n < (r + 1)²
   }
   for (int t = 0; t < 20000; ++t) {
     const std::uint64_t n = (std::uint64_t(rng.next_u32()) << 32 | rng.next_u32()) >> rng.below(64);
-    const std::uint64_t r = k::isqrt(n);
+    const std::uint64_t r = isqrt(n);
     REQUIRE((r * r <= n && n - r * r < 2 * r + 1));
   }
 }
 
-TEST_CASE("m / d and m / √ss as multipliers: within 2^−29 of the real quotient, 0 below 2^−32") {
+TEST_CASE("m / d and m / √ss as multipliers: within 2^−29 and 2^−26 of the real quotients, 0 below 2^−32") {
   stformer::Rng rng(15, 3);
   for (int t = 0; t < 20000; ++t) {
-    const double m = std::ldexp(0.5 + 0.5 * rng.uniform(), int(rng.below(40)) - 20);
+    const k::Multiplier m = k::quantize_multiplier(std::ldexp(0.5 + 0.5 * rng.uniform(), int(rng.below(40)) - 20));
+    const double real_m = std::ldexp(double(m.q), m.shift - 31);
     const std::uint64_t d = 1 + ((std::uint64_t(rng.next_u32()) << 30) >> rng.below(62));
-    const k::Multiplier q = k::divide(k::quantize_multiplier(m), d);
-    const double want = std::ldexp(double(k::quantize_multiplier(m).q), k::quantize_multiplier(m).shift - 31) / d;
-    INFO("m=", m, " d=", d);
-    if (want < std::ldexp(1.0, -32)) {  // no int32 survives it: {0, 0}
+    const k::Multiplier q = k::divide(m, d);
+    INFO("m=", real_m, " d=", d);
+    if (real_m / double(d) < std::ldexp(1.0, -32)) {  // no int32 survives it: {0, 0}
       REQUIRE(q.q == 0);
-      continue;
+    } else {
+      REQUIRE(q.q >= (1 << 30));
+      REQUIRE(std::abs(std::ldexp(double(q.q), q.shift - 31) / (real_m / double(d)) - 1) < std::ldexp(1.0, -29));
     }
-    REQUIRE(q.q >= (1 << 30));
-    REQUIRE(std::abs(std::ldexp(double(q.q), q.shift - 31) / want - 1) < std::ldexp(1.0, -29));
-    const std::uint64_t ss = (std::uint64_t(rng.next_u32()) << 30 | rng.next_u32()) >> rng.below(62);
+    const std::uint64_t ss = t < 64 ? ~std::uint64_t(0) >> t : (std::uint64_t(rng.next_u32()) << 32 | rng.next_u32()) >> rng.below(64);
     if (ss == 0) continue;
-    const k::Multiplier r = k::divide_by_root(k::quantize_multiplier(m), ss);
-    const double want_r = std::ldexp(double(k::quantize_multiplier(m).q), k::quantize_multiplier(m).shift - 31) / std::sqrt(double(ss));
+    const k::Multiplier r = k::divide_by_root(m, ss);
+    // the real quotient from the exact integer root: m / √ss with √ss = isqrt(ss·4^e)/2^e
+    int e = 0;
+    while (e < 31 && (ss >> 62) == 0 && (ss << 2 * e) >> 62 == 0) ++e;
+    const double root = std::ldexp(double(isqrt(ss << 2 * e)), -e);
+    const double want = real_m / root;
     INFO("ss=", ss);
-    if (want_r < std::ldexp(1.0, -32)) {
+    if (want < std::ldexp(1.0, -32)) {
       REQUIRE(r.q == 0);
       continue;
     }
-    REQUIRE(std::abs(std::ldexp(double(r.q), r.shift - 31) / want_r - 1) < std::ldexp(1.0, -29));
+    REQUIRE(r.q >= (1 << 30));
+    REQUIRE(std::abs(std::ldexp(double(r.q), r.shift - 31) / want - 1) < std::ldexp(1.0, -26));
   }
   CHECK(k::divide({1 << 30, 0}, 0).q == 0);
   CHECK(k::divide_by_root({1 << 30, 0}, 0).q == 0);
@@ -222,16 +242,29 @@ TEST_CASE("the integer exponential: 2^(−u/2^16) in Q15, rounded, 0 from 2^−1
   CHECK(k::exp2_neg(1 << 16) == 16384);
 }
 
-TEST_CASE("softmax_q15: the numerators over the row's maximum, masked keys 0, all masked 0") {
-  const k::Multiplier unit = k::quantize_multiplier(65536.0);  // u = the difference in log2 units
-  std::int32_t x[6] = {10, 9, INT32_MIN, 7, 10, -2000000000};
-  const std::int32_t sum = k::softmax_q15<6>(x, unit);
-  const std::int32_t want[6] = {32768, 16384, 0, 4096, 32768, 0};
-  for (int j = 0; j < 6; ++j) CHECK(x[j] == want[j]);
-  CHECK(sum == 32768 + 16384 + 4096 + 32768);
-  std::int32_t masked[3] = {INT32_MIN, INT32_MIN, INT32_MIN};
-  CHECK(k::softmax_q15<3>(masked, unit) == 0);
-  CHECK((masked[0] == 0 && masked[1] == 0 && masked[2] == 0));
+TEST_CASE("softmax_u8: 255·2^(−Δ) over the row's maximum within 0.85 of a step, as e − 128; masked keys 0, all masked 0") {
+  const k::Multiplier unit = k::quantize_multiplier(256.0);  // u = the difference in 1/256 octaves
+  const std::int32_t x[7] = {10, 9, INT32_MIN, 7, 10, -2000000000, 2};
+  std::int8_t p[7];
+  const std::int32_t sum = k::softmax_u8<7>(x, unit, p);
+  const int want[7] = {255, 128, 0, 32, 255, 0, 1};  // 255·2^−Δ: 255, 127.5, masked, 31.9, 255, 0, 0.996
+  int total = 0;
+  for (int j = 0; j < 7; ++j) {
+    CHECK(int(p[j]) + 128 == want[j]);
+    total += want[j];
+  }
+  CHECK(sum == total);
+  for (std::int32_t d = 0; d < (10 << 16); d += 37) {  // every difference, in 1/65536 octaves
+    const std::int32_t row[2] = {0, -d};
+    std::int8_t e[2];
+    k::softmax_u8<2>(row, k::quantize_multiplier(1.0 / 256), e);
+    INFO("difference ", d);
+    REQUIRE(std::abs(int(e[1]) + 128 - 255 * std::exp2(-double(d) / 65536)) < 0.85);
+  }
+  const std::int32_t masked[3] = {INT32_MIN, INT32_MIN, INT32_MIN};
+  std::int8_t pm[3];
+  CHECK(k::softmax_u8<3>(masked, unit, pm) == 0);
+  CHECK((pm[0] == -128 && pm[1] == -128 && pm[2] == -128));
 }
 
 // A variant built for instructions this CPU lacks (AVX-512 VNNI) is skipped (77), not failed.

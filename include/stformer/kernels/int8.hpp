@@ -92,37 +92,45 @@ inline Multiplier divide(Multiplier m, std::uint64_t d) {
   return {std::int32_t(q), shift};
 }
 
-// ⌊√n⌋, bit by bit.
-inline std::uint32_t isqrt(std::uint64_t n) {
-  std::uint64_t r = 0, bit = std::uint64_t(1) << 62;
-  while (bit > n) bit >>= 2;
-  for (; bit != 0; bit >>= 2) {
-    if (n >= r + bit) {
-      n -= r + bit;
-      r = (r >> 1) + bit;
-    } else {
-      r >>= 1;
-    }
-  }
-  return std::uint32_t(r);
-}
-
-// m / √ss for ss > 0 (ScaleNorm's g/‖x‖ on integer rows): ss·4^t is brought into
-// [2^60, 2^62), its root r = ⌊√(ss·4^t)⌋ has 31 bits, and m/√ss = (m·2^t) / r.
+// m / √ss for ss > 0 (ScaleNorm's g/‖x‖ on integer rows), without a division: ss·4^t = n in
+// [2^60, 2^62), m' = n/2^60 in [1, 4) from n's top 32 bits, y ≈ 2^31/√m' from a table of 48
+// bins and three Newton steps y ← y·(3 − m'·y²)/2 (in Q31, 64-bit integers), then
+// m/√ss = q·2^(s−31) · 2^(t−30) · y/2^31. Within 2^−26 of the real quotient.
 inline Multiplier divide_by_root(Multiplier m, std::uint64_t ss) {
-  if (ss == 0) return {};
+  static constexpr std::uint32_t seed[48] = {
+      2114695713, 2053387115, 1997119227, 1945237133, 1897199172, 1852552937, 1810917218, 1771968208, 1735428857, 1701060526,
+      1668656406, 1638036256, 1609042172, 1581535151, 1555392273, 1530504391, 1506774204, 1484114654, 1462447584, 1441702596,
+      1421816090, 1402730445, 1384393311, 1366757007, 1349778000, 1333416450, 1317635818, 1302402522, 1287685637, 1273456629,
+      1259689126, 1246358707, 1233442724, 1220920139, 1208771378, 1196978204, 1185523604, 1174391680, 1163567563, 1153037323,
+      1142787899, 1132807028, 1123083182, 1113605518, 1104363818, 1095348453, 1086550331, 1077960865};  // 2^31/√m' mid-bin
+  if (ss == 0 || m.q == 0) return {};
   int t = 0;
-  while ((ss << 2 * t) < (std::uint64_t(1) << 60)) ++t;
-  return divide({m.q, m.shift + t}, isqrt(ss << 2 * t));
+  for (; ss >= (std::uint64_t(1) << 62); ss >>= 2) --t;
+  for (; ss < (std::uint64_t(1) << 60); ss <<= 2) ++t;
+  const std::uint64_t mm = ss >> 30;  // m' in Q30, [2^30, 2^32)
+  std::uint64_t y = seed[(mm >> 26) - 16];
+  for (int i = 0; i < 3; ++i) {
+    const std::uint64_t y2 = (y * y) >> 31, my2 = (mm * y2) >> 30;  // y², m'·y² in Q31
+    y = (y * ((std::uint64_t(3) << 31) - my2)) >> 32;
+  }
+  std::uint64_t q = (std::uint64_t(std::uint32_t(m.q)) * y) >> 31;
+  int shift = m.shift + t - 30;
+  for (; q >= (std::uint64_t(1) << 31); q >>= 1) ++shift;
+  for (; q < (std::uint64_t(1) << 30); q <<= 1) --shift;
+  if (shift < -31) return {};
+  return {std::int32_t(q), shift};
 }
 
 // 2^(−u/2^16) in Q15 (32768 = 1), for u ≥ 0 in Q16 (softmax's e^(x − max) with the scale and
 // log2(e) folded into u's multiplier). u = 2^16·n + 2^12·i + r: 2^−n by a shift, 2^(−i/16)
 // from a table (Q30), and 2^(−r/2^16) = e^(−z), z = r·ln2/2^16 < 0.044, as 1 − z + z²/2 − z³/6
 // in Q30 (error below z⁴/24 < 2^−22). Rounded to nearest; 0 from n = 16 on.
-inline std::int32_t exp2_neg(std::int32_t u) {
-  static constexpr std::int64_t pow2[16] = {1073741824, 1028218693, 984625594, 942880699, 902905651, 864625413, 827968132, 792865000,
-                                            759250125,  727060411,  696235434, 666717336, 638450708, 611382493, 585461881, 560640218};
+namespace detail {
+inline constexpr std::int64_t pow2_16ths[16] = {1073741824, 1028218693, 984625594, 942880699, 902905651, 864625413, 827968132, 792865000,
+                                                759250125,  727060411,  696235434, 666717336, 638450708, 611382493, 585461881, 560640218};
+}  // namespace detail
+constexpr std::int32_t exp2_neg(std::int32_t u) {
+  const auto& pow2 = detail::pow2_16ths;  // 2^(−i/16) in Q30
   constexpr std::int64_t one = std::int64_t(1) << 30, ln2 = 744261118;  // 1 and ln 2 in Q30
   const int n = u >> 16;
   if (n >= 16) return 0;
@@ -360,6 +368,50 @@ inline void qmatmul_nt(const std::int8_t* A, size_t lda, const std::int8_t* B, s
   }
 }
 
+// 2^(−f/256) in Q15 for f = 0 … 255 (exp2_neg, at compile time; 32-bit entries, 1 KB, so that
+// the loops that read it vectorize with gathers).
+inline constexpr auto exp2_q15 = [] {
+  struct {
+    std::uint32_t v[256];
+  } t{};
+  for (int f = 0; f < 256; ++f) t.v[f] = std::uint32_t(exp2_neg(f << 8));
+  return t;
+}();
+
+// The softmax's numerators in 8 bits for the C scores x of one query row (int32, masked keys
+// at INT32_MIN): e_j = 255 · 2^(−u_j/256) with u_j ≈ (max − x_j)·E in 1/256 octaves, E the
+// exponent's multiplier (the scores' scale times log2(e)·256, at most 2^13), from the table
+// above (2^(−f/256), f = u_j mod 256, in Q15) and a shift by ⌊u_j/256⌋, rounded: within 0.85
+// of a step (u to 1/256 octave, then e to the nearest integer); 0 from 16 octaves on. All in
+// int32 so that the loop vectorizes: E's top 15 bits e15 and u_j = ⌊(d_j·e15 + ½·2^k) / 2^k⌋ on
+// d_j = min((max − x_j) / 2^a, 2^16 − 1), a and k from E's shift (a > 0 only where a unit of
+// the scores is below a quarter of a step, and then costs less than a quarter of a step). Written as p_j = e_j − 128 (int8: A·V is then a product
+// of int8 rows, the 128 added back through its bias); masked keys get e_j = 0 (a difference
+// past 2^16 steps). Returns Σ_j e_j, 0 when every key is masked.
+template <size_t C>
+inline std::int32_t softmax_u8(const std::int32_t* x, Multiplier exponent, std::int8_t* p) {
+  std::int32_t mx = INT32_MIN;
+  for (size_t j = 0; j < C; ++j) mx = std::max(mx, x[j]);
+  if (mx == INT32_MIN) {
+    std::fill_n(p, C, std::int8_t(-128));
+    return 0;
+  }
+  const std::int32_t e15 = exponent.q >> 16;             // E = e15 · 2^(shift − 15), e15 in [2^14, 2^15)
+  const int K = 15 - std::min(exponent.shift, 14);       // ≥ 1
+  const int a = K > 17 ? K - 17 : 0, k = K - a;          // d·e15 < 2^31, and 2^16 steps still reach 16 octaves
+  const std::uint32_t umx = std::uint32_t(mx);
+  std::int32_t sum = 0;
+  for (size_t j = 0; j < C; ++j) {
+    const std::int32_t d = std::int32_t(std::min<std::uint32_t>((umx - std::uint32_t(x[j])) >> a, 65535));
+    const std::int32_t u = std::min((d * e15 + (1 << (k - 1))) >> k, 16 * 256);
+    const std::int32_t n = u >> 8;
+    const std::int32_t e = (std::int32_t(exp2_q15.v[u & 255]) * 255 + (1 << (14 + n))) >> (15 + n);
+    p[j] = std::int8_t(e - 128);
+    sum += e;
+  }
+  return sum;
+}
+
 // The same with A in int16 (a model's int16 input into its first layer): a plain loop, exact
 // while K·2^15·127 < 2^31 (K ≤ 516).
 template <size_t M, size_t N, size_t K>
@@ -372,29 +424,6 @@ inline void qmatmul_nt(const std::int16_t* A, size_t lda, const std::int8_t* B, 
       for (size_t k = 0; k < K; ++k) s += std::int32_t(A[i * lda + k]) * std::int32_t(B[j * ldb + k]);
       C[i * ldc + j] = s;
     }
-}
-
-// x[j] ← e_j = 2^(−u_j/2^16) in Q15 (exp2_neg), u_j = apply(max − x[j], exponent), for the C
-// scores x of one query row (int32, masked keys at INT32_MIN: e_j = 0); returns Σ_j e_j (0 when
-// every key is masked). The exponent's multiplier holds the scores' scale times log2(e)·2^16.
-// Differences past 2^(30 − max(shift, 0)) are clamped there: apply stays in int32 and u_j
-// ≥ 2^29 already gives 0.
-template <size_t C>
-inline std::int32_t softmax_q15(std::int32_t* x, Multiplier exponent) {
-  static_assert(C < 65536, "softmax_q15: at most 65535 keys (the sum of the e_j in int32)");
-  std::int32_t mx = INT32_MIN;
-  for (size_t j = 0; j < C; ++j) mx = std::max(mx, x[j]);
-  const std::int64_t limit = std::int64_t(1) << (30 - std::max(exponent.shift, 0));
-  std::int32_t sum = 0;
-  for (size_t j = 0; j < C; ++j) {
-    if (x[j] == INT32_MIN) {
-      x[j] = 0;
-    } else {
-      x[j] = exp2_neg(apply(std::int32_t(std::min(std::int64_t(mx) - x[j], limit)), exponent));
-      sum += x[j];
-    }
-  }
-  return sum;
 }
 
 // y[r, c] = clamp(zero + apply(x[r, c], q[c], shift[c]), lo, hi) for rows × channels entries,

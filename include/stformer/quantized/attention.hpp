@@ -2,13 +2,15 @@
 // added into an int16 residual stream (the blocks keep one; forward_add):
 //   q_q, k_q, v_q = QLinear(xq_q), QLinear(xkv_q), QLinear(xkv_q)      int8 at s_q, s_k, s_v
 //   head h, query i, key j:  x_ij = q_q,ih · k_q,jh                      int32 (scale s_q·s_k)
-//     e_ij = 2^(−u_ij / 2^16) in Q15,  u_ij = apply(max_j x_ij − x_ij, E)   (kernels::softmax_q15)
-//       E ≈ s_q·s_k·s·log2(e)·2^16: e_ij is e^(s·(score_ij − max)) = the softmax's numerator
+//     e_ij = round(255 · 2^(−u_ij / 256)),  u_ij = round((max_j x_ij − x_ij)·E)
+//       E ≈ s_q·s_k·s·log2(e)·256: e_ij/255 is e^(s·(score_ij − max)), the softmax's
+//       numerator, in 8 bits (kernels::softmax_u8)
 //     o_ih = clamp(apply(Σ_j e_ij v_q,jh, V / Σ_j e_ij), int8)        heads at s_o; V ≈ s_v / s_o
 //   residual += QLinear(concat_h o_h)                                    wo, to the residual's scale
-// Masks as in float: a masked key gets e = 0 and a query that sees no key o = 0. Exactness:
-// Σ_j e_ij v ≤ Nk·2^15·128 must fit int32, so Nk < 512. Tensors: wq, wk, wv, wo (QLinear),
-// q_scale, k_scale, v_scale, heads_scale (F32 [1]), exponent (E) and values (V) (Requant<1>).
+// Σ_j e_ij v_q,jh is an int8 product (qmatmul_nt) of the rows e − 128 and v_hᵀ, with 128·Σ_j v_q,jh
+// as its bias. Masks as in float: a masked key gets e = 0, and a query that sees no key o = 0.
+// Tensors: wq, wk, wv, wo (QLinear), q_scale, k_scale, v_scale, heads_scale (F32 [1]),
+// exponent (E) and values (V) (Requant<1>).
 #pragma once
 
 #include "../config.hpp"
@@ -63,7 +65,8 @@ struct QMultiHeadAttention {
     wk.set_multipliers(s_xkv, k_scale(0));
     wv.set_multipliers(s_xkv, v_scale(0));
     wo.set_multipliers(heads_scale(0), s_out);
-    exponent.set(0, double(q_scale(0)) * k_scale(0) * Float::score_scale * 1.4426950408889634 * 65536.0);
+    // a score unit past 2^13/256 = 32 octaves already gives e = 0: a larger E changes nothing
+    exponent.set(0, std::min(double(q_scale(0)) * k_scale(0) * Float::score_scale * 1.4426950408889634 * 256.0, 8192.0));
     values.set(0, double(v_scale(0)) / heads_scale(0));
   }
 
@@ -79,48 +82,61 @@ struct QMultiHeadAttention {
     return q;
   }
 
-  static constexpr size_t query_block = Float::query_block;
-
-  // The buffers besides the queries' rows: k, v [B, Nk, D] (int8), the scores of a block of
-  // queries [query_block, Nk] and the projections' accumulators [T, D] (int32).
+  // The buffers besides the queries' rows: k [B, Nk, D], v_hᵀ of every head vt [B, D, Nk] (int8)
+  // and 128·Σ_j v of each column vsum [B, D], and a tile of int32: the scores of T queries of
+  // one head [T, Nk] and their A·V [T, Dh], or T rows of a projection [T, D]; p [T, Nk]: the
+  // scores' e − 128 (int8).
   template <size_t B, size_t Nq, size_t Nk, size_t T>
   struct Work {
-    static_assert(Nk < 512, "QMultiHeadAttention: at most 511 keys (the softmax's weighted sums of values in int32)");
-    static constexpr size_t QB = Nq < query_block ? Nq : query_block;
-    TensorOf<std::int8_t, B, Nk, D> k, v;
-    TensorOf<std::int32_t, (QB * Nk > T * D ? QB * Nk : T * D)> scratch;  // scores, or accumulators
+    TensorOf<std::int8_t, B, Nk, D> k;
+    TensorOf<std::int8_t, B, D, Nk> vt;
+    TensorOf<std::int32_t, B, D> vsum;
+    TensorOf<std::int32_t, (T * (Nk + Dh) > T * D ? T * (Nk + Dh) : T * D)> tile;
+    TensorOf<std::int8_t, T, Nk> p;
   };
 
-  // k, v of xkv [B, Nk, Dkv] (int8) into w.
+  // k, v of xkv [B, Nk, Dkv] (int8) into w (v through the tile: its rows, then transposed).
   template <size_t B, size_t Nq, size_t Nk, size_t T>
   void prepare(const std::int8_t* xkv, Work<B, Nq, Nk, T>& w) const {
     for_tiles<B * Nk, T>([&]<size_t R>(size_t i) {
-      wk.template apply<R>(xkv + i * Dkv, w.scratch.data(), w.k.data() + i * D);
-      wv.template apply<R>(xkv + i * Dkv, w.scratch.data(), w.v.data() + i * D);
+      wk.template apply<R>(xkv + i * Dkv, w.tile.data(), w.k.data() + i * D);
+      std::int8_t v[R * D];
+      wv.template apply<R>(xkv + i * Dkv, w.tile.data(), v);
+      for (size_t r = 0; r < R; ++r) {
+        const size_t b = (i + r) / Nk, j = (i + r) % Nk;
+        for (size_t c = 0; c < D; ++c) w.vt(b, c, j) = v[r * D + c];
+      }
     });
+    for (size_t b = 0; b < B; ++b)
+      for (size_t c = 0; c < D; ++c) {
+        std::int32_t sum = 0;
+        for (size_t j = 0; j < Nk; ++j) sum += w.vt(b, c, j);
+        w.vsum(b, c) = 128 * sum;
+      }
   }
 
   // q [B, Nq, D], the projected queries (int8), ← concat_h(o_h) in place.
   template <size_t B, size_t Nq, size_t Nk, size_t T>
   void attend(std::int8_t* q, Work<B, Nq, Nk, T>& w, const Mask<B, Nk>& mask) const {
-    std::int32_t* s = w.scratch.data();
+    std::int32_t *s = w.tile.data(), *o = w.tile.data() + T * Nk;
     for (size_t b = 0; b < B; ++b)
       for (size_t h = 0; h < H; ++h)
-        for_tiles<Nq, Work<B, Nq, Nk, T>::QB>([&]<size_t R>(size_t i0) {
+        for_tiles<Nq, T>([&]<size_t R>(size_t i0) {
           std::int8_t* qh = q + (b * Nq + i0) * D + h * Dh;
-          const std::int8_t* vh = w.v.data() + b * Nk * D + h * Dh;
           kernels::qmatmul_nt<R, Nk, Dh>(qh, D, w.k.data() + b * Nk * D + h * Dh, D, s, Nk);
+          std::int32_t q_row[R][Dh], shift_row[R][Dh];
           for (size_t r = 0; r < R; ++r) {
-            std::int32_t* e = s + r * Nk;
+            std::int32_t* x = s + r * Nk;
             if (mask.causal || mask.keys)
               for (size_t j = 0; j < Nk; ++j)
-                if (!mask.sees(b, i0 + r, j)) e[j] = INT32_MIN;
-            const kernels::Multiplier m = kernels::divide(values[0], std::uint32_t(kernels::softmax_q15<Nk>(e, exponent[0])));
-            std::int32_t o[Dh] = {};
-            for (size_t j = 0; j < Nk; ++j)
-              for (size_t d = 0; d < Dh; ++d) o[d] += e[j] * vh[j * D + d];
-            for (size_t d = 0; d < Dh; ++d) qh[r * D + d] = std::int8_t(std::clamp(kernels::apply(o[d], m), -128, 127));
+                if (!mask.sees(b, i0 + r, j)) x[j] = INT32_MIN;
+            const std::int32_t sum = kernels::softmax_u8<Nk>(x, exponent[0], w.p.data() + r * Nk);
+            const kernels::Multiplier m = kernels::divide(values[0], std::uint32_t(sum));
+            std::fill_n(q_row[r], Dh, m.q), std::fill_n(shift_row[r], Dh, m.shift);
           }
+          kernels::qmatmul_nt<R, Dh, Nk>(w.p.data(), Nk, w.vt.data() + (b * D + h * Dh) * Nk, Nk, o, Dh, w.vsum.data() + b * D + h * Dh);
+          for (size_t r = 0; r < R; ++r)
+            kernels::requantize(o + r * Dh, 1, Dh, q_row[r], shift_row[r], 0, -128, 127, qh + r * D);
         });
   }
 
@@ -129,9 +145,9 @@ struct QMultiHeadAttention {
   template <size_t B, size_t Nq, size_t Nk, size_t T>
   void forward_add(std::int8_t* x, std::int16_t* residual, Work<B, Nq, Nk, T>& w, const Mask<B, Nk>& mask) const {
     static_assert(Dq == D, "QMultiHeadAttention::forward_add: the queries' rows become the heads in place (Dq = D)");
-    for_tiles<B * Nq, T>([&]<size_t R>(size_t i) { wq.template apply<R>(x + i * D, w.scratch.data(), x + i * D); });
+    for_tiles<B * Nq, T>([&]<size_t R>(size_t i) { wq.template apply<R>(x + i * D, w.tile.data(), x + i * D); });
     attend<B, Nq, Nk, T>(x, w, mask);
-    for_tiles<B * Nq, T>([&]<size_t R>(size_t i) { wo.template add_to<R>(x + i * D, w.scratch.data(), residual + i * D); });
+    for_tiles<B * Nq, T>([&]<size_t R>(size_t i) { wo.template add_to<R>(x + i * D, w.tile.data(), residual + i * D); });
   }
 };
 

@@ -1,9 +1,10 @@
 // QScaleNorm<D>: ScaleNorm<D> on integer rows, y = g·x / ‖x‖, with no floating point:
 //   y_q[i] = clamp(apply(x_q[i], M / ‖x_q‖), −128, 127)      M ≈ g / s_y (the output's scale)
 // The input's scale cancels (x/‖x‖ = x_q/‖x_q‖), so rows come at any scale: int16 residual
-// streams or int8 rows. M/‖x_q‖ is one integer square root and one division per row
-// (kernels::divide_by_root). A row of zeros gives zeros, as in float; a nonzero row whose real
-// norm is below ScaleNorm's 1e-5 (only when its scale is) is normalised all the same.
+// streams or int8 rows. M/‖x_q‖ is an integer reciprocal square root per row
+// (kernels::divide_by_root: a table and three Newton steps, no division). A row of zeros gives
+// zeros, as in float; a nonzero row whose real norm is below ScaleNorm's 1e-5 (only when its
+// scale is) is normalised all the same.
 // Tensors: g F32 [1] (the float block's), out_scale F32 [1] (s_y), requant I32 [1] (M).
 #pragma once
 
@@ -50,14 +51,13 @@ struct QScaleNorm {
   void apply(const X* x, Y* y) const {
     static_assert(sizeof(X) <= 2, "QScaleNorm: int8 or int16 rows");
     constexpr int up = 31 - 8 * int(sizeof(X));
+    std::int32_t wide[D], q[D], shift[D];
     for (size_t r = 0; r < Rows; ++r, x += D, y += D) {
       std::uint64_t ss = 0;
       for (size_t i = 0; i < D; ++i) ss += std::uint64_t(std::int64_t(x[i]) * x[i]);
       const kernels::Multiplier m = kernels::divide_by_root(requant[0], ss);
-      for (size_t i = 0; i < D; ++i) {
-        const std::int32_t v = kernels::apply(std::int32_t(std::uint32_t(std::int32_t(x[i])) << up), m.q, m.shift - up);
-        y[i] = Y(std::clamp<std::int32_t>(v, std::numeric_limits<Y>::min(), std::numeric_limits<Y>::max()));
-      }
+      for (size_t i = 0; i < D; ++i) wide[i] = std::int32_t(std::uint32_t(std::int32_t(x[i])) << up), q[i] = m.q, shift[i] = m.shift - up;
+      kernels::requantize(wide, 1, D, q, shift, 0, std::numeric_limits<Y>::min(), std::numeric_limits<Y>::max(), y);
     }
   }
 };
