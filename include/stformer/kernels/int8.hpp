@@ -23,6 +23,7 @@
 #include "../config.hpp"
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <climits>
 #include <cstdint>
@@ -82,9 +83,8 @@ inline std::int32_t apply(std::int32_t x, Multiplier m) { return apply(x, m.q, m
 // A result below 2^−32 (|x·m| < 1/2 for every int32 x) is {0, 0}.
 inline Multiplier divide(Multiplier m, std::uint64_t d) {
   if (m.q == 0 || d == 0) return {};
-  int l = 0;
-  for (; d >= (std::uint64_t(1) << 31); d >>= 1) --l;  // a wider d keeps its top 31 bits
-  for (; d < (std::uint64_t(1) << 30); d <<= 1) ++l;
+  const int l = std::countl_zero(d) - 33;  // d·2^l in [2^30, 2^31); a wider d keeps its top 31 bits
+  d = l >= 0 ? d << l : d >> -l;
   std::uint64_t q = (std::uint64_t(std::uint32_t(m.q)) << 31) / d;
   int shift = m.shift + l - 31;
   if (q >= (std::uint64_t(1) << 31)) q >>= 1, ++shift;
@@ -104,9 +104,8 @@ inline Multiplier divide_by_root(Multiplier m, std::uint64_t ss) {
       1259689126, 1246358707, 1233442724, 1220920139, 1208771378, 1196978204, 1185523604, 1174391680, 1163567563, 1153037323,
       1142787899, 1132807028, 1123083182, 1113605518, 1104363818, 1095348453, 1086550331, 1077960865};  // 2^31/√m' mid-bin
   if (ss == 0 || m.q == 0) return {};
-  int t = 0;
-  for (; ss >= (std::uint64_t(1) << 62); ss >>= 2) --t;
-  for (; ss < (std::uint64_t(1) << 60); ss <<= 2) ++t;
+  const int t = (std::countl_zero(ss) - 2) >> 1;  // ss·4^t in [2^60, 2^62) (t = −1: ss ≥ 2^62)
+  ss = t >= 0 ? ss << 2 * t : ss >> 2;
   const std::uint64_t mm = ss >> 30;  // m' in Q30, [2^30, 2^32)
   std::uint64_t y = seed[(mm >> 26) - 16];
   for (int i = 0; i < 3; ++i) {
@@ -115,8 +114,8 @@ inline Multiplier divide_by_root(Multiplier m, std::uint64_t ss) {
   }
   std::uint64_t q = (std::uint64_t(std::uint32_t(m.q)) * y) >> 31;
   int shift = m.shift + t - 30;
-  for (; q >= (std::uint64_t(1) << 31); q >>= 1) ++shift;
-  for (; q < (std::uint64_t(1) << 30); q <<= 1) --shift;
+  if (q >= (std::uint64_t(1) << 31)) q >>= 1, ++shift;  // q·y/2^31 is in [2^29, 2^31]
+  if (q < (std::uint64_t(1) << 30)) q <<= 1, --shift;
   if (shift < -31) return {};
   return {std::int32_t(q), shift};
 }

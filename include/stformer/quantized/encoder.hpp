@@ -105,7 +105,7 @@ struct QEncoderBlock {
 
   // Forward only: a [B, N, D] (int8: SN1(h), then q and the heads, then SN2(h)), the attention's
   // buffers, and the feed-forward layer's hidden rows and accumulators, T rows at a time.
-  template <size_t B, size_t N, size_t T = tile_rows(B * N)>
+  template <size_t B, size_t N, size_t T = qtile_rows(B * N)>
   struct Work {
     TensorOf<std::int8_t, B, N, D> a;
     typename Attention::template Work<B, N, N, T> attention;

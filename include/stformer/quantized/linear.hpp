@@ -136,4 +136,9 @@ struct QLinear {
 // A scale tensor: F32 [1], s > 0 (named `<activation>_scale`).
 using Scale = Tensor<1>;
 
+// Rows per tile of the quantized forward passes by default: up to 64, so that a small model's
+// layers take their rows at once (each call of the int8 product packs its weights). A smaller T
+// (the passes' last template argument) takes less memory: a microcontroller's choice.
+constexpr size_t qtile_rows(size_t rows) { return rows < 64 ? rows : 64; }
+
 }  // namespace stformer

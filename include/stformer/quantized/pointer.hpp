@@ -60,7 +60,7 @@ struct QPointerAttention {
 
   // Forward only: q [B, Nq, Da], k [B, Nk, Da] (int8), the logits [B, Nq, Nk] (int32), and the
   // projections' accumulators, T rows at a time.
-  template <size_t B, size_t Nq, size_t Nk, size_t T = tile_rows(B * Nk)>
+  template <size_t B, size_t Nq, size_t Nk, size_t T = qtile_rows(B * Nk)>
   struct Infer {
     TensorOf<std::int8_t, B, Nq, Da> q;
     TensorOf<std::int8_t, B, Nk, Da> k;

@@ -98,7 +98,7 @@ struct QPointerModel {
 
   // Forward only: the input x_q, the residual stream h [B, N, D] (int16), one block's work (its
   // a [B, N, D] then holds the keys), the queries and the pointer's pass.
-  template <size_t B, size_t N, size_t T = tile_rows(B * N)>
+  template <size_t B, size_t N, size_t T = qtile_rows(B * N)>
   struct Infer {
     using BlockWork = typename Block::template Work<B, N, T>;
     TensorOf<std::int16_t, B, N, In> x;
