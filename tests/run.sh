@@ -9,6 +9,8 @@
 #   subproject (tests/consumers), with the first backend's trained model;
 # - the bare-metal firmware (targets/firmware/mps2), cross-built for Cortex-M7 and Cortex-M4 with
 #   the first backend's trained model, run on QEMU's MPS2 boards against that build's predictions;
+#   and the same model quantized to int8 (targets/firmware/microbit) on a Cortex-M0 without an FPU
+#   (QEMU's micro:bit): the host's integers exactly, and no soft-float routine in the image;
 # - the suite cross-built for aarch64 with xsimd's NEON kernels, run under qemu-aarch64.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -71,7 +73,11 @@ for cpu in m7 m4; do
   ninja -C "$dir"
   meson test -C "$dir" --print-errorlogs
 done
-echo "firmware passed on Cortex-M7 and Cortex-M4"
+stage "int8 firmware, Cortex-M0 without FPU, on QEMU's micro:bit (build-test-cortex-m0)"
+setup build-test-cortex-m0 --cross-file targets/cross/cortex-m0.ini -Dsimd=none -Dwerror=true -Dfirmware="$PWD/build-firmware-headers"
+ninja -C build-test-cortex-m0
+meson test -C build-test-cortex-m0 --print-errorlogs
+echo "firmware passed on Cortex-M7 and Cortex-M4, the int8 firmware on Cortex-M0"
 
 stage "aarch64, NEON kernels, under qemu-aarch64 (build-test-aarch64)"
 setup build-test-aarch64 --cross-file targets/cross/aarch64-linux-gnu.ini -Dsimd=neon -Dbench=disabled -Dwerror=true

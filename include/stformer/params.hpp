@@ -70,9 +70,12 @@ struct Init {
   float value = 0;  // constant: the value
 };
 
-// Recurse into a sub-block (or a std::array of them, named .0, .1, ...).
+// Recurse into a sub-block (or a std::array of them, named .0, .1, ...). Not inlined: each
+// block's visit keeps its children's names (Path, 136 B each) in a frame of its own, so a
+// visit's stack is its depth's few names, not every name of the model at once in one inlined
+// frame (several KB: too much for a microcontroller's stack).
 template <class F, class T, class... S>
-constexpr void visit(const Path& at, F& f, T& first, S&... rest) {
+[[gnu::noinline]] constexpr void visit(const Path& at, F& f, T& first, S&... rest) {
   using Block = std::remove_const_t<T>;
   Block::visit(at, f, first, rest...);
 }

@@ -5,6 +5,8 @@
 #                 constant image (checkpoint_header --model pointer: read in place from flash)
 #   sets.hpp      8 fresh test sets (max_value sets --seed 7)
 #   expected.hpp  the host build's log-probabilities for them (max_value predict)
+#   qweights.hpp  the same model quantized to int8 (max_value quantize), as its constant image
+#   qexpected.hpp the int8 model's quantized inputs and int32 logits for the 8 sets (predict)
 set -euo pipefail
 build=$1 out=$2
 mkdir -p "$out"
@@ -13,7 +15,11 @@ mkdir -p "$out"
 "$build/targets/max_value/max_value" predict --checkpoint "$out/pointer.safetensors" --input "$out/sets.safetensors" \
   --output "$out/expected.safetensors"
 "$build/targets/firmware/checkpoint_header" --model pointer --namespace weights "$out/pointer.safetensors" "$out/weights.hpp"
-for name in sets:sets expected:expected; do
+"$build/targets/max_value/max_value" quantize --checkpoint "$out/pointer.safetensors" --output "$out/qpointer.safetensors"
+"$build/targets/max_value/max_value" predict --checkpoint "$out/qpointer.safetensors" --input "$out/sets.safetensors" \
+  --output "$out/qexpected.safetensors"
+"$build/targets/firmware/checkpoint_header" --model pointer --namespace qweights "$out/qpointer.safetensors" "$out/qweights.hpp"
+for name in sets:sets expected:expected qexpected:qexpected; do
   "$build/targets/firmware/checkpoint_header" --namespace "${name%%:*}" "$out/${name#*:}.safetensors" "$out/${name%%:*}.hpp"
 done
 echo "headers in $out"

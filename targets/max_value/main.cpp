@@ -219,7 +219,8 @@ int quantize_checkpoint(const std::string& path, const std::string& output, std:
   return 0;
 }
 
-// predict: x [B, 50, 2] in, log_probs [B, 50] (pointer) or y [B, 2] (set) out.
+// predict: x [B, 50, 2] in, log_probs [B, 50] (pointer) or y [B, 2] (set) out; an int8 pointer
+// model also writes its quantized input x_q [B, 50, 2] (I16) and its logits [B, 50] (I32).
 template <class Net>
 int predict(Run<Net>& run, const char* kind, const std::string& input, const std::string& output) {
   auto in = safetensors::File::read(input);
@@ -245,6 +246,25 @@ int predict(Run<Net>& run, const char* kind, const std::string& input, const std
   safetensors::Writer w;
   w.set_metadata("model", kind);
   w.add(pointer ? "log_probs" : "y", safetensors::Dtype::F32, {count, width}, std::as_bytes(std::span(out)));
+  if constexpr (Run<Net>::pointer) {
+    if (run.quantized) {  // the int8 model's own integers: its quantized input and its logits
+      std::vector<std::int16_t> x_q(count * N * 2);
+      std::vector<std::int32_t> logits(count * N);
+      auto pass = std::make_unique<InferOf<QPointerNet, 1, N>>();
+      Tensor<1, N, 2> set;
+      for (size_t b = 0; b < count; ++b) {
+        std::copy_n(points.data() + b * N * 2, N * 2, set.data());
+        const auto& l = pass->forward(*run.quantized, set);
+        std::copy(l.begin(), l.end(), logits.begin() + b * N);
+        std::copy(pass->x.begin(), pass->x.end(), x_q.begin() + b * N * 2);
+      }
+      w.add("x_q", safetensors::Dtype::I16, {count, N, 2}, std::as_bytes(std::span(x_q)));
+      w.add("logits", safetensors::Dtype::I32, {count, N}, std::as_bytes(std::span(logits)));
+      w.set_metadata("precision", "int8");
+      std::printf("%s: x_q [%zu, %zu, 2] (I16), logits [%zu, %zu] (I32, one unit = %.9g)\n", output.c_str(), count, N, count, N,
+                  run.quantized->pointer.logit_scale());
+    }
+  }
   w.write(output);
   std::printf("%s: %s [%zu, %zu]\n", output.c_str(), pointer ? "log_probs" : "y", count, width);
   return 0;

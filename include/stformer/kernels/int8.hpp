@@ -402,7 +402,7 @@ inline std::int32_t softmax_u8(const std::int32_t* x, Multiplier exponent, std::
   std::int32_t sum = 0;
   for (size_t j = 0; j < C; ++j) {
     const std::int32_t d = std::int32_t(std::min<std::uint32_t>((umx - std::uint32_t(x[j])) >> a, 65535));
-    const std::int32_t u = std::min((d * e15 + (1 << (k - 1))) >> k, 16 * 256);
+    const std::int32_t u = std::min<std::int32_t>((d * e15 + (1 << (k - 1))) >> k, 16 * 256);
     const std::int32_t n = u >> 8;
     const std::int32_t e = (std::int32_t(exp2_q15.v[u & 255]) * 255 + (1 << (14 + n))) >> (15 + n);
     p[j] = std::int8_t(e - 128);

@@ -124,19 +124,20 @@ struct QMultiHeadAttention {
         for_tiles<Nq, T>([&]<size_t R>(size_t i0) {
           std::int8_t* qh = q + (b * Nq + i0) * D + h * Dh;
           kernels::qmatmul_nt<R, Nk, Dh>(qh, D, w.k.data() + b * Nk * D + h * Dh, D, s, Nk);
-          std::int32_t q_row[R][Dh], shift_row[R][Dh];
           for (size_t r = 0; r < R; ++r) {
             std::int32_t* x = s + r * Nk;
             if (mask.causal || mask.keys)
               for (size_t j = 0; j < Nk; ++j)
                 if (!mask.sees(b, i0 + r, j)) x[j] = INT32_MIN;
-            const std::int32_t sum = kernels::softmax_u8<Nk>(x, exponent[0], w.p.data() + r * Nk);
-            const kernels::Multiplier m = kernels::divide(values[0], std::uint32_t(sum));
-            std::fill_n(q_row[r], Dh, m.q), std::fill_n(shift_row[r], Dh, m.shift);
+            x[0] = kernels::softmax_u8<Nk>(x, exponent[0], w.p.data() + r * Nk);  // row r's scores are done with: keep Σ e
           }
           kernels::qmatmul_nt<R, Dh, Nk>(w.p.data(), Nk, w.vt.data() + (b * D + h * Dh) * Nk, Nk, o, Dh, w.vsum.data() + b * D + h * Dh);
-          for (size_t r = 0; r < R; ++r)
-            kernels::requantize(o + r * Dh, 1, Dh, q_row[r], shift_row[r], 0, -128, 127, qh + r * D);
+          for (size_t r = 0; r < R; ++r) {
+            const kernels::Multiplier m = kernels::divide(values[0], std::uint32_t(s[r * Nk]));
+            std::int32_t q_row[Dh], shift_row[Dh];
+            std::fill_n(q_row, Dh, m.q), std::fill_n(shift_row, Dh, m.shift);
+            kernels::requantize(o + r * Dh, 1, Dh, q_row, shift_row, 0, -128, 127, qh + r * D);
+          }
         });
   }
 
