@@ -14,10 +14,13 @@
 #include <span>
 #include <stdexcept>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include <stformer/checkpoint.hpp>
 #include <stformer/corpus.hpp>
+#include <stformer/quantized/checkpoint.hpp>
+#include <stformer/quantized/weight_int8.hpp>
 #include <stformer/stformer.hpp>
 #include <stformer/training.hpp>
 #include <stformer/train/parallel.hpp>
@@ -54,8 +57,8 @@ void check_vocabulary(const Vocabulary& vocab, const std::string& where) {
 // takes the one SPEC's rule derives from the corpus it is used with, corpus() (called only
 // then), and is refused with how to give one when there is no corpus. A file that holds another
 // model is refused as such (max_value's checkpoints name theirs).
-template <size_t V, size_t L, size_t D, size_t H, size_t F, size_t Blocks>
-Vocabulary load_model(const std::string& path, LanguageModel<V, L, D, H, F, Blocks>& model,
+template <size_t V, size_t L, size_t D, size_t H, size_t F, size_t Blocks, class E, class Hd>
+Vocabulary load_model(const std::string& path, LanguageModel<V, L, D, H, F, Blocks, E, Hd>& model,
                       const std::function<const Vocabulary&()>& corpus = {}) {
   auto f = safetensors::File::read(path);
   if (f.find("embedding.weight") == nullptr) {
@@ -77,7 +80,10 @@ Vocabulary load_model(const std::string& path, LanguageModel<V, L, D, H, F, Bloc
                              "it was trained on, --data WIKITEXT2_DIR, and the vocabulary is derived from it by SPEC's rule");
   }
   check_vocabulary<V>(vocab, "checkpoint " + path);
-  load_params(f, model);
+  if constexpr (std::is_same_v<E, Embedding<V, D>>)
+    load_params(f, model);
+  else
+    load_quantized(f, model);  // the int8 weights' scales checked too
   return vocab;
 }
 
@@ -102,9 +108,17 @@ inline float learning_rate(const TrainOptions& o, std::int64_t step) {
 // - embedding: a lane's gradient is non-zero only in the rows of its windows, so only those
 //   rows are added into grad() and cleared (at the start of the next gradient()), and only
 //   those rows enter the gradient norm (norm()).
+// Whether the checkpoint at `path` holds the weight-only int8 model (wikitext_lm quantize):
+// an I8 embedding.
+inline bool int8_weights(const safetensors::File& f) {
+  const auto* e = f.find("embedding.weight");
+  return e != nullptr && e->dtype == safetensors::Dtype::I8;
+}
+
 template <size_t V, size_t L, size_t D, size_t H, size_t F, size_t Blocks, size_t B>
 struct Run {
   using Model = LanguageModel<V, L, D, H, F, Blocks>;
+  using Model8 = LanguageModelW8<V, L, D, H, F, Blocks>;  // int8 embedding and head (evaluation only)
   static constexpr size_t Lanes = B % 2 == 0 ? 2 : 1, Chunk = B / Lanes;
   static constexpr size_t V1 = V / 2 / 16 * 16;  // the head's backward: rows [0, V1), [V1, V)
   static constexpr size_t HeadRows = 256;         // ... in blocks of 256 rows (W's: 128 KB at D = 128)
@@ -113,6 +127,7 @@ struct Run {
     Model grad;
     ActsOf<Model, Chunk> acts;    // training
     InferOf<Model, Chunk> infer;  // evaluation (forward only: the same logits)
+    InferOf<Model8, Chunk> infer8;  // evaluation of model8
     Tensor<Chunk, 1, V> dlogits;
     Tensor<Chunk, 1, D> dpooled;
     IdTensor<Chunk, L> window;
@@ -122,6 +137,7 @@ struct Run {
   };
 
   std::unique_ptr<Model> model = std::make_unique<Model>();
+  std::unique_ptr<Model8> model8;  // set: mean_nll evaluates it instead
   std::unique_ptr<std::array<Lane, Lanes>> lanes = std::make_unique<std::array<Lane, Lanes>>();
   std::unique_ptr<AdamW<Model>> adamw = std::make_unique<AdamW<Model>>(0.01f);
   std::unique_ptr<SGD<Model>> sgd = std::make_unique<SGD<Model>>(SGDOptions{.momentum = 0.9f, .weight_decay = 1e-4f, .nesterov = true});
@@ -286,7 +302,7 @@ struct Run {
   }
 
   // Mean NLL over positions [first, last) of ids (each t ≥ L), B windows at a time split over
-  // the lanes, summed in lane order; exp of it is the perplexity.
+  // the lanes, summed in lane order; exp of it is the perplexity. Of model8 when it is set.
   double mean_nll(const std::vector<std::int32_t>& ids, size_t first = L, size_t last = 0) {
     if (last == 0 || last > ids.size()) last = ids.size();
     first = std::max(first, L);
@@ -301,7 +317,7 @@ struct Run {
         std::uint32_t positions[Chunk];
         for (size_t b = 0; b < Chunk; ++b) positions[b] = std::uint32_t(begin + std::min(b, count - 1));
         gather(lane, ids, positions, count);
-        const auto& logits = lane.infer.forward(*model, lane.window);
+        const auto& logits = model8 ? lane.infer8.forward(*model8, lane.window) : lane.infer.forward(*model, lane.window);
         for (size_t b = 0; b < count; ++b) lane.loss += nll_of<V>(logits.data() + b * V, lane.next(b), lane.dlogits.data());
       });
       for (size_t l = 0; l < Lanes; ++l) sum += (*lanes)[l].loss;

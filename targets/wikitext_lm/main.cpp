@@ -7,6 +7,8 @@
 //   wikitext_lm predict  --checkpoint P --context "words ..." [--top 10] [--data DIR]
 //   wikitext_lm generate --checkpoint P --prompt "words ..." [--words 30] [--temperature 1]
 //                        [--top-k 40] [--seed S] [--data DIR]
+//   wikitext_lm quantize --checkpoint P --output Q [--data DIR]   (int8 embedding and head;
+//                        eval, predict and generate take Q)
 //   wikitext_lm plot     --curve CSV [--compare CSV] [--output curve.png]
 //   wikitext_lm info     (the memory plan of a forward-only pass over one window)
 //
@@ -47,11 +49,14 @@ namespace {
 constexpr size_t V = 33278, L = 32, D = 128, H = 4, F = 512, Blocks = 2, B = 32;  // SPEC's default
 using LmRun = lm::Run<V, L, D, H, F, Blocks, B>;
 using Model = LmRun::Model;
+using Model8 = LmRun::Model8;
 
-// predict and generate: one window at a time, forward only.
+// predict and generate: one window at a time, forward only, of the float model or (M = Model8)
+// the one with int8 embedding and head.
+template <class M>
 struct Inference {
-  Model model;
-  InferOf<Model, 1> infer;
+  M model;
+  InferOf<M, 1> infer;
   IdTensor<1, L> window;
 };
 
@@ -72,7 +77,8 @@ void context_window(const Vocabulary& vocab, const std::string& text, IdTensor<1
 }
 
 // Probabilities of the next word after the window, softmax with temperature.
-std::vector<double> next_word(Inference& run, double temperature = 1.0) {
+template <class M>
+std::vector<double> next_word(Inference<M>& run, double temperature = 1.0) {
   const auto& z = run.infer.forward(run.model, run.window);
   double m = -1e30, sum = 0;
   for (size_t v = 0; v < V; ++v) m = std::max(m, double(z(0, 0, v)));
@@ -216,7 +222,8 @@ const Corpus& read_corpus(const std::string& data, std::optional<Corpus>& corpus
 
 // Model and vocabulary from `checkpoint`; one without a vocabulary takes that of the corpus in
 // `data` (SPEC's rule; read into *corpus), saying so, when `data` is given.
-Vocabulary load_model(const std::string& checkpoint, Model& model, const std::string& data, std::optional<Corpus>& corpus) {
+template <class M>
+Vocabulary load_model(const std::string& checkpoint, M& model, const std::string& data, std::optional<Corpus>& corpus) {
   std::function<const Vocabulary&()> from_corpus;
   if (!data.empty())
     from_corpus = [&]() -> const Vocabulary& {
@@ -224,6 +231,31 @@ Vocabulary load_model(const std::string& checkpoint, Model& model, const std::st
       return read_corpus(data, corpus).vocab;
     };
   return lm::load_model(checkpoint, model, from_corpus);
+}
+
+// Which precision runs, said by eval, predict and generate.
+template <class M>
+const char* precision() {
+  return std::is_same_v<M, Model8> ? "int8 embedding and head (weight-only), float32 blocks and pool" : "float32";
+}
+
+// quantize: the float model of `checkpoint` with its embedding and head in int8 (one scale per
+// row), saved with its vocabulary.
+int quantize(const std::string& checkpoint, const std::string& output, const std::string& data) {
+  auto f = std::make_unique<Model>();
+  auto q = std::make_unique<Model8>();
+  std::optional<Corpus> corpus;
+  Vocabulary vocab = load_model(checkpoint, *f, data, corpus);
+  quantize_weights(*f, *q);
+  safetensors::Writer w;
+  w.set_metadata("model", "wikitext_lm");
+  w.set_metadata("precision", "int8 weights: embedding, head");
+  add_params(w, *q);
+  const std::string words = vocab.serialize();
+  w.add("state.vocab", safetensors::Dtype::U8, {words.size()}, std::as_bytes(std::span(words)));
+  w.write(output);
+  std::printf("%s: embedding and head in int8, %zu B of parameters (float32: %zu B)\n", output.c_str(), sizeof(Model8), sizeof(Model));
+  return 0;
 }
 
 // info: the model's size and the memory of a forward-only pass over one window, phase by phase,
@@ -245,6 +277,49 @@ int info() {
   print_pool_work<Pool>(in);
   std::printf("  head    %zu B\n", sizeof(Logits));
   print_buffer<Logits>(in, "logits", "the output");
+  return 0;
+}
+
+// predict (the top words after the context) or generate (words sampled after the prompt) with
+// the model of type M in `checkpoint`.
+template <class M>
+int predict_or_generate(bool predict, const std::string& checkpoint, const std::string& data, const std::string& text, size_t top,
+                        size_t words, double temperature, size_t top_k, std::uint64_t seed) {
+  auto run = std::make_unique<Inference<M>>();
+  std::optional<Corpus> corpus;
+  Vocabulary vocab = load_model(checkpoint, run->model, data, corpus);
+  std::fprintf(stderr, "%s: %s\n", checkpoint.c_str(), precision<M>());
+  context_window(vocab, text, run->window);
+  if (predict) {
+    auto prob = next_word(*run);
+    std::vector<size_t> idx(V);
+    std::iota(idx.begin(), idx.end(), size_t{0});
+    std::partial_sort(idx.begin(), idx.begin() + long(top), idx.end(), [&](size_t a, size_t b) { return prob[a] > prob[b]; });
+    for (size_t i = 0; i < top; ++i) std::printf("%-20s %.4f\n", vocab.word(std::int32_t(idx[i])).c_str(), prob[idx[i]]);
+    return 0;
+  }
+  Rng rng(seed, 3);
+  std::printf("%s", text.c_str());
+  for (size_t n = 0; n < words; ++n) {
+    auto prob = next_word(*run, temperature);
+    std::vector<size_t> idx(V);
+    std::iota(idx.begin(), idx.end(), size_t{0});
+    std::partial_sort(idx.begin(), idx.begin() + long(top_k), idx.end(), [&](size_t a, size_t b) { return prob[a] > prob[b]; });
+    double total = 0;
+    for (size_t i = 0; i < top_k; ++i) total += prob[idx[i]];
+    double u = rng.uniform() * total;
+    size_t pick = idx[0];
+    for (size_t i = 0; i < top_k; ++i)
+      if ((u -= prob[idx[i]]) <= 0) {
+        pick = idx[i];
+        break;
+      }
+    const std::string& w = vocab.word(std::int32_t(pick));
+    std::printf(w == Vocabulary::eos ? "\n" : " %s", w.c_str());
+    for (size_t i = 0; i + 1 < L; ++i) run->window(0, i) = run->window(0, i + 1);
+    run->window(0, L - 1) = std::int32_t(pick);
+  }
+  std::printf("\n");
   return 0;
 }
 
@@ -300,6 +375,12 @@ int main(int argc, char** argv) {
     cmd->add_option("--data", data, "the corpus the model was trained on, for a checkpoint without a vocabulary (SPEC's rule derives it)")
         ->check(CLI::ExistingDirectory);
 
+  std::string output;
+  auto* qz = app.add_subcommand("quantize", "the model with its embedding and head in int8 (weight-only); eval, predict, generate take it");
+  qz->add_option("--checkpoint", checkpoint, "float checkpoint")->required()->check(CLI::ExistingFile);
+  qz->add_option("--output", output, "the quantized checkpoint")->required()->check(OutputPath);
+  qz->add_option("--data", data, "the corpus, for a checkpoint without a vocabulary")->check(CLI::ExistingDirectory);
+
   auto* pl = app.add_subcommand("plot", "learning curves (PNG through gnuplot) from train's --curve CSV");
   pl->add_option("--curve", curve, "stformer's curve CSV")->required()->check(CLI::ExistingFile);
   pl->add_option("--compare", compare, "a second curve in the same columns (bench/lm_torch.py's)")->check(CLI::ExistingFile);
@@ -317,11 +398,19 @@ int main(int argc, char** argv) {
   try {
     if (*t) return train(data, budget, seed, threads, o, checkpoint, curve, eval_every, eval_positions, save_every, resume);
     if (*pl) return plot(curve, compare, png);
+    if (*qz) return quantize(checkpoint, output, data);
     if (*info_cmd) return info();
     if (*e) {
       auto run = std::make_unique<LmRun>(0, threads);
       std::optional<Corpus> corpus;
-      Vocabulary vocab = load_model(checkpoint, *run->model, data, corpus);  // the checkpoint first
+      Vocabulary vocab;  // the checkpoint first
+      if (lm::int8_weights(safetensors::File::read(checkpoint))) {
+        run->model8 = std::make_unique<Model8>();
+        vocab = load_model(checkpoint, *run->model8, data, corpus);
+      } else {
+        vocab = load_model(checkpoint, *run->model, data, corpus);
+      }
+      std::printf("%s: %s\n", checkpoint.c_str(), run->model8 ? precision<Model8>() : precision<Model>());
       const Corpus& c = read_corpus(data, corpus);
       if (c.vocab.serialize() != vocab.serialize()) throw std::runtime_error("the corpus's vocabulary differs from the checkpoint's");
       const auto& ids = split == "valid" ? c.valid : c.test;
@@ -331,40 +420,9 @@ int main(int argc, char** argv) {
                   std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
       return 0;
     }
-    auto run = std::make_unique<Inference>();
-    std::optional<Corpus> corpus;
-    Vocabulary vocab = load_model(checkpoint, run->model, data, corpus);
-    context_window(vocab, text, run->window);
-    if (*p) {
-      auto prob = next_word(*run);
-      std::vector<size_t> idx(V);
-      std::iota(idx.begin(), idx.end(), size_t{0});
-      std::partial_sort(idx.begin(), idx.begin() + long(top), idx.end(), [&](size_t a, size_t b) { return prob[a] > prob[b]; });
-      for (size_t i = 0; i < top; ++i) std::printf("%-20s %.4f\n", vocab.word(std::int32_t(idx[i])).c_str(), prob[idx[i]]);
-      return 0;
-    }
-    Rng rng(seed, 3);
-    std::printf("%s", text.c_str());
-    for (size_t n = 0; n < words; ++n) {
-      auto prob = next_word(*run, temperature);
-      std::vector<size_t> idx(V);
-      std::iota(idx.begin(), idx.end(), size_t{0});
-      std::partial_sort(idx.begin(), idx.begin() + long(top_k), idx.end(), [&](size_t a, size_t b) { return prob[a] > prob[b]; });
-      double total = 0;
-      for (size_t i = 0; i < top_k; ++i) total += prob[idx[i]];
-      double u = rng.uniform() * total;
-      size_t pick = idx[0];
-      for (size_t i = 0; i < top_k; ++i)
-        if ((u -= prob[idx[i]]) <= 0) {
-          pick = idx[i];
-          break;
-        }
-      const std::string& w = vocab.word(std::int32_t(pick));
-      std::printf(w == Vocabulary::eos ? "\n" : " %s", w.c_str());
-      for (size_t i = 0; i + 1 < L; ++i) run->window(0, i) = run->window(0, i + 1);
-      run->window(0, L - 1) = std::int32_t(pick);
-    }
-    std::printf("\n");
+    if (lm::int8_weights(safetensors::File::read(checkpoint)))
+      return predict_or_generate<Model8>(bool(*p), checkpoint, data, text, top, words, temperature, top_k, seed);
+    return predict_or_generate<Model>(bool(*p), checkpoint, data, text, top, words, temperature, top_k, seed);
   } catch (const std::exception& ex) {
     std::fprintf(stderr, "wikitext_lm: %s\n", ex.what());
     return 1;

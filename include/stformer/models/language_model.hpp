@@ -18,13 +18,15 @@
 
 namespace stformer::inline STFORMER_ABI {
 
-template <size_t V, size_t L, size_t D, size_t H, size_t F, size_t Blocks>
+// Embed and Head: the float Embedding and Linear, or any layers with their apply (the
+// weight-only int8 ones of stformer/quantized/weight_int8.hpp: LanguageModelW8, forward only).
+template <size_t V, size_t L, size_t D, size_t H, size_t F, size_t Blocks, class Embed = Embedding<V, D>, class Head = Linear<D, V>>
 struct LanguageModel {
-  Embedding<V, D> embedding;
+  Embed embedding;
   [[no_unique_address]] PositionalEncoding<L, D> pe;  // no parameters and no bytes: the model is its parameters
   std::array<EncoderBlock<D, H, F>, Blocks> blocks;
   PMA<D, H, 1> pool;
-  Linear<D, V> head;
+  Head head;
 
   template <class Fn, class... S>
   static constexpr void visit(const Path& at, Fn& f, S&... s) {

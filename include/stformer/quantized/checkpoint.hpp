@@ -45,7 +45,7 @@ void load_quantized(const safetensors::File& f, Q& model) {
       std::as_const(*loaded));
   if (problem.empty()) {
     auto derived = std::make_unique<Q>(*loaded);
-    derived->set_multipliers();
+    if constexpr (requires { derived->set_multipliers(); }) derived->set_multipliers();  // (weight-only models have none)
     for_each_param(
         [&](const Path& path, Init, const auto& a, const auto& b) {
           if (problem.empty() && std::memcmp(a.data(), b.data(), sizeof(*a.data()) * a.size()) != 0)

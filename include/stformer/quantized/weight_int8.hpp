@@ -1,0 +1,123 @@
+// Weight-only int8 for the large layers on the host: int8 weights with one scale per row,
+// float activations. The language model's 33,278-word embedding and head hold nearly all of its
+// 36 MB; in int8 a window's forward pass reads 4× fewer bytes of them.
+//
+//   Int8Embedding<V, D>: out[r] = s[id]·W_q[id]          (a row lookup, dequantized)
+//   Int8Linear<In, Out>: y = x (s ⊙ W_q)ᵀ + b            (rows of W_q dequantized into a float
+//                                                         panel, C rows at a time, then the float
+//                                                         product: kernels::matmul_nt)
+// with W[r, :] ≈ s[r]·W_q[r, :], W_q in [−127, 127] (symmetric, per row). Drop-in for
+// Embedding and Linear in a forward-only pass (apply has their signature): LanguageModel's
+// Embed and Head parameters (LanguageModelW8 below). Tensors: weight I8 [rows, width],
+// weight_scale F32 [rows], bias F32 [Out] (Int8Linear).
+#pragma once
+
+#include "../config.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+
+#include "../blocks/embedding.hpp"
+#include "../blocks/linear.hpp"
+#include "../kernels/matmul.hpp"
+#include "../models/language_model.hpp"
+#include "linear.hpp"
+
+namespace stformer::inline STFORMER_ABI {
+
+namespace quant {
+// W_q and s of a float matrix [rows, width], per row: s = max|W[r, :]|/127 (host side).
+template <size_t R, size_t W>
+void quantize_rows(const Tensor<R, W>& w, TensorOf<std::int8_t, R, W>& q, Tensor<R>& scale) {
+  for (size_t r = 0; r < R; ++r) {
+    float m = 0;
+    for (size_t k = 0; k < W; ++k) m = std::max(m, std::abs(w(r, k)));
+    scale(r) = scale_for(m);
+    for (size_t k = 0; k < W; ++k) q(r, k) = std::int8_t(to_int(w(r, k), scale(r), -127, 127));
+  }
+}
+}  // namespace quant
+
+template <size_t V, size_t D>
+struct Int8Embedding {
+  TensorOf<std::int8_t, V, D> weight;
+  Tensor<V> weight_scale;
+
+  template <class F, class... S>
+  static constexpr void visit(const Path& at, F& f, S&... s) {
+    f(at / "weight", Init{Init::zeros}, s.weight...);
+    f(at / "weight_scale", Init{Init::zeros}, s.weight_scale...);
+  }
+
+  static void quantize(const Embedding<V, D>& f, Int8Embedding& q) { quant::quantize_rows(f.weight, q.weight, q.weight_scale); }
+
+  // out[r] = s[ids[r]]·W_q[ids[r]] for Rows ids (an id outside [0, V) fails, as Embedding's)
+  template <size_t Rows>
+  void apply(const std::int32_t* ids, float* out) const {
+    for (size_t r = 0; r < Rows; ++r) {
+      const std::int32_t id = ids[r];
+      STFORMER_CHECK(id >= 0 && size_t(id) < V, "Int8Embedding: token id outside [0, V)");
+      const std::int8_t* row = weight.data() + size_t(id) * D;
+      const float s = weight_scale(size_t(id));
+      for (size_t k = 0; k < D; ++k) out[r * D + k] = s * float(row[k]);
+    }
+  }
+};
+
+template <size_t In, size_t Out>
+struct Int8Linear {
+  TensorOf<std::int8_t, Out, In> weight;
+  Tensor<Out> weight_scale;
+  Tensor<Out> bias;
+
+  template <class F, class... S>
+  static constexpr void visit(const Path& at, F& f, S&... s) {
+    f(at / "weight", Init{Init::zeros}, s.weight...);
+    f(at / "weight_scale", Init{Init::zeros}, s.weight_scale...);
+    f(at / "bias", Init{Init::zeros}, s.bias...);
+  }
+
+  template <Init::Kind K>
+  static void quantize(const Linear<In, Out, K>& f, Int8Linear& q) {
+    quant::quantize_rows(f.weight, q.weight, q.weight_scale);
+    q.bias = f.bias;
+  }
+
+  // Output rows dequantized per panel: C·In floats (16 KB at In = 128) on the stack.
+  static constexpr size_t C = 32;
+
+  // y [Rows, Out] = x [Rows, In] (s ⊙ W_q)ᵀ + b
+  template <size_t Rows>
+  void apply(const float* x, float* y) const {
+    alignas(64) float panel[C * In];
+    const auto block = [&]<size_t N>(size_t n0) {
+      for (size_t n = 0; n < N; ++n) {
+        const std::int8_t* row = weight.data() + (n0 + n) * In;
+        const float s = weight_scale(n0 + n);
+        for (size_t k = 0; k < In; ++k) panel[n * In + k] = s * float(row[k]);
+      }
+      kernels::matmul_nt<Rows, N, In>(x, In, panel, In, y + n0, Out, 1.0f, bias.data() + n0);
+    };
+    size_t n0 = 0;
+    for (; n0 + C <= Out; n0 += C) block.template operator()<C>(n0);
+    if constexpr (Out % C != 0) block.template operator()<Out % C>(n0);
+  }
+};
+
+// SPEC's language model with an int8 embedding and head (weight-only), the blocks and the pool
+// in float: the same names as LanguageModel's checkpoints, embedding.weight and head.weight I8
+// with their weight_scale beside them.
+template <size_t V, size_t L, size_t D, size_t H, size_t F, size_t Blocks>
+using LanguageModelW8 = LanguageModel<V, L, D, H, F, Blocks, Int8Embedding<V, D>, Int8Linear<D, V>>;
+
+// The weight-only int8 model of a float one (host side).
+template <size_t V, size_t L, size_t D, size_t H, size_t F, size_t Blocks>
+void quantize_weights(const LanguageModel<V, L, D, H, F, Blocks>& f, LanguageModelW8<V, L, D, H, F, Blocks>& q) {
+  Int8Embedding<V, D>::quantize(f.embedding, q.embedding);
+  q.blocks = f.blocks;
+  q.pool = f.pool;
+  Int8Linear<D, V>::quantize(f.head, q.head);
+}
+
+}  // namespace stformer
