@@ -29,6 +29,7 @@
 //     LmForward<pass, B>: SPEC's language model on B windows of 32 random token ids [B, 32]
 //       to the 33,278 logits [B, 1, 33,278], B = 1 (one window) and 32 (a training batch's
 //       worth); `windows` per second.
+//     LmForwardW8<B>: the same with int8 embedding and head (LanguageModelW8, weight-only).
 #include <benchmark/benchmark.h>
 
 #include <memory>
@@ -163,6 +164,30 @@ void BM_LmForward(benchmark::State& state) {
   run_forward<Model, Pass<Model, B>>(state, *windows, lm_forward_flops(B), "windows", B);
 }
 
+// The same windows through the model with int8 embedding and head (weight-only,
+// LanguageModelW8: quantize_weights of the same parameters).
+template <size_t B>
+void BM_LmForwardW8(benchmark::State& state) {
+  using Model = LanguageModel<V, L, D, H, F, Blocks>;
+  using Model8 = LanguageModelW8<V, L, D, H, F, Blocks>;
+  auto windows = std::make_unique<IdTensor<B, L>>();
+  auto ids = random_stream(B * L);
+  std::copy(ids.begin(), ids.end(), windows->begin());
+  auto model = std::make_unique<Model>();
+  Rng rng(1);
+  init_params(*model, rng);
+  auto model8 = std::make_unique<Model8>();
+  quantize_weights(*model, *model8);
+  model.reset();
+  auto pass = std::make_unique<InferOf<Model8, B>>();
+  for (auto _ : state) {
+    benchmark::DoNotOptimize(pass->forward(*model8, *windows).data());
+    benchmark::ClobberMemory();
+  }
+  state.counters["GFLOP"] = benchmark::Counter(lm_forward_flops(B) * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
+  state.counters["windows"] = benchmark::Counter(double(B), benchmark::Counter::kIsIterationInvariantRate);
+}
+
 }  // namespace
 
 BENCHMARK(BM_FmaPeak);
@@ -177,5 +202,7 @@ BENCHMARK(BM_SetForward<ActsOf>)->Unit(benchmark::kMicrosecond);
 BENCHMARK(BM_LmForward<InferOf, 1>)->Unit(benchmark::kMicrosecond);
 BENCHMARK(BM_LmForward<ActsOf, 1>)->Unit(benchmark::kMicrosecond);
 BENCHMARK(BM_LmForward<InferOf, 32>)->Unit(benchmark::kMicrosecond);
+BENCHMARK(BM_LmForwardW8<1>)->Unit(benchmark::kMicrosecond);
+BENCHMARK(BM_LmForwardW8<32>)->Unit(benchmark::kMicrosecond);
 BENCHMARK(BM_LmForward<ActsOf, 32>)->Unit(benchmark::kMicrosecond);
 BENCHMARK_MAIN();

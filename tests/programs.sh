@@ -141,6 +141,39 @@ if "${run[@]}" "$header_bin" "$tmp/pointer.safetensors" "$tmp/image.hpp" --model
   echo "ok   checkpoint_header --model pointer: the model's image, 37 parameters"
 else fail "checkpoint_header --model pointer: $(tail -2 "$tmp/out")"; fi
 
+echo "== int8: max_value quantize, eval/predict of the int8 checkpoint, its image, bad int8 files"
+q="$tmp/pointer-int8.safetensors"
+if "${run[@]}" "$mv_bin" quantize --checkpoint "$tmp/pointer.safetensors" --output "$q" --sets 100 >"$tmp/out" 2>&1 &&
+  grep -q "the same choice on" "$tmp/out" && "${run[@]}" "$mv_bin" eval --checkpoint "$q" --sets 10 >"$tmp/out2" 2>&1 &&
+  grep -q "int8 (integer forward pass" "$tmp/out2"; then echo "ok   quantize, then eval: $(grep 'same choice' "$tmp/out")"
+else fail "max_value quantize / eval: $(tail -2 "$tmp/out") $(tail -2 "$tmp/out2" 2>/dev/null)"; fi
+if "${run[@]}" "$mv_bin" predict --checkpoint "$q" --input "$tmp/sets.safetensors" --output "$tmp/qy.safetensors" >"$tmp/out" 2>&1 &&
+  /usr/bin/python3 - "$tmp/qy.safetensors" <<'EOF2'
+import json, struct, sys
+b = open(sys.argv[1], 'rb').read(); h = json.loads(b[8:8 + struct.unpack('<Q', b[:8])[0]])
+assert h['logits']['dtype'] == 'I32' and h['logits']['shape'] == [8, 50], h['logits']
+assert h['x_q']['dtype'] == 'I16' and h['x_q']['shape'] == [8, 50, 2], h['x_q']
+assert h['log_probs']['dtype'] == 'F32', h['log_probs']
+EOF2
+then echo "ok   predict with the int8 checkpoint: log_probs, x_q (I16), logits (I32)"
+else fail "predict with the int8 checkpoint: $(tail -2 "$tmp/out")"; fi
+refuse "pointer-int8.safetensors|already quantized" "$mv_bin" quantize --checkpoint "$q" --output "$tmp/qq.safetensors"
+if "${run[@]}" "$header_bin" "$q" "$tmp/qimage.hpp" --model pointer --namespace qw >"$tmp/out" 2>&1 &&
+  grep -qF "using Model = stformer::QPointerModel<2, 16, 1, 64, 2>;" "$tmp/qimage.hpp" && grep -q "std::int8_t p2\[" "$tmp/qimage.hpp"; then
+  echo "ok   checkpoint_header --model pointer on the int8 checkpoint: the int8 model's image"
+else fail "checkpoint_header on the int8 checkpoint: $(tail -2 "$tmp/out")"; fi
+/usr/bin/python3 - "$tmp" <<'EOF2'
+import json, struct, sys
+d = sys.argv[1]
+b = open(d + '/pointer-int8.safetensors', 'rb').read(); n = struct.unpack('<Q', b[:8])[0]
+h = json.loads(b[8:8 + n]); data = bytearray(b[8 + n:])
+o = h['residual_scale']['data_offsets'][0]
+data[o:o + 4] = struct.pack('<f', -2.0)
+j = b[8:8 + n]
+open(d + '/bad-int8.safetensors', 'wb').write(b[:8] + j + bytes(data))
+EOF2
+refuse "bad-int8.safetensors|scale 'residual_scale' is -2|finite and above 0" "$mv_bin" eval --checkpoint "$tmp/bad-int8.safetensors"
+
 echo "== info: the forward-only memory plans"
 # info_plan PROGRAM ARGS... -- LINES...: exit 0, and stdout holds each line
 info_plan() {
@@ -225,6 +258,10 @@ if [ -n "$wikitext" ] && [ -d "$wikitext" ]; then
   if [ $rc -eq 130 ] && [ -n "$stopped" ] && "${run[@]}" "$lm_bin" predict --checkpoint "$ck" --context "the" --top 3 >/dev/null 2>"$tmp/err"; then
     echo "ok   wikitext_lm SIGINT: $stopped, exit 130, the checkpoint loads"
   else fail "wikitext_lm SIGINT: exit $rc, $(tail -2 "$tmp/out") $(cat "$tmp/err" 2>/dev/null)"; fi
+  if "${run[@]}" "$lm_bin" quantize --checkpoint "$ck" --output "$tmp/lm-int8.safetensors" >/dev/null 2>"$tmp/err" &&
+    "${run[@]}" "$lm_bin" predict --checkpoint "$tmp/lm-int8.safetensors" --context "the" --top 3 >/dev/null 2>"$tmp/err" &&
+    grep -q "int8 embedding and head" "$tmp/err"; then echo "ok   wikitext_lm quantize, then predict with int8 embedding and head"
+  else fail "wikitext_lm quantize / predict: $(cat "$tmp/err")"; fi
   cp "$ck" "$tmp/lm_before.safetensors"
   refuse "wikitext_lm: step |: the loss is not finite|training stopped|nothing saved" "$lm_bin" train --data "$wikitext" --steps 50 --lr 1e30 --checkpoint "$ck"
   cmp -s "$ck" "$tmp/lm_before.safetensors" && echo "ok   the previous checkpoint is unchanged" || fail "wikitext_lm: the checkpoint changed"

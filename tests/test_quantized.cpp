@@ -3,7 +3,8 @@
 // the documented bounds (docs/reference.md, "Quantized models"): QLinear and the attention's
 // projections 1.5% rms of the output, QScaleNorm one output step, QMultiHeadAttention and
 // QEncoderBlock 3% rms, the pointer's log-probabilities 0.05. Then the quantized pointer model:
-// quantize → save → load gives the same integers, and bad quantized checkpoints are refused.
+// quantize → save → load gives the same integers, and bad quantized checkpoints are refused;
+// the language model with int8 embedding and head (weight-only) within 1% of the float one.
 #include <doctest/doctest.h>
 
 #include <cmath>
@@ -17,6 +18,7 @@
 
 #include <stformer/quantized/checkpoint.hpp>
 #include <stformer/quantized/pointer_model.hpp>
+#include <stformer/quantized/weight_int8.hpp>
 #include <stformer/stformer.hpp>
 
 #include "util.hpp"
@@ -365,4 +367,46 @@ TEST_CASE("load_quantized refuses a missing scale, a wrong dtype, a scale ≤ 0 
   const auto good = write_edited(*m.q, "q_good.safetensors", [](auto&, auto&, auto&) { return true; });
   CHECK(load_error(good).empty());
   std::filesystem::remove(good);
+}
+
+TEST_CASE("LanguageModelW8: int8 embedding and head within 1% of the float model's logits; saved and loaded, the same outputs") {
+  constexpr size_t V = 300, L = 8, D = 32, H = 4, F = 64;
+  using M = LanguageModel<V, L, D, H, F, 2>;
+  using M8 = LanguageModelW8<V, L, D, H, F, 2>;
+  Rng rng(37, 0);
+  auto f = std::make_unique<M>();
+  init_params(*f, rng);
+  auto q = std::make_unique<M8>();
+  quantize_weights(*f, *q);
+  IdTensor<3, L> ids;
+  for (auto& id : ids) id = std::int32_t(rng.below(V));
+  auto fi = std::make_unique<InferOf<M, 3>>();
+  auto qi = std::make_unique<InferOf<M8, 3>>();
+  const auto& want = fi->forward(*f, ids);
+  const Tensor<3, 1, V> got = qi->forward(*q, ids);
+  CHECK(rel_rms(want, got, 1.0) < 0.01);
+  double worst = 0;
+  for (size_t i = 0; i < want.size(); ++i) worst = std::max(worst, double(std::abs(want.data()[i] - got.data()[i])));
+  CHECK(worst < 0.05 * quant::max_abs(want));
+
+  const auto path = std::filesystem::temp_directory_path() / "stformer_test_lm8.safetensors";
+  save_params(path, *q);
+  auto loaded = std::make_unique<M8>();
+  load_quantized(path, *loaded);
+  auto li = std::make_unique<InferOf<M8, 3>>();
+  const auto& again = li->forward(*loaded, ids);
+  CHECK(std::equal(again.begin(), again.end(), got.begin()));
+  auto into_float = std::make_unique<M>();  // the int8 file is not a float model
+  std::string error;
+  try {
+    load_params(safetensors::File::read(path), *into_float);
+  } catch (const std::runtime_error& e) {
+    error = e.what();
+  }
+  CHECK(error.find("tensor 'embedding.weight' has dtype I8, the model expects F32") != std::string::npos);
+  std::filesystem::remove(path);
+
+  IdTensor<3, L> bad = ids;
+  bad(1, 2) = std::int32_t(V);
+  CHECK_THROWS_AS(qi->forward(*q, bad), std::invalid_argument);
 }
