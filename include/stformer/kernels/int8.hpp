@@ -337,23 +337,30 @@ inline void qmatmul_nt(const std::int8_t* A, size_t lda, const std::int8_t* B, s
       const size_t cols = N - j0 < NP ? N - j0 : NP;
       for (size_t k0 = 0; k0 < K; k0 += KC) {
         const size_t kn = K - k0 < KC ? K - k0 : KC, kg = (kn + G - 1) / G;
-        // panel[(g·NP + j)·G + e] = B[j0 + j, k0 + g·G + e], 0 past column N or the block's end
-        for (size_t g = 0; g < kg; ++g)
-          for (size_t j = 0; j < NP; ++j)
-            for (size_t e = 0; e < G; ++e) {
-              const size_t k = g * G + e;
-              panel[(g * NP + j) * G + e] = j < cols && k < kn ? qv::qb(B[(j0 + j) * ldb + k0 + k]) : qv::qb(0);
-            }
+        // panel[(g·NP + j)·G + e] = B[j0 + j, k0 + g·G + e], 0 past column N or the block's end;
+        // add[j]: the bias (first block) minus a_offset · Σ_k B[j0 + j, k0 + k]
         for (size_t j = 0; j < NP; ++j) {
+          qv::qb* out = panel + j * G;
           std::int32_t s = 0;
-          if (qv::a_offset != 0 && j < cols)
-            for (size_t k = 0; k < kn; ++k) s += B[(j0 + j) * ldb + k0 + k];
+          if (j < cols) {
+            const std::int8_t* b = B + (j0 + j) * ldb + k0;
+            for (size_t g = 0; g < kn / G; ++g)
+              for (size_t e = 0; e < G; ++e) out[g * NP * G + e] = qv::qb(b[g * G + e]);
+            for (size_t k = kn / G * G; k < kg * G; ++k) out[k / G * NP * G + k % G] = k < kn ? qv::qb(b[k]) : qv::qb(0);
+            if constexpr (qv::a_offset != 0)
+              for (size_t k = 0; k < kn; ++k) s += b[k];
+          } else {
+            for (size_t k = 0; k < kg * G; ++k) out[k / G * NP * G + k % G] = qv::qb(0);
+          }
           add[j] = (k0 == 0 && bias && j < cols ? bias[j0 + j] : 0) - qv::a_offset * s;
         }
         auto tile = [&]<size_t R>(size_t i) {
-          for (size_t r = 0; r < R; ++r)
-            for (size_t k = 0; k < kg * G; ++k)
-              rows[r * kg * G + k] = k < kn ? qv::qa(std::int32_t(A[(i + r) * lda + k0 + k]) + qv::a_offset) : qv::qa(qv::a_offset);
+          for (size_t r = 0; r < R; ++r) {
+            const std::int8_t* a = A + (i + r) * lda + k0;
+            qv::qa* to = rows + r * kg * G;
+            for (size_t k = 0; k < kn; ++k) to[k] = qv::qa(std::int32_t(a[k]) + qv::a_offset);
+            for (size_t k = kn; k < kg * G; ++k) to[k] = qv::qa(qv::a_offset);
+          }
           if (kg == KGC)
             detail::q_tile<R, NV, KGC>(rows, panel, C + i * ldc + j0, ldc, add, cols, k0 == 0);
           else
