@@ -4,6 +4,9 @@
 //   qmatmul_nt:  C[M,N] (int32) = A[M,K] (int8) · B[N,K]ᵀ (int8) + bias[N] (int32)
 //   requantize:  y = clamp(zero + MultiplyByQuantizedMultiplier(x, q[c], shift[c]), lo, hi), one
 //                multiplier per output channel c (TFLite Micro's and CMSIS-NN's formula, below)
+//   divide, divide_by_root, softmax_u8: the per-row integer arithmetic of the quantized
+//                ScaleNorm and softmax (stformer/quantized/), scalar or plain loops, the same
+//                on every core
 //
 // The product is written once over a small integer vector type, qv (below): a vector of int32
 // accumulators, `lanes` wide, to which dot(acc, a, b) adds, for each lane l, the G products
@@ -120,8 +123,8 @@ inline Multiplier divide_by_root(Multiplier m, std::uint64_t ss) {
   return {std::int32_t(q), shift};
 }
 
-// 2^(−u/2^16) in Q15 (32768 = 1), for u ≥ 0 in Q16 (softmax's e^(x − max) with the scale and
-// log2(e) folded into u's multiplier). u = 2^16·n + 2^12·i + r: 2^−n by a shift, 2^(−i/16)
+// 2^(−u/2^16) in Q15 (32768 = 1), for u ≥ 0 in Q16 (at compile time: softmax_u8's table, below).
+// u = 2^16·n + 2^12·i + r: 2^−n by a shift, 2^(−i/16)
 // from a table (Q30), and 2^(−r/2^16) = e^(−z), z = r·ln2/2^16 < 0.044, as 1 − z + z²/2 − z³/6
 // in Q30 (error below z⁴/24 < 2^−22). Rounded to nearest; 0 from n = 16 on.
 namespace detail {
