@@ -143,8 +143,7 @@ int main(int argc, char** argv) {
       throw std::runtime_error("--namespace " + ns + " is not a C++ identifier of its own (a keyword, reserved, std or stformer)");
     auto file = stformer::safetensors::File::read(in);
     const std::string source = std::filesystem::path(in).filename().string();
-    const auto* proj = file.find("proj.weight");
-    const bool int8 = model == "pointer" && proj && proj->dtype == stformer::safetensors::Dtype::I8;  // max_value quantize's
+    const bool int8 = model == "pointer" && max_value::int8_checkpoint(file);
     std::string text = int8 ? image<max_value::QPointerNet>(file, "stformer::QPointerModel<2, 16, 1, 64, 2>", ns, source)
                        : model == "pointer" ? image<max_value::PointerNet>(file, "stformer::PointerModel<2, 16, 1, 64, 2>", ns, source)
                        : model == "set"   ? image<max_value::SetNet>(file, "stformer::SetTransformer<2, 64, 4, 16, 2>", ns, source)

@@ -136,9 +136,7 @@ int with_checkpoint(const std::string& path, size_t threads, F&& f) {
   auto file = safetensors::File::read(path);
   std::string kind;
   if (auto it = file.metadata().find("model"); it != file.metadata().end()) kind = it->second;
-  // A quantized pointer model (max_value quantize) holds I8 weights.
-  const auto* proj = file.find("proj.weight");
-  const bool quantized = proj && proj->dtype == safetensors::Dtype::I8;
+  const bool quantized = int8_checkpoint(file);
   if (quantized && kind.empty()) kind = "pointer";
   if (kind.empty()) {  // parameters only: recognise the model by its tensors
     std::string problems;
@@ -181,13 +179,12 @@ int with_checkpoint(const std::string& path, size_t threads, F&& f) {
 // the training sets of its seed), saved, then both evaluated on the same fresh sets.
 int quantize_checkpoint(const std::string& path, const std::string& output, std::uint64_t eval_seed, size_t sets, size_t threads) {
   auto file = safetensors::File::read(path);
-  if (const auto* w = file.find("proj.weight"); w && w->dtype == safetensors::Dtype::I8)
+  if (int8_checkpoint(file))
     throw std::runtime_error("checkpoint " + path + " is already quantized");
   if (auto it = file.metadata().find("model"); it != file.metadata().end() && it->second != "pointer")
     throw std::runtime_error("checkpoint " + path + " holds the " + it->second + " model: only the pointer model is quantized");
   auto run = std::make_unique<Run<PointerNet>>(0, threads);
   load_params(file, *run->model, "", Unexpected::ignore);  // a training checkpoint's optimiser state is not needed
-  check_params(file, *run->model, "", Unexpected::ignore);
   std::uint64_t seed = 0;
   if (auto it = file.metadata().find("seed"); it != file.metadata().end()) seed = std::stoull(it->second);
   auto start = std::chrono::steady_clock::now();

@@ -297,6 +297,12 @@ struct Run {
   }
 };
 
+// Whether a checkpoint holds the int8 pointer model (max_value quantize's): an I8 proj.weight.
+inline bool int8_checkpoint(const safetensors::File& f) {
+  const auto* proj = f.find("proj.weight");
+  return proj != nullptr && proj->dtype == safetensors::Dtype::I8;
+}
+
 // Post-training quantization of a pointer model (stformer/quantized/pointer_model.hpp): the
 // ranges of its activations over the 500 training sets of `seed` (drawn as train draws them),
 // in a float forward, then QPointerNet::quantize.

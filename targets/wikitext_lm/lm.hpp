@@ -127,7 +127,6 @@ struct Run {
     Model grad;
     ActsOf<Model, Chunk> acts;    // training
     InferOf<Model, Chunk> infer;  // evaluation (forward only: the same logits)
-    InferOf<Model8, Chunk> infer8;  // evaluation of model8
     Tensor<Chunk, 1, V> dlogits;
     Tensor<Chunk, 1, D> dpooled;
     IdTensor<Chunk, L> window;
@@ -137,7 +136,15 @@ struct Run {
   };
 
   std::unique_ptr<Model> model = std::make_unique<Model>();
-  std::unique_ptr<Model8> model8;  // set: mean_nll evaluates it instead
+  std::unique_ptr<Model8> model8;  // set (use_int8): mean_nll evaluates it instead
+  std::unique_ptr<std::array<InferOf<Model8, Chunk>, Lanes>> infer8;  // model8's passes, one per lane
+
+  // The int8-weight model for mean_nll, and its passes (allocated only then: 2 MB of logits each).
+  Model8& use_int8() {
+    model8 = std::make_unique<Model8>();
+    infer8 = std::make_unique<std::array<InferOf<Model8, Chunk>, Lanes>>();
+    return *model8;
+  }
   std::unique_ptr<std::array<Lane, Lanes>> lanes = std::make_unique<std::array<Lane, Lanes>>();
   std::unique_ptr<AdamW<Model>> adamw = std::make_unique<AdamW<Model>>(0.01f);
   std::unique_ptr<SGD<Model>> sgd = std::make_unique<SGD<Model>>(SGDOptions{.momentum = 0.9f, .weight_decay = 1e-4f, .nesterov = true});
@@ -317,7 +324,7 @@ struct Run {
         std::uint32_t positions[Chunk];
         for (size_t b = 0; b < Chunk; ++b) positions[b] = std::uint32_t(begin + std::min(b, count - 1));
         gather(lane, ids, positions, count);
-        const auto& logits = model8 ? lane.infer8.forward(*model8, lane.window) : lane.infer.forward(*model, lane.window);
+        const auto& logits = model8 ? (*infer8)[l].forward(*model8, lane.window) : lane.infer.forward(*model, lane.window);
         for (size_t b = 0; b < count; ++b) lane.loss += nll_of<V>(logits.data() + b * V, lane.next(b), lane.dlogits.data());
       });
       for (size_t l = 0; l < Lanes; ++l) sum += (*lanes)[l].loss;

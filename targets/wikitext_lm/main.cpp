@@ -405,8 +405,7 @@ int main(int argc, char** argv) {
       std::optional<Corpus> corpus;
       Vocabulary vocab;  // the checkpoint first
       if (lm::int8_weights(safetensors::File::read(checkpoint))) {
-        run->model8 = std::make_unique<Model8>();
-        vocab = load_model(checkpoint, *run->model8, data, corpus);
+        vocab = load_model(checkpoint, run->use_int8(), data, corpus);
       } else {
         vocab = load_model(checkpoint, *run->model, data, corpus);
       }

@@ -273,6 +273,18 @@ struct qv {
 
 namespace detail {
 
+// C[i, j] = bias[j] + Σ_k A[i, k]·B[j, k], one dot product at a time: the plain build's product,
+// and int16 rows' everywhere.
+template <size_t M, size_t N, size_t K, class TA>
+inline void dot_products(const TA* A, size_t lda, const std::int8_t* B, size_t ldb, std::int32_t* C, size_t ldc, const std::int32_t* bias) {
+  for (size_t i = 0; i < M; ++i)
+    for (size_t j = 0; j < N; ++j) {
+      std::int32_t s = bias ? bias[j] : 0;
+      for (size_t k = 0; k < K; ++k) s += std::int32_t(A[i * lda + k]) * std::int32_t(B[j * ldb + k]);
+      C[i * ldc + j] = s;
+    }
+}
+
 // R rows × NV vectors of C (int32, ld ldc) = add + (first ? 0 : C) + the product of one block of
 // KG groups: a [R][KG·G] (A's rows, prepared: offset and widened), p the packed panel
 // [KG][NV·lanes][G]; add [NV·lanes]: the bias (first block) minus the offset's correction. Only
@@ -323,12 +335,7 @@ template <size_t M, size_t N, size_t K>
 inline void qmatmul_nt(const std::int8_t* A, size_t lda, const std::int8_t* B, size_t ldb, std::int32_t* C, size_t ldc,
                        const std::int32_t* bias = nullptr) {
   if constexpr (qv::lanes == 1) {
-    for (size_t i = 0; i < M; ++i)
-      for (size_t j = 0; j < N; ++j) {
-        std::int32_t s = bias ? bias[j] : 0;
-        for (size_t k = 0; k < K; ++k) s += std::int32_t(A[i * lda + k]) * std::int32_t(B[j * ldb + k]);
-        C[i * ldc + j] = s;
-      }
+    detail::dot_products<M, N, K>(A, lda, B, ldb, C, ldc, bias);
   } else {
     constexpr size_t L = qv::lanes, G = qv::G, NVmax = L >= 16 ? 4 : 2;
     constexpr size_t NV = (N + L - 1) / L < NVmax ? (N + L - 1) / L : NVmax, NP = NV * L, TR = L >= 16 ? 6 : 4;
@@ -427,12 +434,7 @@ template <size_t M, size_t N, size_t K>
 inline void qmatmul_nt(const std::int16_t* A, size_t lda, const std::int8_t* B, size_t ldb, std::int32_t* C, size_t ldc,
                        const std::int32_t* bias = nullptr) {
   static_assert(K <= 516, "qmatmul_nt: int16 rows are for layers of at most 516 inputs (int32 sums)");
-  for (size_t i = 0; i < M; ++i)
-    for (size_t j = 0; j < N; ++j) {
-      std::int32_t s = bias ? bias[j] : 0;
-      for (size_t k = 0; k < K; ++k) s += std::int32_t(A[i * lda + k]) * std::int32_t(B[j * ldb + k]);
-      C[i * ldc + j] = s;
-    }
+  detail::dot_products<M, N, K>(A, lda, B, ldb, C, ldc, bias);
 }
 
 // y[r, c] = clamp(zero + apply(x[r, c], q[c], shift[c]), lo, hi) for rows × channels entries,
@@ -451,6 +453,15 @@ inline void requantize(const std::int32_t* x, size_t rows, size_t channels, cons
     }
     for (size_t c = whole; c < channels; ++c) y[c] = Out(std::clamp(zero + apply(x[c], q[c], shift[c]), lo, hi));
   }
+}
+
+// The same for n entries under one multiplier m (a row's: ScaleNorm's g/‖x‖, softmax's V/Σe).
+template <class Out>
+inline void requantize(const std::int32_t* x, size_t n, Multiplier m, std::int32_t zero, std::int32_t lo, std::int32_t hi, Out* y) {
+  constexpr size_t L = qv::lanes;
+  std::int32_t q[L], shift[L];
+  std::fill_n(q, L, m.q), std::fill_n(shift, L, std::int32_t(m.shift));
+  for (size_t c = 0; c < n; c += L) requantize(x + c, 1, std::min(L, n - c), q, shift, zero, lo, hi, y + c);
 }
 
 }  // namespace stformer::kernels

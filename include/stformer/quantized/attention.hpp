@@ -133,10 +133,7 @@ struct QMultiHeadAttention {
           }
           kernels::qmatmul_nt<R, Dh, Nk>(w.p.data(), Nk, w.vt.data() + (b * D + h * Dh) * Nk, Nk, o, Dh, w.vsum.data() + b * D + h * Dh);
           for (size_t r = 0; r < R; ++r) {
-            const kernels::Multiplier m = kernels::divide(values[0], std::uint32_t(s[r * Nk]));
-            std::int32_t q_row[Dh], shift_row[Dh];
-            std::fill_n(q_row, Dh, m.q), std::fill_n(shift_row, Dh, m.shift);
-            kernels::requantize(o + r * Dh, 1, Dh, q_row, shift_row, 0, -128, 127, qh + r * D);
+            kernels::requantize(o + r * Dh, Dh, kernels::divide(values[0], std::uint32_t(s[r * Nk])), 0, -128, 127, qh + r * D);
           }
         });
   }

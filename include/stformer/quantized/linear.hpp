@@ -1,7 +1,8 @@
 // QLinear<In, Out>: Linear<In, Out> in integers (post-training quantization, one scale per
 // output channel c):
 //   acc[r, c] = Σ_k x_q[r, k]·W_q[c, k] + b_q[c]                 int32, exact (kernels/int8.hpp)
-//   y_q[r, c] = clamp(apply(acc[r, c], M_c), −128 or 0, 127)      int8 rows (0: after ReLU)
+//   y_q[r, c] = clamp(z + apply(acc[r, c], M_c), −128, 127)       int8 rows (z = −128 after ReLU,
+//                                                                 0 otherwise)
 //   h[r, c]   = clamp(h[r, c] + apply(acc[r, c], M_c), int16)     or into an int16 residual stream
 // for real values x ≈ s_x·x_q, W[c, :] ≈ s_w[c]·W_q[c, :] with W_q in [−127, 127] (symmetric),
 // b_q[c] = round(b[c] / (s_x·s_w[c])), and M_c ≈ s_x·s_w[c] / s_y the fixed-point multiplier of
@@ -69,6 +70,17 @@ void quantize(const float* x, size_t n, float s, T* y) {
   for (size_t i = 0; i < n; ++i) y[i] = T(to_int(x[i], s, std::numeric_limits<T>::min(), std::numeric_limits<T>::max()));
 }
 
+// W_q and s of a float matrix [rows, width], per row: s = max|W[r, :]|/127, W_q in [−127, 127].
+template <size_t R, size_t W>
+void quantize_rows(const Tensor<R, W>& w, TensorOf<std::int8_t, R, W>& q, Tensor<R>& scale) {
+  for (size_t r = 0; r < R; ++r) {
+    float m = 0;
+    for (size_t k = 0; k < W; ++k) m = std::max(m, std::abs(w(r, k)));
+    scale(r) = scale_for(m);
+    for (size_t k = 0; k < W; ++k) q(r, k) = std::int8_t(to_int(w(r, k), scale(r), -127, 127));
+  }
+}
+
 }  // namespace quant
 
 template <size_t In, size_t Out>
@@ -96,11 +108,8 @@ struct QLinear {
   template <Init::Kind K>
   static QLinear quantize(const Linear<In, Out, K>& f, float s_in, float s_out, std::int32_t z_in = 0) {
     QLinear q;
+    quant::quantize_rows(f.weight, q.weight, q.weight_scale);
     for (size_t c = 0; c < Out; ++c) {
-      float m = 0;
-      for (size_t k = 0; k < In; ++k) m = std::max(m, std::abs(f.weight(c, k)));
-      q.weight_scale(c) = quant::scale_for(m);
-      for (size_t k = 0; k < In; ++k) q.weight(c, k) = std::int8_t(quant::to_int(f.weight(c, k), q.weight_scale(c), -127, 127));
       std::int32_t w_sum = 0;
       for (size_t k = 0; k < In; ++k) w_sum += q.weight(c, k);
       q.bias(c) = quant::to_int(f.bias(c), double(s_in) * q.weight_scale(c), INT32_MIN / 2, INT32_MAX / 2) - z_in * w_sum;

@@ -51,13 +51,13 @@ struct QScaleNorm {
   void apply(const X* x, Y* y) const {
     static_assert(sizeof(X) <= 2, "QScaleNorm: int8 or int16 rows");
     constexpr int up = 31 - 8 * int(sizeof(X));
-    std::int32_t wide[D], q[D], shift[D];
+    std::int32_t wide[D];
     for (size_t r = 0; r < Rows; ++r, x += D, y += D) {
       std::uint64_t ss = 0;
       for (size_t i = 0; i < D; ++i) ss += std::uint64_t(std::int64_t(x[i]) * x[i]);
       const kernels::Multiplier m = kernels::divide_by_root(requant[0], ss);
-      for (size_t i = 0; i < D; ++i) wide[i] = std::int32_t(std::uint32_t(std::int32_t(x[i])) << up), q[i] = m.q, shift[i] = m.shift - up;
-      kernels::requantize(wide, 1, D, q, shift, 0, std::numeric_limits<Y>::min(), std::numeric_limits<Y>::max(), y);
+      for (size_t i = 0; i < D; ++i) wide[i] = std::int32_t(std::uint32_t(std::int32_t(x[i])) << up);
+      kernels::requantize(wide, D, {m.q, m.shift - up}, 0, std::numeric_limits<Y>::min(), std::numeric_limits<Y>::max(), y);
     }
   }
 };

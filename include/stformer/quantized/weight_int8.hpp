@@ -26,19 +26,6 @@
 
 namespace stformer::inline STFORMER_ABI {
 
-namespace quant {
-// W_q and s of a float matrix [rows, width], per row: s = max|W[r, :]|/127 (host side).
-template <size_t R, size_t W>
-void quantize_rows(const Tensor<R, W>& w, TensorOf<std::int8_t, R, W>& q, Tensor<R>& scale) {
-  for (size_t r = 0; r < R; ++r) {
-    float m = 0;
-    for (size_t k = 0; k < W; ++k) m = std::max(m, std::abs(w(r, k)));
-    scale(r) = scale_for(m);
-    for (size_t k = 0; k < W; ++k) q(r, k) = std::int8_t(to_int(w(r, k), scale(r), -127, 127));
-  }
-}
-}  // namespace quant
-
 template <size_t V, size_t D>
 struct Int8Embedding {
   TensorOf<std::int8_t, V, D> weight;
