@@ -200,15 +200,16 @@ echo "== SIGINT and SIGTERM: a checkpoint, exit 128 + signal, --resume ends as a
 "${run[@]}" "$mv_bin" train --iterations $iterations --report 1 --checkpoint "$tmp/straight.safetensors" >/dev/null || fail "uninterrupted run"
 for sig in INT TERM; do
   ck="$tmp/stopped_$sig.safetensors"
-  "${run[@]}" "$mv_bin" train --iterations $iterations --report 1 --checkpoint "$ck" >"$tmp/out" 2>&1 &
+  out="$tmp/out_$sig"  # a file of its own: wait_for must not see an earlier run's progress before the shell truncates it
+  "${run[@]}" "$mv_bin" train --iterations $iterations --report 1 --checkpoint "$ck" >"$out" 2>&1 &
   pid=$!
-  wait_for "$tmp/out" "iteration *2 " || fail "SIG$sig: no progress"
+  wait_for "$out" "iteration *2 " || fail "SIG$sig: no progress"
   kill -s "$sig" $pid
   wait $pid
   rc=$?
   code=$((128 + $(kill -l "$sig")))
-  stopped=$(grep -o "stopped by signal [0-9]* at iteration [0-9]*" "$tmp/out")
-  if [ $rc -ne $code ] || [ -z "$stopped" ]; then fail "SIG$sig: exit $rc (expected $code), output: $(tail -2 "$tmp/out")"; continue; fi
+  stopped=$(grep -o "stopped by signal [0-9]* at iteration [0-9]*" "$out")
+  if [ $rc -ne $code ] || [ -z "$stopped" ]; then fail "SIG$sig: exit $rc (expected $code), output: $(tail -2 "$out")"; continue; fi
   "${run[@]}" "$mv_bin" train --resume "$ck" --report 100 >"$tmp/out2" 2>&1 || fail "SIG$sig: --resume failed: $(tail -2 "$tmp/out2")"
   if cmp -s "$ck" "$tmp/straight.safetensors"; then echo "ok   SIG$sig: $stopped, exit $rc; resumed to the uninterrupted run's bytes"
   else fail "SIG$sig: the resumed run's checkpoint differs from the uninterrupted run's"; fi
@@ -248,16 +249,17 @@ done
 if [ -n "$wikitext" ] && [ -d "$wikitext" ]; then
   echo "== wikitext_lm on WikiText-2: SIGINT writes a checkpoint that loads; a non-finite loss names the step"
   ck="$tmp/lm.safetensors"
-  "${run[@]}" "$lm_bin" train --data "$wikitext" --steps 100000 --eval-every 0 --checkpoint "$ck" >"$tmp/out" 2>&1 &
+  out="$tmp/out_lm"
+  "${run[@]}" "$lm_bin" train --data "$wikitext" --steps 100000 --eval-every 0 --checkpoint "$ck" >"$out" 2>&1 &
   pid=$!
-  wait_for "$tmp/out" "^step *100 " || fail "wikitext_lm: no progress: $(tail -2 "$tmp/out")"
+  wait_for "$out" "^step *100 " || fail "wikitext_lm: no progress: $(tail -2 "$out")"
   kill -INT $pid
   wait $pid
   rc=$?
-  stopped=$(grep -o "stopped by signal 2 at step [0-9]*" "$tmp/out")
+  stopped=$(grep -o "stopped by signal 2 at step [0-9]*" "$out")
   if [ $rc -eq 130 ] && [ -n "$stopped" ] && "${run[@]}" "$lm_bin" predict --checkpoint "$ck" --context "the" --top 3 >/dev/null 2>"$tmp/err"; then
     echo "ok   wikitext_lm SIGINT: $stopped, exit 130, the checkpoint loads"
-  else fail "wikitext_lm SIGINT: exit $rc, $(tail -2 "$tmp/out") $(cat "$tmp/err" 2>/dev/null)"; fi
+  else fail "wikitext_lm SIGINT: exit $rc, $(tail -2 "$out") $(cat "$tmp/err" 2>/dev/null)"; fi
   if "${run[@]}" "$lm_bin" quantize --checkpoint "$ck" --output "$tmp/lm-int8.safetensors" >/dev/null 2>"$tmp/err" &&
     "${run[@]}" "$lm_bin" predict --checkpoint "$tmp/lm-int8.safetensors" --context "the" --top 3 >/dev/null 2>"$tmp/err" &&
     grep -q "int8 embedding and head" "$tmp/err"; then echo "ok   wikitext_lm quantize, then predict with int8 embedding and head"
