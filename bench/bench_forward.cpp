@@ -138,7 +138,7 @@ void BM_QEncoderBlockInfer(benchmark::State& state) {
   auto acts = std::make_unique<ActsOf<Block, B, N>>();
   acts->forward(*p, *x);
   typename Q::Ranges r;
-  r.observe(*acts);
+  r.observe(*p, *acts);
   const float sh = quant::scale_for(std::max(r.residual, quant::max_abs(*x)), 32767);
   auto q = std::make_unique<Q>(Q::quantize(*p, r, sh));
   auto h0 = std::make_unique<TensorOf<std::int16_t, B, N, D>>(), h = std::make_unique<TensorOf<std::int16_t, B, N, D>>();

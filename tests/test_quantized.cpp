@@ -2,8 +2,8 @@
 // float block's own inputs dequantized (so that only the block's quantization is measured), with
 // the documented bounds (docs/reference.md, "Quantized models"): QLinear and the attention's
 // projections 1.5% rms of the output, QScaleNorm one output step, QMultiHeadAttention and
-// QEncoderBlock 3% rms, the pointer's log-probabilities 0.05. Then the quantized pointer model:
-// quantize → save → load gives the same integers, and bad quantized checkpoints are refused;
+// QEncoderBlock and QMAB 3% rms, the pointer's log-probabilities 0.05. Then the quantized pointer
+// and set models: quantize → save → load gives the same integers, and bad quantized checkpoints are refused;
 // the language model with int8 embedding and head (weight-only) within 1% of the float one.
 #include <doctest/doctest.h>
 
@@ -18,6 +18,7 @@
 
 #include <stformer/quantized/checkpoint.hpp>
 #include <stformer/quantized/pointer_model.hpp>
+#include <stformer/quantized/set_transformer.hpp>
 #include <stformer/quantized/weight_int8.hpp>
 #include <stformer/stformer.hpp>
 
@@ -163,7 +164,7 @@ TEST_CASE("QMultiHeadAttention: the float block within 3% rms, causal and key-pa
     auto acts = std::make_unique<ActsOf<F, B, N, N>>();
     const auto& want = acts->forward(*f, x, x, mask);
     typename Q::Ranges r;
-    r.observe(*acts);
+    r.observe(*f, *acts);
     const float so = quant::scale_for(quant::max_abs(want), 32767);
     auto q = std::make_unique<Q>(Q::quantize(*f, r, sx, sx, so));
     auto w = std::make_unique<typename Q::template Work<B, N, N, 16>>();
@@ -193,7 +194,7 @@ TEST_CASE("QEncoderBlock: the float block within 3% rms on an int16 residual str
   auto acts = std::make_unique<ActsOf<F, B, N>>();
   const auto& want0 = acts->forward(*f, x);
   typename Q::Ranges r;
-  r.observe(*acts);
+  r.observe(*f, *acts);
   const float sh = quant::scale_for(std::max(r.residual, quant::max_abs(x)), 32767);
   TensorOf<std::int16_t, B, N, D> h;
   quantize_to(x, sh, h);
@@ -204,6 +205,60 @@ TEST_CASE("QEncoderBlock: the float block within 3% rms on an int16 residual str
   auto w = std::make_unique<typename Q::template Work<B, N>>();
   q->forward_in_place(h, *w);
   CHECK(rel_rms(want, h, sh) < 0.03);
+}
+
+TEST_CASE("QMAB: the float block within 1% rms on int16 streams, what it adds within 3%, key-padded, and as SAB (keys from its own stream)") {
+  constexpr size_t B = 2, Nq = 12, Nk = 30, D = 32, H = 4;
+  using F = MAB<D, H>;
+  using Q = QMAB<D, H>;
+  Rng rng(37, 0);
+  auto f = std::make_unique<F>();
+  test::randomize(*f, rng);
+  Tensor<B, Nq, D> x;
+  Tensor<B, Nk, D> y;
+  test::fill(x, rng, 2.0f);
+  test::fill(y, rng, 3.0f);
+  const KeyMask<B, Nk> keys = key_mask_from_lengths<B, Nk>({Nk, 17});
+  for (const KeyMask<B, Nk>* mask : {static_cast<const KeyMask<B, Nk>*>(nullptr), &keys}) {
+    auto acts = std::make_unique<ActsOf<F, B, Nq, Nk>>();
+    acts->forward(*f, x, y, mask);
+    typename Q::Ranges r;
+    r.observe(*f, *acts, x);
+    const float sh = quant::scale_for(r.residual, 32767), sy = quant::scale_for(quant::max_abs(y), 32767);
+    TensorOf<std::int16_t, B, Nq, D> h;
+    TensorOf<std::int16_t, B, Nk, D> yq;
+    Tensor<B, Nq, D> xd = x;
+    Tensor<B, Nk, D> yd = y;
+    quantize_to(x, sh, h), dequantize(h, sh, xd);
+    quantize_to(y, sy, yq), dequantize(yq, sy, yd);
+    const Tensor<B, Nq, D> want = acts->forward(*f, xd, yd, mask);  // on the streams' own values
+    auto q = std::make_unique<Q>(Q::quantize(*f, r, sh));
+    auto w = std::make_unique<typename Q::template Work<B, Nq, Nk>>();
+    const TensorOf<std::int16_t, B, Nq, D> h0 = h;
+    q->forward_in_place(h, yq, *w, mask);
+    INFO("key-padded ", mask != nullptr);
+    CHECK(rel_rms(want, h, sh) < 0.01);
+    // what the block adds to the stream, alone
+    Tensor<B, Nq, D> added = want - xd;
+    TensorOf<std::int32_t, B, Nq, D> got;
+    for (size_t i = 0; i < got.size(); ++i) got.data()[i] = h.data()[i] - h0.data()[i];
+    CHECK(rel_rms(added, got, sh) < 0.03);
+  }
+  SUBCASE("SAB") {
+    auto acts = std::make_unique<ActsOf<F, B, Nk, Nk>>();
+    acts->forward(*f, y, y);
+    typename Q::Ranges r;
+    r.observe(*f, *acts, y);
+    const float sh = quant::scale_for(r.residual, 32767);
+    TensorOf<std::int16_t, B, Nk, D> h;
+    Tensor<B, Nk, D> yd = y;
+    quantize_to(y, sh, h), dequantize(h, sh, yd);
+    const Tensor<B, Nk, D> want = acts->forward(*f, yd, yd);
+    auto q = std::make_unique<Q>(Q::quantize(*f, r, sh));
+    auto w = std::make_unique<typename Q::template Work<B, Nk, Nk>>();
+    q->forward_in_place(h, h, *w);
+    CHECK(rel_rms(want, h, sh) < 0.03);
+  }
 }
 
 TEST_CASE("QPointerAttention: log-probabilities within 0.05 of the float block's, masked keys at −∞") {
@@ -222,7 +277,7 @@ TEST_CASE("QPointerAttention: log-probabilities within 0.05 of the float block's
   auto acts = std::make_unique<ActsOf<F, B, 1, Nk>>();
   const auto& want = acts->forward(f, xq, xk, &keys);
   typename Q::Ranges r;
-  r.observe(*acts);
+  r.observe(f, *acts);
   auto q = Q::quantize(f, r, sq, sk);
   auto infer = std::make_unique<typename Q::template Infer<B, 1, Nk>>();
   const auto& logits = infer->forward(q, qq.data(), kq.data(), &keys);
@@ -260,7 +315,7 @@ struct Quantized {
     auto acts = std::make_unique<ActsOf<FloatPointer, Sets, Points>>();
     QPointer::Ranges r;
     acts->forward(*f, x);
-    r.observe(*acts, x);
+    r.observe(*f, *acts, x);
     q = std::make_unique<QPointer>(QPointer::quantize(*f, r));
   }
 };
@@ -316,6 +371,44 @@ TEST_CASE("QPointerModel: close to the float model; quantize → save → load g
   auto li = std::make_unique<InferOf<QPointer, Sets, Points>>();
   const auto& again = li->forward(*loaded, m.x);
   CHECK(std::equal(again.begin(), again.end(), logits.begin()));
+  std::filesystem::remove(path);
+}
+
+TEST_CASE("QSetTransformer: within 3% of the float model's output, key-padded too; quantize → save → load gives the same integers") {
+  constexpr size_t B = 3, N = 40;
+  using FloatSet = SetTransformer<2, 32, 4, 8, 2>;
+  using QSet = QSetTransformer<2, 32, 4, 8, 2>;
+  Rng rng(38, 0);
+  auto f = std::make_unique<FloatSet>();
+  init_params(*f, rng);
+  Tensor<B, N, 2> x;
+  test::fill(x, rng, 1.5f);
+  const KeyMask<B, N> keys = key_mask_from_lengths<B, N>({N, 25, 9});
+  auto acts = std::make_unique<ActsOf<FloatSet, B, N>>();
+  QSet::Ranges r;
+  for (const KeyMask<B, N>* mask : {static_cast<const KeyMask<B, N>*>(nullptr), &keys}) {
+    acts->forward(*f, x, mask);
+    r.observe(*f, *acts, x);
+  }
+  auto q = std::make_unique<QSet>(QSet::quantize(*f, r));
+  auto qi = std::make_unique<InferOf<QSet, B, N>>();
+  for (const KeyMask<B, N>* mask : {static_cast<const KeyMask<B, N>*>(nullptr), &keys}) {
+    const Tensor<B, 1, 2> want = acts->forward(*f, x, mask);
+    qi->forward(*q, x, mask);
+    Tensor<B, 1, 2> got;
+    qi->output(*q, got);
+    INFO("key-padded ", mask != nullptr);
+    CHECK(rel_rms(want, got, 1.0) < 0.03);
+    CHECK(rel_rms(want, qi->y, q->output_scale(0)) < 0.03);  // output() is y_q · output_scale
+  }
+  const TensorOf<std::int16_t, B, 1, 2> y = qi->forward(*q, x, &keys);
+  const auto path = std::filesystem::temp_directory_path() / "stformer_test_quantized_set.safetensors";
+  save_params(path, *q);
+  auto loaded = std::make_unique<QSet>();
+  load_quantized(path, *loaded);
+  auto li = std::make_unique<InferOf<QSet, B, N>>();
+  const auto& again = li->forward(*loaded, x, &keys);
+  CHECK(std::equal(again.begin(), again.end(), y.begin()));
   std::filesystem::remove(path);
 }
 

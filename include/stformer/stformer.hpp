@@ -18,6 +18,7 @@
 #include "models/pointer_model.hpp"
 #include "models/set_transformer.hpp"
 #include "quantized/pointer_model.hpp"
+#include "quantized/set_transformer.hpp"
 #include "model_image.hpp"
 #include "train/loss.hpp"
 #include "train/optim.hpp"

@@ -8,7 +8,7 @@
 //   max_value plot    --checkpoint PATH [--seed S] [--output max_value.png]  (+ .csv)
 //   max_value sets    --output OUT.safetensors [--seed S] [--sets 8]   (x [B, 50, 2] for predict)
 //   max_value quantize --checkpoint PATH --output Q.safetensors [--seed S] [--sets 1000]
-//                     (the pointer model in int8; eval, predict and plot take Q.safetensors)
+//                     (either model in int8; eval, predict and plot take Q.safetensors)
 //   max_value info    [--model pointer|set]   (the memory plan of a forward-only pass)
 //
 // Checkpoints are safetensors files under SPEC's names; `train` adds the optimiser and
@@ -130,94 +130,108 @@ int train(TrainOptions o, const std::string& checkpoint, const safetensors::File
   return 0;
 }
 
-// Loads whichever model the checkpoint holds and calls f(run, name).
+// Which model a checkpoint holds, "pointer" or "set": its metadata's "model", or else the model
+// whose parameters it holds (float32, or int8 when `quantized`).
+std::string model_kind(const safetensors::File& file, bool quantized) {
+  if (auto it = file.metadata().find("model"); it != file.metadata().end()) {
+    if (it->second != "pointer" && it->second != "set")
+      throw std::runtime_error("checkpoint " + file.label() + ": unknown model '" + it->second + "' (expected pointer or set)");
+    return it->second;
+  }
+  std::string problems;
+  const auto fits = [&](auto&& model, const char* name) {
+    try {
+      check_params(file, *model);
+      return true;
+    } catch (const std::runtime_error& e) {
+      problems += std::string(problems.empty() ? "" : "; ") + "as the " + name + " model: " + e.what();
+      return false;
+    }
+  };
+  if (quantized ? fits(std::make_unique<QPointerNet>(), "int8 pointer") : fits(std::make_unique<PointerNet>(), "pointer")) return "pointer";
+  if (quantized ? fits(std::make_unique<QSetNet>(), "int8 set") : fits(std::make_unique<SetNet>(), "set")) return "set";
+  throw std::runtime_error("checkpoint " + file.label() + " holds neither model's parameters (" + problems + ")");
+}
+
+// Loads whichever model the checkpoint holds, float32 or int8, and calls f(run, name).
 template <class F>
 int with_checkpoint(const std::string& path, size_t threads, F&& f) {
   auto file = safetensors::File::read(path);
-  std::string kind;
-  if (auto it = file.metadata().find("model"); it != file.metadata().end()) kind = it->second;
   const bool quantized = int8_checkpoint(file);
-  if (quantized && kind.empty()) kind = "pointer";
-  if (kind.empty()) {  // parameters only: recognise the model by its tensors
-    std::string problems;
-    const auto fits = [&](const auto& model, const char* name) {
-      try {
-        check_params(file, model);
-        return true;
-      } catch (const std::runtime_error& e) {
-        problems += std::string(problems.empty() ? "" : "; ") + "as the " + name + " model: " + e.what();
-        return false;
-      }
-    };
-    if (fits(*std::make_unique<PointerNet>(), "pointer"))
-      kind = "pointer";
-    else if (fits(*std::make_unique<SetNet>(), "set"))
-      kind = "set";
-    else
-      throw std::runtime_error("checkpoint " + path + " holds neither model's parameters (" + problems + ")");
-  }
-  if (kind == "pointer") {
-    auto run = std::make_unique<Run<PointerNet>>(0, threads);
+  const auto run_with = [&]<class Net>(const char* kind) {
+    auto run = std::make_unique<Run<Net>>(0, threads);
     if (quantized) {
-      run->quantized = std::make_unique<QPointerNet>();
+      run->quantized = std::make_unique<QuantizedOf<Net>>();
       load_quantized(file, *run->quantized);
     } else {
       load_params(file, *run->model);
     }
-    std::printf("%s: pointer model, %s\n", path.c_str(), quantized ? "int8 (integer forward pass, quantized checkpoint)" : "float32");
-    return f(*run, "pointer");
-  }
-  if (kind == "set") {
-    auto run = std::make_unique<Run<SetNet>>(0, threads);
-    load_params(file, *run->model);
-    return f(*run, "set");
-  }
-  throw std::runtime_error("checkpoint " + path + ": unknown model '" + kind + "' (expected pointer or set)");
+    std::printf("%s: %s model, %s\n", path.c_str(), kind, quantized ? "int8 (integer forward pass, quantized checkpoint)" : "float32");
+    return f(*run, kind);
+  };
+  return model_kind(file, quantized) == "pointer" ? run_with.template operator()<PointerNet>("pointer") : run_with.template operator()<SetNet>("set");
 }
 
-// quantize: the pointer model of a float checkpoint into int8 (max_value::quantize: ranges over
-// the training sets of its seed), saved, then both evaluated on the same fresh sets.
-int quantize_checkpoint(const std::string& path, const std::string& output, std::uint64_t eval_seed, size_t sets, size_t threads) {
-  auto file = safetensors::File::read(path);
-  if (int8_checkpoint(file))
-    throw std::runtime_error("checkpoint " + path + " is already quantized");
-  if (auto it = file.metadata().find("model"); it != file.metadata().end() && it->second != "pointer")
-    throw std::runtime_error("checkpoint " + path + " holds the " + it->second + " model: only the pointer model is quantized");
-  auto run = std::make_unique<Run<PointerNet>>(0, threads);
+// quantize: the model of a float checkpoint into int8 (max_value::quantize: ranges over the
+// training sets of its seed), saved, then both evaluated on the same fresh sets.
+template <class Net>
+int quantize_checkpoint(const safetensors::File& file, const std::string& output, std::uint64_t eval_seed, size_t sets, size_t threads) {
+  using T = Task<Net>;
+  auto run = std::make_unique<Run<Net>>(0, threads);
   load_params(file, *run->model, "", Unexpected::ignore);  // a training checkpoint's optimiser state is not needed
   std::uint64_t seed = 0;
   if (auto it = file.metadata().find("seed"); it != file.metadata().end()) seed = std::stoull(it->second);
   auto start = std::chrono::steady_clock::now();
   run->quantized = quantize(*run->model, seed);
   const double ms = 1000 * std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  save_params(output, *run->quantized, {{"model", "pointer"}, {"precision", "int8"}, {"calibration", "500 training sets of seed " + std::to_string(seed)}});
+  save_params(output, *run->quantized, {{"model", T::name}, {"precision", "int8"}, {"calibration", "500 training sets of seed " + std::to_string(seed)}});
   size_t bytes = 0;  // of the whole quantized model: weights, biases, scales, multipliers
   for_each_param([&](const Path&, Init, const auto& t) { bytes += t.size() * sizeof(*t.data()); }, std::as_const(*run->quantized));
-  std::printf("quantized %s in %.0f ms, calibrated on the 500 training sets of seed %llu: %zu B of tensors (float32: %zu B)\n", path.c_str(), ms,
-              (unsigned long long)seed, bytes, param_count(*run->model) * sizeof(float));
+  std::printf("quantized %s (%s model) in %.0f ms, calibrated on the 500 training sets of seed %llu: %zu B of tensors (float32: %zu B)\n",
+              file.label().c_str(), T::name, ms, (unsigned long long)seed, bytes, param_count(*run->model) * sizeof(float));
   // both models on the same sets
   Rng rng = eval_rng(eval_seed);
-  size_t same = 0, right_f = 0, right_q = 0, n = 0;
-  auto logp = std::make_unique<Tensor<Batch, 1, N>>();
+  Metrics mf, mq;
+  size_t same = 0;
+  double apart = 0;  // the int8 prediction's distance from the float one (set)
+  auto ref = std::make_unique<typename T::template Out<Batch>>();
   for (size_t done = 0; done < sets; done += Batch) {
     run->sets->draw(rng);
     auto q = std::move(run->quantized);
-    *logp = run->infer();
+    *ref = run->infer();
     run->quantized = std::move(q);
-    const auto& lq = run->infer();
-    for (size_t b = 0; b < Batch && done + b < sets; ++b, ++n) {
-      const size_t af = argmax(logp->data() + b * N, N), aq = argmax(lq.data() + b * N, N), t = size_t(run->sets->target(b));
-      same += af == aq, right_f += af == t, right_q += aq == t;
+    const auto& yq = run->infer();
+    for (size_t b = 0; b < Batch && done + b < sets; ++b) {
+      const Prediction pf = T::predict(*ref, *run->sets, b), pq = T::predict(yq, *run->sets, b);
+      mf.add(pf, *run->sets, b), mq.add(pq, *run->sets, b);
+      same += pf.index == pq.index;
+      apart += std::hypot(pf.px - pq.px, pf.py - pq.py);
     }
   }
-  std::printf("test on %zu fresh sets (seed %llu): accuracy float32 %.1f%%, int8 %.1f%%; the same choice on %.1f%% of sets\n", n,
-              (unsigned long long)eval_seed, 100.0 * right_f / n, 100.0 * right_q / n, 100.0 * same / n);
+  mf.mean(), mq.mean();
+  const size_t n = mf.sets;
+  if constexpr (Run<Net>::pointer)
+    std::printf("test on %zu fresh sets (seed %llu): accuracy float32 %.1f%%, int8 %.1f%%; the same choice on %.1f%% of sets\n", n,
+                (unsigned long long)eval_seed, 100 * mf.accuracy, 100 * mq.accuracy, 100.0 * double(same) / double(n));
+  else
+    std::printf("test on %zu fresh sets (seed %llu): mean distance float32 %.4f, int8 %.4f (%+.1f%%); nearest-point hits float32 %.1f%%, "
+                "int8 %.1f%%; the same nearest point on %.1f%% of sets; int8 predictions %.4f from the float ones on average\n",
+                n, (unsigned long long)eval_seed, mf.distance, mq.distance, 100 * (mq.distance / mf.distance - 1), 100 * mf.accuracy,
+                100 * mq.accuracy, 100.0 * double(same) / double(n), apart / double(n));
   std::printf("quantized checkpoint: %s\n", output.c_str());
   return 0;
 }
 
-// predict: x [B, 50, 2] in, log_probs [B, 50] (pointer) or y [B, 2] (set) out; an int8 pointer
-// model also writes its quantized input x_q [B, 50, 2] (I16) and its logits [B, 50] (I32).
+int quantize_checkpoint(const std::string& path, const std::string& output, std::uint64_t eval_seed, size_t sets, size_t threads) {
+  auto file = safetensors::File::read(path);
+  if (int8_checkpoint(file)) throw std::runtime_error("checkpoint " + path + " is already quantized");
+  return model_kind(file, false) == "pointer" ? quantize_checkpoint<PointerNet>(file, output, eval_seed, sets, threads)
+                                              : quantize_checkpoint<SetNet>(file, output, eval_seed, sets, threads);
+}
+
+// predict: x [B, 50, 2] in, log_probs [B, 50] (pointer) or y [B, 2] (set) out; an int8 model
+// also writes its quantized input x_q [B, 50, 2] (I16) and its integer output: the pointer
+// model's logits [B, 50] (I32), the set model's y_q [B, 2] (I16).
 template <class Net>
 int predict(Run<Net>& run, const char* kind, const std::string& input, const std::string& output) {
   auto in = safetensors::File::read(input);
@@ -243,24 +257,29 @@ int predict(Run<Net>& run, const char* kind, const std::string& input, const std
   safetensors::Writer w;
   w.set_metadata("model", kind);
   w.add(pointer ? "log_probs" : "y", safetensors::Dtype::F32, {count, width}, std::as_bytes(std::span(out)));
-  if constexpr (Run<Net>::pointer) {
-    if (run.quantized) {  // the int8 model's own integers: its quantized input and its logits
-      std::vector<std::int16_t> x_q(count * N * 2);
-      std::vector<std::int32_t> logits(count * N);
-      auto pass = std::make_unique<InferOf<QPointerNet, 1, N>>();
-      Tensor<1, N, 2> set;
-      for (size_t b = 0; b < count; ++b) {
-        std::copy_n(points.data() + b * N * 2, N * 2, set.data());
-        const auto& l = pass->forward(*run.quantized, set);
-        std::copy(l.begin(), l.end(), logits.begin() + b * N);
-        std::copy(pass->x.begin(), pass->x.end(), x_q.begin() + b * N * 2);
-      }
-      w.add("x_q", safetensors::Dtype::I16, {count, N, 2}, std::as_bytes(std::span(x_q)));
-      w.add("logits", safetensors::Dtype::I32, {count, N}, std::as_bytes(std::span(logits)));
-      w.set_metadata("precision", "int8");
-      std::printf("%s: x_q [%zu, %zu, 2] (I16), logits [%zu, %zu] (I32, one unit = %.9g)\n", output.c_str(), count, N, count, N,
-                  run.quantized->pointer.logit_scale());
+  if (run.quantized) {  // the int8 model's own integers: its quantized input and its output
+    auto pass = std::make_unique<InferOf<typename Run<Net>::Quantized, 1, N>>();
+    using Y = std::remove_cvref_t<decltype(pass->forward(*run.quantized))>;  // logits I32 [1, 1, 50] or y_q I16 [1, 1, 2]
+    std::vector<std::int16_t> x_q(count * N * 2);
+    std::vector<typename Y::value_type> y_q(count * width);
+    Tensor<1, N, 2> set;
+    for (size_t b = 0; b < count; ++b) {
+      std::copy_n(points.data() + b * N * 2, N * 2, set.data());
+      const auto& y = pass->forward(*run.quantized, set);
+      std::copy(y.begin(), y.end(), y_q.begin() + b * width);
+      std::copy(pass->x.begin(), pass->x.end(), x_q.begin() + b * N * 2);
     }
+    const char* name = pointer ? "logits" : "y_q";
+    w.add("x_q", safetensors::Dtype::I16, {count, N, 2}, std::as_bytes(std::span(x_q)));
+    w.add(name, stformer::detail::dtype_of<Y>(), {count, width}, std::as_bytes(std::span(y_q)));
+    w.set_metadata("precision", "int8");
+    double unit;
+    if constexpr (Run<Net>::pointer)
+      unit = run.quantized->pointer.logit_scale();
+    else
+      unit = run.quantized->output_scale(0);
+    std::printf("%s: x_q [%zu, %zu, 2] (I16), %s [%zu, %zu] (%s, one unit = %.9g)\n", output.c_str(), count, N, name, count, width,
+                std::string(safetensors::dtype_name(stformer::detail::dtype_of<Y>())).c_str(), unit);
   }
   w.write(output);
   std::printf("%s: %s [%zu, %zu]\n", output.c_str(), pointer ? "log_probs" : "y", count, width);
@@ -388,8 +407,8 @@ int main(int argc, char** argv) {
   plot_cmd->add_option("--seed", o.seed, "seed of the sets")->check(Seed)->capture_default_str();
   plot_cmd->add_option("--output", png, "PNG file (the CSV goes next to it)")->check(OutputPath)->capture_default_str();
 
-  auto* quantize_cmd = app.add_subcommand("quantize", "quantize a pointer model to int8 (post-training), save it, compare it with the float model");
-  quantize_cmd->add_option("--checkpoint", checkpoint, "float checkpoint of the pointer model (safetensors)")->required()->check(CLI::ExistingFile);
+  auto* quantize_cmd = app.add_subcommand("quantize", "quantize a model to int8 (post-training), save it, compare it with the float model");
+  quantize_cmd->add_option("--checkpoint", checkpoint, "float checkpoint of the pointer or set model (safetensors)")->required()->check(CLI::ExistingFile);
   quantize_cmd->add_option("--output", output, "the quantized checkpoint (safetensors)")->required()->check(OutputPath);
   quantize_cmd->add_option("--seed", o.seed, "seed of the test sets")->check(Seed)->capture_default_str();
   quantize_cmd->add_option("--sets", sets, "number of fresh test sets")->check(CLI::Range(size_t{1}, size_t{100000000}))->capture_default_str();

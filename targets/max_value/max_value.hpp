@@ -23,6 +23,7 @@
 #include <stformer/train/parallel.hpp>
 #include <stformer/quantized/checkpoint.hpp>
 #include <stformer/quantized/pointer_model.hpp>
+#include <stformer/quantized/set_transformer.hpp>
 
 namespace max_value {
 
@@ -31,7 +32,10 @@ using namespace stformer;
 constexpr size_t N = 50, Batch = 500;
 using PointerNet = PointerModel<2, 16, 1, 64, 2>;
 using SetNet = SetTransformer<2, 64, 4, 16, 2>;
-using QPointerNet = QPointerModel<2, 16, 1, 64, 2>;  // the pointer model in int8 (quantize below)
+using QPointerNet = QPointerModel<2, 16, 1, 64, 2>;  // the models in int8 (quantize below)
+using QSetNet = QSetTransformer<2, 64, 4, 16, 2>;
+template <class Net>
+using QuantizedOf = std::conditional_t<std::is_same_v<Net, PointerNet>, QPointerNet, QSetNet>;
 
 // B sets with, for each, the index and the coordinates of its largest-norm point.
 template <size_t B>
@@ -128,6 +132,17 @@ struct Task<SetNet> {
 struct Metrics {
   double accuracy = 0, distance = 0;
   size_t sets = 0;
+
+  template <size_t B>
+  void add(const Prediction& p, const Sets<B>& s, size_t b) {
+    accuracy += p.index == size_t(s.target(b));
+    distance += std::hypot(p.px - s.point(b, 0, 0), p.py - s.point(b, 0, 1));
+    ++sets;
+  }
+  Metrics& mean() {
+    accuracy /= double(sets), distance /= double(sets);
+    return *this;
+  }
 };
 
 struct TrainOptions {
@@ -166,19 +181,19 @@ struct Run {
   static_assert(Batch % Chunk == 0 && Chunks % Lanes == 0);
 
   static constexpr bool pointer = std::is_same_v<Net, PointerNet>;
-  struct NoQuantized {};
+  using Quantized = QuantizedOf<Net>;
   struct Lane {
     Net grad;
     ActsOf<Net, Chunk, N> acts;    // training
     InferOf<Net, Chunk, N> infer;  // evaluation and prediction (forward only: the same outputs)
-    std::conditional_t<pointer, InferOf<QPointerNet, Chunk, N>, NoQuantized> qinfer;  // the same with `quantized`
+    InferOf<Quantized, Chunk, N> qinfer;  // the same with `quantized`
     Sets<Chunk> sets;
     typename T::template Out<Chunk> dout;
     double loss;
   };
 
   std::unique_ptr<Net> model = std::make_unique<Net>();
-  std::unique_ptr<QPointerNet> quantized;  // set: infer() runs this int8 model instead (pointer only)
+  std::unique_ptr<Quantized> quantized;  // set: infer() runs this int8 model instead
   std::unique_ptr<std::array<Lane, Lanes>> lanes = std::make_unique<std::array<Lane, Lanes>>();
   std::unique_ptr<typename T::Optimizer> opt = T::optimizer();
   std::unique_ptr<Sets<Batch>> sets = std::make_unique<Sets<Batch>>();
@@ -223,19 +238,20 @@ struct Run {
 
   // The model's outputs for *sets, into *out: forward-only passes (Infer), chunk by chunk over
   // the lanes, bit for bit the outputs of the training activations' forward; with `quantized`,
-  // the int8 model's log-probabilities.
+  // the int8 model's, dequantized (log-probabilities, or the point).
   const typename T::template Out<Batch>& infer() {
     pool.run(Lanes, [this](size_t l) {
       Lane& lane = (*lanes)[l];
       for (size_t c = l; c < Chunks; c += Lanes) {
         take_chunk(lane, c);
-        if constexpr (pointer) {
-          if (quantized) {  // integers from the input's quantization to the logits, then log-probabilities
-            lane.qinfer.forward(*quantized, lane.sets.x);
+        if (quantized) {  // integers from the input's quantization to the output's
+          lane.qinfer.forward(*quantized, lane.sets.x);
+          if constexpr (pointer)
             lane.qinfer.log_probs(*quantized, lane.dout);
-            std::copy(lane.dout.begin(), lane.dout.end(), out->begin() + c * lane.dout.size());
-            continue;
-          }
+          else
+            lane.qinfer.output(*quantized, lane.dout);
+          std::copy(lane.dout.begin(), lane.dout.end(), out->begin() + c * lane.dout.size());
+          continue;
         }
         const auto& y = lane.infer.forward(*model, lane.sets.x);
         std::copy(y.begin(), y.end(), out->begin() + c * y.size());
@@ -284,42 +300,37 @@ struct Run {
     for (size_t done = 0; done < count; done += Batch) {
       sets->draw(rng);
       infer();
-      for (size_t b = 0; b < Batch && done + b < count; ++b) {
-        Prediction p = T::predict(*out, *sets, b);
-        m.accuracy += p.index == size_t(sets->target(b));
-        m.distance += std::hypot(p.px - sets->point(b, 0, 0), p.py - sets->point(b, 0, 1));
-        ++m.sets;
-      }
+      for (size_t b = 0; b < Batch && done + b < count; ++b) m.add(T::predict(*out, *sets, b), *sets, b);
     }
-    m.accuracy /= double(m.sets);
-    m.distance /= double(m.sets);
-    return m;
+    return m.mean();
   }
 };
 
-// Whether a checkpoint holds the int8 pointer model (max_value quantize's): an I8 proj.weight.
+// Whether a checkpoint holds an int8 model (max_value quantize's): an I8 proj.weight.
 inline bool int8_checkpoint(const safetensors::File& f) {
   const auto* proj = f.find("proj.weight");
   return proj != nullptr && proj->dtype == safetensors::Dtype::I8;
 }
 
-// Post-training quantization of a pointer model (stformer/quantized/pointer_model.hpp): the
-// ranges of its activations over the 500 training sets of `seed` (drawn as train draws them),
-// in a float forward, then QPointerNet::quantize.
-inline std::unique_ptr<QPointerNet> quantize(const PointerNet& f, std::uint64_t seed) {
+// Post-training quantization (stformer/quantized/): the ranges of the model's activations over
+// the 500 training sets of `seed` (the first batch train draws), in a float forward, then
+// QuantizedOf<Net>::quantize.
+template <class Net>
+std::unique_ptr<QuantizedOf<Net>> quantize(const Net& f, std::uint64_t seed) {
+  using Q = QuantizedOf<Net>;
   constexpr size_t C = 25;
   auto sets = std::make_unique<Sets<Batch>>();
   Rng first(seed, 1);
   sets->draw(first);
-  auto acts = std::make_unique<ActsOf<PointerNet, C, N>>();
+  auto acts = std::make_unique<ActsOf<Net, C, N>>();
   auto x = std::make_unique<Tensor<C, N, 2>>();
-  QPointerNet::Ranges ranges;
+  typename Q::Ranges ranges;
   for (size_t c = 0; c < Batch; c += C) {
     std::copy_n(sets->x.data() + c * N * 2, C * N * 2, x->data());
     acts->forward(f, *x);
-    ranges.observe(*acts, *x);
+    ranges.observe(f, *acts, *x);
   }
-  return std::make_unique<QPointerNet>(QPointerNet::quantize(f, ranges));
+  return std::make_unique<Q>(Q::quantize(f, ranges));
 }
 
 }  // namespace max_value

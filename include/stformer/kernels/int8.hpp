@@ -1,7 +1,8 @@
 // stformer int8 kernels — the integer matrix product and the fixed-point requantization of the
 // quantized forward pass, exact in integers, so that every backend computes the same numbers.
 //
-//   qmatmul_nt:  C[M,N] (int32) = A[M,K] (int8) · B[N,K]ᵀ (int8) + bias[N] (int32)
+//   qmatmul_nt:  C[M,N] (int32) = A[M,K] (int8) · B[N,K]ᵀ (int8) + bias[N] (int32); also with
+//                A or B in int16 (plain loops)
 //   requantize:  y = clamp(zero + MultiplyByQuantizedMultiplier(x, q[c], shift[c]), lo, hi), one
 //                multiplier per output channel c (TFLite Micro's and CMSIS-NN's formula, below)
 //   divide, divide_by_root, softmax_u8: the per-row integer arithmetic of the quantized
@@ -275,8 +276,8 @@ namespace detail {
 
 // C[i, j] = bias[j] + Σ_k A[i, k]·B[j, k], one dot product at a time: the plain build's product,
 // and int16 rows' everywhere.
-template <size_t M, size_t N, size_t K, class TA>
-inline void dot_products(const TA* A, size_t lda, const std::int8_t* B, size_t ldb, std::int32_t* C, size_t ldc, const std::int32_t* bias) {
+template <size_t M, size_t N, size_t K, class TA, class TB>
+inline void dot_products(const TA* A, size_t lda, const TB* B, size_t ldb, std::int32_t* C, size_t ldc, const std::int32_t* bias) {
   for (size_t i = 0; i < M; ++i)
     for (size_t j = 0; j < N; ++j) {
       std::int32_t s = bias ? bias[j] : 0;
@@ -434,6 +435,15 @@ template <size_t M, size_t N, size_t K>
 inline void qmatmul_nt(const std::int16_t* A, size_t lda, const std::int8_t* B, size_t ldb, std::int32_t* C, size_t ldc,
                        const std::int32_t* bias = nullptr) {
   static_assert(K <= 516, "qmatmul_nt: int16 rows are for layers of at most 516 inputs (int32 sums)");
+  detail::dot_products<M, N, K>(A, lda, B, ldb, C, ldc, bias);
+}
+
+// The same with B in int16 (int16 keys and values against int8 queries and softmax numerators):
+// a plain loop, exact while K·128·32767 < 2^31 (K ≤ 511).
+template <size_t M, size_t N, size_t K>
+inline void qmatmul_nt(const std::int8_t* A, size_t lda, const std::int16_t* B, size_t ldb, std::int32_t* C, size_t ldc,
+                       const std::int32_t* bias = nullptr) {
+  static_assert(K <= 511, "qmatmul_nt: int16 columns are for products of at most 511 terms (int32 sums)");
   detail::dot_products<M, N, K>(A, lda, B, ldb, C, ldc, bias);
 }
 

@@ -1,11 +1,13 @@
-// QMultiHeadAttention<Dq, Dkv, D, H>: MultiHeadAttention in integers, int8 rows in, its output
-// added into an int16 residual stream (the blocks keep one; forward_add):
-//   q_q, k_q, v_q = QLinear(xq_q), QLinear(xkv_q), QLinear(xkv_q)      int8 at s_q, s_k, s_v
+// QMultiHeadAttention<Dq, Dkv, D, H, S, Row>: MultiHeadAttention in integers, rows of Row (int8,
+// or int16 where int8 costs accuracy: the set model's MABs) in, its output added into an int16
+// residual stream (the blocks keep one; forward_add):
+//   q_q, k_q, v_q = QLinear(xq_q), QLinear(xkv_q), QLinear(xkv_q)      at s_q, s_k, s_v: q int8,
+//                                                                       k and v Row
 //   head h, query i, key j:  x_ij = q_q,ih · k_q,jh                      int32 (scale s_q·s_k)
 //     e_ij = round(255 · 2^(−u_ij / 256)),  u_ij = round((max_j x_ij − x_ij)·E)
 //       E ≈ s_q·s_k·s·log2(e)·256: e_ij/255 is e^(s·(score_ij − max)), the softmax's
 //       numerator, in 8 bits (kernels::softmax_u8)
-//     o_ih = clamp(apply(Σ_j e_ij v_q,jh, V / Σ_j e_ij), int8)        heads at s_o; V ≈ s_v / s_o
+//     o_ih = clamp(apply(Σ_j e_ij v_q,jh, V / Σ_j e_ij), Row)         heads at s_o; V ≈ s_v / s_o
 //   residual += QLinear(concat_h o_h)                                    wo, to the residual's scale
 // Σ_j e_ij v_q,jh is an int8 product (qmatmul_nt) of the rows e − 128 and v_hᵀ, with 128·Σ_j v_q,jh
 // as its bias. Masks as in float: a masked key gets e = 0, and a query that sees no key o = 0.
@@ -18,16 +20,21 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <type_traits>
 
 #include "../blocks/attention.hpp"
 #include "linear.hpp"
 
 namespace stformer::inline STFORMER_ABI {
 
-template <size_t Dq, size_t Dkv, size_t D, size_t H, ScoreScale S = ScoreScale::head_width>
+template <size_t Dq, size_t Dkv, size_t D, size_t H, ScoreScale S = ScoreScale::head_width, class Row = std::int8_t>
 struct QMultiHeadAttention {
+  static_assert(std::is_same_v<Row, std::int8_t> || std::is_same_v<Row, std::int16_t>, "QMultiHeadAttention: int8 or int16 rows");
   using Float = MultiHeadAttention<Dq, Dkv, D, H, S>;
   static constexpr size_t Dh = D / H;
+  static constexpr bool wide = std::is_same_v<Row, std::int16_t>;
+  static constexpr int row_levels = wide ? 32767 : 127;
+  static float row_scale(float max_abs) { return wide ? quant::int16_scale(max_abs) : quant::scale_for(max_abs); }
 
   QLinear<Dq, D> wq;
   QLinear<Dkv, D> wk, wv;
@@ -49,13 +56,20 @@ struct QMultiHeadAttention {
     stformer::visit(at / "values", f, p.values...);
   }
 
-  // The ranges (max |·|) of the float block's activations over calibration data.
+  // The ranges (max |·|) of the float block f's activations over calibration data. A folded
+  // attention (few queries: Float::folds) never forms k and v: they are projected here.
   struct Ranges {
     float q = 0, k = 0, v = 0, heads = 0;
     template <class A>
-    void observe(const A& acts) {
-      q = std::max(q, quant::max_abs(acts.q.out)), k = std::max(k, quant::max_abs(acts.k.out));
-      v = std::max(v, quant::max_abs(acts.v.out)), heads = std::max(heads, quant::max_abs(acts.heads));
+    void observe(const Float& f, const A& acts) {
+      q = std::max(q, quant::max_abs(acts.q.out)), heads = std::max(heads, quant::max_abs(acts.heads));
+      if constexpr (requires { acts.k.out; }) {
+        k = std::max(k, quant::max_abs(acts.k.out)), v = std::max(v, quant::max_abs(acts.v.out));
+      } else {
+        const auto& x = *acts.xkv;
+        for (size_t r = 0; r < x.size() / Dkv; ++r)
+          k = std::max(k, quant::max_abs_linear(f.wk, x.data() + r * Dkv)), v = std::max(v, quant::max_abs_linear(f.wv, x.data() + r * Dkv));
+      }
     }
   };
 
@@ -72,8 +86,8 @@ struct QMultiHeadAttention {
 
   static QMultiHeadAttention quantize(const Float& f, const Ranges& r, float s_xq, float s_xkv, float s_out) {
     QMultiHeadAttention q;
-    q.q_scale(0) = quant::scale_for(r.q), q.k_scale(0) = quant::scale_for(r.k);
-    q.v_scale(0) = quant::scale_for(r.v), q.heads_scale(0) = quant::scale_for(r.heads);
+    q.q_scale(0) = quant::scale_for(r.q), q.k_scale(0) = row_scale(r.k);
+    q.v_scale(0) = row_scale(r.v), q.heads_scale(0) = row_scale(r.heads);
     q.wq = QLinear<Dq, D>::quantize(f.wq, s_xq, q.q_scale(0));
     q.wk = QLinear<Dkv, D>::quantize(f.wk, s_xkv, q.k_scale(0));
     q.wv = QLinear<Dkv, D>::quantize(f.wv, s_xkv, q.v_scale(0));
@@ -82,25 +96,27 @@ struct QMultiHeadAttention {
     return q;
   }
 
-  // The buffers besides the queries' rows: k [B, Nk, D], v_hᵀ of every head vt [B, D, Nk] (int8)
+  // The buffers besides the queries' rows: k [B, Nk, D], v_hᵀ of every head vt [B, D, Nk] (Row)
   // and 128·Σ_j v of each column vsum [B, D], and a tile of int32: the scores of T queries of
   // one head [T, Nk] and their A·V [T, Dh], or T rows of a projection [T, D]; p [T, Nk]: the
-  // scores' e − 128 (int8).
+  // scores' e − 128 (int8); with int16 rows, q [B, Nq, D] (int8: the heads take the rows' place).
   template <size_t B, size_t Nq, size_t Nk, size_t T>
   struct Work {
-    TensorOf<std::int8_t, B, Nk, D> k;
-    TensorOf<std::int8_t, B, D, Nk> vt;
+    static_assert(!wide || Nk <= 256, "QMultiHeadAttention: with int16 rows, at most 256 keys (A·V's int32 sums)");
+    [[no_unique_address]] std::conditional_t<wide, TensorOf<std::int8_t, B, Nq, D>, Nothing> q;
+    TensorOf<Row, B, Nk, D> k;
+    TensorOf<Row, B, D, Nk> vt;
     TensorOf<std::int32_t, B, D> vsum;
     TensorOf<std::int32_t, (T * (Nk + Dh) > T * D ? T * (Nk + Dh) : T * D)> tile;
     TensorOf<std::int8_t, T, Nk> p;
   };
 
-  // k, v of xkv [B, Nk, Dkv] (int8) into w (v through the tile: its rows, then transposed).
+  // k, v of xkv [B, Nk, Dkv] into w (v through the tile: its rows, then transposed).
   template <size_t B, size_t Nq, size_t Nk, size_t T>
-  void prepare(const std::int8_t* xkv, Work<B, Nq, Nk, T>& w) const {
+  void prepare(const Row* xkv, Work<B, Nq, Nk, T>& w) const {
     for_tiles<B * Nk, T>([&]<size_t R>(size_t i) {
       wk.template apply<R>(xkv + i * Dkv, w.tile.data(), w.k.data() + i * D);
-      std::int8_t v[R * D];
+      Row v[R * D];
       wv.template apply<R>(xkv + i * Dkv, w.tile.data(), v);
       for (size_t r = 0; r < R; ++r) {
         const size_t b = (i + r) / Nk, j = (i + r) % Nk;
@@ -115,15 +131,16 @@ struct QMultiHeadAttention {
       }
   }
 
-  // q [B, Nq, D], the projected queries (int8), ← concat_h(o_h) in place.
+  // heads [B, Nq, D] ← concat_h(o_h) of q [B, Nq, D], the projected queries (int8; q = heads
+  // when Row is int8: in place, a head's columns once its scores are taken).
   template <size_t B, size_t Nq, size_t Nk, size_t T>
-  void attend(std::int8_t* q, Work<B, Nq, Nk, T>& w, const Mask<B, Nk>& mask) const {
+  void attend(const std::int8_t* q, Row* heads, Work<B, Nq, Nk, T>& w, const Mask<B, Nk>& mask) const {
     std::int32_t *s = w.tile.data(), *o = w.tile.data() + T * Nk;
     for (size_t b = 0; b < B; ++b)
       for (size_t h = 0; h < H; ++h)
         for_tiles<Nq, T>([&]<size_t R>(size_t i0) {
-          std::int8_t* qh = q + (b * Nq + i0) * D + h * Dh;
-          kernels::qmatmul_nt<R, Nk, Dh>(qh, D, w.k.data() + b * Nk * D + h * Dh, D, s, Nk);
+          const size_t at = (b * Nq + i0) * D + h * Dh;
+          kernels::qmatmul_nt<R, Nk, Dh>(q + at, D, w.k.data() + b * Nk * D + h * Dh, D, s, Nk);
           for (size_t r = 0; r < R; ++r) {
             std::int32_t* x = s + r * Nk;
             if (mask.causal || mask.keys)
@@ -133,18 +150,24 @@ struct QMultiHeadAttention {
           }
           kernels::qmatmul_nt<R, Dh, Nk>(w.p.data(), Nk, w.vt.data() + (b * D + h * Dh) * Nk, Nk, o, Dh, w.vsum.data() + b * D + h * Dh);
           for (size_t r = 0; r < R; ++r) {
-            kernels::requantize(o + r * Dh, Dh, kernels::divide(values[0], std::uint32_t(s[r * Nk])), 0, -128, 127, qh + r * D);
+            kernels::requantize(o + r * Dh, Dh, kernels::divide(values[0], std::uint32_t(s[r * Nk])), 0, -row_levels - 1, row_levels,
+                                heads + at + r * D);
           }
         });
   }
 
-  // residual [B, Nq, D] (int16) += MHA(x, keys of w); x (int8, Dq = D) is overwritten: q, then
-  // the heads. The projections T rows at a time.
+  // residual [B, Nq, D] (int16) += MHA(x, keys of w); x (Dq = D) is overwritten: by the heads
+  // (and first by q, with int8 rows). The projections T rows at a time.
   template <size_t B, size_t Nq, size_t Nk, size_t T>
-  void forward_add(std::int8_t* x, std::int16_t* residual, Work<B, Nq, Nk, T>& w, const Mask<B, Nk>& mask) const {
+  void forward_add(Row* x, std::int16_t* residual, Work<B, Nq, Nk, T>& w, const Mask<B, Nk>& mask) const {
     static_assert(Dq == D, "QMultiHeadAttention::forward_add: the queries' rows become the heads in place (Dq = D)");
-    for_tiles<B * Nq, T>([&]<size_t R>(size_t i) { wq.template apply<R>(x + i * D, w.tile.data(), x + i * D); });
-    attend<B, Nq, Nk, T>(x, w, mask);
+    std::int8_t* q;
+    if constexpr (wide)
+      q = w.q.data();
+    else
+      q = x;
+    for_tiles<B * Nq, T>([&]<size_t R>(size_t i) { wq.template apply<R>(x + i * D, w.tile.data(), q + i * D); });
+    attend<B, Nq, Nk, T>(q, x, w, mask);
     for_tiles<B * Nq, T>([&]<size_t R>(size_t i) { wo.template add_to<R>(x + i * D, w.tile.data(), residual + i * D); });
   }
 };

@@ -75,16 +75,16 @@ struct QEncoderBlock {
     stformer::visit(at / "ffn", f, s.ffn...);
   }
 
-  // Ranges of the float block's activations; residual: of its residual stream (h and out).
+  // Ranges of the float block f's activations; residual: of its residual stream (h and out).
   struct Ranges {
     float sn1 = 0, sn2 = 0, hidden = 0, residual = 0;
     typename Attention::Ranges attn;
     template <class A>
-    void observe(const A& acts) {
+    void observe(const Float& f, const A& acts) {
       sn1 = std::max(sn1, quant::max_abs(acts.sn1.out)), sn2 = std::max(sn2, quant::max_abs(acts.sn2.out));
       hidden = std::max(hidden, quant::max_abs(acts.ffn.fc1.out));
       residual = std::max({residual, quant::max_abs(acts.h), quant::max_abs(acts.out)});
-      attn.observe(acts.attn);
+      attn.observe(f.attn, acts.attn);
     }
   };
 

@@ -4,6 +4,7 @@
 //   y_q[r, c] = clamp(z + apply(acc[r, c], M_c), −128, 127)       int8 rows (z = −128 after ReLU,
 //                                                                 0 otherwise)
 //   h[r, c]   = clamp(h[r, c] + apply(acc[r, c], M_c), int16)     or into an int16 residual stream
+//                                                                 (ReLU: apply(·) clamped at 0)
 // for real values x ≈ s_x·x_q, W[c, :] ≈ s_w[c]·W_q[c, :] with W_q in [−127, 127] (symmetric),
 // b_q[c] = round(b[c] / (s_x·s_w[c])), and M_c ≈ s_x·s_w[c] / s_y the fixed-point multiplier of
 // the output's scale s_y. The input's and the output's scales belong to the blocks that own
@@ -22,6 +23,7 @@
 #include <cmath>
 #include <cstdint>
 #include <limits>
+#include <type_traits>
 
 #include "../blocks/linear.hpp"
 #include "../kernels/int8.hpp"
@@ -70,6 +72,25 @@ void quantize(const float* x, size_t n, float s, T* y) {
   for (size_t i = 0; i < n; ++i) y[i] = T(to_int(x[i], s, std::numeric_limits<T>::min(), std::numeric_limits<T>::max()));
 }
 
+// The scale of an int16 activation from its calibration range: max|x| at 32767/2, so that values
+// up to twice what calibration saw still fit (int16 has bits to spare, int8 has not).
+inline float int16_scale(float max_abs) { return scale_for(2 * max_abs, 32767); }
+// x_q = round(x / s) saturated to ±32767, in float: the quantization of a model's int16 input,
+// the one float step before its integer forward pass (also on a target).
+inline void quantize_input(const float* x, size_t n, float s, std::int16_t* y) {
+  for (size_t i = 0; i < n; ++i) y[i] = std::int16_t(std::clamp(std::nearbyint(x[i] / s), -32767.0f, 32767.0f));
+}
+// max_c |b_c + Σ_k W[c, k]·x_k|: the largest output of a linear layer on one row x [In].
+template <size_t In, size_t Out, Init::Kind K>
+float max_abs_linear(const Linear<In, Out, K>& f, const float* x) {
+  double m = 0;
+  for (size_t c = 0; c < Out; ++c) {
+    double y = f.bias(c);
+    for (size_t k = 0; k < In; ++k) y += double(f.weight(c, k)) * x[k];
+    m = std::max(m, std::abs(y));
+  }
+  return float(m);
+}
 // W_q and s of a float matrix [rows, width], per row: s = max|W[r, :]|/127, W_q in [−127, 127].
 template <size_t R, size_t W>
 void quantize_rows(const Tensor<R, W>& w, TensorOf<std::int8_t, R, W>& q, Tensor<R>& scale) {
@@ -124,21 +145,67 @@ struct QLinear {
     kernels::qmatmul_nt<Rows, Out, In>(x, In, weight.data(), In, acc, Out, bias.data());
   }
 
-  // y [Rows, Out] (int8) = the layer on x; acc: [Rows, Out] of scratch. Relu: max(·, 0) with
-  // the outputs' zero point at −128 (y_q = y/s_y − 128: 256 steps from 0 to the range's top).
-  template <size_t Rows, bool Relu = false, class X>
-  void apply(const X* x, std::int32_t* acc, std::int8_t* y) const {
+  // y [Rows, Out] (int8, or int16) = the layer on x; acc: [Rows, Out] of scratch. Relu: max(·, 0)
+  // with the outputs' zero point at their type's minimum (int8: y_q = y/s_y − 128, 256 steps
+  // from 0 to the range's top).
+  template <size_t Rows, bool Relu = false, class X, class Y>
+  void apply(const X* x, std::int32_t* acc, Y* y) const {
+    static_assert(std::is_same_v<Y, std::int8_t> || std::is_same_v<Y, std::int16_t>, "QLinear::apply: int8 or int16 outputs");
+    constexpr std::int32_t lo = std::numeric_limits<Y>::min(), hi = std::numeric_limits<Y>::max();
     accumulate<Rows>(x, acc);
-    kernels::requantize(acc, Rows, Out, requant.multiplier.data(), requant.shift.data(), Relu ? -128 : 0, -128, 127, y);
+    kernels::requantize(acc, Rows, Out, requant.multiplier.data(), requant.shift.data(), Relu ? lo : 0, lo, hi, y);
   }
 
-  // h [Rows, Out] (int16) += the layer on x, or h = the layer when Set (the first layer of a
-  // residual stream), saturating; acc: [Rows, Out] of scratch.
-  template <size_t Rows, bool Set = false, class X>
+  // h [Rows, Out] (int16) += the layer on x, or its ReLU when Relu, or h = the layer when Set
+  // (the first layer of a residual stream), saturating; acc: [Rows, Out] of scratch.
+  template <size_t Rows, bool Set = false, bool Relu = false, class X>
   void add_to(const X* x, std::int32_t* acc, std::int16_t* h) const {
     accumulate<Rows>(x, acc);
-    kernels::requantize(acc, Rows, Out, requant.multiplier.data(), requant.shift.data(), 0, INT16_MIN, INT16_MAX, acc);
+    // the increment may exceed the stream's range when the sum does not (a large step from the
+    // range's far side): only the sum is saturated
+    kernels::requantize(acc, Rows, Out, requant.multiplier.data(), requant.shift.data(), 0, Relu ? 0 : 2 * INT16_MIN, 2 * INT16_MAX + 1, acc);
     for (size_t i = 0; i < Rows * Out; ++i) h[i] = std::int16_t(std::clamp<std::int32_t>(acc[i] + (Set ? 0 : h[i]), INT16_MIN, INT16_MAX));
+  }
+};
+
+// QFineLinear<In, Out>: a linear layer into an int16 stream whose weights come as two int8
+// tensors, W ≈ s_w·W_q + s_r·R_q per output channel: `coarse` is the QLinear of W, `fine` the
+// QLinear (no bias) of its rounding error W − s_w·W_q, so about 7 more bits of weight for twice
+// the int8 weights and a second product:
+//   h[r, c] = clamp(h[r, c] + apply(acc[r, c], M_c) + apply(acc_r[r, c], M_r,c), int16)
+// For a model's first and last layers where int8 weights alone cost accuracy (the set model's:
+// its output, a point, is a sum of terms that cancel, and each weight's rounding moves it).
+// Tensors: coarse.*, fine.* (QLinear's).
+template <size_t In, size_t Out>
+struct QFineLinear {
+  QLinear<In, Out> coarse, fine;
+
+  template <class F, class... S>
+  static constexpr void visit(const Path& at, F& f, S&... s) {
+    stformer::visit(at / "coarse", f, s.coarse...);
+    stformer::visit(at / "fine", f, s.fine...);
+  }
+
+  void set_multipliers(float s_in, float s_out) { coarse.set_multipliers(s_in, s_out), fine.set_multipliers(s_in, s_out); }
+
+  template <Init::Kind K>
+  static QFineLinear quantize(const Linear<In, Out, K>& f, float s_in, float s_out) {
+    QFineLinear q;
+    q.coarse = QLinear<In, Out>::quantize(f, s_in, s_out);
+    Linear<In, Out, K> rest;
+    for (size_t c = 0; c < Out; ++c) {
+      rest.bias(c) = 0;
+      for (size_t k = 0; k < In; ++k) rest.weight(c, k) = f.weight(c, k) - q.coarse.weight_scale(c) * float(q.coarse.weight(c, k));
+    }
+    q.fine = QLinear<In, Out>::quantize(rest, s_in, s_out);
+    return q;
+  }
+
+  // h [Rows, Out] (int16) += the layer on x, or h = the layer when Set; acc: [Rows, Out] of scratch.
+  template <size_t Rows, bool Set = false, class X>
+  void add_to(const X* x, std::int32_t* acc, std::int16_t* h) const {
+    coarse.template add_to<Rows, Set>(x, acc, h);
+    fine.template add_to<Rows>(x, acc, h);
   }
 };
 

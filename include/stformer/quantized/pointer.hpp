@@ -37,7 +37,7 @@ struct QPointerAttention {
   struct Ranges {
     float q = 0, k = 0;
     template <class A>
-    void observe(const A& acts) {
+    void observe(const Float&, const A& acts) {
       q = std::max(q, quant::max_abs(acts.q.out)), k = std::max(k, quant::max_abs(acts.k.out));
     }
   };

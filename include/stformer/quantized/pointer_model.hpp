@@ -59,18 +59,18 @@ struct QPointerModel {
     std::array<typename Block::Ranges, Blocks> blocks;
     typename QPointerAttention<D, D, D>::Ranges pointer;
 
-    // acts: a float forward's activations (Float::Acts) on the sets x.
+    // acts: the float model f's activations (Float::Acts) in a forward on the sets x.
     template <class A, class X>
-    void observe(const A& acts, const X& x) {
+    void observe(const Float& f, const A& acts, const X& x) {
       input = std::max(input, quant::max_abs(x));
       residual = std::max(residual, quant::max_abs(acts.proj.out));
       for (size_t i = 0; i < Blocks; ++i) {
-        blocks[i].observe(acts.blocks[i]);
+        blocks[i].observe(f.blocks[i], acts.blocks[i]);
         residual = std::max(residual, blocks[i].residual);
       }
       keys = std::max(keys, quant::max_abs(acts.sn_v.out));
       query = std::max(query, quant::max_abs(acts.sn_q.out));
-      pointer.observe(acts.pointer);
+      pointer.observe(f.pointer, acts.pointer);
     }
   };
 
@@ -111,8 +111,7 @@ struct QPointerModel {
     template <class X>
     void quantize_input(const QPointerModel& p, const X& in) {
       static_assert(shape_is<X, B, N, In>, "QPointerModel: input set x must be [B, N, In] (the pass's sizes, the model's input width In)");
-      for (size_t i = 0; i < B * N * In; ++i)
-        x.data()[i] = std::int16_t(std::clamp(std::nearbyint(in.data()[i] / p.input_scale(0)), -32767.0f, 32767.0f));
+      quant::quantize_input(in.data(), B * N * In, p.input_scale(0), x.data());
     }
 
     // logits [B, 1, N] of the quantized input x (set it, or quantize_input): integers only.
