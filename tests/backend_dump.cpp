@@ -1,13 +1,14 @@
 // Runs fixed models on fixed inputs (seeded) and writes every output as raw floats, or
 // compares them with a file written by another build: `backend_dump OUT` / `backend_dump
 // --compare REF`. backends_agree.sh runs the scalar build then the SIMD build. The quantized
-// model's outputs are integers, and must be the same integers on every backend.
+// models' outputs are integers, and must be the same integers on every backend.
 #include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <vector>
 
 #include <stformer/quantized/pointer_model.hpp>
+#include <stformer/quantized/set_transformer.hpp>
 #include <stformer/stformer.hpp>
 
 #if !STFORMER_SIMD && defined(XSIMD_VERSION_MAJOR)
@@ -73,6 +74,18 @@ int main(int argc, char** argv) {
     const auto& logits = qptr_infer.forward(qptr, pts, k);
     integers.insert(integers.end(), logits.begin(), logits.end());
     integers.insert(integers.end(), qptr_infer.h.begin(), qptr_infer.h.end());
+  }
+
+  using QSet = QSetTransformer<2, 64, 4, 16, 2>;  // the set model the same way
+  static QSet::Ranges set_ranges;
+  set_ranges.input = 3, set_ranges.output = 3;
+  for (auto* r : {&set_ranges.isab.mab1, &set_ranges.isab.mab2, &set_ranges.pool.mab}) r->residual = 10, r->attn = {4, 4, 3, 2};
+  static QSet qset = QSet::quantize(set, set_ranges);
+  static InferOf<QSet, B, N> qset_infer;
+  for (const KeyMask<B, N>* k : masks) {
+    const auto& y = qset_infer.forward(qset, pts, k);
+    integers.insert(integers.end(), y.begin(), y.end());
+    integers.insert(integers.end(), qset_infer.h.begin(), qset_infer.h.end());
   }
 
   static Tensor<B, 33, 40> x;

@@ -133,7 +133,7 @@ for cmd in "$mv_bin" "$mv_bin train" "$lm_bin" "$lm_bin eval" "$header_bin" "$de
   else fail "$cmd --help: exit code or no 'Exit codes'"; fi
 done
 refuse "--model|transformer" "$header_bin" "$tmp/pointer.safetensors" "$tmp/h.hpp" --model transformer
-refuse "pointer.safetensors|the model expects" "$header_bin" "$tmp/pointer.safetensors" "$tmp/h.hpp" --model set
+refuse "pointer.safetensors|holds the pointer model|not --model set" "$header_bin" "$tmp/pointer.safetensors" "$tmp/h.hpp" --model set
 if "${run[@]}" "$header_bin" "$tmp/pointer.safetensors" "$tmp/image.hpp" --model pointer --namespace w >"$tmp/out" 2>&1 &&
   grep -qF "using Model = stformer::PointerModel<2, 16, 1, 64, 2>;" "$tmp/image.hpp" &&
   grep -qF "inline const Model& model() { return stformer::model_image<Model>(image); }" "$tmp/image.hpp" &&
@@ -173,6 +173,28 @@ j = b[8:8 + n]
 open(d + '/bad-int8.safetensors', 'wb').write(b[:8] + j + bytes(data))
 EOF2
 refuse "bad-int8.safetensors|scale 'residual_scale' is -2|finite and above 0" "$mv_bin" eval --checkpoint "$tmp/bad-int8.safetensors"
+# the set model: quantize, eval, predict (x_q I16, y_q I16), its int8 image
+"${run[@]}" "$mv_bin" train --model set --iterations 3 --checkpoint "$tmp/set.safetensors" >/dev/null 2>&1 || fail "train --model set"
+qs="$tmp/set-int8.safetensors"
+if "${run[@]}" "$mv_bin" quantize --checkpoint "$tmp/set.safetensors" --output "$qs" --sets 100 >"$tmp/out" 2>&1 &&
+  grep -q "mean distance float32 .*, int8 " "$tmp/out" && "${run[@]}" "$mv_bin" eval --checkpoint "$qs" --sets 10 >"$tmp/out2" 2>&1 &&
+  grep -q "set model, int8 (integer forward pass" "$tmp/out2"; then echo "ok   set model: quantize, then eval: $(grep 'mean distance float32' "$tmp/out" | cut -d';' -f1)"
+else fail "max_value quantize / eval, set model: $(tail -2 "$tmp/out") $(tail -2 "$tmp/out2" 2>/dev/null)"; fi
+if "${run[@]}" "$mv_bin" predict --checkpoint "$qs" --input "$tmp/sets.safetensors" --output "$tmp/qsy.safetensors" >"$tmp/out" 2>&1 &&
+  /usr/bin/python3 - "$tmp/qsy.safetensors" <<'EOF2'
+import json, struct, sys
+b = open(sys.argv[1], 'rb').read(); h = json.loads(b[8:8 + struct.unpack('<Q', b[:8])[0]])
+assert h['y_q']['dtype'] == 'I16' and h['y_q']['shape'] == [8, 2], h['y_q']
+assert h['x_q']['dtype'] == 'I16' and h['x_q']['shape'] == [8, 50, 2], h['x_q']
+assert h['y']['dtype'] == 'F32' and h['y']['shape'] == [8, 2], h['y']
+EOF2
+then echo "ok   predict with the int8 set checkpoint: y, x_q (I16), y_q (I16)"
+else fail "predict with the int8 set checkpoint: $(tail -2 "$tmp/out")"; fi
+if "${run[@]}" "$header_bin" "$qs" "$tmp/qsimage.hpp" --model set --namespace qs >"$tmp/out" 2>&1 &&
+  grep -qF "using Model = stformer::QSetTransformer<2, 64, 4, 16, 2>;" "$tmp/qsimage.hpp"; then
+  echo "ok   checkpoint_header --model set on the int8 checkpoint: the int8 model's image"
+else fail "checkpoint_header on the int8 set checkpoint: $(tail -2 "$tmp/out")"; fi
+refuse "set-int8.safetensors|holds the set model|not --model pointer" "$header_bin" "$qs" "$tmp/h.hpp" --model pointer
 
 echo "== info: the forward-only memory plans"
 # info_plan PROGRAM ARGS... -- LINES...: exit 0, and stdout holds each line

@@ -11,6 +11,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -22,20 +23,25 @@ using std::size_t;
 
 namespace {
 
-std::vector<std::int8_t> random_i8(size_t n, stformer::Rng& rng) {
-  std::vector<std::int8_t> v(n);
-  for (auto& x : v) x = std::int8_t(int(rng.below(256)) - 128);
+template <class T>
+std::vector<T> random_ints(size_t n, stformer::Rng& rng) {
+  constexpr std::int64_t span = std::int64_t(1) << (8 * sizeof(T));
+  std::vector<T> v(n);
+  for (auto& x : v) x = T(std::int64_t(rng.below(std::uint64_t(span))) - span / 2);
   return v;
 }
 
-template <size_t M, size_t N, size_t K>
+// A [M, K] (TA) · B [N, K]ᵀ (TB): int8 · int8 (the backend's kernel), or with one of them int16
+// (plain loops).
+template <size_t M, size_t N, size_t K, class TA = std::int8_t, class TB = std::int8_t>
 void check_product(size_t pad, bool bias, bool extremes) {
-  stformer::Rng rng(M * 1000003 + N * 1009 + K + pad, 5);
+  stformer::Rng rng(M * 1000003 + N * 1009 + K + pad + 7 * sizeof(TA) + 11 * sizeof(TB), 5);
   const size_t lda = K + pad, ldb = K + 2 * pad, ldc = N + pad;
-  auto A = random_i8(M * lda, rng), B = random_i8(N * ldb, rng);
+  auto A = random_ints<TA>(M * lda, rng);
+  auto B = random_ints<TB>(N * ldb, rng);
   if (extremes) {  // the largest products: −128 · −128 is not in symmetric weights, but −128 · 127 is
-    for (auto& a : A) a = a < 0 ? -128 : 127;
-    for (auto& b : B) b = b < 0 ? -127 : 127;
+    for (auto& a : A) a = a < 0 ? std::numeric_limits<TA>::min() : std::numeric_limits<TA>::max();
+    for (auto& b : B) b = b < 0 ? -std::numeric_limits<TB>::max() : std::numeric_limits<TB>::max();
   }
   std::vector<std::int32_t> bv(N);
   for (auto& x : bv) x = std::int32_t(rng.below(1 << 20)) - (1 << 19);
@@ -50,7 +56,8 @@ void check_product(size_t pad, bool bias, bool extremes) {
     }
   for (size_t i = 0; i < M; ++i)  // the padding between rows is left alone
     for (size_t j = N; j < ldc; ++j) wrong += C[i * ldc + j] != 12345;
-  INFO("M=", M, " N=", N, " K=", K, " pad=", pad, " bias=", bias, " extremes=", extremes, " backend: ", std::string(k::qv::name()));
+  INFO("M=", M, " N=", N, " K=", K, " pad=", pad, " bias=", bias, " extremes=", extremes, " A, B bytes ", sizeof(TA), ", ", sizeof(TB),
+       " backend: ", std::string(k::qv::name()));
   CHECK(wrong == 0);
 }
 
@@ -106,6 +113,17 @@ TEST_CASE("qmatmul_nt is exact against the integer loop on every size") {
       check_product<1, 130, 2>(pad, bias, false);
     }
   check_product<11, 37, 1000>(1, true, true);  // sums near ±128·127·1000
+}
+
+TEST_CASE("qmatmul_nt with int16 rows (A) or int16 columns (B): exact against the integer loop, up to its bound on K") {
+  for (bool bias : {false, true}) {
+    check_product<3, 5, 7, std::int16_t>(2, bias, false);
+    check_product<25, 64, 16, std::int16_t>(0, bias, false);
+    check_product<3, 5, 7, std::int8_t, std::int16_t>(2, bias, false);
+    check_product<16, 16, 50, std::int8_t, std::int16_t>(1, bias, false);
+  }
+  check_product<4, 6, 516, std::int16_t>(1, false, true);                // sums near ±32768·127·516
+  check_product<4, 6, 511, std::int8_t, std::int16_t>(1, false, true);   // near ±128·32767·511
 }
 
 TEST_CASE("requantization is the formula, exactly") {

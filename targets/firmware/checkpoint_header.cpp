@@ -11,8 +11,9 @@
 // With --model pointer or set (max_value's two models, SPEC Example 1): the checkpoint is
 // loaded into that model and written as its constant image (stformer/model_image.hpp):
 // `NS::model()` is the model itself, read in place from read-only memory, nothing copied. A
-// quantized pointer checkpoint (max_value quantize) gives the image of the int8 model,
-// stformer::QPointerModel<2, 16, 1, 64, 2>, after load_quantized's checks.
+// quantized checkpoint (max_value quantize) gives the image of the int8 model,
+// stformer::QPointerModel<2, 16, 1, 64, 2> or QSetTransformer<2, 64, 4, 16, 2>, after
+// load_quantized's checks.
 // Another model type gets its image from stformer::model_image_source in a program of its own.
 #include <cmath>
 #include <cstdio>
@@ -111,13 +112,14 @@ std::string header(const stformer::safetensors::File& file, const std::string& n
 static_assert(std::is_same_v<max_value::PointerNet, stformer::PointerModel<2, 16, 1, 64, 2>>);
 static_assert(std::is_same_v<max_value::SetNet, stformer::SetTransformer<2, 64, 4, 16, 2>>);
 static_assert(std::is_same_v<max_value::QPointerNet, stformer::QPointerModel<2, 16, 1, 64, 2>>);
+static_assert(std::is_same_v<max_value::QSetNet, stformer::QSetTransformer<2, 64, 4, 16, 2>>);
 
 // The checkpoint in `file` loaded into a Model (every parameter present with its shape), as
 // the source of its image.
 template <class Model>
 std::string image(const stformer::safetensors::File& file, const std::string& type, const std::string& ns, const std::string& source) {
   auto model = std::make_unique<Model>();
-  if constexpr (std::is_same_v<Model, max_value::QPointerNet>)
+  if constexpr (std::is_same_v<Model, max_value::QPointerNet> || std::is_same_v<Model, max_value::QSetNet>)
     stformer::load_quantized(file, *model);  // its scales and multipliers checked too
   else
     stformer::load_params(file, *model);
@@ -143,11 +145,14 @@ int main(int argc, char** argv) {
       throw std::runtime_error("--namespace " + ns + " is not a C++ identifier of its own (a keyword, reserved, std or stformer)");
     auto file = stformer::safetensors::File::read(in);
     const std::string source = std::filesystem::path(in).filename().string();
-    const bool int8 = model == "pointer" && max_value::int8_checkpoint(file);
-    std::string text = int8 ? image<max_value::QPointerNet>(file, "stformer::QPointerModel<2, 16, 1, 64, 2>", ns, source)
-                       : model == "pointer" ? image<max_value::PointerNet>(file, "stformer::PointerModel<2, 16, 1, 64, 2>", ns, source)
-                       : model == "set"   ? image<max_value::SetNet>(file, "stformer::SetTransformer<2, 64, 4, 16, 2>", ns, source)
-                                          : header(file, ns, source);
+    if (auto it = file.metadata().find("model"); !model.empty() && it != file.metadata().end() && it->second != model)
+      throw std::runtime_error("checkpoint " + in + " holds the " + it->second + " model (its metadata), not --model " + model);
+    const bool int8 = !model.empty() && max_value::int8_checkpoint(file);
+    std::string text = model.empty()       ? header(file, ns, source)
+                       : model == "pointer" ? int8 ? image<max_value::QPointerNet>(file, "stformer::QPointerModel<2, 16, 1, 64, 2>", ns, source)
+                                                   : image<max_value::PointerNet>(file, "stformer::PointerModel<2, 16, 1, 64, 2>", ns, source)
+                       : int8 ? image<max_value::QSetNet>(file, "stformer::QSetTransformer<2, 64, 4, 16, 2>", ns, source)
+                              : image<max_value::SetNet>(file, "stformer::SetTransformer<2, 64, 4, 16, 2>", ns, source);
     auto tmp = out + ".tmp";  // written whole, then renamed: no half-written header
     {
       std::ofstream f(tmp, std::ios::binary);

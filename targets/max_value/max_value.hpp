@@ -306,10 +306,12 @@ struct Run {
   }
 };
 
-// Whether a checkpoint holds an int8 model (max_value quantize's): an I8 proj.weight.
+// Whether a checkpoint holds an int8 model (max_value quantize's): an I8 proj.weight (pointer)
+// or proj.coarse.weight (set).
 inline bool int8_checkpoint(const safetensors::File& f) {
-  const auto* proj = f.find("proj.weight");
-  return proj != nullptr && proj->dtype == safetensors::Dtype::I8;
+  for (const char* name : {"proj.weight", "proj.coarse.weight"})
+    if (const auto* proj = f.find(name); proj != nullptr && proj->dtype == safetensors::Dtype::I8) return true;
+  return false;
 }
 
 // Post-training quantization (stformer/quantized/): the ranges of the model's activations over
