@@ -26,6 +26,7 @@
 //       float input to the int32 logits; kernels' backend in the label.
 //     SetForward<pass>: max_value::SetNet = SetTransformer<2, 64, 4, 16, 2> on the same kind
 //       of set to the point [1, 1, 2]; `sets` per second.
+//     QSetForward: the same with the model quantized (max_value::quantize), to the int16 point.
 //     LmForward<pass, B>: SPEC's language model on B windows of 32 random token ids [B, 32]
 //       to the 33,278 logits [B, 1, 33,278], B = 1 (one window) and 32 (a training batch's
 //       worth); `windows` per second.
@@ -155,6 +156,25 @@ void BM_SetForward(benchmark::State& state) {
   run_forward<SetNet, Pass<SetNet, 1, N>>(state, set->x, set_transformer_flops(1, N, 2, 64, 16, 2), "sets", 1);
 }
 
+// The same set through the int8 set model (max_value quantize): int16 input, the integer pass,
+// the point y_q [1, 1, 2] (int16).
+void BM_QSetForward(benchmark::State& state) {
+  using namespace max_value;
+  auto set = one_set();
+  auto model = std::make_unique<SetNet>();
+  Rng rng(1);
+  init_params(*model, rng);
+  auto q = quantize(*model, 0);
+  auto pass = std::make_unique<InferOf<QSetNet, 1, N>>();
+  for (auto _ : state) {
+    benchmark::DoNotOptimize(pass->forward(*q, set->x).data());
+    benchmark::ClobberMemory();
+  }
+  state.counters["GFLOP"] = benchmark::Counter(set_transformer_flops(1, N, 2, 64, 16, 2) * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
+  state.counters["sets"] = benchmark::Counter(1, benchmark::Counter::kIsIterationInvariantRate);
+  state.SetLabel(kernels::qv::name());
+}
+
 template <template <class, size_t...> class Pass, size_t B>
 void BM_LmForward(benchmark::State& state) {
   using Model = LanguageModel<V, L, D, H, F, Blocks>;
@@ -199,6 +219,7 @@ BENCHMARK(BM_PointerForward<ActsOf>)->Unit(benchmark::kMicrosecond);
 BENCHMARK(BM_QPointerForward)->Unit(benchmark::kMicrosecond);
 BENCHMARK(BM_SetForward<InferOf>)->Unit(benchmark::kMicrosecond);
 BENCHMARK(BM_SetForward<ActsOf>)->Unit(benchmark::kMicrosecond);
+BENCHMARK(BM_QSetForward)->Unit(benchmark::kMicrosecond);
 BENCHMARK(BM_LmForward<InferOf, 1>)->Unit(benchmark::kMicrosecond);
 BENCHMARK(BM_LmForward<ActsOf, 1>)->Unit(benchmark::kMicrosecond);
 BENCHMARK(BM_LmForward<InferOf, 32>)->Unit(benchmark::kMicrosecond);
