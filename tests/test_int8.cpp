@@ -31,14 +31,16 @@ std::vector<T> random_ints(size_t n, stformer::Rng& rng) {
   return v;
 }
 
-// A [M, K] (TA) · B [N, K]ᵀ (TB): int8 · int8 (the backend's kernel), or with one of them int16
-// (plain loops).
+// A [M, K] (TA) · B [N, K]ᵀ (TB): int8 · int8 (the backend's kernel), or int16 · int8 (a plain
+// loop); with TB = int16, A · B [K, N] (qmatmul_nn).
 template <size_t M, size_t N, size_t K, class TA = std::int8_t, class TB = std::int8_t>
 void check_product(size_t pad, bool bias, bool extremes) {
   stformer::Rng rng(M * 1000003 + N * 1009 + K + pad + 7 * sizeof(TA) + 11 * sizeof(TB), 5);
   const size_t lda = K + pad, ldb = K + 2 * pad, ldc = N + pad;
+  constexpr bool nn = sizeof(TB) == 2;  // B [K, N], ld ldbn ≥ N: qmatmul_nn
+  const size_t ldbn = N + 2 * pad;
   auto A = random_ints<TA>(M * lda, rng);
-  auto B = random_ints<TB>(N * ldb, rng);
+  auto B = random_ints<TB>(nn ? K * ldbn : N * ldb, rng);
   if (extremes) {  // the largest products: −128 · −128 is not in symmetric weights, but −128 · 127 is
     for (auto& a : A) a = a < 0 ? std::numeric_limits<TA>::min() : std::numeric_limits<TA>::max();
     for (auto& b : B) b = b < 0 ? -std::numeric_limits<TB>::max() : std::numeric_limits<TB>::max();
@@ -46,12 +48,16 @@ void check_product(size_t pad, bool bias, bool extremes) {
   std::vector<std::int32_t> bv(N);
   for (auto& x : bv) x = std::int32_t(rng.below(1 << 20)) - (1 << 19);
   std::vector<std::int32_t> C(M * ldc, 12345);
-  k::qmatmul_nt<M, N, K>(A.data(), lda, B.data(), ldb, C.data(), ldc, bias ? bv.data() : nullptr);
+  if constexpr (nn) {
+    k::qmatmul_nn<M, N, K>(A.data(), lda, B.data(), ldbn, C.data(), ldc, bias ? bv.data() : nullptr);
+  } else {
+    k::qmatmul_nt<M, N, K>(A.data(), lda, B.data(), ldb, C.data(), ldc, bias ? bv.data() : nullptr);
+  }
   size_t wrong = 0;
   for (size_t i = 0; i < M; ++i)
     for (size_t j = 0; j < N; ++j) {
       std::int64_t s = bias ? bv[j] : 0;
-      for (size_t kk = 0; kk < K; ++kk) s += std::int64_t(A[i * lda + kk]) * B[j * ldb + kk];
+      for (size_t kk = 0; kk < K; ++kk) s += std::int64_t(A[i * lda + kk]) * (nn ? B[kk * ldbn + j] : B[j * ldb + kk]);
       wrong += C[i * ldc + j] != s;
     }
   for (size_t i = 0; i < M; ++i)  // the padding between rows is left alone
@@ -115,15 +121,16 @@ TEST_CASE("qmatmul_nt is exact against the integer loop on every size") {
   check_product<11, 37, 1000>(1, true, true);  // sums near ±128·127·1000
 }
 
-TEST_CASE("qmatmul_nt with int16 rows (A) or int16 columns (B): exact against the integer loop, up to its bound on K") {
+TEST_CASE("qmatmul_nt with int16 rows (A), qmatmul_nn with int16 B: exact against the integer loop, up to their bounds on K") {
   for (bool bias : {false, true}) {
     check_product<3, 5, 7, std::int16_t>(2, bias, false);
     check_product<25, 64, 16, std::int16_t>(0, bias, false);
     check_product<3, 5, 7, std::int8_t, std::int16_t>(2, bias, false);
     check_product<16, 16, 50, std::int8_t, std::int16_t>(1, bias, false);
+    check_product<1, 50, 16, std::int8_t, std::int16_t>(3, bias, false);
   }
-  check_product<4, 6, 516, std::int16_t>(1, false, true);                // sums near ±32768·127·516
-  check_product<4, 6, 511, std::int8_t, std::int16_t>(1, false, true);   // near ±128·32767·511
+  check_product<4, 6, 516, std::int16_t>(1, false, true);               // sums near ±32768·127·516
+  check_product<4, 6, 511, std::int8_t, std::int16_t>(1, false, true);  // near ±128·32767·511
 }
 
 TEST_CASE("requantization is the formula, exactly") {

@@ -2,7 +2,7 @@
 // quantized forward pass, exact in integers, so that every backend computes the same numbers.
 //
 //   qmatmul_nt:  C[M,N] (int32) = A[M,K] (int8) · B[N,K]ᵀ (int8) + bias[N] (int32); also with
-//                A or B in int16 (plain loops)
+//                A in int16 (a plain loop); qmatmul_nn: int8 A · int16 B[K,N] (a plain loop)
 //   requantize:  y = clamp(zero + MultiplyByQuantizedMultiplier(x, q[c], shift[c]), lo, hi), one
 //                multiplier per output channel c (TFLite Micro's and CMSIS-NN's formula, below)
 //   divide, divide_by_root, softmax_u8: the per-row integer arithmetic of the quantized
@@ -438,13 +438,22 @@ inline void qmatmul_nt(const std::int16_t* A, size_t lda, const std::int8_t* B, 
   detail::dot_products<M, N, K>(A, lda, B, ldb, C, ldc, bias);
 }
 
-// The same with B in int16 (int16 keys and values against int8 queries and softmax numerators):
-// a plain loop, exact while K·128·32767 < 2^31 (K ≤ 511).
+// C[M,N] (int32) = A[M,K] (int8) · B[K,N] (int16, K rows of N) + bias[N]: a plain loop along
+// B's rows, so that it vectorises over N (the products of int16 keys and values in an attention
+// with int16 rows); exact while K·128·32767 < 2^31 (K ≤ 511).
 template <size_t M, size_t N, size_t K>
-inline void qmatmul_nt(const std::int8_t* A, size_t lda, const std::int16_t* B, size_t ldb, std::int32_t* C, size_t ldc,
+inline void qmatmul_nn(const std::int8_t* A, size_t lda, const std::int16_t* B, size_t ldb, std::int32_t* C, size_t ldc,
                        const std::int32_t* bias = nullptr) {
-  static_assert(K <= 511, "qmatmul_nt: int16 columns are for products of at most 511 terms (int32 sums)");
-  detail::dot_products<M, N, K>(A, lda, B, ldb, C, ldc, bias);
+  static_assert(K <= 511, "qmatmul_nn: int16 rows of B are for products of at most 511 terms (int32 sums)");
+  for (size_t i = 0; i < M; ++i) {
+    std::int32_t* c = C + i * ldc;
+    for (size_t j = 0; j < N; ++j) c[j] = bias ? bias[j] : 0;
+    for (size_t k = 0; k < K; ++k) {
+      const std::int32_t a = A[i * lda + k];
+      const std::int16_t* b = B + k * ldb;
+      for (size_t j = 0; j < N; ++j) c[j] += a * std::int32_t(b[j]);
+    }
+  }
 }
 
 // y[r, c] = clamp(zero + apply(x[r, c], q[c], shift[c]), lo, hi) for rows × channels entries,

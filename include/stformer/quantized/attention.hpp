@@ -96,37 +96,46 @@ struct QMultiHeadAttention {
     return q;
   }
 
-  // The buffers besides the queries' rows: k [B, Nk, D], v_hᵀ of every head vt [B, D, Nk] (Row)
-  // and 128·Σ_j v of each column vsum [B, D], and a tile of int32: the scores of T queries of
-  // one head [T, Nk] and their A·V [T, Dh], or T rows of a projection [T, D]; p [T, Nk]: the
-  // scores' e − 128 (int8); with int16 rows, q [B, Nq, D] (int8: the heads take the rows' place).
+  // The buffers besides the queries' rows: the keys and values, 128·Σ_j v of each column vsum
+  // [B, D], and a tile of int32: the scores of T queries of one head [T, Nk] and their A·V
+  // [T, Dh], or T rows of a projection [T, D]; p [T, Nk]: the scores' e − 128 (int8). With int8
+  // rows k [B, Nk, D] and every head's v_hᵀ in v [B, D, Nk], for int8 products (qmatmul_nt);
+  // with int16 rows kᵀ in k [B, D, Nk] and v [B, Nk, D], for plain loops along their rows
+  // (qmatmul_nn), and q [B, Nq, D] (int8: the heads take the rows' place).
   template <size_t B, size_t Nq, size_t Nk, size_t T>
   struct Work {
     static_assert(!wide || Nk <= 256, "QMultiHeadAttention: with int16 rows, at most 256 keys (A·V's int32 sums)");
     [[no_unique_address]] std::conditional_t<wide, TensorOf<std::int8_t, B, Nq, D>, Nothing> q;
-    TensorOf<Row, B, Nk, D> k;
-    TensorOf<Row, B, D, Nk> vt;
+    TensorOf<Row, B, wide ? D : Nk, wide ? Nk : D> k;
+    TensorOf<Row, B, wide ? Nk : D, wide ? D : Nk> v;
     TensorOf<std::int32_t, B, D> vsum;
     TensorOf<std::int32_t, (T * (Nk + Dh) > T * D ? T * (Nk + Dh) : T * D)> tile;
     TensorOf<std::int8_t, T, Nk> p;
   };
 
-  // k, v of xkv [B, Nk, Dkv] into w (v through the tile: its rows, then transposed).
+  // k, v of xkv [B, Nk, Dkv] into w, T rows at a time (the one to transpose through `rows`).
   template <size_t B, size_t Nq, size_t Nk, size_t T>
   void prepare(const Row* xkv, Work<B, Nq, Nk, T>& w) const {
     for_tiles<B * Nk, T>([&]<size_t R>(size_t i) {
-      wk.template apply<R>(xkv + i * Dkv, w.tile.data(), w.k.data() + i * D);
-      Row v[R * D];
-      wv.template apply<R>(xkv + i * Dkv, w.tile.data(), v);
-      for (size_t r = 0; r < R; ++r) {
-        const size_t b = (i + r) / Nk, j = (i + r) % Nk;
-        for (size_t c = 0; c < D; ++c) w.vt(b, c, j) = v[r * D + c];
+      Row rows[R * D];
+      const auto transposed = [&](Row* t) {  // rows i … i + R − 1 into t [B, D, Nk]
+        for (size_t r = 0; r < R; ++r) {
+          const size_t b = (i + r) / Nk, j = (i + r) % Nk;
+          for (size_t c = 0; c < D; ++c) t[(b * D + c) * Nk + j] = rows[r * D + c];
+        }
+      };
+      if constexpr (wide) {
+        wk.template apply<R>(xkv + i * Dkv, w.tile.data(), rows), transposed(w.k.data());
+        wv.template apply<R>(xkv + i * Dkv, w.tile.data(), w.v.data() + i * D);
+      } else {
+        wk.template apply<R>(xkv + i * Dkv, w.tile.data(), w.k.data() + i * D);
+        wv.template apply<R>(xkv + i * Dkv, w.tile.data(), rows), transposed(w.v.data());
       }
     });
     for (size_t b = 0; b < B; ++b)
       for (size_t c = 0; c < D; ++c) {
         std::int32_t sum = 0;
-        for (size_t j = 0; j < Nk; ++j) sum += w.vt(b, c, j);
+        for (size_t j = 0; j < Nk; ++j) sum += wide ? w.v(b, j, c) : w.v(b, c, j);
         w.vsum(b, c) = 128 * sum;
       }
   }
@@ -140,7 +149,10 @@ struct QMultiHeadAttention {
       for (size_t h = 0; h < H; ++h)
         for_tiles<Nq, T>([&]<size_t R>(size_t i0) {
           const size_t at = (b * Nq + i0) * D + h * Dh;
-          kernels::qmatmul_nt<R, Nk, Dh>(q + at, D, w.k.data() + b * Nk * D + h * Dh, D, s, Nk);
+          if constexpr (wide)
+            kernels::qmatmul_nn<R, Nk, Dh>(q + at, D, w.k.data() + (b * D + h * Dh) * Nk, Nk, s, Nk);
+          else
+            kernels::qmatmul_nt<R, Nk, Dh>(q + at, D, w.k.data() + b * Nk * D + h * Dh, D, s, Nk);
           for (size_t r = 0; r < R; ++r) {
             std::int32_t* x = s + r * Nk;
             if (mask.causal || mask.keys)
@@ -148,7 +160,11 @@ struct QMultiHeadAttention {
                 if (!mask.sees(b, i0 + r, j)) x[j] = INT32_MIN;
             x[0] = kernels::softmax_u8<Nk>(x, exponent[0], w.p.data() + r * Nk);  // row r's scores are done with: keep Σ e
           }
-          kernels::qmatmul_nt<R, Dh, Nk>(w.p.data(), Nk, w.vt.data() + (b * D + h * Dh) * Nk, Nk, o, Dh, w.vsum.data() + b * D + h * Dh);
+          const std::int32_t* vsum = w.vsum.data() + b * D + h * Dh;
+          if constexpr (wide)
+            kernels::qmatmul_nn<R, Dh, Nk>(w.p.data(), Nk, w.v.data() + b * Nk * D + h * Dh, D, o, Dh, vsum);
+          else
+            kernels::qmatmul_nt<R, Dh, Nk>(w.p.data(), Nk, w.v.data() + (b * D + h * Dh) * Nk, Nk, o, Dh, vsum);
           for (size_t r = 0; r < R; ++r) {
             kernels::requantize(o + r * Dh, Dh, kernels::divide(values[0], std::uint32_t(s[r * Nk])), 0, -row_levels - 1, row_levels,
                                 heads + at + r * D);
