@@ -286,6 +286,11 @@ if [ -n "$wikitext" ] && [ -d "$wikitext" ]; then
     "${run[@]}" "$lm_bin" predict --checkpoint "$tmp/lm-int8.safetensors" --context "the" --top 3 >/dev/null 2>"$tmp/err" &&
     grep -q "int8 embedding and head" "$tmp/err"; then echo "ok   wikitext_lm quantize, then predict with int8 embedding and head"
   else fail "wikitext_lm quantize / predict: $(cat "$tmp/err")"; fi
+  if "${run[@]}" "$lm_bin" quantize --integer --checkpoint "$ck" --output "$tmp/lm-int.safetensors" --data "$wikitext" >/dev/null 2>"$tmp/err" &&
+    "${run[@]}" "$lm_bin" predict --checkpoint "$tmp/lm-int.safetensors" --context "the" --top 3 >/dev/null 2>"$tmp/err" &&
+    grep -q "integers from the ids to the logits" "$tmp/err"; then echo "ok   wikitext_lm quantize --integer, then predict with the integer model"
+  else fail "wikitext_lm quantize --integer / predict: $(cat "$tmp/err")"; fi
+  refuse "quantize --integer|--data" "$lm_bin" quantize --integer --checkpoint "$ck" --output "$tmp/lm-int2.safetensors"
   cp "$ck" "$tmp/lm_before.safetensors"
   refuse "wikitext_lm: step |: the loss is not finite|training stopped|nothing saved" "$lm_bin" train --data "$wikitext" --steps 50 --lr 1e30 --checkpoint "$ck"
   cmp -s "$ck" "$tmp/lm_before.safetensors" && echo "ok   the previous checkpoint is unchanged" || fail "wikitext_lm: the checkpoint changed"

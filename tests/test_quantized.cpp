@@ -17,6 +17,7 @@
 #include <vector>
 
 #include <stformer/quantized/checkpoint.hpp>
+#include <stformer/quantized/language_model.hpp>
 #include <stformer/quantized/pointer_model.hpp>
 #include <stformer/quantized/set_transformer.hpp>
 #include <stformer/quantized/weight_int8.hpp>
@@ -504,6 +505,44 @@ TEST_CASE("load_quantized refuses a missing scale, a wrong dtype, a scale ≤ 0 
   const auto good = write_edited(*m.q, "q_good.safetensors", [](auto&, auto&, auto&) { return true; });
   CHECK(load_error(good).empty());
   std::filesystem::remove(good);
+}
+
+TEST_CASE("QLanguageModel: integers from the ids to the logits, within 0.1 of the float model's log-probabilities; saved and loaded, the same logits") {
+  constexpr size_t V = 300, L = 12, D = 32, H = 4, F = 64, Blocks = 2, B = 4;
+  using FloatLm = LanguageModel<V, L, D, H, F, Blocks>;
+  using QLm = QLanguageModel<V, L, D, H, F, Blocks>;
+  Rng rng(40, 0);
+  auto f = std::make_unique<FloatLm>();
+  init_params(*f, rng);
+  IdTensor<B, L> ids;
+  for (auto& id : ids) id = std::int32_t(rng.below(V));
+  auto acts = std::make_unique<ActsOf<FloatLm, B>>();
+  const Tensor<B, 1, V> want = acts->forward(*f, ids);
+  QLm::Ranges r;
+  r.observe(*f, *acts);
+  auto q = std::make_unique<QLm>();
+  QLm::quantize(*f, r, *q);
+  auto qi = std::make_unique<InferOf<QLm, B>>();
+  const TensorOf<std::int16_t, B, 1, V> logits = qi->forward(*q, ids);
+  Tensor<B, 1, V> got;
+  qi->output(*q, got);
+  Tensor<B, 1, V> lw = want, lg = got;
+  double worst = 0;
+  for (size_t b = 0; b < B; ++b) {
+    kernels::log_softmax_row<V>(lw.data() + b * V), kernels::log_softmax_row<V>(lg.data() + b * V);
+    for (size_t v = 0; v < V; ++v) worst = std::max(worst, double(std::abs(lw(b, 0, v) - lg(b, 0, v))));
+  }
+  CHECK(worst < 0.1);
+  CHECK(rel_rms(want, logits, q->logit_scale(0)) < 0.03);
+
+  const auto path = std::filesystem::temp_directory_path() / "stformer_test_quantized_lm.safetensors";
+  save_params(path, *q);
+  auto loaded = std::make_unique<QLm>();
+  load_quantized(path, *loaded);
+  auto li = std::make_unique<InferOf<QLm, B>>();
+  const auto& again = li->forward(*loaded, ids);
+  CHECK(std::equal(again.begin(), again.end(), logits.begin()));
+  std::filesystem::remove(path);
 }
 
 TEST_CASE("LanguageModelW8: int8 embedding and head within 1% of the float model's logits; saved and loaded, the same outputs") {

@@ -17,6 +17,7 @@
 #include "models/language_model.hpp"
 #include "models/pointer_model.hpp"
 #include "models/set_transformer.hpp"
+#include "quantized/language_model.hpp"
 #include "quantized/pointer_model.hpp"
 #include "quantized/set_transformer.hpp"
 #include "model_image.hpp"

@@ -20,6 +20,7 @@
 #include <stformer/checkpoint.hpp>
 #include <stformer/corpus.hpp>
 #include <stformer/quantized/checkpoint.hpp>
+#include <stformer/quantized/language_model.hpp>
 #include <stformer/quantized/weight_int8.hpp>
 #include <stformer/stformer.hpp>
 #include <stformer/training.hpp>
@@ -44,11 +45,14 @@ double nll_of(const float* z, std::int32_t t, float* scratch) {
   return std::log(exp_shifted_sum<V>(z, scratch, m)) + m - z[t];
 }
 
-template <size_t V>
-void check_vocabulary(const Vocabulary& vocab, const std::string& where) {
+inline void check_vocabulary(const Vocabulary& vocab, size_t V, const std::string& where) {
   if (vocab.size() != V)
     throw std::runtime_error(where + ": the vocabulary has " + std::to_string(vocab.size()) + " words; this build's model has V = " +
                              std::to_string(V));
+}
+template <size_t V>
+void check_vocabulary(const Vocabulary& vocab, const std::string& where) {
+  check_vocabulary(vocab, V, where);
 }
 
 // Model and vocabulary from a checkpoint written by Run::save (a parameters-only file under
@@ -57,9 +61,8 @@ void check_vocabulary(const Vocabulary& vocab, const std::string& where) {
 // takes the one SPEC's rule derives from the corpus it is used with, corpus() (called only
 // then), and is refused with how to give one when there is no corpus. A file that holds another
 // model is refused as such (max_value's checkpoints name theirs).
-template <size_t V, size_t L, size_t D, size_t H, size_t F, size_t Blocks, class E, class Hd>
-Vocabulary load_model(const std::string& path, LanguageModel<V, L, D, H, F, Blocks, E, Hd>& model,
-                      const std::function<const Vocabulary&()>& corpus = {}) {
+template <class M>
+Vocabulary load_model(const std::string& path, M& model, const std::function<const Vocabulary&()>& corpus = {}) {
   auto f = safetensors::File::read(path);
   if (f.find("embedding.weight") == nullptr) {
     auto m = f.metadata().find("model");
@@ -79,11 +82,11 @@ Vocabulary load_model(const std::string& path, LanguageModel<V, L, D, H, F, Bloc
                              " has no vocabulary (no tensor 'state.vocab', as in a model exported from PyTorch): give the corpus "
                              "it was trained on, --data WIKITEXT2_DIR, and the vocabulary is derived from it by SPEC's rule");
   }
-  check_vocabulary<V>(vocab, "checkpoint " + path);
-  if constexpr (std::is_same_v<E, Embedding<V, D>>)
-    load_params(f, model);
-  else
+  check_vocabulary(vocab, model.embedding.weight.shape()[0], "checkpoint " + path);
+  if constexpr (requires { model.embedding.weight_scale; })
     load_quantized(f, model);  // the int8 weights' scales checked too
+  else
+    load_params(f, model);
   return vocab;
 }
 
@@ -114,6 +117,8 @@ inline bool int8_weights(const safetensors::File& f) {
   const auto* e = f.find("embedding.weight");
   return e != nullptr && e->dtype == safetensors::Dtype::I8;
 }
+// Whether it holds the integer model (wikitext_lm quantize --integer): a residual_scale.
+inline bool integer_model(const safetensors::File& f) { return f.find("residual_scale") != nullptr; }
 
 template <size_t V, size_t L, size_t D, size_t H, size_t F, size_t Blocks, size_t B>
 struct Run {
@@ -136,14 +141,27 @@ struct Run {
   };
 
   std::unique_ptr<Model> model = std::make_unique<Model>();
+  using ModelQ = QLanguageModel<V, L, D, H, F, Blocks>;  // the whole model in integers (evaluation only)
   std::unique_ptr<Model8> model8;  // set (use_int8): mean_nll evaluates it instead
   std::unique_ptr<std::array<InferOf<Model8, Chunk>, Lanes>> infer8;  // model8's passes, one per lane
+  struct IntegerPass {
+    InferOf<ModelQ, Chunk> infer;
+    Tensor<Chunk, 1, V> logits;  // dequantized
+  };
+  std::unique_ptr<ModelQ> modelq;  // set (use_integer): mean_nll evaluates it instead
+  std::unique_ptr<std::array<IntegerPass, Lanes>> inferq;
 
   // The int8-weight model for mean_nll, and its passes (allocated only then: 2 MB of logits each).
   Model8& use_int8() {
     model8 = std::make_unique<Model8>();
     infer8 = std::make_unique<std::array<InferOf<Model8, Chunk>, Lanes>>();
     return *model8;
+  }
+  // The integer model for mean_nll, and its passes.
+  ModelQ& use_integer() {
+    modelq = std::make_unique<ModelQ>();
+    inferq = std::make_unique<std::array<IntegerPass, Lanes>>();
+    return *modelq;
   }
   std::unique_ptr<std::array<Lane, Lanes>> lanes = std::make_unique<std::array<Lane, Lanes>>();
   std::unique_ptr<AdamW<Model>> adamw = std::make_unique<AdamW<Model>>(0.01f);
@@ -324,13 +342,46 @@ struct Run {
         std::uint32_t positions[Chunk];
         for (size_t b = 0; b < Chunk; ++b) positions[b] = std::uint32_t(begin + std::min(b, count - 1));
         gather(lane, ids, positions, count);
-        const auto& logits = model8 ? (*infer8)[l].forward(*model8, lane.window) : lane.infer.forward(*model, lane.window);
-        for (size_t b = 0; b < count; ++b) lane.loss += nll_of<V>(logits.data() + b * V, lane.next(b), lane.dlogits.data());
+        const float* logits;
+        if (modelq) {
+          IntegerPass& q = (*inferq)[l];
+          q.infer.forward(*modelq, lane.window);
+          q.infer.output(*modelq, q.logits);
+          logits = q.logits.data();
+        } else {
+          logits = (model8 ? (*infer8)[l].forward(*model8, lane.window) : lane.infer.forward(*model, lane.window)).data();
+        }
+        for (size_t b = 0; b < count; ++b) lane.loss += nll_of<V>(logits + b * V, lane.next(b), lane.dlogits.data());
       });
       for (size_t l = 0; l < Lanes; ++l) sum += (*lanes)[l].loss;
     }
     return sum / double(last - first);
   }
 };
+
+// The whole model in integers (QLanguageModel::quantize): the ranges of the float model's
+// activations over `windows` training windows at positions drawn from Rng(seed, 4), 16 at a time.
+template <size_t V, size_t L, size_t D, size_t H, size_t F, size_t Blocks>
+std::unique_ptr<QLanguageModel<V, L, D, H, F, Blocks>> quantize_integer(const LanguageModel<V, L, D, H, F, Blocks>& f,
+                                                                       const std::vector<std::int32_t>& train, size_t windows,
+                                                                       std::uint64_t seed = 0) {
+  using Q = QLanguageModel<V, L, D, H, F, Blocks>;
+  constexpr size_t C = 16;
+  auto acts = std::make_unique<ActsOf<LanguageModel<V, L, D, H, F, Blocks>, C>>();
+  auto ids = std::make_unique<IdTensor<C, L>>();
+  typename Q::Ranges ranges;
+  Rng rng(seed, 4);
+  for (size_t done = 0; done < windows; done += C) {
+    for (size_t b = 0; b < C; ++b) {
+      const size_t t = L + size_t(rng.below(std::uint32_t(train.size() - L)));
+      for (size_t i = 0; i < L; ++i) (*ids)(b, i) = train[t - L + i];
+    }
+    acts->forward(f, *ids);
+    ranges.observe(f, *acts);
+  }
+  auto q = std::make_unique<Q>();
+  Q::quantize(f, ranges, *q);
+  return q;
+}
 
 }  // namespace lm

@@ -9,6 +9,8 @@
 //                        [--top-k 40] [--seed S] [--data DIR]
 //   wikitext_lm quantize --checkpoint P --output Q [--data DIR]   (int8 embedding and head;
 //                        eval, predict and generate take Q)
+//   wikitext_lm quantize --integer --checkpoint P --output Q --data DIR   (the whole model in
+//                        integers, calibrated on 1,024 training windows)
 //   wikitext_lm plot     --curve CSV [--compare CSV] [--output curve.png]
 //   wikitext_lm info     (the memory plan of a forward-only pass over one window)
 //
@@ -50,9 +52,10 @@ constexpr size_t V = 33278, L = 32, D = 128, H = 4, F = 512, Blocks = 2, B = 32;
 using LmRun = lm::Run<V, L, D, H, F, Blocks, B>;
 using Model = LmRun::Model;
 using Model8 = LmRun::Model8;
+using ModelQ = LmRun::ModelQ;
 
-// predict and generate: one window at a time, forward only, of the float model or (M = Model8)
-// the one with int8 embedding and head.
+// predict and generate: one window at a time, forward only, of the float model, (M = Model8)
+// the one with int8 embedding and head, or (M = ModelQ) the integer one.
 template <class M>
 struct Inference {
   M model;
@@ -80,10 +83,12 @@ void context_window(const Vocabulary& vocab, const std::string& text, IdTensor<1
 template <class M>
 std::vector<double> next_word(Inference<M>& run, double temperature = 1.0) {
   const auto& z = run.infer.forward(run.model, run.window);
+  double unit = 1;  // of a logit: the integer model's logit_scale
+  if constexpr (std::is_same_v<M, ModelQ>) unit = run.model.logit_scale(0);
   double m = -1e30, sum = 0;
-  for (size_t v = 0; v < V; ++v) m = std::max(m, double(z(0, 0, v)));
+  for (size_t v = 0; v < V; ++v) m = std::max(m, unit * double(z(0, 0, v)));
   std::vector<double> p(V);
-  for (size_t v = 0; v < V; ++v) sum += p[v] = std::exp((double(z(0, 0, v)) - m) / temperature);
+  for (size_t v = 0; v < V; ++v) sum += p[v] = std::exp((unit * double(z(0, 0, v)) - m) / temperature);
   for (auto& x : p) x /= sum;
   return p;
 }
@@ -236,19 +241,39 @@ Vocabulary load_model(const std::string& checkpoint, M& model, const std::string
 // Which precision runs, said by eval, predict and generate.
 template <class M>
 const char* precision() {
+  if constexpr (std::is_same_v<M, ModelQ>) return "integers from the ids to the logits (int8 weights, int8 and int16 activations)";
   return std::is_same_v<M, Model8> ? "int8 embedding and head (weight-only), float32 blocks and pool" : "float32";
 }
 
 // quantize: the float model of `checkpoint` with its embedding and head in int8 (one scale per
 // row), saved with its vocabulary.
-int quantize(const std::string& checkpoint, const std::string& output, const std::string& data) {
+// With `integer`, the whole model in integers (lm::quantize_integer: ranges over 1,024 windows
+// of the training split).
+int quantize(const std::string& checkpoint, const std::string& output, const std::string& data, bool integer) {
   auto f = std::make_unique<Model>();
-  auto q = std::make_unique<Model8>();
   std::optional<Corpus> corpus;
   Vocabulary vocab = load_model(checkpoint, *f, data, corpus);
-  quantize_weights(*f, *q);
   safetensors::Writer w;
   w.set_metadata("model", "wikitext_lm");
+  if (integer) {
+    if (data.empty()) throw std::runtime_error("quantize --integer calibrates on the training split: give it, --data WIKITEXT2_DIR");
+    const Corpus& c = read_corpus(data, corpus);
+    if (c.vocab.serialize() != vocab.serialize()) throw std::runtime_error("the corpus's vocabulary differs from the checkpoint's");
+    auto start = std::chrono::steady_clock::now();
+    auto q = lm::quantize_integer(*f, c.train, 1024);
+    w.set_metadata("precision", "integer: int8 weights, int8 and int16 activations");
+    w.set_metadata("calibration", "1024 training windows");
+    add_params(w, *q);
+    const std::string words = vocab.serialize();
+    w.add("state.vocab", safetensors::Dtype::U8, {words.size()}, std::as_bytes(std::span(words)));
+    w.write(output);
+    std::printf("%s: the whole model in integers, calibrated on 1,024 training windows in %.1f s, %zu B of parameters (float32: %zu B)\n",
+                output.c_str(), std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(), sizeof(ModelQ),
+                sizeof(Model));
+    return 0;
+  }
+  auto q = std::make_unique<Model8>();
+  quantize_weights(*f, *q);
   w.set_metadata("precision", "int8 weights: embedding, head");
   add_params(w, *q);
   const std::string words = vocab.serialize();
@@ -379,7 +404,9 @@ int main(int argc, char** argv) {
   auto* qz = app.add_subcommand("quantize", "the model with its embedding and head in int8 (weight-only); eval, predict, generate take it");
   qz->add_option("--checkpoint", checkpoint, "float checkpoint")->required()->check(CLI::ExistingFile);
   qz->add_option("--output", output, "the quantized checkpoint")->required()->check(OutputPath);
-  qz->add_option("--data", data, "the corpus, for a checkpoint without a vocabulary")->check(CLI::ExistingDirectory);
+  qz->add_option("--data", data, "the corpus: for a checkpoint without a vocabulary, and --integer's calibration")->check(CLI::ExistingDirectory);
+  bool integer = false;
+  qz->add_flag("--integer", integer, "the whole model in integers (int8 weights, int8 and int16 activations), not only the embedding and head");
 
   auto* pl = app.add_subcommand("plot", "learning curves (PNG through gnuplot) from train's --curve CSV");
   pl->add_option("--curve", curve, "stformer's curve CSV")->required()->check(CLI::ExistingFile);
@@ -398,18 +425,21 @@ int main(int argc, char** argv) {
   try {
     if (*t) return train(data, budget, seed, threads, o, checkpoint, curve, eval_every, eval_positions, save_every, resume);
     if (*pl) return plot(curve, compare, png);
-    if (*qz) return quantize(checkpoint, output, data);
+    if (*qz) return quantize(checkpoint, output, data, integer);
     if (*info_cmd) return info();
     if (*e) {
       auto run = std::make_unique<LmRun>(0, threads);
       std::optional<Corpus> corpus;
       Vocabulary vocab;  // the checkpoint first
-      if (lm::int8_weights(safetensors::File::read(checkpoint))) {
+      const auto file = safetensors::File::read(checkpoint);
+      if (lm::integer_model(file)) {
+        vocab = load_model(checkpoint, run->use_integer(), data, corpus);
+      } else if (lm::int8_weights(file)) {
         vocab = load_model(checkpoint, run->use_int8(), data, corpus);
       } else {
         vocab = load_model(checkpoint, *run->model, data, corpus);
       }
-      std::printf("%s: %s\n", checkpoint.c_str(), run->model8 ? precision<Model8>() : precision<Model>());
+      std::printf("%s: %s\n", checkpoint.c_str(), run->modelq ? precision<ModelQ>() : run->model8 ? precision<Model8>() : precision<Model>());
       const Corpus& c = read_corpus(data, corpus);
       if (c.vocab.serialize() != vocab.serialize()) throw std::runtime_error("the corpus's vocabulary differs from the checkpoint's");
       const auto& ids = split == "valid" ? c.valid : c.test;
@@ -419,6 +449,8 @@ int main(int argc, char** argv) {
                   std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
       return 0;
     }
+    if (lm::integer_model(safetensors::File::read(checkpoint)))
+      return predict_or_generate<ModelQ>(bool(*p), checkpoint, data, text, top, words, temperature, top_k, seed);
     if (lm::int8_weights(safetensors::File::read(checkpoint)))
       return predict_or_generate<Model8>(bool(*p), checkpoint, data, text, top, words, temperature, top_k, seed);
     return predict_or_generate<Model>(bool(*p), checkpoint, data, text, top, words, temperature, top_k, seed);

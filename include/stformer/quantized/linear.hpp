@@ -126,17 +126,22 @@ struct QLinear {
 
   // The layer f for inputs at scale s_in and outputs at scale s_out (host side); inputs with
   // zero point z_in (x = s_in·(x_q − z_in)) have −z_in·Σ_k W_q[c, k] in the bias.
+  // (from_float fills this layer in place: for a layer too large to return on the stack.)
   template <Init::Kind K>
   static QLinear quantize(const Linear<In, Out, K>& f, float s_in, float s_out, std::int32_t z_in = 0) {
     QLinear q;
-    quant::quantize_rows(f.weight, q.weight, q.weight_scale);
+    q.from_float(f, s_in, s_out, z_in);
+    return q;
+  }
+  template <Init::Kind K>
+  void from_float(const Linear<In, Out, K>& f, float s_in, float s_out, std::int32_t z_in = 0) {
+    quant::quantize_rows(f.weight, weight, weight_scale);
     for (size_t c = 0; c < Out; ++c) {
       std::int32_t w_sum = 0;
-      for (size_t k = 0; k < In; ++k) w_sum += q.weight(c, k);
-      q.bias(c) = quant::to_int(f.bias(c), double(s_in) * q.weight_scale(c), INT32_MIN / 2, INT32_MAX / 2) - z_in * w_sum;
+      for (size_t k = 0; k < In; ++k) w_sum += weight(c, k);
+      bias(c) = quant::to_int(f.bias(c), double(s_in) * weight_scale(c), INT32_MIN / 2, INT32_MAX / 2) - z_in * w_sum;
     }
-    q.set_multipliers(s_in, s_out);
-    return q;
+    set_multipliers(s_in, s_out);
   }
 
   // acc [Rows, Out] = x_q Wᵀ + b_q for Rows rows x [Rows, In] (int8, or int16 for a model's input)
