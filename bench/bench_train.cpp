@@ -31,6 +31,7 @@
 //       to the 33,278 logits [B, 1, 33,278], B = 1 (one window) and 32 (a training batch's
 //       worth); `windows` per second.
 //     LmForwardW8<B>: the same with int8 embedding and head (LanguageModelW8, weight-only).
+//     LmForwardInteger<B>: the same with the whole model in integers (QLanguageModel).
 #include <benchmark/benchmark.h>
 
 #include <memory>
@@ -208,6 +209,30 @@ void BM_LmForwardW8(benchmark::State& state) {
   state.counters["windows"] = benchmark::Counter(double(B), benchmark::Counter::kIsIterationInvariantRate);
 }
 
+// The same windows through the whole model in integers (QLanguageModel, calibrated on the
+// training stream's first windows): the ids to the int16 logits.
+template <size_t B>
+void BM_LmForwardInteger(benchmark::State& state) {
+  using Model = LanguageModel<V, L, D, H, F, Blocks>;
+  using ModelQ = QLanguageModel<V, L, D, H, F, Blocks>;
+  auto windows = std::make_unique<IdTensor<B, L>>();
+  auto ids = random_stream(B * L);
+  std::copy(ids.begin(), ids.end(), windows->begin());
+  auto model = std::make_unique<Model>();
+  Rng rng(1);
+  init_params(*model, rng);
+  auto modelq = lm::quantize_integer(*model, random_stream(64 * L), 64);
+  model.reset();
+  auto pass = std::make_unique<InferOf<ModelQ, B>>();
+  for (auto _ : state) {
+    benchmark::DoNotOptimize(pass->forward(*modelq, *windows).data());
+    benchmark::ClobberMemory();
+  }
+  state.counters["GFLOP"] = benchmark::Counter(lm_forward_flops(B) * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
+  state.counters["windows"] = benchmark::Counter(double(B), benchmark::Counter::kIsIterationInvariantRate);
+  state.SetLabel(kernels::qv::name());
+}
+
 }  // namespace
 
 BENCHMARK(BM_FmaPeak);
@@ -225,5 +250,7 @@ BENCHMARK(BM_LmForward<ActsOf, 1>)->Unit(benchmark::kMicrosecond);
 BENCHMARK(BM_LmForward<InferOf, 32>)->Unit(benchmark::kMicrosecond);
 BENCHMARK(BM_LmForwardW8<1>)->Unit(benchmark::kMicrosecond);
 BENCHMARK(BM_LmForwardW8<32>)->Unit(benchmark::kMicrosecond);
+BENCHMARK(BM_LmForwardInteger<1>)->Unit(benchmark::kMicrosecond);
+BENCHMARK(BM_LmForwardInteger<32>)->Unit(benchmark::kMicrosecond);
 BENCHMARK(BM_LmForward<ActsOf, 32>)->Unit(benchmark::kMicrosecond);
 BENCHMARK_MAIN();
