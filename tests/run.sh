@@ -73,11 +73,15 @@ for cpu in m7 m4; do
   ninja -C "$dir"
   meson test -C "$dir" --print-errorlogs
 done
+stage "firmware, STM32F405 on QEMU's netduinoplus2 (build-test-netduinoplus2)"
+setup build-test-netduinoplus2 --cross-file targets/cross/netduinoplus2.ini -Dsimd=none -Dwerror=true -Dfirmware="$PWD/build-firmware-headers"
+ninja -C build-test-netduinoplus2
+meson test -C build-test-netduinoplus2 --print-errorlogs
 stage "int8 firmware, Cortex-M0 without FPU, on QEMU's micro:bit (build-test-cortex-m0)"
 setup build-test-cortex-m0 --cross-file targets/cross/cortex-m0.ini -Dsimd=none -Dwerror=true -Dfirmware="$PWD/build-firmware-headers"
 ninja -C build-test-cortex-m0
 meson test -C build-test-cortex-m0 --print-errorlogs
-echo "firmware passed on Cortex-M7 and Cortex-M4, the int8 firmware on Cortex-M0"
+echo "firmware passed on Cortex-M7, Cortex-M4 and the STM32F405, the int8 firmware on Cortex-M0"
 
 stage "aarch64, NEON kernels, under qemu-aarch64 (build-test-aarch64)"
 setup build-test-aarch64 --cross-file targets/cross/aarch64-linux-gnu.ini -Dsimd=neon -Dbench=disabled -Dwerror=true
