@@ -586,4 +586,25 @@ TEST_CASE("LanguageModelW8: int8 embedding and head within 1% of the float model
   IdTensor<3, L> bad = ids;
   bad(1, 2) = std::int32_t(V);
   CHECK_THROWS_AS(qi->forward(*q, bad), std::invalid_argument);
+
+  // one window (Int8Linear's one-row dot products) against the same window in a batch (its
+  // panels): the same logits up to float rounding, and the float model's within 1%
+  IdTensor<1, L> one;
+  std::copy_n(ids.data() + L, L, one.data());
+  auto q1 = std::make_unique<InferOf<M8, 1>>();
+  const auto& single = q1->forward(*q, one);
+  double far = 0;
+  for (size_t v = 0; v < V; ++v) far = std::max(far, double(std::abs(single(0, 0, v) - got(1, 0, v))));
+  CHECK(far < 1e-5 * quant::max_abs(got));
+  // and its tail: a width that is not a multiple of the vector width
+  Linear<37, 23> f2;
+  test::randomize(f2, rng);
+  Int8Linear<37, 23> q2;
+  Int8Linear<37, 23>::quantize(f2, q2);
+  Tensor<2, 37> x2;
+  test::fill(x2, rng);
+  Tensor<2, 23> panel, row;
+  q2.apply<2>(x2.data(), panel.data());
+  q2.apply<1>(x2.data() + 37, row.data());
+  for (size_t c = 0; c < 23; ++c) CHECK(row(0, c) == doctest::Approx(panel(1, c)).epsilon(1e-5));
 }

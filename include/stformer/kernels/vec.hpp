@@ -12,6 +12,7 @@
 
 #include <cmath>
 #include <cstddef>
+#include <cstdint>
 #include <limits>
 
 #if STFORMER_SIMD
@@ -64,6 +65,17 @@ inline vf vexp2(vf t) {
   const auto ni = xsimd::to_int(n), hi = ni >> 1;
   return p * xsimd::bitwise_cast<vf>((hi + 127) << 23) * xsimd::bitwise_cast<vf>((ni - hi + 127) << 23);
 #endif
+}
+// W int8 values widened to floats (the rows of a weight-only int8 layer).
+inline vf load_i8(const std::int8_t* p) {
+#if defined(__AVX512F__)
+  return _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))));
+#elif defined(__AVX2__)
+  if constexpr (W == 8) return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p))));
+#endif
+  alignas(64) float t[W];
+  for (size_t i = 0; i < W; ++i) t[i] = float(p[i]);
+  return vf::load_aligned(t);
 }
 // hsum on x86 adds halves (256, 128, 64, 32 bits), the order of reduce_group below, so that
 // hsums of a group and hsum of one vector give the same bits.
@@ -195,6 +207,7 @@ struct vf {
 };
 inline constexpr size_t W = 1;
 inline vf load(const float* p) { return {*p}; }
+inline vf load_i8(const std::int8_t* p) { return {float(*p)}; }
 inline void store(float* p, vf v) { *p = v.x; }
 inline vf splat(float x) { return {x}; }
 inline vf fma(vf a, vf b, vf c) { return {a.x * b.x + c.x}; }

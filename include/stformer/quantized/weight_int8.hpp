@@ -5,7 +5,8 @@
 //   Int8Embedding<V, D>: out[r] = s[id]·W_q[id]          (a row lookup, dequantized)
 //   Int8Linear<In, Out>: y = x (s ⊙ W_q)ᵀ + b            (rows of W_q dequantized into a float
 //                                                         panel, C rows at a time, then the float
-//                                                         product: kernels::matmul_nt)
+//                                                         product: kernels::matmul_nt; one row of
+//                                                         x: dot products on the int8 rows)
 // with W[r, :] ≈ s[r]·W_q[r, :], W_q in [−127, 127] (symmetric, per row). Drop-in for
 // Embedding and Linear in a forward-only pass (apply has their signature): LanguageModel's
 // Embed and Head parameters (LanguageModelW8 below). Tensors: weight I8 [rows, width],
@@ -21,6 +22,7 @@
 #include "../blocks/embedding.hpp"
 #include "../blocks/linear.hpp"
 #include "../kernels/matmul.hpp"
+#include "../kernels/vec.hpp"
 #include "../models/language_model.hpp"
 #include "linear.hpp"
 
@@ -74,9 +76,33 @@ struct Int8Linear {
   // Output rows dequantized per panel: C·In floats (16 KB at In = 128) on the stack.
   static constexpr size_t C = 32;
 
-  // y [Rows, Out] = x [Rows, In] (s ⊙ W_q)ᵀ + b
+  // y [Rows, Out] = x [Rows, In] (s ⊙ W_q)ᵀ + b. One row (a window's head): y[n] = s[n]·(x · W_q[n])
+  // + b[n], W rows at a time, each widened from int8 as it is read (kernels::load_i8), the W dot
+  // products summed in one reduction (kernels::hsums): no panel, so the rows are read once.
   template <size_t Rows>
   void apply(const float* x, float* y) const {
+    if constexpr (Rows == 1) {
+      using namespace kernels;
+      constexpr size_t K = In / W * W;
+      const auto rows = [&]<size_t R>(size_t n0) {
+        vf acc[R];
+        for (size_t r = 0; r < R; ++r) acc[r] = splat(0.0f);
+        for (size_t k = 0; k < K; k += W) {
+          const vf xv = load(x + k);
+          for (size_t r = 0; r < R; ++r) acc[r] = fma(load_i8(weight.data() + (n0 + r) * In + k), xv, acc[r]);
+        }
+        float dot[R];
+        hsums<R>(acc, dot);
+        for (size_t r = 0; r < R; ++r) {
+          for (size_t k = K; k < In; ++k) dot[r] += float(weight(n0 + r, k)) * x[k];
+          y[n0 + r] = weight_scale(n0 + r) * dot[r] + bias(n0 + r);
+        }
+      };
+      size_t n0 = 0;
+      for (; n0 + W <= Out; n0 += W) rows.template operator()<W>(n0);
+      if constexpr (Out % W != 0) rows.template operator()<Out % W>(n0);
+      return;
+    }
     alignas(64) float panel[C * In];
     const auto block = [&]<size_t N>(size_t n0) {
       for (size_t n = 0; n < N; ++n) {
