@@ -2,6 +2,7 @@
 """stformer against PyTorch, the same cases side by side in one run, one table of medians.
 
 usage: STFORMER_BUILD=build-bench /usr/bin/python3 bench/compare_torch.py [--repetitions 5] [--only SUBSTRING]
+                                                                          [--torch-isa best|avx2]
        (bench/run.sh installs what is missing, builds build-bench with -Dsimd=native and runs this)
 
 Runs `$STFORMER_BUILD/bench/bench_stformer` (Google Benchmark, median of --repetitions), then
@@ -188,14 +189,19 @@ def torch_worker(repetitions, selected):
     print(json.dumps(results))
 
 
-def run_torch(repetitions, selected):
+def run_torch(repetitions, selected, isa="best"):
     """One worker process per thread count (OMP_NUM_THREADS = threads, OpenBLAS itself on one
     thread: the fastest of the settings tried here; OpenBLAS's own threads fighting PyTorch's
-    made 2-thread steps 2x slower than 1-thread ones)."""
+    made 2-thread steps 2x slower than 1-thread ones). isa "avx2": OpenBLAS's Haswell kernels
+    and ATen's AVX2 ones, PyTorch as it runs on a CPU without AVX-512 (beside an x86-64-v3
+    build of stformer)."""
     results = {}
     for threads in sorted({c[2] for c in CASES if c[0] in selected}):
         env = dict(os.environ)
         env.pop("OPENBLAS_CORETYPE", None)
+        if isa == "avx2":
+            env["OPENBLAS_CORETYPE"] = "Haswell"
+            env["ATEN_CPU_CAPABILITY"] = "avx2"
         env["GLIBC_TUNABLES"] = "glibc.malloc.mmap_max=0:glibc.malloc.trim_threshold=68719476736:glibc.malloc.top_pad=1073741824"
         env["OMP_NUM_THREADS"] = str(threads)
         env["OPENBLAS_NUM_THREADS"] = "1"
@@ -218,6 +224,8 @@ def main():
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--repetitions", type=int, default=5)
     p.add_argument("--only", default="", help="run the cases whose name contains this")
+    p.add_argument("--torch-isa", choices=["best", "avx2"], default="best",
+                   help="PyTorch's instruction set: its best on this CPU, or AVX2 only (to compare with an x86-64-v3 build)")
     p.add_argument("--torch-worker", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--case", action="append", default=[], help=argparse.SUPPRESS)
     a = p.parse_args()
@@ -232,11 +240,11 @@ def main():
     if PEAK not in ours:
         sys.exit("compare_torch: the FMA peak benchmark did not run")
     peak = ours[PEAK][1]
-    theirs = run_torch(a.repetitions, [c[0] for c in cases])
+    theirs = run_torch(a.repetitions, [c[0] for c in cases], a.torch_isa)
     if theirs["blas"] != "openblas":
         print(f"warning: PyTorch runs on the {theirs['blas']} BLAS, not OpenBLAS: apt-get install libopenblas0-pthread", file=sys.stderr)
-    print(f"stformer build: {build}; FMA peak {peak:.1f} GFLOP/s per thread; PyTorch {theirs['torch']} on {theirs['blas']}; "
-          f"medians of {a.repetitions}")
+    print(f"stformer build: {build}; FMA peak {peak:.1f} GFLOP/s per thread; PyTorch {theirs['torch']} on {theirs['blas']}"
+          f"{' (AVX2 only)' if a.torch_isa == 'avx2' else ''}; medians of {a.repetitions}")
     print()
     print("| case | stformer | PyTorch | PyTorch / stformer | stformer GFLOP/s | of FMA peak |")
     print("|---|---|---|---|---|---|")
