@@ -9,8 +9,10 @@
 //       numerator, in 8 bits (kernels::softmax_u8)
 //     o_ih = clamp(apply(Σ_j e_ij v_q,jh, V / Σ_j e_ij), Row)         heads at s_o; V ≈ s_v / s_o
 //   residual += QLinear(concat_h o_h)                                    wo, to the residual's scale
-// Σ_j e_ij v_q,jh is an int8 product (qmatmul_nt) of the rows e − 128 and v_hᵀ, with 128·Σ_j v_q,jh
-// as its bias. Masks as in float: a masked key gets e = 0, and a query that sees no key o = 0.
+// Σ_j e_ij v_q,jh is a product of the rows e − 128 (int8) and v_h, with 128·Σ_j v_q,jh as its
+// bias: int8 · int8 (qmatmul_nt, the backend's kernel) or, with int16 rows, int8 · int16
+// (qmatmul_nn, a plain loop), as is q·k. Int16 scales keep 2× headroom (quant::int16_scale).
+// Masks as in float: a masked key gets e = 0, and a query that sees no key o = 0.
 // Tensors: wq, wk, wv, wo (QLinear), q_scale, k_scale, v_scale, heads_scale (F32 [1]),
 // exponent (E) and values (V) (Requant<1>).
 #pragma once
