@@ -5,9 +5,11 @@
 //   h   = isab(h)                               QISAB, in place (its Hm: a stream of its own)
 //   p   = pool(h)                               QPMA: int16 [B, 1, D] at pool.out_scale
 //   y_q = head(p)                               int16 [B, 1, Out] at output_scale
-// output() dequantizes y_q into the float model's output (y = y_q · output_scale). Why int16
-// streams: as in the pointer model (quantized/encoder.hpp), every block's sum is carried at one
-// scale, and the regressed point needs more than int8's 255 steps.
+// proj and head are QFineLinear (two int8 weight tensors each: the point is a sum of terms that
+// cancel, and one int8 rounding of the head's weights moves it). output() dequantizes y_q into
+// the float model's output (y = y_q · output_scale). Why int16 streams: as in the pointer model
+// (quantized/encoder.hpp), every block's sum is carried at one scale, and the regressed point
+// needs more than int8's 255 steps.
 // Tensors: input_scale, x_scale, output_scale (F32 [1]), proj.*, isab.*, pool.*, head.*.
 #pragma once
 
