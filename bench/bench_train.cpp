@@ -131,23 +131,30 @@ void BM_PointerForward(benchmark::State& state) {
   run_forward<PointerNet, Pass<PointerNet, 1, N>>(state, set->x, pointer_model_flops(1, N, 2, 16, 64, 2), "sets", 1);
 }
 
-// The same set through the int8 model (max_value quantize: calibrated on the training sets of
-// seed 0): the input's quantization, the integer pass, the logits [1, 1, 50].
-void BM_QPointerForward(benchmark::State& state) {
+// A set through max_value's model Net quantized (max_value::quantize: calibrated on the
+// training sets of seed 0), from the float input to the model's integer output; flops: the
+// float model's.
+template <class Net>
+void run_quantized_forward(benchmark::State& state, double flops) {
   using namespace max_value;
   auto set = one_set();
-  auto model = std::make_unique<PointerNet>();
+  auto model = std::make_unique<Net>();
   Rng rng(1);
   init_params(*model, rng);
   auto q = quantize(*model, 0);
-  auto pass = std::make_unique<InferOf<QPointerNet, 1, N>>();
+  auto pass = std::make_unique<InferOf<QuantizedOf<Net>, 1, N>>();
   for (auto _ : state) {
     benchmark::DoNotOptimize(pass->forward(*q, set->x).data());
     benchmark::ClobberMemory();
   }
-  state.counters["GFLOP"] = benchmark::Counter(pointer_model_flops(1, N, 2, 16, 64, 2) * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
+  state.counters["GFLOP"] = benchmark::Counter(flops * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
   state.counters["sets"] = benchmark::Counter(1, benchmark::Counter::kIsIterationInvariantRate);
   state.SetLabel(kernels::qv::name());
+}
+
+// The pointer model in int8: the input's quantization, the integer pass, the logits [1, 1, 50].
+void BM_QPointerForward(benchmark::State& state) {
+  run_quantized_forward<max_value::PointerNet>(state, pointer_model_flops(1, max_value::N, 2, 16, 64, 2));
 }
 
 template <template <class, size_t...> class Pass>
@@ -157,23 +164,9 @@ void BM_SetForward(benchmark::State& state) {
   run_forward<SetNet, Pass<SetNet, 1, N>>(state, set->x, set_transformer_flops(1, N, 2, 64, 16, 2), "sets", 1);
 }
 
-// The same set through the int8 set model (max_value quantize): int16 input, the integer pass,
-// the point y_q [1, 1, 2] (int16).
+// The set model in int8: int16 input, the integer pass, the point y_q [1, 1, 2] (int16).
 void BM_QSetForward(benchmark::State& state) {
-  using namespace max_value;
-  auto set = one_set();
-  auto model = std::make_unique<SetNet>();
-  Rng rng(1);
-  init_params(*model, rng);
-  auto q = quantize(*model, 0);
-  auto pass = std::make_unique<InferOf<QSetNet, 1, N>>();
-  for (auto _ : state) {
-    benchmark::DoNotOptimize(pass->forward(*q, set->x).data());
-    benchmark::ClobberMemory();
-  }
-  state.counters["GFLOP"] = benchmark::Counter(set_transformer_flops(1, N, 2, 64, 16, 2) * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
-  state.counters["sets"] = benchmark::Counter(1, benchmark::Counter::kIsIterationInvariantRate);
-  state.SetLabel(kernels::qv::name());
+  run_quantized_forward<max_value::SetNet>(state, set_transformer_flops(1, max_value::N, 2, 64, 16, 2));
 }
 
 template <template <class, size_t...> class Pass, size_t B>
@@ -185,51 +178,43 @@ void BM_LmForward(benchmark::State& state) {
   run_forward<Model, Pass<Model, B>>(state, *windows, lm_forward_flops(B), "windows", B);
 }
 
-// The same windows through the model with int8 embedding and head (weight-only,
-// LanguageModelW8: quantize_weights of the same parameters).
-template <size_t B>
-void BM_LmForwardW8(benchmark::State& state) {
+// B random windows through a quantized copy of the language model, quantize(float model), from
+// the ids to its logits; the float model is dropped first, so that only the copy is in memory.
+template <size_t B, class Quantize>
+void run_lm_quantized(benchmark::State& state, Quantize quantize) {
   using Model = LanguageModel<V, L, D, H, F, Blocks>;
-  using Model8 = LanguageModelW8<V, L, D, H, F, Blocks>;
   auto windows = std::make_unique<IdTensor<B, L>>();
   auto ids = random_stream(B * L);
   std::copy(ids.begin(), ids.end(), windows->begin());
   auto model = std::make_unique<Model>();
   Rng rng(1);
   init_params(*model, rng);
-  auto model8 = std::make_unique<Model8>();
-  quantize_weights(*model, *model8);
+  auto q = quantize(*model);
   model.reset();
-  auto pass = std::make_unique<InferOf<Model8, B>>();
+  auto pass = std::make_unique<InferOf<typename decltype(q)::element_type, B>>();
   for (auto _ : state) {
-    benchmark::DoNotOptimize(pass->forward(*model8, *windows).data());
+    benchmark::DoNotOptimize(pass->forward(*q, *windows).data());
     benchmark::ClobberMemory();
   }
   state.counters["GFLOP"] = benchmark::Counter(lm_forward_flops(B) * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
   state.counters["windows"] = benchmark::Counter(double(B), benchmark::Counter::kIsIterationInvariantRate);
 }
 
-// The same windows through the whole model in integers (QLanguageModel, calibrated on the
-// training stream's first windows): the ids to the int16 logits.
+// With int8 embedding and head (weight-only, LanguageModelW8: quantize_weights).
+template <size_t B>
+void BM_LmForwardW8(benchmark::State& state) {
+  run_lm_quantized<B>(state, [](const auto& model) {
+    auto model8 = std::make_unique<LanguageModelW8<V, L, D, H, F, Blocks>>();
+    quantize_weights(model, *model8);
+    return model8;
+  });
+}
+
+// The whole model in integers (QLanguageModel, calibrated on 64 random windows): the ids to
+// the int16 logits.
 template <size_t B>
 void BM_LmForwardInteger(benchmark::State& state) {
-  using Model = LanguageModel<V, L, D, H, F, Blocks>;
-  using ModelQ = QLanguageModel<V, L, D, H, F, Blocks>;
-  auto windows = std::make_unique<IdTensor<B, L>>();
-  auto ids = random_stream(B * L);
-  std::copy(ids.begin(), ids.end(), windows->begin());
-  auto model = std::make_unique<Model>();
-  Rng rng(1);
-  init_params(*model, rng);
-  auto modelq = lm::quantize_integer(*model, random_stream(64 * L), 64);
-  model.reset();
-  auto pass = std::make_unique<InferOf<ModelQ, B>>();
-  for (auto _ : state) {
-    benchmark::DoNotOptimize(pass->forward(*modelq, *windows).data());
-    benchmark::ClobberMemory();
-  }
-  state.counters["GFLOP"] = benchmark::Counter(lm_forward_flops(B) * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
-  state.counters["windows"] = benchmark::Counter(double(B), benchmark::Counter::kIsIterationInvariantRate);
+  run_lm_quantized<B>(state, [](const auto& model) { return lm::quantize_integer(model, random_stream(64 * L), 64); });
   state.SetLabel(kernels::qv::name());
 }
 
