@@ -1,5 +1,5 @@
 // The max-value pointer model (SPEC Example 1) in bare-metal firmware for the MPS2 AN500
-// (Cortex-M7; also AN386, Cortex-M4, and the STM32F405 of ../netduinoplus2), run under
+// (Cortex-M7; also AN386, Cortex-M4, and the STM32F405 of netduinoplus2.ld), run under
 // qemu-system-arm -semihosting.
 //
 // The model is a constant image in flash, read in place (stformer/model_image.hpp; made by
