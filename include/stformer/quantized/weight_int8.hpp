@@ -41,15 +41,19 @@ struct Int8Embedding {
 
   static void quantize(const Embedding<V, D>& f, Int8Embedding& q) { quant::quantize_rows(f.weight, q.weight, q.weight_scale); }
 
-  // out[r] = s[ids[r]]·W_q[ids[r]] for Rows ids (an id outside [0, V) fails, as Embedding's)
+  // W_q[id] (an id outside [0, V) fails, as Embedding's)
+  const std::int8_t* row(std::int32_t id) const {
+    STFORMER_CHECK(id >= 0 && size_t(id) < V, "Int8Embedding: token id outside [0, V)");
+    return weight.data() + size_t(id) * D;
+  }
+
+  // out[r] = s[ids[r]]·W_q[ids[r]] for Rows ids
   template <size_t Rows>
   void apply(const std::int32_t* ids, float* out) const {
     for (size_t r = 0; r < Rows; ++r) {
-      const std::int32_t id = ids[r];
-      STFORMER_CHECK(id >= 0 && size_t(id) < V, "Int8Embedding: token id outside [0, V)");
-      const std::int8_t* row = weight.data() + size_t(id) * D;
-      const float s = weight_scale(size_t(id));
-      for (size_t k = 0; k < D; ++k) out[r * D + k] = s * float(row[k]);
+      const std::int8_t* w = row(ids[r]);
+      const float s = weight_scale(size_t(ids[r]));
+      for (size_t k = 0; k < D; ++k) out[r * D + k] = s * float(w[k]);
     }
   }
 };
