@@ -276,8 +276,8 @@ namespace detail {
 
 // C[i, j] = bias[j] + Σ_k A[i, k]·B[j, k], one dot product at a time: the plain build's product,
 // and int16 rows' everywhere.
-template <size_t M, size_t N, size_t K, class TA, class TB>
-inline void dot_products(const TA* A, size_t lda, const TB* B, size_t ldb, std::int32_t* C, size_t ldc, const std::int32_t* bias) {
+template <size_t M, size_t N, size_t K, class TA>
+inline void dot_products(const TA* A, size_t lda, const std::int8_t* B, size_t ldb, std::int32_t* C, size_t ldc, const std::int32_t* bias) {
   for (size_t i = 0; i < M; ++i)
     for (size_t j = 0; j < N; ++j) {
       std::int32_t s = bias ? bias[j] : 0;
