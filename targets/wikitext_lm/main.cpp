@@ -255,6 +255,7 @@ int quantize(const std::string& checkpoint, const std::string& output, const std
   Vocabulary vocab = load_model(checkpoint, *f, data, corpus);
   safetensors::Writer w;
   w.set_metadata("model", "wikitext_lm");
+  char said[200];
   if (integer) {
     if (data.empty()) throw std::runtime_error("quantize --integer calibrates on the training split: give it, --data WIKITEXT2_DIR");
     const Corpus& c = read_corpus(data, corpus);
@@ -264,22 +265,19 @@ int quantize(const std::string& checkpoint, const std::string& output, const std
     w.set_metadata("precision", "integer: int8 weights, int8 and int16 activations");
     w.set_metadata("calibration", "1024 training windows");
     add_params(w, *q);
-    const std::string words = vocab.serialize();
-    w.add("state.vocab", safetensors::Dtype::U8, {words.size()}, std::as_bytes(std::span(words)));
-    w.write(output);
-    std::printf("%s: the whole model in integers, calibrated on 1,024 training windows in %.1f s, %zu B of parameters (float32: %zu B)\n",
-                output.c_str(), std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(), sizeof(ModelQ),
-                sizeof(Model));
-    return 0;
+    std::snprintf(said, sizeof said, "the whole model in integers, calibrated on 1,024 training windows in %.1f s, %zu B of parameters",
+                  std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(), sizeof(ModelQ));
+  } else {
+    auto q = std::make_unique<Model8>();
+    quantize_weights(*f, *q);
+    w.set_metadata("precision", "int8 weights: embedding, head");
+    add_params(w, *q);
+    std::snprintf(said, sizeof said, "embedding and head in int8, %zu B of parameters", sizeof(Model8));
   }
-  auto q = std::make_unique<Model8>();
-  quantize_weights(*f, *q);
-  w.set_metadata("precision", "int8 weights: embedding, head");
-  add_params(w, *q);
   const std::string words = vocab.serialize();
   w.add("state.vocab", safetensors::Dtype::U8, {words.size()}, std::as_bytes(std::span(words)));
   w.write(output);
-  std::printf("%s: embedding and head in int8, %zu B of parameters (float32: %zu B)\n", output.c_str(), sizeof(Model8), sizeof(Model));
+  std::printf("%s: %s (float32: %zu B)\n", output.c_str(), said, sizeof(Model));
   return 0;
 }
 
