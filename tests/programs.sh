@@ -147,14 +147,19 @@ if "${run[@]}" "$mv_bin" quantize --checkpoint "$tmp/pointer.safetensors" --outp
   grep -q "the same choice on" "$tmp/out" && "${run[@]}" "$mv_bin" eval --checkpoint "$q" --sets 10 >"$tmp/out2" 2>&1 &&
   grep -q "int8 (integer forward pass" "$tmp/out2"; then echo "ok   quantize, then eval: $(grep 'same choice' "$tmp/out")"
 else fail "max_value quantize / eval: $(tail -2 "$tmp/out") $(tail -2 "$tmp/out2" 2>/dev/null)"; fi
-if "${run[@]}" "$mv_bin" predict --checkpoint "$q" --input "$tmp/sets.safetensors" --output "$tmp/qy.safetensors" >"$tmp/out" 2>&1 &&
-  /usr/bin/python3 - "$tmp/qy.safetensors" <<'EOF2'
+# has_tensors FILE NAME:DTYPE[:SHAPE]...: the safetensors file holds each tensor with that dtype
+# (and that shape, its sizes comma-separated).
+has_tensors() {
+  /usr/bin/python3 - "$@" <<'EOF2'
 import json, struct, sys
 b = open(sys.argv[1], 'rb').read(); h = json.loads(b[8:8 + struct.unpack('<Q', b[:8])[0]])
-assert h['logits']['dtype'] == 'I32' and h['logits']['shape'] == [8, 50], h['logits']
-assert h['x_q']['dtype'] == 'I16' and h['x_q']['shape'] == [8, 50, 2], h['x_q']
-assert h['log_probs']['dtype'] == 'F32', h['log_probs']
+for spec in sys.argv[2:]:
+    name, dtype, *shape = spec.split(':')
+    assert h[name]['dtype'] == dtype and (not shape or h[name]['shape'] == [int(n) for n in shape[0].split(',')]), (name, h[name])
 EOF2
+}
+if "${run[@]}" "$mv_bin" predict --checkpoint "$q" --input "$tmp/sets.safetensors" --output "$tmp/qy.safetensors" >"$tmp/out" 2>&1 &&
+  has_tensors "$tmp/qy.safetensors" logits:I32:8,50 x_q:I16:8,50,2 log_probs:F32
 then echo "ok   predict with the int8 checkpoint: log_probs, x_q (I16), logits (I32)"
 else fail "predict with the int8 checkpoint: $(tail -2 "$tmp/out")"; fi
 refuse "pointer-int8.safetensors|already quantized" "$mv_bin" quantize --checkpoint "$q" --output "$tmp/qq.safetensors"
@@ -181,13 +186,7 @@ if "${run[@]}" "$mv_bin" quantize --checkpoint "$tmp/set.safetensors" --output "
   grep -q "set model, int8 (integer forward pass" "$tmp/out2"; then echo "ok   set model: quantize, then eval: $(grep 'mean distance float32' "$tmp/out" | cut -d';' -f1)"
 else fail "max_value quantize / eval, set model: $(tail -2 "$tmp/out") $(tail -2 "$tmp/out2" 2>/dev/null)"; fi
 if "${run[@]}" "$mv_bin" predict --checkpoint "$qs" --input "$tmp/sets.safetensors" --output "$tmp/qsy.safetensors" >"$tmp/out" 2>&1 &&
-  /usr/bin/python3 - "$tmp/qsy.safetensors" <<'EOF2'
-import json, struct, sys
-b = open(sys.argv[1], 'rb').read(); h = json.loads(b[8:8 + struct.unpack('<Q', b[:8])[0]])
-assert h['y_q']['dtype'] == 'I16' and h['y_q']['shape'] == [8, 2], h['y_q']
-assert h['x_q']['dtype'] == 'I16' and h['x_q']['shape'] == [8, 50, 2], h['x_q']
-assert h['y']['dtype'] == 'F32' and h['y']['shape'] == [8, 2], h['y']
-EOF2
+  has_tensors "$tmp/qsy.safetensors" y_q:I16:8,2 x_q:I16:8,50,2 y:F32:8,2
 then echo "ok   predict with the int8 set checkpoint: y, x_q (I16), y_q (I16)"
 else fail "predict with the int8 set checkpoint: $(tail -2 "$tmp/out")"; fi
 if "${run[@]}" "$header_bin" "$qs" "$tmp/qsimage.hpp" --model set --namespace qs >"$tmp/out" 2>&1 &&
