@@ -197,9 +197,7 @@ int quantize_checkpoint(const safetensors::File& file, const std::string& output
   auto ref = std::make_unique<typename T::template Out<Batch>>();
   for (size_t done = 0; done < sets; done += Batch) {
     run->sets->draw(rng);
-    auto q = std::move(run->quantized);
-    *ref = run->infer();
-    run->quantized = std::move(q);
+    *ref = run->infer(true);
     const auto& yq = run->infer();
     for (size_t b = 0; b < Batch && done + b < sets; ++b) {
       const Prediction pf = T::predict(*ref, *run->sets, b), pq = T::predict(yq, *run->sets, b);

@@ -237,14 +237,14 @@ struct Run {
   }
 
   // The model's outputs for *sets, into *out: forward-only passes (Infer), chunk by chunk over
-  // the lanes, bit for bit the outputs of the training activations' forward; with `quantized`,
-  // the int8 model's, dequantized (log-probabilities, or the point).
-  const typename T::template Out<Batch>& infer() {
-    pool.run(Lanes, [this](size_t l) {
+  // the lanes, bit for bit the outputs of the training activations' forward; with `quantized`
+  // (unless float_model), the int8 model's, dequantized (log-probabilities, or the point).
+  const typename T::template Out<Batch>& infer(bool float_model = false) {
+    pool.run(Lanes, [this, float_model](size_t l) {
       Lane& lane = (*lanes)[l];
       for (size_t c = l; c < Chunks; c += Lanes) {
         take_chunk(lane, c);
-        if (quantized) {  // integers from the input's quantization to the output's
+        if (quantized && !float_model) {  // integers from the input's quantization to the output's
           lane.qinfer.forward(*quantized, lane.sets.x);
           if constexpr (pointer)
             lane.qinfer.log_probs(*quantized, lane.dout);
