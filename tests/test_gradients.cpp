@@ -65,7 +65,7 @@ void check_fd(const std::string& what, float* values, const float* analytic, siz
 // Every parameter of p against the gradients accumulated in g.
 template <class P, class Loss>
 void check_params(P& p, const P& g, Loss&& loss, double tol = 2e-4) {
-  for_each_param([&](const Path& path, Init, auto& value, const auto& grad) { check_fd(path.c_str(), value.data(), grad.data(), value.size(), loss, tol); },
+  for_each_param([&](const Path& path, Init, auto& value, const auto& grad) { check_fd(path.name().c_str(), value.data(), grad.data(), value.size(), loss, tol); },
                  p, g);
 }
 

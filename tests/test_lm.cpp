@@ -170,7 +170,7 @@ TEST_CASE("language model: a step's gradient (head over the batch, embedding row
     for_each_param([&](const Path&, Init, const auto& w) { for (float x : w) largest = std::max(largest, double(std::abs(x))); }, *want);
     for_each_param([&](const Path& name, Init, const auto& g, const auto& w) {
       for (size_t i = 0; i < w.size(); ++i) err = std::max(err, double(std::abs(g.data()[i] - w.data()[i])));
-      CHECK_MESSAGE(err <= 1e-5 * largest, name.c_str());
+      CHECK_MESSAGE(err <= 1e-5 * largest, name.name().c_str());
     }, run.grad(), *want);
     CHECK(run.norm() == doctest::Approx(grad_norm(run.grad())).epsilon(1e-6));  // the touched rows only: the same norm
     run.mean_nll(c.valid, L, L + 20);  // evaluation between steps uses the lanes' windows too

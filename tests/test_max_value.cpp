@@ -109,7 +109,7 @@ void check_chunked_gradient() {
         for (size_t i = 0; i < b.size(); ++i) {
           double err = std::abs(a.data()[i] - b.data()[i]) / scale;
           worst = std::max(worst, err);
-          if (err > 1e-4) FAIL_CHECK(std::string(name.view()) << "[" << i << "]: chunked " << a.data()[i] << ", whole batch " << b.data()[i]);
+          if (err > 1e-4) FAIL_CHECK(std::string(name.name().view()) << "[" << i << "]: chunked " << a.data()[i] << ", whole batch " << b.data()[i]);
         }
       },
       run->grad(), *grad);

@@ -40,7 +40,7 @@ void check_image(const Model& m, const Image& image, const size_t (&offsets)[P],
   for_each_param(
       [&](const Path& path, Init, const auto& t) {
         const auto* p = reinterpret_cast<const unsigned char*>(t.data());
-        INFO(path.c_str());
+        INFO(path.name().c_str());
         CHECK((p >= lo && p + t.size() * sizeof(float) <= lo + sizeof image));
       },
       m);

@@ -15,7 +15,7 @@ namespace {
 template <class M>
 std::vector<std::string> names(const M& m) {
   std::vector<std::string> n;
-  for_each_param([&](const Path& p, Init, const auto&) { n.emplace_back(p.view()); }, m);
+  for_each_param([&](const Path& p, Init, const auto&) { n.emplace_back(p.name().view()); }, m);
   return n;
 }
 template <class T>

@@ -373,7 +373,7 @@ std::filesystem::path write_edited(const QPointer& q, const std::string& file, E
   safetensors::Writer w;
   for_each_param(
       [&](const Path& path, Init, const auto& t) {
-        std::string name(path.view());
+        std::string name(path.name().view());
         auto dtype = detail::dtype_of<std::remove_cvref_t<decltype(t)>>();
         const auto* p = reinterpret_cast<const std::byte*>(t.data());
         std::vector<std::byte> bytes(p, p + t.size() * sizeof(*t.data()));

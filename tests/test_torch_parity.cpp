@@ -74,20 +74,20 @@ void check_params(const char* what, const M& got, const M& want, double tol) {
         // The key bias's gradient is exactly 0 (softmax is shift-invariant); in float it is
         // rounding noise, which Adam normalises to steps of ±lr in both implementations alike.
         // It changes no output, so after the optimiser steps it is only checked for size.
-        if (std::string_view(what) == "after 10 AdamW steps" && p.view().ends_with("wk.bias")) {
+        if (std::string_view(what) == "after 10 AdamW steps" && p.name().view().ends_with("wk.bias")) {
           for (size_t i = 0; i < g.size(); ++i) CHECK(std::abs(g.data()[i] - w.data()[i]) <= 0.25f);
           return;
         }
         // Its gradient is checked against the true value 0 instead of PyTorch's noise: both
         // are sums of ±1e-8 roundings.
-        if (std::string_view(what) == "gradient" && p.view().ends_with("wk.bias")) {
+        if (std::string_view(what) == "gradient" && p.name().view().ends_with("wk.bias")) {
           for (size_t i = 0; i < g.size(); ++i) {
-            CHECK_MESSAGE(std::abs(g.data()[i]) <= 1e-6f, p.c_str());
-            CHECK_MESSAGE(std::abs(w.data()[i]) <= 1e-6f, p.c_str());
+            CHECK_MESSAGE(std::abs(g.data()[i]) <= 1e-6f, p.name().c_str());
+            CHECK_MESSAGE(std::abs(w.data()[i]) <= 1e-6f, p.name().c_str());
           }
           return;
         }
-        check_rel(std::string(what) + " " + p.c_str(), g, w, tol);
+        check_rel(std::string(what) + " " + p.name().c_str(), g, w, tol);
       },
       got, want);
 }

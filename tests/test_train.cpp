@@ -341,7 +341,7 @@ TEST_CASE("split passes: every element once for any number of parts; optimiser s
     zero_grad(*ones);
     for_each_param_part(Serial{}, parts, [](size_t, size_t, size_t n, float* p) { for (size_t i = 0; i < n; ++i) p[i] += 1; }, *ones);
     for_each_param([](const Path& name, Init, const auto& t) {
-      for (float v : t) REQUIRE_MESSAGE(v == 1.0f, name.c_str());
+      for (float v : t) REQUIRE_MESSAGE(v == 1.0f, name.name().c_str());
     }, *ones);
   }
   Rng rng(4);

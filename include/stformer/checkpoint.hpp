@@ -72,7 +72,7 @@ template <class M>
 void add_params(safetensors::Writer& w, const M& model, std::string_view prefix = "") {
   for_each_param(
       [&](const Path& path, Init, const auto& t) {
-        w.add(std::string(prefix) + path.c_str(), detail::dtype_of<std::remove_cvref_t<decltype(t)>>(), detail::shape_of(t),
+        w.add(std::string(prefix) + path.name().c_str(), detail::dtype_of<std::remove_cvref_t<decltype(t)>>(), detail::shape_of(t),
               std::as_bytes(std::span(t.data(), t.size())));
       },
       model);
@@ -85,7 +85,7 @@ void check_params(const safetensors::File& f, const M& model, std::string_view p
   std::string problem;
   for_each_param(
       [&](const Path& path, Init, const auto& t) {
-        std::string name = std::string(prefix) + path.c_str();
+        std::string name = std::string(prefix) + path.name().c_str();
         const safetensors::TensorView* v = f.find(name);
         const std::vector<size_t> shape = detail::shape_of(t);
         if (!problem.empty()) {  // keep the first
@@ -120,7 +120,7 @@ void load_params(const safetensors::File& f, M& model, std::string_view prefix =
   check_params(f, std::as_const(model), prefix, unexpected);
   for_each_param(
       [&](const Path& path, Init, auto& t) {
-        const auto bytes = f.at(std::string(prefix) + path.c_str()).bytes;
+        const auto bytes = f.at(std::string(prefix) + path.name().c_str()).bytes;
         std::memcpy(t.data(), bytes.data(), bytes.size());
       },
       model);

@@ -75,15 +75,15 @@ std::string model_image_source(const Model& model, std::string_view type, std::s
         tensor += ">";
         at = (at + alignof(T) - 1) / alignof(T) * alignof(T);
         if (reinterpret_cast<const unsigned char*>(t.data()) - base != std::ptrdiff_t(at))
-          throw std::runtime_error("model_image_source: parameter " + std::string(path.view()) +
+          throw std::runtime_error("model_image_source: parameter " + std::string(path.name().view()) +
                                    " is not where an image of the parameters alone would put it (the model holds something else)");
         at += sizeof(T);
         const std::string p = "p" + std::to_string(count++);
         image << "  alignas(" << tensor << ") " << element << " " << p << "[sizeof(" << tensor << ") / sizeof(" << element << ")];  // "
-              << path.view() << "\n";
-        values << "  {  // " << path.view();
+              << path.name().view() << "\n";
+        values << "  {  // " << path.name().view();
         if constexpr (std::is_same_v<E, float>)
-          write_float_literals(values, t.data(), t.size(), "parameter " + std::string(path.view()));
+          write_float_literals(values, t.data(), t.size(), "parameter " + std::string(path.name().view()));
         else
           detail::write_integer_literals(values, t.data(), t.size());
         values << "\n  },\n";

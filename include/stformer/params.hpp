@@ -4,11 +4,11 @@
 //
 //   template <class F, class... S> static constexpr void visit(const Path& at, F& f, S&... s);
 //
-// which calls f(path, init, tensor...) for each parameter tensor, with its dotted SPEC name
-// ("blocks.0.attn.wq.weight") and its initialisation, and recurses into sub-blocks with
-// stformer::visit(at / "attn", f, s.attn...). The pack s... holds one or more objects of the
-// same block type visited in lock-step (parameters, gradients, optimiser moments ...), so
-// initialisation, optimisers and checkpoints are all one visit over one list.
+// which calls f(path, init, tensor...) for each parameter tensor, with its place (path.name()
+// is its dotted SPEC name, "blocks.0.attn.wq.weight") and its initialisation, and recurses into
+// sub-blocks with stformer::visit(at / "attn", f, s.attn...). The pack s... holds one or more
+// objects of the same block type visited in lock-step (parameters, gradients, optimiser
+// moments ...), so initialisation, optimisers and checkpoints are all one visit over one list.
 #pragma once
 
 #include "config.hpp"
@@ -24,44 +24,68 @@
 
 namespace stformer::inline STFORMER_ABI {
 
-// A dotted parameter name in a fixed buffer (no heap).
-class Path {
+// A dotted parameter name written out in a fixed buffer (no heap): what Path::name() gives.
+class Name {
  public:
   static constexpr size_t capacity = 127;
-
-  constexpr Path() = default;
-
-  constexpr Path operator/(std::string_view part) const {
-    Path p = *this;
-    if (n_ != 0) p.append(".");
-    p.append(part);
-    return p;
-  }
-  constexpr Path operator/(size_t index) const {
-    char digits[24];
-    size_t k = 0;
-    do {
-      digits[k++] = char('0' + index % 10);
-      index /= 10;
-    } while (index != 0);
-    char text[24];
-    for (size_t i = 0; i < k; ++i) text[i] = digits[k - 1 - i];
-    return *this / std::string_view(text, k);
-  }
 
   constexpr const char* c_str() const { return s_; }
   constexpr std::string_view view() const { return {s_, n_}; }
   constexpr bool operator==(std::string_view o) const { return view() == o; }
 
- private:
   constexpr void append(std::string_view part) {
     STFORMER_CHECK(n_ + part.size() <= capacity, "stformer::Path: parameter name longer than 127 characters");
     std::copy_n(part.data(), part.size(), s_ + n_);
     n_ += part.size();
     s_[n_] = '\0';
   }
+
+ private:
   char s_[capacity + 1] = {};
   size_t n_ = 0;
+};
+
+// A parameter's place in the visit ("blocks" / 0 / "attn" / "wq" / "weight"): its last part and
+// a pointer to its parent's Path, which lives in the caller's frame. A Path is a few words
+// however long the name, so a deep visit's stack stays small on a microcontroller; it is valid
+// during the call it is passed to. name() writes the dotted name ("blocks.0.attn.wq.weight").
+class Path {
+ public:
+  constexpr Path() = default;
+
+  constexpr Path operator/(std::string_view part) const { return Path(this, part, none); }
+  constexpr Path operator/(size_t index) const { return Path(this, {}, index); }
+
+  constexpr Name name() const {
+    Name n;
+    write(n);
+    return n;
+  }
+  constexpr bool operator==(std::string_view o) const { return name() == o; }
+
+ private:
+  static constexpr size_t none = size_t(-1);
+  constexpr Path(const Path* parent, std::string_view part, size_t index) : parent_(parent), part_(part), index_(index) {}
+
+  constexpr void write(Name& n) const {
+    if (!parent_) return;
+    parent_->write(n);
+    if (parent_->parent_) n.append(".");
+    if (index_ == none) return n.append(part_);
+    char digits[24];
+    size_t k = 0, i = index_;
+    do {
+      digits[k++] = char('0' + i % 10);
+      i /= 10;
+    } while (i != 0);
+    char text[24];
+    for (size_t j = 0; j < k; ++j) text[j] = digits[k - 1 - j];
+    n.append(std::string_view(text, k));
+  }
+
+  const Path* parent_ = nullptr;  // none for the model itself
+  std::string_view part_;
+  size_t index_ = none;
 };
 
 // How a parameter is initialised (SPEC.md, "Initialisation").
@@ -71,9 +95,8 @@ struct Init {
 };
 
 // Recurse into a sub-block (or a std::array of them, named .0, .1, ...). Not inlined: each
-// block's visit keeps its children's names (Path, 136 B each) in a frame of its own, so a
-// visit's stack is its depth's few names, not every name of the model at once in one inlined
-// frame (several KB: too much for a microcontroller's stack).
+// block's visit keeps its children's Paths in a frame of its own, so a visit's stack grows
+// with the model's depth, not with its number of parameters.
 template <class F, class T, class... S>
 [[gnu::noinline]] constexpr void visit(const Path& at, F& f, T& first, S&... rest) {
   using Block = std::remove_const_t<T>;
@@ -128,7 +151,7 @@ size_t param_count(const M& model) {
 // index and the value; an empty name when every value is finite. Training loops call it once
 // a loss or a gradient norm is not finite, to say where.
 struct NonFinite {
-  Path name;
+  Name name;
   size_t index = 0;
   float value = 0;
   explicit operator bool() const { return !name.view().empty(); }
@@ -141,7 +164,7 @@ NonFinite first_nonfinite(const M& m) {
         if (found) return;
         for (size_t i = 0; i < t.size(); ++i)
           if (!std::isfinite(t.data()[i])) {
-            found = {path, i, t.data()[i]};
+            found = {path.name(), i, t.data()[i]};
             return;
           }
       },

@@ -33,12 +33,12 @@ void load_quantized(const safetensors::File& f, Q& model) {
   for_each_param(
       [&](const Path& path, Init, const auto& t) {
         if constexpr (std::is_same_v<typename std::remove_cvref_t<decltype(t)>::value_type, float>)
-          if (problem.empty() && path.view().ends_with("scale"))
+          if (problem.empty() && path.name().view().ends_with("scale"))
             for (float s : t)
               if (!(std::isfinite(s) && s > 0)) {
                 char value[32];
                 std::snprintf(value, sizeof value, "%g", double(s));
-                problem = "scale '" + std::string(path.view()) + "' is " + value + ": scales must be finite and above 0";
+                problem = "scale '" + std::string(path.name().view()) + "' is " + value + ": scales must be finite and above 0";
                 break;
               }
       },
@@ -49,7 +49,7 @@ void load_quantized(const safetensors::File& f, Q& model) {
     for_each_param(
         [&](const Path& path, Init, const auto& a, const auto& b) {
           if (problem.empty() && std::memcmp(a.data(), b.data(), sizeof(*a.data()) * a.size()) != 0)
-            problem = "tensor '" + std::string(path.view()) + "' is not what the scales give (a multiplier changed, or a scale, after quantization)";
+            problem = "tensor '" + std::string(path.name().view()) + "' is not what the scales give (a multiplier changed, or a scale, after quantization)";
         },
         std::as_const(*loaded), std::as_const(*derived));
   }
