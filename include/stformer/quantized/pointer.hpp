@@ -58,22 +58,25 @@ struct QPointerAttention {
   // The real value of one unit of the logits (host side).
   double logit_scale() const { return double(q_scale(0)) * k_scale(0) / std::sqrt(double(Da)); }
 
-  // Forward only: q [B, Nq, Da], k [B, Nk, Da] (int8), the logits [B, Nq, Nk] (int32), and the
-  // projections' accumulators, T rows at a time.
+  // Forward only: q [B, Nq, Da] (int8), the logits [B, Nq, Nk] (int32), and T rows at a time
+  // the projections' accumulators and the keys k [T, Da] (int8), each tile of keys scored as
+  // soon as it is projected, so that the keys are never all held at once.
   template <size_t B, size_t Nq, size_t Nk, size_t T = qtile_rows(B * Nk)>
   struct Infer {
     TensorOf<std::int8_t, B, Nq, Da> q;
-    TensorOf<std::int8_t, B, Nk, Da> k;
+    TensorOf<std::int8_t, T, Da> k;
     TensorOf<std::int32_t, B, Nq, Nk> logits;
     TensorOf<std::int32_t, T, Da> acc;
 
     const TensorOf<std::int32_t, B, Nq, Nk>& forward(const QPointerAttention& p, const std::int8_t* xq, const std::int8_t* xk,
                                                       const KeyMask<B, Nk>* keys = nullptr) {
       for_tiles<B * Nq, T>([&]<size_t R>(size_t i) { p.wq.template apply<R>(xq + i * Dq, acc.data(), q.data() + i * Da); });
-      for_tiles<B * Nk, T>([&]<size_t R>(size_t i) { p.wk.template apply<R>(xk + i * Dk, acc.data(), k.data() + i * Da); });
       for (size_t b = 0; b < B; ++b) {
         std::int32_t* l = logits.data() + b * Nq * Nk;
-        kernels::qmatmul_nt<Nq, Nk, Da>(q.data() + b * Nq * Da, Da, k.data() + b * Nk * Da, Da, l, Nk);
+        for_tiles<Nk, T>([&]<size_t R>(size_t j) {
+          p.wk.template apply<R>(xk + (b * Nk + j) * Dk, acc.data(), k.data());
+          kernels::qmatmul_nt<Nq, R, Da>(q.data() + b * Nq * Da, Da, k.data(), Da, l + j, Nk);
+        });
         if (keys)
           for (size_t i = 0; i < Nq; ++i)
             for (size_t j = 0; j < Nk; ++j)
