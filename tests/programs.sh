@@ -194,6 +194,13 @@ if "${run[@]}" "$header_bin" "$qs" "$tmp/qsimage.hpp" --model set --namespace qs
   echo "ok   checkpoint_header --model set on the int8 checkpoint: the int8 model's image"
 else fail "checkpoint_header on the int8 set checkpoint: $(tail -2 "$tmp/out")"; fi
 refuse "set-int8.safetensors|holds the set model|not --model pointer" "$header_bin" "$qs" "$tmp/h.hpp" --model pointer
+# the C API (built and run by tests/consumers/run.sh): its functions declared, bad names refused
+if "${run[@]}" "$header_bin" --c --model pointer "$q" "$tmp/qp.h" >"$tmp/out" 2>&1 &&
+  grep -qF "int qp_predict_int8(const int16_t* in_q, int32_t* out_q);" "$tmp/qp.h" && grep -qF "int qp_predict(const float* in, float* out);" "$tmp/qp.h" &&
+  grep -qF '#include <stformer/c_api.hpp>' "$tmp/qp.cpp"; then echo "ok   checkpoint_header --c --model pointer on the int8 checkpoint: qp.h, qp.cpp"
+else fail "checkpoint_header --c --model pointer: $(tail -2 "$tmp/out")"; fi
+refuse "a C header|c_api.hpp does not end in .h" "$header_bin" --c --model pointer "$q" "$tmp/c_api.hpp"
+refuse "file name 2x|not a C identifier" "$header_bin" --c --model pointer "$q" "$tmp/2x.h"
 
 echo "== info: the forward-only memory plans"
 # info_plan PROGRAM ARGS... -- LINES...: exit 0, and stdout holds each line

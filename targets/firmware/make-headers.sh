@@ -7,6 +7,8 @@
 #   expected.hpp  the host build's log-probabilities for them (max_value predict)
 #   qweights.hpp  the same model quantized to int8 (max_value quantize), as its constant image
 #   qexpected.hpp the int8 model's quantized inputs and int32 logits for the 8 sets (predict)
+#   max_value.h, max_value.cpp  the float model's C API (checkpoint_header --c --model pointer)
+#   sets.h, expected.h          the sets and the host's log-probabilities as C arrays (--c)
 set -euo pipefail
 build=$1 out=$2
 mkdir -p "$out"
@@ -21,5 +23,9 @@ mkdir -p "$out"
 "$build/targets/firmware/checkpoint_header" --model pointer --namespace qweights "$out/qpointer.safetensors" "$out/qweights.hpp"
 for name in sets:sets expected:expected qexpected:qexpected; do
   "$build/targets/firmware/checkpoint_header" --namespace "${name%%:*}" "$out/${name#*:}.safetensors" "$out/${name%%:*}.hpp"
+done
+"$build/targets/firmware/checkpoint_header" --c --model pointer "$out/pointer.safetensors" "$out/max_value.h"
+for name in sets expected; do
+  "$build/targets/firmware/checkpoint_header" --c "$out/$name.safetensors" "$out/$name.h"
 done
 echo "headers in $out"

@@ -1,12 +1,17 @@
 #!/usr/bin/env bash
 # run.sh BUILD DATA: stformer used by three other projects, as users add it (README, "Adding it
 # to a project"). BUILD is a configured native build of stformer; DATA holds pointer.safetensors,
-# sets.safetensors and expected.safetensors (targets/firmware/make-headers.sh writes them).
+# sets.safetensors and expected.safetensors, qpointer.safetensors and qexpected.safetensors (its
+# int8 version and predictions; targets/firmware/make-headers.sh writes them all).
 #  1. `meson install` of BUILD into a staging folder: headers, stformer_io, checkpoint_header,
 #     stformer.pc / stformer-io.pc and the CMake package; the installed checkpoint_header runs.
 #  2. a Makefile with pkg-config, 3. a CMake project with find_package(stformer), both against
 #     that install, 4. a meson project with stformer as a subproject (only the library built).
 # Each builds tests/consumers/main.cpp, which loads the checkpoint and checks its predictions.
+#  5. C programs (tests/consumers/c) using the pointer and the set model, float and int8,
+#     through the C API that the installed checkpoint_header writes (--c --model pointer|set),
+#     linked by the C compiler without libstdc++. The set model is trained here for 3
+#     iterations (BUILD's max_value), quantized and predicted on the host to compare with.
 set -euo pipefail
 src=$(cd "$(dirname "$0")/../.." && pwd)
 build=$(cd "$1" && pwd) data=$(cd "$2" && pwd)
@@ -52,4 +57,24 @@ if ninja -C "$tmp/meson/build" -t targets all | grep -q "max_value\|stformer_tes
 fi
 ninja -C "$tmp/meson/build" >/dev/null
 "$tmp/meson/build/consumer" "${args[@]}"
-echo "consumers passed: make + pkg-config, CMake, meson subproject"
+echo "== C programs, through the models' C API"
+mkdir "$tmp/c" && cp "$src"/tests/consumers/c/* "$tmp/c/"
+"$root/bin/checkpoint_header" --c --model pointer "${args[0]}" "$tmp/c/max_value.h"
+"$root/bin/checkpoint_header" --c "${args[1]}" "$tmp/c/sets.h"
+"$root/bin/checkpoint_header" --c "${args[2]}" "$tmp/c/expected.h"
+"$root/bin/checkpoint_header" --c --model pointer "$data/qpointer.safetensors" "$tmp/c/qmax.h"
+"$root/bin/checkpoint_header" --c "$data/qexpected.safetensors" "$tmp/c/qexpected.h"
+mv=$build/targets/max_value/max_value
+"$mv" train --model set --iterations 3 --checkpoint "$tmp/set.safetensors" >/dev/null
+"$mv" quantize --checkpoint "$tmp/set.safetensors" --output "$tmp/qset.safetensors" --sets 100 >/dev/null
+for m in set qset; do
+  "$mv" predict --checkpoint "$tmp/$m.safetensors" --input "${args[1]}" --output "$tmp/${m}y.safetensors" >/dev/null
+  "$root/bin/checkpoint_header" --c --model set "$tmp/$m.safetensors" "$tmp/c/$m.h"
+  "$root/bin/checkpoint_header" --c "$tmp/${m}y.safetensors" "$tmp/c/${m}y.h"
+done
+PKG_CONFIG_PATH="$root/$libdir/pkgconfig" PKG_CONFIG_SYSROOT_DIR="$tmp/stage" make -s -C "$tmp/c"
+for p in predict predict_int8 predict_set; do
+  if ldd "$tmp/c/$p" | grep -q "libstdc++"; then echo "FAIL: the C program $p links libstdc++"; exit 1; fi
+  "$tmp/c/$p"
+done
+echo "consumers passed: make + pkg-config, CMake, meson subproject, C through the C API"

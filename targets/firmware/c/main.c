@@ -1,0 +1,101 @@
+/* The max-value pointer model in firmware written in C, for QEMU's netduinoplus2 (STM32F405,
+   Cortex-M4F), run under qemu-system-arm -semihosting. The model comes through its C API:
+   max_value.h and max_value.cpp, written by `checkpoint_header --c --model pointer` (the
+   model's image in flash, the forward pass's static workspace, max_value_predict). The C++
+   source is compiled with the C++ compiler; this file and the link use the C compiler, with
+   no C++ runtime. The test sets and the host build's log-probabilities are C arrays (sets.h,
+   expected.h: checkpoint_header --c). Exit status 0 when every set's arg-max is the host's and
+   every log-probability is within 1e-4 + 1e-4·|host| of it, and a NaN is refused. */
+#include <math.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "expected.h"
+#include "max_value.h"
+#include "sets.h"
+
+/* ---- semihosting (bkpt 0xAB): output and exit status to qemu-system-arm -semihosting ---- */
+
+static int semihost(int op, const void* arg) {
+  register int r0 __asm__("r0") = op;
+  register const void* r1 __asm__("r1") = arg;
+  __asm__ volatile("bkpt 0xAB" : "+r"(r0) : "r"(r1) : "memory");
+  return r0;
+}
+
+static void put(const char* s) { semihost(0x04, s); } /* SYS_WRITE0 */
+
+static void put_number(uint32_t v) {
+  char text[12], *p = text + sizeof text;
+  *--p = '\0';
+  do *--p = (char)('0' + v % 10), v /= 10;
+  while (v != 0);
+  put(p);
+}
+
+static void __attribute__((noreturn)) stop(int ok) {
+  semihost(0x18, (const void*)(ok ? 0x20026 : 0x20023)); /* SYS_EXIT: application exit, or an error */
+  for (;;) {
+  }
+}
+
+/* ---- the checks ---- */
+
+enum { N = MAX_VALUE_SET_SIZE, S = SETS_X_SIZE / MAX_VALUE_INPUT_SIZE };
+
+static int argmax(const float* v) {
+  int best = 0;
+  for (int i = 1; i < N; ++i)
+    if (v[i] > v[best]) best = i;
+  return best;
+}
+
+static float in[MAX_VALUE_INPUT_SIZE], out[MAX_VALUE_OUTPUT_SIZE];
+
+static int run(void) {
+  int agree = 0;
+  for (int s = 0; s < S; ++s) {
+    const float* host = expected_log_probs + s * N;
+    const int status = max_value_predict(sets_x + s * MAX_VALUE_INPUT_SIZE, out);
+    int same = status == MAX_VALUE_OK && argmax(out) == argmax(host);
+    for (int i = 0; i < N; ++i) same = same && fabsf(out[i] - host[i]) <= 1e-4f + 1e-4f * fabsf(host[i]);
+    agree += same;
+    put("set "), put_number((uint32_t)s), put(": point "), put_number((uint32_t)argmax(out)), put(same ? " (host: the same)\n" : " (host: DIFFERENT)\n");
+  }
+  memcpy(in, sets_x, sizeof in);
+  in[37] = NAN;
+  const int refused = max_value_predict(in, out) == MAX_VALUE_BAD_INPUT;
+  put("agree with the host build: "), put_number((uint32_t)agree), put(" of "), put_number(S), put(" sets\n");
+  put(refused ? "a NaN in a set: refused (MAX_VALUE_BAD_INPUT)\n" : "a NaN in a set: NOT refused\n");
+  put("model in flash: "), put_number(max_value_parameter_bytes), put(" B; static RAM of the calls: "), put_number(max_value_workspace_bytes),
+      put(" B\n");
+  return agree == S && refused;
+}
+
+/* ---- reset: .data copied from flash, .bss zeroed, the FPU on, static constructors (those of
+   max_value.cpp), then run ---- */
+
+extern uint32_t data_start[], data_end[], data_load[], bss_start[], bss_end[];
+void stack_top(void); /* the linker script's top of the stack, declared as a function: the vector table's first entry */
+extern void (*init_array_start[])(void);
+extern void (*init_array_end[])(void);
+
+/* errno for newlib's math functions, without the C library's 1 KB per-thread state */
+int* __errno(void) {
+  static int e;
+  return &e;
+}
+
+static void __attribute__((noreturn)) fault(void) { stop(0); }
+
+void __attribute__((noreturn)) reset_handler(void) { /* the linker script's entry */
+  for (uint32_t *s = data_load, *d = data_start; d < data_end;) *d++ = *s++;
+  for (uint32_t* d = bss_start; d < bss_end;) *d++ = 0;
+  *(volatile uint32_t*)0xE000ED88u |= 0xFu << 20; /* CPACR: the FPU (coprocessors 10 and 11) */
+  __asm__ volatile("dsb\n isb" ::: "memory");
+  for (void (**f)(void) = init_array_start; f < init_array_end; ++f) (*f)();
+  stop(run());
+}
+
+__attribute__((section(".vectors"), used)) static void (*const vectors[16])(void) = {
+    stack_top, reset_handler, fault, fault, fault, fault, fault, 0, 0, 0, 0, fault, fault, 0, fault, fault};
