@@ -19,7 +19,8 @@
 //                 and 128·Σ_k B[n,k] subtracted at the end (exact);
 //   AVX-512BW, AVX2  G = 2, vpmaddwd on int16 (A and B widened once, when packed);
 //   NEON          G = 4, sdot with the dot-product extension; otherwise G = 1, vmlal on int16;
-//   plain C++     G = 1, one lane (the Cortex-M builds; the DSP and Helium kernels plug in here).
+//   plain C++     G = 1, one lane: a dot product at a time, four products per two SMLADs on
+//                 Armv7E-M (Cortex-M4, M7: STFORMER_ARM_DSP).
 // Every partial sum is exact in int32 for K < 2^17 (|a·b| ≤ 128·127), so no order of summation
 // changes a result.
 #pragma once
@@ -32,6 +33,7 @@
 #include <climits>
 #include <cstdint>
 #include <cstring>
+#include <type_traits>
 
 #if STFORMER_SIMD && (defined(__AVX2__) || defined(__ARM_NEON))
 #if defined(__AVX2__)
@@ -39,6 +41,19 @@
 #else
 #include <arm_neon.h>
 #endif
+#endif
+
+// Armv7E-M's DSP instructions (Cortex-M4, M7) for the plain build's int8 products, unless
+// -DSTFORMER_ARM_DSP=0 asks for the plain loop (the same integers either way).
+#if !defined(STFORMER_ARM_DSP)
+#if defined(__ARM_FEATURE_DSP) && !STFORMER_SIMD
+#define STFORMER_ARM_DSP 1
+#else
+#define STFORMER_ARM_DSP 0
+#endif
+#endif
+#if STFORMER_ARM_DSP
+#include <arm_acle.h>
 #endif
 
 namespace stformer::inline STFORMER_ABI::kernels {
@@ -71,11 +86,23 @@ inline Multiplier quantize_multiplier(double m) {
   return {std::int32_t(q), e};
 }
 
+// h fits in int32 (|a·q| < 2^62, q ≥ 0), so the rounding shift is done in 32 bits, as gemmlowp's
+// RoundingDivideByPOT: ⌊h / 2^right⌋ plus one when the remainder is above half of 2^right (half
+// or above for a negative h). A 32-bit core then needs one widening multiply and no 64-bit shift.
+// On Armv7E-M, SMMULR(2a, q) = ⌊(2a·q + 2^31) / 2^32⌋ is h in one instruction when 2a fits in
+// int32 (|a| < 2^30, as accumulators are); the 64-bit product serves the rest.
 inline std::int32_t apply(std::int32_t x, std::int32_t q, int shift) {
   const int left = shift > 0 ? shift : 0, right = shift > 0 ? 0 : -shift;
-  const std::int64_t a = std::int32_t(std::uint32_t(x) << left);
-  const std::int64_t h = (a * q + (std::int64_t(1) << 30)) >> 31;
-  return std::int32_t((h + ((std::int64_t(1) << right) >> 1) - (h < 0 && right > 0)) >> right);
+  const std::int32_t a = std::int32_t(std::uint32_t(x) << left);
+  std::int32_t h;
+#if STFORMER_ARM_DSP
+  if (std::uint32_t(a) + (1u << 30) < (1u << 31))
+    asm("smmulr %0, %1, %2" : "=r"(h) : "r"(2 * a), "r"(q));
+  else
+#endif
+    h = std::int32_t((std::int64_t(a) * q + (std::int64_t(1) << 30)) >> 31);
+  const std::int32_t mask = std::int32_t((std::uint32_t(1) << right) - 1), threshold = (mask >> 1) + (h < 0);
+  return (h >> right) + ((h & mask) > threshold);
 }
 inline std::int32_t apply(std::int32_t x, Multiplier m) { return apply(x, m.q, m.shift); }
 
@@ -276,8 +303,68 @@ namespace detail {
 
 // C[i, j] = bias[j] + Σ_k A[i, k]·B[j, k], one dot product at a time: the plain build's product,
 // and int16 rows' everywhere.
+#if STFORMER_ARM_DSP
+// On Armv7E-M: SXTB16 spreads bytes 0 and 2 of a word of four int8 (along K) into two int16
+// halves, and the word rotated by 8 its bytes 1 and 3; SMLAD adds the products of two such
+// halves' pairs to an int32. So four products take two SMLADs. A's rows are spread once, into
+// `spread` ([R][K/4][2] words), then each pair of B's rows (a Cortex-M reads unaligned words)
+// is spread as it is read and meets all R rows: per four products of a row and a column,
+// 2 SMLADs, plus 2 SXTB16 and a load shared by the R rows.
+inline std::int32_t dsp_word(const std::int8_t* p) {
+  std::int32_t w;
+  std::memcpy(&w, p, 4);
+  return w;
+}
+inline std::int32_t dsp_odd(std::int32_t w) { return __sxtb16(std::int32_t((std::uint32_t(w) >> 8) | (std::uint32_t(w) << 24))); }
+
+template <size_t R, size_t CN, size_t K>
+inline void dsp_block(const std::int32_t* spread, const std::int8_t* A, size_t lda, const std::int8_t* B, size_t ldb, std::int32_t* C,
+                      size_t ldc, const std::int32_t* bias) {
+  constexpr size_t KW = K / 4;
+  std::int32_t s[R][CN];
+  for (size_t r = 0; r < R; ++r)
+    for (size_t c = 0; c < CN; ++c) s[r][c] = bias ? bias[c] : 0;
+  for (size_t k = 0; k < KW; ++k) {
+    std::int32_t be[CN], bo[CN];
+    for (size_t c = 0; c < CN; ++c) {
+      const std::int32_t w = dsp_word(B + c * ldb + 4 * k);
+      be[c] = __sxtb16(w), bo[c] = dsp_odd(w);
+    }
+    for (size_t r = 0; r < R; ++r)
+      for (size_t c = 0; c < CN; ++c) s[r][c] = __smlad(spread[(r * KW + k) * 2], be[c], __smlad(spread[(r * KW + k) * 2 + 1], bo[c], s[r][c]));
+  }
+  for (size_t k = KW * 4; k < K; ++k)
+    for (size_t r = 0; r < R; ++r)
+      for (size_t c = 0; c < CN; ++c) s[r][c] += std::int32_t(A[r * lda + k]) * std::int32_t(B[c * ldb + k]);
+  for (size_t r = 0; r < R; ++r)
+    for (size_t c = 0; c < CN; ++c) C[r * ldc + c] = s[r][c];
+}
+
+// R rows of A (from A) against all N rows of B, two columns at a time.
+template <size_t R, size_t N, size_t K>
+inline void dsp_rows(const std::int8_t* A, size_t lda, const std::int8_t* B, size_t ldb, std::int32_t* C, size_t ldc, const std::int32_t* bias) {
+  constexpr size_t KW = K / 4;
+  std::int32_t spread[R * KW * 2 + 1];
+  for (size_t r = 0; r < R; ++r)
+    for (size_t k = 0; k < KW; ++k) {
+      const std::int32_t w = dsp_word(A + r * lda + 4 * k);
+      spread[(r * KW + k) * 2] = __sxtb16(w), spread[(r * KW + k) * 2 + 1] = dsp_odd(w);
+    }
+  for (size_t j = 0; j + 2 <= N; j += 2) dsp_block<R, 2, K>(spread, A, lda, B + j * ldb, ldb, C + j, ldc, bias ? bias + j : nullptr);
+  if constexpr (N % 2 != 0) dsp_block<R, 1, K>(spread, A, lda, B + (N - 1) * ldb, ldb, C + N - 1, ldc, bias ? bias + N - 1 : nullptr);
+}
+#endif
+
 template <size_t M, size_t N, size_t K, class TA>
 inline void dot_products(const TA* A, size_t lda, const std::int8_t* B, size_t ldb, std::int32_t* C, size_t ldc, const std::int32_t* bias) {
+#if STFORMER_ARM_DSP
+  if constexpr (std::is_same_v<TA, std::int8_t>) {
+    constexpr size_t RB = 4;  // rows of A at a time
+    for (size_t i = 0; i + RB <= M; i += RB) dsp_rows<RB, N, K>(A + i * lda, lda, B, ldb, C + i * ldc, ldc, bias);
+    if constexpr (M % RB != 0) dsp_rows<M % RB, N, K>(A + M / RB * RB * lda, lda, B, ldb, C + M / RB * RB * ldc, ldc, bias);
+    return;
+  }
+#endif
   for (size_t i = 0; i < M; ++i)
     for (size_t j = 0; j < N; ++j) {
       std::int32_t s = bias ? bias[j] : 0;

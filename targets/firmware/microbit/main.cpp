@@ -7,8 +7,8 @@
 // `max_value predict` wrote them with the same checkpoint) together with the host's int32 logits:
 // the firmware runs the integer forward pass on each set and checks that it computes the same
 // integers, and prints each set's chosen point. No float and no double anywhere in the image:
-// no_soft_float.sh checks its symbols. The workspace is static, one row per tile (the
-// fewest instructions on this core, and the least RAM); there is no heap.
+// no_soft_float.sh checks its symbols. The workspace is static, TILE_ROWS rows per tile;
+// there is no heap. Also built for the Cortex-M4/M7 boards (../mps2/meson.build).
 #include <type_traits>
 
 #include <stformer/model_image.hpp>
@@ -24,9 +24,12 @@ void no_such_tensor();  // not constexpr: reaching it in a constant expression i
 
 namespace {
 
-constexpr size_t N = 50, T = 1;
+#ifndef TILE_ROWS
+#define TILE_ROWS 1  // rows per tile: 1 on the Cortex-M0 (the fewest instructions, the least RAM)
+#endif
+constexpr size_t N = 50, T = TILE_ROWS;
 using QPointerNet = stformer::QPointerModel<2, 16, 1, 64, 2>;  // SPEC's `pointer` configuration in int8
-using Infer = stformer::InferOf<QPointerNet, 1, N, T>;         // one set at a time, one row per tile
+using Infer = stformer::InferOf<QPointerNet, 1, N, T>;         // one set at a time, T rows per tile
 static_assert(std::is_same_v<qweights::Model, QPointerNet>, "qweights.hpp holds another model");
 
 template <class E, size_t K>

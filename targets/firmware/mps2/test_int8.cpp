@@ -1,0 +1,74 @@
+// The int8 kernels on the board's core (with the DSP instructions on a Cortex-M4/M7:
+// kernels/int8.hpp, STFORMER_ARM_DSP) against plain reference loops, run under
+// qemu-system-arm -semihosting: qmatmul_nt on awkward sizes (K not a multiple of 4, odd rows
+// and columns, strides that leave A's and B's rows unaligned, with and without bias, all-extreme
+// values), and the requantization against TFLite's formula in 64 bits on random and edge inputs
+// (accumulators past 2^30 take its other path). Exit 0 when every integer is the same.
+#include <cstdint>
+
+#include <stformer/kernels/int8.hpp>
+
+#include "semihosting.hpp"
+
+namespace {
+
+std::uint32_t state = 12345;
+std::uint32_t next() { return state = state * 1664525u + 1013904223u; }
+
+alignas(4) std::int8_t A[64 * 80], B[64 * 80];
+std::int32_t C[64 * 64], bias[64];
+size_t failures = 0, checked = 0;
+
+template <size_t M, size_t N, size_t K>
+void product(size_t lda, size_t ldb, bool with_bias, bool extreme) {
+  for (size_t i = 0; i < M * lda; ++i) A[i] = extreme ? std::int8_t(-128) : std::int8_t(next() >> 24);
+  for (size_t i = 0; i < N * ldb; ++i) B[i] = extreme ? std::int8_t(-128) : std::int8_t(next() >> 24);
+  for (size_t j = 0; j < N; ++j) bias[j] = std::int32_t(next()) >> 8;
+  stformer::kernels::qmatmul_nt<M, N, K>(A, lda, B, ldb, C, N, with_bias ? bias : nullptr);
+  for (size_t i = 0; i < M; ++i)
+    for (size_t j = 0; j < N; ++j) {
+      std::int64_t s = with_bias ? bias[j] : 0;
+      for (size_t k = 0; k < K; ++k) s += std::int64_t(A[i * lda + k]) * B[j * ldb + k];
+      failures += C[i * N + j] != s, ++checked;
+    }
+}
+
+// TFLite's MultiplyByQuantizedMultiplier in 64 bits (q ≥ 0).
+std::int32_t reference(std::int32_t x, std::int32_t q, int shift) {
+  const int left = shift > 0 ? shift : 0, right = shift > 0 ? 0 : -shift;
+  const std::int64_t a = std::int32_t(std::uint32_t(x) << left);
+  const std::int64_t h = (a * q + (std::int64_t(1) << 30)) >> 31;
+  return std::int32_t((h + ((std::int64_t(1) << right) >> 1) - (h < 0 && right > 0)) >> right);
+}
+
+}  // namespace
+
+extern "C" int firmware_main() {
+  using semihosting::write;
+  product<1, 1, 1>(1, 1, true, false);
+  product<1, 2, 3>(3, 5, false, false);
+  product<3, 5, 7>(9, 7, true, false);
+  product<4, 50, 16>(16, 16, true, false);
+  product<5, 3, 64>(67, 65, true, false);
+  product<2, 17, 13>(13, 14, false, false);
+  product<7, 9, 4>(5, 6, true, false);
+  product<50, 50, 16>(17, 19, true, false);
+  product<6, 64, 19>(21, 19, false, false);
+  product<9, 11, 64>(64, 64, false, true);
+  const size_t products = checked, product_failures = failures;
+  const std::int32_t edges[] = {0, 1, -1, (1 << 30) - 1, 1 << 30, -(1 << 30), -(1 << 30) - 1, INT32_MAX, INT32_MIN, 12345, -12345};
+  for (std::int32_t x : edges)
+    for (int shift = -31; shift <= 8; ++shift)
+      for (std::int32_t q : {std::int32_t(1) << 30, std::int32_t(INT32_MAX), std::int32_t(1518500250)})
+        failures += stformer::kernels::apply(x, q, shift) != reference(x, q, shift), ++checked;
+  for (int i = 0; i < 20000; ++i) {
+    const std::int32_t x = std::int32_t(next()) >> (next() % 32), q = std::int32_t((1u << 30) | (next() >> 2));
+    const int shift = int(next() % 40) - 31;
+    failures += stformer::kernels::apply(x, q, shift) != reference(x, q, shift), ++checked;
+  }
+  write("int8 kernels (");
+  write(STFORMER_ARM_DSP ? "DSP: SMLAD, SMMULR" : "plain C++");
+  write("): "), write(products), write(" products, "), write(product_failures), write(" differ; "), write(checked - products),
+      write(" requantizations, "), write(failures - product_failures), write(" differ\n");
+  return failures == 0 ? 0 : 1;
+}
