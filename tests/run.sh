@@ -8,9 +8,11 @@
 # - projects that use stformer as users add it: installed (pkg-config, CMake) and as a meson
 #   subproject (tests/consumers), with the first backend's trained model;
 # - the bare-metal firmware (targets/firmware/mps2), cross-built for Cortex-M7 and Cortex-M4 with
-#   the first backend's trained model, run on QEMU's MPS2 boards against that build's predictions;
-#   and the same model quantized to int8 (targets/firmware/microbit) on a Cortex-M0 without an FPU
-#   (QEMU's micro:bit): the host's integers exactly, and no soft-float routine in the image;
+#   the first backend's trained model, run on QEMU's MPS2 boards against that build's predictions
+#   (float, and int8 with the DSP and the plain kernels); the STM32F405 (netduinoplus2) with the
+#   firmware written in C too; training on the Cortex-M7 against the plain C++ build's steps;
+#   and the int8 model (targets/firmware/microbit) on a Cortex-M0 without an FPU (QEMU's
+#   micro:bit): the host's integers exactly, and no soft-float routine in the image;
 # - the suite cross-built for aarch64 with xsimd's NEON kernels, run under qemu-aarch64.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -63,7 +65,7 @@ FUZZ_SECONDS=60 meson test -C build-test-fuzz --suite fuzz --print-errorlogs
 echo "fuzzers passed"
 
 stage "firmware headers (build-firmware-headers)"
-bash targets/firmware/make-headers.sh "build-test-${backends[0]}" build-firmware-headers
+bash targets/firmware/make-headers.sh "build-test-${backends[0]}" build-firmware-headers build-test-none
 stage "other projects using stformer: make + pkg-config, CMake, meson subproject (tests/consumers)"
 bash tests/consumers/run.sh "build-test-${backends[0]}" build-firmware-headers
 for cpu in m7 m4; do
@@ -81,7 +83,7 @@ stage "int8 firmware, Cortex-M0 without FPU, on QEMU's micro:bit (build-test-cor
 setup build-test-cortex-m0 --cross-file targets/cross/cortex-m0.ini -Dsimd=none -Dwerror=true -Dfirmware="$PWD/build-firmware-headers"
 ninja -C build-test-cortex-m0
 meson test -C build-test-cortex-m0 --print-errorlogs
-echo "firmware passed on Cortex-M7, Cortex-M4 and the STM32F405, the int8 firmware on Cortex-M0"
+echo "firmware passed on Cortex-M7 (and training), Cortex-M4 and the STM32F405 (and in C), the int8 firmware on all and on Cortex-M0"
 
 stage "aarch64, NEON kernels, under qemu-aarch64 (build-test-aarch64)"
 setup build-test-aarch64 --cross-file targets/cross/aarch64-linux-gnu.ini -Dsimd=neon -Dbench=disabled -Dwerror=true

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# make-headers.sh BUILD OUT: the firmware's generated headers, from a native build folder BUILD
-# (its max_value and checkpoint_header programs), into the folder OUT:
+# make-headers.sh BUILD OUT [PLAIN]: the firmware's generated headers, from a native build folder
+# BUILD (its max_value and checkpoint_header programs), into the folder OUT:
 #   weights.hpp   the SPEC pointer model trained with seed 0 (max_value train, about 3 s), as its
 #                 constant image (checkpoint_header --model pointer: read in place from flash)
 #   sets.hpp      8 fresh test sets (max_value sets --seed 7)
@@ -9,8 +9,12 @@
 #   qexpected.hpp the int8 model's quantized inputs and int32 logits for the 8 sets (predict)
 #   max_value.h, max_value.cpp  the float model's C API (checkpoint_header --c --model pointer)
 #   sets.h, expected.h          the sets and the host's log-probabilities as C arrays (--c)
+# and, given a native build with the plain C++ kernels PLAIN (-Dsimd=none), the host's side of
+# the Cortex-M7's training run (its train_reference program):
+#   train_init.hpp      the initial parameters
+#   train_expected.hpp  the batch, each step's loss and the parameters after the last step
 set -euo pipefail
-build=$1 out=$2
+build=$1 out=$2 plain=${3:-}
 mkdir -p "$out"
 "$build/targets/max_value/max_value" train --model pointer --seed 0 --report 100 --checkpoint "$out/pointer.safetensors"
 "$build/targets/max_value/max_value" sets --seed 7 --sets 8 --output "$out/sets.safetensors"
@@ -28,4 +32,10 @@ done
 for name in sets expected; do
   "$build/targets/firmware/checkpoint_header" --c "$out/$name.safetensors" "$out/$name.h"
 done
+if [ -n "$plain" ]; then
+  "$plain/targets/firmware/train_reference" "$out/sets.safetensors" "$out"
+  for name in train_init train_expected; do
+    "$build/targets/firmware/checkpoint_header" --namespace "$name" "$out/$name.safetensors" "$out/$name.hpp"
+  done
+fi
 echo "headers in $out"

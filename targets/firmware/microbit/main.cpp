@@ -73,7 +73,7 @@ extern "C" int firmware_main() {
     write("set "), write(s), write(": point "), write(std::uint64_t(point)), write(same ? ", the host's 50 logits exactly\n" : ", logits DIFFER from the host's\n");
   }
   write("agree with the host build: "), write(agree), write(" of "), write(S), write(" sets\n");
-  instructions::report(counted, least, most);
+  instructions::report("inference", counted, least, most);
   write("int8 model in flash: "), write(sizeof model), write(" B; static RAM: forward-only workspace "), write(sizeof infer), write(" B\n");
   const bool stack_ok = semihosting::report_stack();
   return agree == S && stack_ok ? 0 : 1;

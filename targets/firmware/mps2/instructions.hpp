@@ -64,11 +64,12 @@ inline bool check() {
   return of((before - after) & 0xFFFFFFu) == 2 * n + 1;
 }
 
-// "instructions per inference: least to most" for the spans measured, or how to count them.
-inline void report(bool counted, std::uint64_t least, std::uint64_t most) {
+// "instructions per WHAT: least to most" for the spans measured, or how to count them.
+inline void report(const char* what, bool counted, std::uint64_t least, std::uint64_t most) {
   using semihosting::write;
-  if (!counted) return write("instructions per inference: not counted (run qemu-system-arm with -icount shift=8)\n");
-  write("instructions per inference (QEMU -icount shift=8): "), write(least);
+  write("instructions per "), write(what);
+  if (!counted) return write(": not counted (run qemu-system-arm with -icount shift=8)\n");
+  write(" (QEMU -icount shift=8): "), write(least);
   if (most != least) write(" to "), write(most);
   write("\n");
 }

@@ -75,7 +75,7 @@ extern "C" int firmware_main() {
     write(got[point], 6), write(same ? " (host: the same)\n" : " (host: DIFFERENT)\n");
   }
   write("agree with the host build: "), write(agree), write(" of "), write(S), write(" sets\n");
-  instructions::report(counted, least, most);
+  instructions::report("inference", counted, least, most);
   write("model in flash: "), write(sizeof model), write(" B; static RAM: forward-only workspace "), write(sizeof infer), write(" B\n");
   const bool stack_ok = semihosting::report_stack();
   return agree == S && stack_ok ? 0 : 1;
