@@ -37,10 +37,11 @@ struct Linear {
 
   // fn(panels) for a layer of Rows rows taken T at a time: panels is the weight packed once (on
   // the stack, at most 8 KB) when the kernel packs it and there are several tiles, else null
-  // (each tile packs its own). The same bits either way.
+  // (each tile packs its own). The same bits either way. Not with Helium: a microcontroller's
+  // stack is small, and there packing each tile's panel costs no more instructions.
   template <size_t Rows, size_t T, class Fn>
   void with_panels(Fn&& fn) const {
-    if constexpr (T < Rows && kernels::packs<Rows> && sizeof(Panels) <= 8192) {
+    if constexpr (T < Rows && kernels::packs<Rows> && sizeof(Panels) <= 8192 && !STFORMER_HELIUM) {
       Panels panels;
       panels.pack(weight.data(), In);
       fn(&panels);

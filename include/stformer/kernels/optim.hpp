@@ -43,7 +43,10 @@ inline double sum_squares(const float* g, size_t n) {
 
 inline void adam_update(float* p, const float* g, float* m, float* v, size_t N, const AdamCoefficients& c) {
   const vf decay = splat(c.decay), l2 = splat(c.l2), b1 = splat(c.beta1), b2 = splat(c.beta2), nb1 = splat(1 - c.beta1),
-           nb2 = splat(1 - c.beta2), step = splat(c.step_size), isb = splat(c.inv_sqrt_bc2), eps = splat(c.eps), sc = splat(c.scale);
+           nb2 = splat(1 - c.beta2), sc = splat(c.scale);
+#if STFORMER_SIMD
+  const vf step = splat(c.step_size), isb = splat(c.inv_sqrt_bc2), eps = splat(c.eps);
+#endif
   const size_t full = N / W * W;
   for (size_t j = 0; j < full; j += W) {
     vf pj = load(p + j) * decay, gj = fma(l2, load(p + j), load(g + j) * sc);
@@ -54,7 +57,10 @@ inline void adam_update(float* p, const float* g, float* m, float* v, size_t N, 
 #if STFORMER_SIMD
     store(p + j, pj - step * mj / (xsimd::sqrt(vj) * isb + eps));
 #else
-    store(p + j, {pj.x - step.x * mj.x / (std::sqrt(vj.x) * isb.x + eps.x)});
+    // lane by lane: the plain one-lane vf, or Helium's, which has no vector division or root
+    float pt[W], mt[W], vt[W];
+    store(pt, pj), store(mt, mj), store(vt, vj);
+    for (size_t l = 0; l < W; ++l) p[j + l] = pt[l] - c.step_size * mt[l] / (std::sqrt(vt[l]) * c.inv_sqrt_bc2 + c.eps);
 #endif
   }
   for (size_t j = full; j < N; ++j) {

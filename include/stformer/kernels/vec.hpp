@@ -2,7 +2,10 @@
 //
 // STFORMER_SIMD=1: vf is xsimd::batch<float> for the architecture the build targets
 // (-march from the meson option). STFORMER_SIMD=0: vf is a one-lane struct in plain C++ and
-// xsimd is not included at all, so the same kernels compile for any target (Cortex-M ...).
+// xsimd is not included at all, so the same kernels compile for any target (Cortex-M ...);
+// on a core with Helium, Armv8.1-M's vector extension with floating point (Cortex-M55,
+// -mcpu=cortex-m55), vf is its four-float vector instead (STFORMER_HELIUM; -DSTFORMER_HELIUM=0
+// keeps the one-lane struct).
 // Kernels loop `for (; i + W <= n; i += W)` over vectors and finish with a scalar tail, so
 // they accept any size, multiple of W or not. Loads and stores are unaligned-safe: tensors
 // are aligned, but rows of odd widths inside them are not.
@@ -15,8 +18,18 @@
 #include <cstdint>
 #include <limits>
 
+#if !defined(STFORMER_HELIUM)
+#if !STFORMER_SIMD && defined(__ARM_FEATURE_MVE) && (__ARM_FEATURE_MVE & 2)
+#define STFORMER_HELIUM 1
+#else
+#define STFORMER_HELIUM 0
+#endif
+#endif
+
 #if STFORMER_SIMD
 #include <xsimd/xsimd.hpp>
+#elif STFORMER_HELIUM
+#include <arm_mve.h>
 #endif
 
 namespace stformer::inline STFORMER_ABI::kernels {
@@ -193,6 +206,62 @@ inline void hmaxs(const vf* v, float* out) {
     return;
   }
 #endif
+  for (size_t r = 0; r < W; ++r)
+    for (size_t c = 0; c < W; ++c) dst[c * ldd + r] = src[r * lds + c];
+}
+#elif STFORMER_HELIUM
+// Helium: float32x4_t. fma is VFMA (one rounding); max is a comparison and a select, so that a
+// NaN passes through as in the other backends (VMAXNM would drop it); vexp2 is the polynomial
+// of the AVX2 path above, with the exponent written in two factors; the horizontal sums add
+// lanes (0 + 1) + (2 + 3).
+struct vf {
+  float32x4_t v;
+  vf() = default;
+  vf(float32x4_t x) : v(x) {}
+  friend vf operator+(vf a, vf b) { return vaddq_f32(a.v, b.v); }
+  friend vf operator-(vf a, vf b) { return vsubq_f32(a.v, b.v); }
+  friend vf operator*(vf a, vf b) { return vmulq_f32(a.v, b.v); }
+  vf& operator+=(vf b) { v = vaddq_f32(v, b.v); return *this; }
+  vf& operator*=(vf b) { v = vmulq_f32(v, b.v); return *this; }
+};
+inline constexpr size_t W = 4;
+inline vf load(const float* p) { return vld1q_f32(p); }
+inline void store(float* p, vf v) { vst1q_f32(p, v.v); }
+inline vf splat(float x) { return vdupq_n_f32(x); }
+inline vf fma(vf a, vf b, vf c) { return vfmaq_f32(c.v, a.v, b.v); }
+inline vf vmax(vf a, vf b) { return vpselq_f32(b.v, a.v, vcmpgtq_f32(b.v, a.v)); }
+inline vf load_i8(const std::int8_t* p) { return vcvtq_f32_s32(vldrbq_s32(p)); }
+inline vf vexp2(vf t) {
+  t = vpselq_f32(vdupq_n_f32(-200.0f), t.v, vcmpgtq_f32(vdupq_n_f32(-200.0f), t.v));  // NaN passes through
+  t = vpselq_f32(vdupq_n_f32(200.0f), t.v, vcmpltq_f32(vdupq_n_f32(200.0f), t.v));
+  const vf n = vrndnq_f32(t.v), f = t - n;
+  vf p = splat(1.535336188319500e-4f);
+  p = fma(p, f, splat(1.339887440266574e-3f));
+  p = fma(p, f, splat(9.618437357674640e-3f));
+  p = fma(p, f, splat(5.550332471162809e-2f));
+  p = fma(p, f, splat(2.402264791363012e-1f));
+  p = fma(p, f, splat(6.931472028550421e-1f));
+  p = fma(p, f, splat(1.0f));
+  const int32x4_t ni = vcvtq_s32_f32(n.v), hi = vshrq_n_s32(ni, 1);
+  const vf f1 = vreinterpretq_f32_s32(vshlq_n_s32(vaddq_n_s32(hi, 127), 23));
+  const vf f2 = vreinterpretq_f32_s32(vshlq_n_s32(vaddq_n_s32(vsubq_s32(ni, hi), 127), 23));
+  return p * f1 * f2;
+}
+inline float hsum(vf a) { return (vgetq_lane_f32(a.v, 0) + vgetq_lane_f32(a.v, 1)) + (vgetq_lane_f32(a.v, 2) + vgetq_lane_f32(a.v, 3)); }
+inline float hmax(vf a) {
+  float m = vgetq_lane_f32(a.v, 0);
+  for (float x : {vgetq_lane_f32(a.v, 1), vgetq_lane_f32(a.v, 2), vgetq_lane_f32(a.v, 3)}) m = x > m ? x : m;
+  return m;
+}
+template <size_t n>
+inline void hsums(const vf* v, float* out) {
+  for (size_t i = 0; i < n; ++i) out[i] = hsum(v[i]);
+}
+template <size_t n>
+inline void hmaxs(const vf* v, float* out) {
+  for (size_t i = 0; i < n; ++i) out[i] = hmax(v[i]);
+}
+inline void transpose_tile(const float* src, size_t lds, float* dst, size_t ldd) {
   for (size_t r = 0; r < W; ++r)
     for (size_t c = 0; c < W; ++c) dst[c * ldd + r] = src[r * lds + c];
 }
