@@ -50,6 +50,18 @@
 #define STFORMER_ABI_ARCH generic
 #endif
 
+// Helium, Armv8.1-M's vector extension with floating point (Cortex-M55), runs the plain
+// build's kernels: vf is its four-float vector (kernels/vec.hpp), and the int8 products and
+// requantization use its integer instructions (kernels/int8.hpp). -DSTFORMER_HELIUM=0 keeps
+// the one-lane kernels. Tensors keep the plain build's layout.
+#if !defined(STFORMER_HELIUM)
+#if !STFORMER_SIMD && defined(__ARM_FEATURE_MVE) && (__ARM_FEATURE_MVE & 2)
+#define STFORMER_HELIUM 1
+#else
+#define STFORMER_HELIUM 0
+#endif
+#endif
+
 #define STFORMER_ABI_JOIN2(k, a) abi_##k##_##a
 #define STFORMER_ABI_JOIN(k, a) STFORMER_ABI_JOIN2(k, a)
 // The inline namespace: stformer::STFORMER_ABI.

@@ -20,7 +20,8 @@
 //   AVX-512BW, AVX2  G = 2, vpmaddwd on int16 (A and B widened once, when packed);
 //   NEON          G = 4, sdot with the dot-product extension; otherwise G = 1, vmlal on int16;
 //   plain C++     G = 1, one lane: a dot product at a time, four products per two SMLADs on
-//                 Armv7E-M (Cortex-M4, M7: STFORMER_ARM_DSP).
+//                 Armv7E-M (Cortex-M4, M7: STFORMER_ARM_DSP), 16 per VMLADAVA with Helium
+//                 (Cortex-M55: STFORMER_HELIUM; its qv requantizes four channels at a time).
 // Every partial sum is exact in int32 for K < 2^17 (|a·b| ≤ 128·127), so no order of summation
 // changes a result.
 #pragma once
@@ -41,6 +42,8 @@
 #else
 #include <arm_neon.h>
 #endif
+#elif STFORMER_HELIUM
+#include <arm_mve.h>
 #endif
 
 // Armv7E-M's DSP instructions (Cortex-M4, M7) for the plain build's int8 products, unless
@@ -281,6 +284,35 @@ struct qv {
   static qv load_acc(const std::int32_t* p) { return {vld1q_s32(p)}; }
   static void store(std::int32_t* p, qv x) { vst1q_s32(p, x.v); }
 };
+#elif STFORMER_HELIUM
+// Helium: requantization four channels at a time, as NEON's above (VQRDMULH, then the
+// rounding shift right with TFLite's tie rule). The products are dot_products' below (VMLADAVA
+// sums 16 products at once), so dot, broadcast and load serve only q_tile's generic form.
+struct qv {
+  int32x4_t v;
+  static constexpr size_t G = 1, lanes = 4;
+  using qa = std::int8_t;
+  using qb = std::int8_t;
+  static constexpr std::int32_t a_offset = 0;
+  static qv dot(qv acc, qv a, qv b) { return {vaddq_s32(acc.v, vmulq_s32(a.v, b.v))}; }
+  static qv broadcast(const qa* a) { return {vdupq_n_s32(*a)}; }
+  static qv load(const void* p) { return {vldrbq_s32(static_cast<const std::int8_t*>(p))}; }
+  static qv apply(qv x, qv q, qv shift) {
+    const int32x4_t zero = vdupq_n_s32(0), one = vdupq_n_s32(1);
+    const int32x4_t left = vmaxq_s32(shift.v, zero), right = vmaxq_s32(vnegq_s32(shift.v), zero);
+    const int32x4_t h = vqrdmulhq_s32(vshlq_s32(x.v, left), q.v);
+    const int32x4_t mask = vsubq_s32(vshlq_s32(one, right), one);
+    const int32x4_t threshold = vaddq_s32(vshrq_n_s32(mask, 1), vreinterpretq_s32_u32(vshrq_n_u32(vreinterpretq_u32_s32(h), 31)));
+    const int32x4_t y = vshlq_s32(h, vnegq_s32(right));
+    return {vaddq_m_n_s32(y, y, 1, vcmpgtq_s32(vandq_s32(h, mask), threshold))};
+  }
+  static qv clamp_add(qv x, std::int32_t zero, std::int32_t lo, std::int32_t hi) {
+    return {vminq_s32(vmaxq_s32(vaddq_s32(x.v, vdupq_n_s32(zero)), vdupq_n_s32(lo)), vdupq_n_s32(hi))};
+  }
+  static qv load_acc(const std::int32_t* p) { return {vld1q_s32(p)}; }
+  static void store(std::int32_t* p, qv x) { vst1q_s32(p, x.v); }
+  static const char* name() { return "Helium"; }
+};
 #else
 struct qv {
   std::int32_t v;
@@ -355,9 +387,50 @@ inline void dsp_rows(const std::int8_t* A, size_t lda, const std::int8_t* B, siz
 }
 #endif
 
+#if STFORMER_HELIUM
+// Helium: VMLADAVA adds the 16 products of two vectors of 16 int8 to an int32 accumulator, so
+// a dot product along K takes K/16 of them; a block of R rows × CN columns of C (R ≤ 4,
+// CN ≤ 2) loads each vector once. A K that is not a multiple of 16 ends with predicated loads
+// (zeros past K, nothing read there).
+template <size_t R, size_t CN, size_t K>
+inline void mve_block(const std::int8_t* A, size_t lda, const std::int8_t* B, size_t ldb, std::int32_t* C, size_t ldc,
+                      const std::int32_t* bias) {
+  std::int32_t s[R][CN];
+  for (size_t r = 0; r < R; ++r)
+    for (size_t c = 0; c < CN; ++c) s[r][c] = bias ? bias[c] : 0;
+  for (size_t k = 0; k < K; k += 16) {
+    int8x16_t a[R], b[CN];
+    if (K % 16 == 0 || k + 16 <= K) {
+      for (size_t r = 0; r < R; ++r) a[r] = vld1q_s8(A + r * lda + k);
+      for (size_t c = 0; c < CN; ++c) b[c] = vld1q_s8(B + c * ldb + k);
+    } else {
+      const mve_pred16_t p = vctp8q(std::uint32_t(K - k));
+      for (size_t r = 0; r < R; ++r) a[r] = vldrbq_z_s8(A + r * lda + k, p);
+      for (size_t c = 0; c < CN; ++c) b[c] = vldrbq_z_s8(B + c * ldb + k, p);
+    }
+    for (size_t r = 0; r < R; ++r)
+      for (size_t c = 0; c < CN; ++c) s[r][c] = vmladavaq_s8(s[r][c], a[r], b[c]);
+  }
+  for (size_t r = 0; r < R; ++r)
+    for (size_t c = 0; c < CN; ++c) C[r * ldc + c] = s[r][c];
+}
+#endif
+
 template <size_t M, size_t N, size_t K, class TA>
 inline void dot_products(const TA* A, size_t lda, const std::int8_t* B, size_t ldb, std::int32_t* C, size_t ldc, const std::int32_t* bias) {
-#if STFORMER_ARM_DSP
+#if STFORMER_HELIUM
+  if constexpr (std::is_same_v<TA, std::int8_t>) {
+    constexpr size_t RB = 4;  // rows of A at a time
+    const auto rows = [&]<size_t R>(size_t i) {
+      for (size_t j = 0; j + 2 <= N; j += 2) mve_block<R, 2, K>(A + i * lda, lda, B + j * ldb, ldb, C + i * ldc + j, ldc, bias ? bias + j : nullptr);
+      if constexpr (N % 2 != 0)
+        mve_block<R, 1, K>(A + i * lda, lda, B + (N - 1) * ldb, ldb, C + i * ldc + N - 1, ldc, bias ? bias + N - 1 : nullptr);
+    };
+    for (size_t i = 0; i + RB <= M; i += RB) rows.template operator()<RB>(i);
+    if constexpr (M % RB != 0) rows.template operator()<M % RB>(M / RB * RB);
+    return;
+  }
+#elif STFORMER_ARM_DSP
   if constexpr (std::is_same_v<TA, std::int8_t>) {
     constexpr size_t RB = 4;  // rows of A at a time
     for (size_t i = 0; i + RB <= M; i += RB) dsp_rows<RB, N, K>(A + i * lda, lda, B, ldb, C + i * ldc, ldc, bias);
@@ -422,7 +495,7 @@ inline void q_tile(const qv::qa* a, const qv::qb* p, std::int32_t* C, size_t ldc
 template <size_t M, size_t N, size_t K>
 inline void qmatmul_nt(const std::int8_t* A, size_t lda, const std::int8_t* B, size_t ldb, std::int32_t* C, size_t ldc,
                        const std::int32_t* bias = nullptr) {
-  if constexpr (qv::lanes == 1) {
+  if constexpr (qv::lanes == 1 || STFORMER_HELIUM) {
     detail::dot_products<M, N, K>(A, lda, B, ldb, C, ldc, bias);
   } else {
     constexpr size_t L = qv::lanes, G = qv::G, NVmax = L >= 16 ? 4 : 2;

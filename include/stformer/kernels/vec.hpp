@@ -18,14 +18,6 @@
 #include <cstdint>
 #include <limits>
 
-#if !defined(STFORMER_HELIUM)
-#if !STFORMER_SIMD && defined(__ARM_FEATURE_MVE) && (__ARM_FEATURE_MVE & 2)
-#define STFORMER_HELIUM 1
-#else
-#define STFORMER_HELIUM 0
-#endif
-#endif
-
 #if STFORMER_SIMD
 #include <xsimd/xsimd.hpp>
 #elif STFORMER_HELIUM

@@ -1,9 +1,11 @@
-// The int8 kernels on the board's core (with the DSP instructions on a Cortex-M4/M7:
-// kernels/int8.hpp, STFORMER_ARM_DSP) against plain reference loops, run under
-// qemu-system-arm -semihosting: qmatmul_nt on awkward sizes (K not a multiple of 4, odd rows
-// and columns, strides that leave A's and B's rows unaligned, with and without bias, all-extreme
-// values), and the requantization against TFLite's formula in 64 bits on random and edge inputs
-// (accumulators past 2^30 take its other path). Exit 0 when every integer is the same.
+// The int8 kernels on the board's core (the DSP instructions on a Cortex-M4/M7, Helium on the
+// M55: kernels/int8.hpp) against plain reference loops, run under qemu-system-arm -semihosting:
+// qmatmul_nt on awkward sizes (K not a multiple of 4 or 16, odd rows and columns, strides that
+// leave A's and B's rows unaligned, with and without bias, all-extreme values), and the
+// requantization, one value (apply) and a block of channels (requantize, vectors with Helium),
+// against TFLite's formula in 64 bits on random and edge inputs (accumulators past 2^30 take
+// apply's other path). Exit 0 when every integer is the same.
+#include <algorithm>
 #include <cstdint>
 
 #include <stformer/kernels/int8.hpp>
@@ -66,8 +68,20 @@ extern "C" int firmware_main() {
     const int shift = int(next() % 40) - 31;
     failures += stformer::kernels::apply(x, q, shift) != reference(x, q, shift), ++checked;
   }
+  // requantize: 16 rows of 37 channels (a vector tail), int8 out around a zero point
+  static std::int32_t acc[16 * 37], mult[37], shifts[37];
+  static std::int8_t out[16 * 37];
+  for (int round = 0; round < 20; ++round) {
+    for (auto& a : acc) a = std::int32_t(next()) >> (next() % 32);
+    for (size_t c = 0; c < 37; ++c) mult[c] = std::int32_t((1u << 30) | (next() >> 2)), shifts[c] = std::int32_t(next() % 40) - 31;
+    stformer::kernels::requantize(acc, 16, 37, mult, shifts, -3, -128, 127, out);
+    for (size_t i = 0; i < 16 * 37; ++i) {
+      const std::int32_t want = std::clamp<std::int32_t>(-3 + reference(acc[i], mult[i % 37], shifts[i % 37]), -128, 127);
+      failures += out[i] != want, ++checked;
+    }
+  }
   write("int8 kernels (");
-  write(STFORMER_ARM_DSP ? "DSP: SMLAD, SMMULR" : "plain C++");
+  write(STFORMER_HELIUM ? "Helium: VMLADAVA, VQRDMULH" : STFORMER_ARM_DSP ? "DSP: SMLAD, SMMULR" : "plain C++");
   write("): "), write(products), write(" products, "), write(product_failures), write(" differ; "), write(checked - products),
       write(" requantizations, "), write(failures - product_failures), write(" differ\n");
   return failures == 0 ? 0 : 1;
