@@ -244,12 +244,23 @@ struct qv {
   static qv load_acc(const std::int32_t* p) { return load(p); }
   static void store(std::int32_t* p, qv x) { _mm256_storeu_si256(reinterpret_cast<__m256i*>(p), x.v); }
 };
-#elif STFORMER_SIMD && defined(__ARM_NEON)
+#elif (STFORMER_SIMD && defined(__ARM_NEON)) || STFORMER_HELIUM
+// NEON, and Helium (Cortex-M55), whose vector intrinsics mostly share NEON's names. With Helium
+// the products are dot_products' below (VMLADAVA sums 16 products at once), so its dot,
+// broadcast and load serve only q_tile's generic form; requantization is the same.
 struct qv {
   int32x4_t v;
   static constexpr size_t lanes = 4;
   static constexpr std::int32_t a_offset = 0;
-#if defined(__ARM_FEATURE_DOTPROD)
+#if STFORMER_HELIUM
+  static constexpr size_t G = 1;
+  using qa = std::int8_t;
+  using qb = std::int8_t;
+  static qv dot(qv acc, qv a, qv b) { return {vaddq_s32(acc.v, vmulq_s32(a.v, b.v))}; }
+  static qv broadcast(const qa* a) { return {vdupq_n_s32(*a)}; }
+  static qv load(const void* p) { return {vldrbq_s32(static_cast<const std::int8_t*>(p))}; }
+  static const char* name() { return "Helium"; }
+#elif defined(__ARM_FEATURE_DOTPROD)
   static constexpr size_t G = 4;
   using qa = std::int8_t;
   using qb = std::int8_t;
@@ -276,42 +287,17 @@ struct qv {
     const int32x4_t mask = vsubq_s32(vshlq_s32(one, right), one);
     const int32x4_t threshold = vaddq_s32(vshrq_n_s32(mask, 1), vreinterpretq_s32_u32(vshrq_n_u32(vreinterpretq_u32_s32(h), 31)));
     const int32x4_t y = vshlq_s32(h, vnegq_s32(right));
+#if STFORMER_HELIUM
+    return {vaddq_m_n_s32(y, y, 1, vcmpgtq_s32(vandq_s32(h, mask), threshold))};  // comparisons give predicates
+#else
     return {vsubq_s32(y, vreinterpretq_s32_u32(vcgtq_s32(vandq_s32(h, mask), threshold)))};
+#endif
   }
   static qv clamp_add(qv x, std::int32_t zero, std::int32_t lo, std::int32_t hi) {
     return {vminq_s32(vmaxq_s32(vaddq_s32(x.v, vdupq_n_s32(zero)), vdupq_n_s32(lo)), vdupq_n_s32(hi))};
   }
   static qv load_acc(const std::int32_t* p) { return {vld1q_s32(p)}; }
   static void store(std::int32_t* p, qv x) { vst1q_s32(p, x.v); }
-};
-#elif STFORMER_HELIUM
-// Helium: requantization four channels at a time, as NEON's above (VQRDMULH, then the
-// rounding shift right with TFLite's tie rule). The products are dot_products' below (VMLADAVA
-// sums 16 products at once), so dot, broadcast and load serve only q_tile's generic form.
-struct qv {
-  int32x4_t v;
-  static constexpr size_t G = 1, lanes = 4;
-  using qa = std::int8_t;
-  using qb = std::int8_t;
-  static constexpr std::int32_t a_offset = 0;
-  static qv dot(qv acc, qv a, qv b) { return {vaddq_s32(acc.v, vmulq_s32(a.v, b.v))}; }
-  static qv broadcast(const qa* a) { return {vdupq_n_s32(*a)}; }
-  static qv load(const void* p) { return {vldrbq_s32(static_cast<const std::int8_t*>(p))}; }
-  static qv apply(qv x, qv q, qv shift) {
-    const int32x4_t zero = vdupq_n_s32(0), one = vdupq_n_s32(1);
-    const int32x4_t left = vmaxq_s32(shift.v, zero), right = vmaxq_s32(vnegq_s32(shift.v), zero);
-    const int32x4_t h = vqrdmulhq_s32(vshlq_s32(x.v, left), q.v);
-    const int32x4_t mask = vsubq_s32(vshlq_s32(one, right), one);
-    const int32x4_t threshold = vaddq_s32(vshrq_n_s32(mask, 1), vreinterpretq_s32_u32(vshrq_n_u32(vreinterpretq_u32_s32(h), 31)));
-    const int32x4_t y = vshlq_s32(h, vnegq_s32(right));
-    return {vaddq_m_n_s32(y, y, 1, vcmpgtq_s32(vandq_s32(h, mask), threshold))};
-  }
-  static qv clamp_add(qv x, std::int32_t zero, std::int32_t lo, std::int32_t hi) {
-    return {vminq_s32(vmaxq_s32(vaddq_s32(x.v, vdupq_n_s32(zero)), vdupq_n_s32(lo)), vdupq_n_s32(hi))};
-  }
-  static qv load_acc(const std::int32_t* p) { return {vld1q_s32(p)}; }
-  static void store(std::int32_t* p, qv x) { vst1q_s32(p, x.v); }
-  static const char* name() { return "Helium"; }
 };
 #else
 struct qv {
