@@ -4,6 +4,8 @@
 # C++, no xsimd) and, when this CPU has AVX-512, x86-64-v4. Warnings are errors. The
 # Google Benchmark programs are built too, so that they keep compiling. Then:
 # - the suite again with AddressSanitizer and UndefinedBehaviorSanitizer (no report allowed);
+# - the tests that run the thread pool (unit, max_value, language_model: the pool itself, training
+#   on two lanes and two threads) with ThreadSanitizer, no report allowed;
 # - the libFuzzer programs (clang) for 60 seconds each (tests/fuzz);
 # - projects that use stformer as users add it: installed (pkg-config, CMake) and as a meson
 #   subproject (tests/consumers), with the first backend's trained model;
@@ -58,6 +60,12 @@ ninja -C build-test-sanitize
 ASAN_OPTIONS=detect_leaks=1:strict_string_checks=1 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
   meson test -C build-test-sanitize --print-errorlogs --timeout-multiplier 3
 echo "sanitizers passed"
+
+stage "ThreadSanitizer: the tests that run the thread pool (build-test-tsan)"
+setup build-test-tsan -Db_sanitize=thread -Doptimization=1 -Dsimd=x86-64-v3 -Dbench=disabled -Dwerror=true
+ninja -C build-test-tsan tests/stformer_tests tests/test_max_value tests/test_lm targets/max_value/max_value
+TSAN_OPTIONS=halt_on_error=1 meson test -C build-test-tsan --no-rebuild --print-errorlogs --timeout-multiplier 3 unit max_value language_model
+echo "ThreadSanitizer passed"
 
 stage "fuzzers, 60 s each (build-test-fuzz)"
 [ -f build-test-fuzz/build.ninja ] || CXX=clang++ meson setup build-test-fuzz -Dfuzz=true -Db_sanitize=address,undefined -Dsimd=none
