@@ -1,6 +1,6 @@
 // The max-value pointer model (SPEC Example 1) in bare-metal firmware for the MPS2 AN500
-// (Cortex-M7; also AN386, Cortex-M4, and the STM32F405 of netduinoplus2.ld), run under
-// qemu-system-arm -semihosting.
+// (Cortex-M7; also AN386, Cortex-M4, the STM32F405 of netduinoplus2.ld and the MPS3 AN547,
+// Cortex-M55 with Helium, of mps3.ld), run under qemu-system-arm -semihosting.
 //
 // The model is a constant image in flash, read in place (stformer/model_image.hpp; made by
 // `checkpoint_header --model pointer` from a checkpoint): no parameter is copied to RAM. The
