@@ -28,6 +28,11 @@ namespace stformer::inline STFORMER_ABI::kernels {
 
 using std::size_t;
 
+// 2^f for |f| ≤ 1/2 by Cephes' exp2f polynomial of degree 6, 1 + f·P(f) (relative error
+// 1.7e-7): its coefficients, highest power first, for Horner's rule in vexp2 below.
+inline constexpr float exp2_poly[7] = {1.535336188319500e-4f, 1.339887440266574e-3f, 9.618437357674640e-3f, 5.550332471162809e-2f,
+                                       2.402264791363012e-1f, 6.931472028550421e-1f, 1.0f};
+
 #if STFORMER_SIMD
 using vf = xsimd::batch<float>;
 inline constexpr size_t W = vf::size;
@@ -42,12 +47,12 @@ inline vf fma(vf a, vf b, vf c) { return _mm512_fmadd_ps(a, b, c); }
 inline vf fma(vf a, vf b, vf c) { return xsimd::fma(a, b, c); }
 #endif
 inline vf vmax(vf a, vf b) { return xsimd::max(a, b); }
-// 2^t = 2^n · 2^f: n = round(t), f = t − n (|f| ≤ 1/2), 2^f = 1 + f·P(f) with Cephes' exp2f
-// degree-6 P (relative error 1.7e-7) by Horner's rule, 2^n applied by vscalefps with AVX-512
-// (vreduceps gives f; ±∞ reduce to f = 0, so no clamp is needed) and otherwise as two factors
-// written into the exponent bits (t clamped to ±200 first). Within 1 ulp of 2^t (tested against
-// double); −∞ and anything below the float range give 0, +∞ and anything above give +∞, NaN
-// stays NaN. The softmax family takes its exponentials as e^{c(x−m)} = 2^{(x−m)·c·log₂e}.
+// 2^t = 2^n · 2^f: n = round(t), f = t − n (|f| ≤ 1/2), 2^f by exp2_poly, 2^n applied by
+// vscalefps with AVX-512 (vreduceps gives f; ±∞ reduce to f = 0, so no clamp is needed) and
+// otherwise as two factors written into the exponent bits (t clamped to ±200 first). Within 1
+// ulp of 2^t (tested against double); −∞ and anything below the float range give 0, +∞ and
+// anything above give +∞, NaN stays NaN. The softmax family takes its exponentials as
+// e^{c(x−m)} = 2^{(x−m)·c·log₂e}.
 inline vf vexp2(vf t) {
 #if defined(__AVX512F__)
   const vf f = _mm512_reduce_ps(t, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC), n = t - f;
@@ -56,13 +61,8 @@ inline vf vexp2(vf t) {
   t = xsimd::min(splat(200.0f), xsimd::max(splat(-200.0f), t));
   const vf n = xsimd::nearbyint(t), f = t - n;
 #endif
-  vf p = splat(1.535336188319500e-4f);
-  p = fma(p, f, splat(1.339887440266574e-3f));
-  p = fma(p, f, splat(9.618437357674640e-3f));
-  p = fma(p, f, splat(5.550332471162809e-2f));
-  p = fma(p, f, splat(2.402264791363012e-1f));
-  p = fma(p, f, splat(6.931472028550421e-1f));
-  p = fma(p, f, splat(1.0f));
+  vf p = splat(exp2_poly[0]);
+  for (size_t i = 1; i < 7; ++i) p = fma(p, f, splat(exp2_poly[i]));
 #if defined(__AVX512F__)
   return _mm512_scalef_ps(p, n);
 #else
@@ -227,13 +227,8 @@ inline vf vexp2(vf t) {
   t = vpselq_f32(vdupq_n_f32(-200.0f), t.v, vcmpgtq_f32(vdupq_n_f32(-200.0f), t.v));  // NaN passes through
   t = vpselq_f32(vdupq_n_f32(200.0f), t.v, vcmpltq_f32(vdupq_n_f32(200.0f), t.v));
   const vf n = vrndnq_f32(t.v), f = t - n;
-  vf p = splat(1.535336188319500e-4f);
-  p = fma(p, f, splat(1.339887440266574e-3f));
-  p = fma(p, f, splat(9.618437357674640e-3f));
-  p = fma(p, f, splat(5.550332471162809e-2f));
-  p = fma(p, f, splat(2.402264791363012e-1f));
-  p = fma(p, f, splat(6.931472028550421e-1f));
-  p = fma(p, f, splat(1.0f));
+  vf p = splat(exp2_poly[0]);
+  for (size_t i = 1; i < 7; ++i) p = fma(p, f, splat(exp2_poly[i]));
   const int32x4_t ni = vcvtq_s32_f32(n.v), hi = vshrq_n_s32(ni, 1);
   const vf f1 = vreinterpretq_f32_s32(vshlq_n_s32(vaddq_n_s32(hi, 127), 23));
   const vf f2 = vreinterpretq_f32_s32(vshlq_n_s32(vaddq_n_s32(vsubq_s32(ni, hi), 127), 23));
