@@ -20,8 +20,6 @@
 #include "qexpected.hpp"
 #include "qweights.hpp"
 
-void no_such_tensor();  // not constexpr: reaching it in a constant expression is a compile error
-
 namespace {
 
 #ifndef TILE_ROWS
@@ -32,15 +30,8 @@ using QPointerNet = stformer::QPointerModel<2, 16, 1, 64, 2>;  // SPEC's `pointe
 using Infer = stformer::InferOf<QPointerNet, 1, N, T>;         // one set at a time, T rows per tile
 static_assert(std::is_same_v<qweights::Model, QPointerNet>, "qweights.hpp holds another model");
 
-template <class E, size_t K>
-constexpr const stformer::ConstTensorOf<E>& entry(const stformer::ConstTensorOf<E> (&table)[K], std::string_view name) {
-  for (const auto& e : table)
-    if (name == e.name) return e;
-  no_such_tensor();
-  return table[0];
-}
-constexpr const auto& x_q = entry(qexpected::int16_tensors, "x_q");       // [S, N, 2]
-constexpr const auto& want = entry(qexpected::int32_tensors, "logits");  // [S, N]
+constexpr const auto& x_q = stformer::table_entry(qexpected::int16_tensors, "x_q");       // [S, N, 2]
+constexpr const auto& want = stformer::table_entry(qexpected::int32_tensors, "logits");  // [S, N]
 constexpr size_t S = x_q.size / (N * 2);
 static_assert(S > 0 && x_q.size == S * N * 2 && want.size == S * N, "qexpected.x_q [S, 50, 2] and qexpected.logits [S, 50] differ");
 

@@ -23,8 +23,6 @@
 #include "sets.hpp"
 #include "weights.hpp"
 
-void no_such_tensor();  // not constexpr: reaching it in a constant expression is a compile error
-
 namespace {
 
 constexpr size_t N = 50;
@@ -32,14 +30,8 @@ using PointerNet = stformer::PointerModel<2, 16, 1, 64, 2>;  // SPEC's `pointer`
 using Infer = stformer::InferOf<PointerNet, 1, N>;            // one set at a time, forward only
 static_assert(std::is_same_v<weights::Model, PointerNet>, "weights.hpp holds another model");
 
-constexpr const stformer::ConstTensor& entry(const auto& table, std::string_view name) {
-  for (const auto& e : table)
-    if (name == e.name) return e;
-  no_such_tensor();
-  return table[0];
-}
-constexpr const stformer::ConstTensor& x = entry(sets::tensors, "x");                   // [S, N, 2]
-constexpr const stformer::ConstTensor& want = entry(expected::tensors, "log_probs");  // [S, N]
+constexpr const stformer::ConstTensor& x = stformer::table_entry(sets::tensors, "x");                   // [S, N, 2]
+constexpr const stformer::ConstTensor& want = stformer::table_entry(expected::tensors, "log_probs");  // [S, N]
 constexpr size_t S = x.size / (N * 2);
 static_assert(S > 0 && x.size == S * N * 2 && want.size == S * N, "sets.x [S, 50, 2] and expected.log_probs [S, 50] differ");
 

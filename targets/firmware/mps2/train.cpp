@@ -14,22 +14,12 @@
 #include "train_expected.hpp"
 #include "train_init.hpp"
 
-void no_such_tensor();  // not constexpr: reaching it in a constant expression is a compile error
-
 namespace {
 
-template <class E, size_t K>
-constexpr const stformer::ConstTensorOf<E>& entry(const stformer::ConstTensorOf<E> (&table)[K], std::string_view name) {
-  for (const auto& e : table)
-    if (name == e.name) return e;
-  no_such_tensor();
-  return table[0];
-}
-
 using namespace firmware_train;
-constexpr const auto& x = entry(train_expected::tensors, "x");                 // [B, N, 2]
-constexpr const auto& target = entry(train_expected::int32_tensors, "target");  // [B]
-constexpr const auto& loss = entry(train_expected::tensors, "loss");           // [Steps]
+constexpr const auto& x = stformer::table_entry(train_expected::tensors, "x");                 // [B, N, 2]
+constexpr const auto& target = stformer::table_entry(train_expected::int32_tensors, "target");  // [B]
+constexpr const auto& loss = stformer::table_entry(train_expected::tensors, "loss");           // [Steps]
 static_assert(x.size == B * N * 2 && target.size == B && loss.size == Steps, "train_expected.hpp was made for another run");
 
 State state;
@@ -59,10 +49,8 @@ extern "C" int firmware_main() {
   size_t params = 0, differ = 0;
   stformer::for_each_param(
       [&](const stformer::Path& path, stformer::Init, const auto& t) {
-        const auto name = path.name();
-        for (const auto& e : train_expected::tensors)
-          if (name == e.name)
-            for (size_t k = 0; k < t.size(); ++k) differ += !same_bits(t.data()[k], e.data[k]), ++params;
+        if (const auto* e = stformer::find_entry(train_expected::tensors, path.name().view()); e && e->size == t.size())
+          for (size_t k = 0; k < t.size(); ++k) differ += !same_bits(t.data()[k], e->data[k]), ++params;
       },
       state.model);
   ok = ok && params == stformer::param_count(state.model) && differ == 0;
