@@ -118,7 +118,7 @@ int main(int argc, char** argv) {
   auto model = std::make_unique<Model>();
   auto opt = std::make_unique<Adam<Model>>();
   auto lanes = std::make_unique<std::array<Lane, Lanes>>();
-  ThreadPool pool(2);  // any number of threads up to Lanes gives the same bits
+  ThreadPool pool(2);  // any number of threads gives the same bits (the arithmetic depends on Lanes)
   Rng rng(1);
   init_params(*model, rng);  // SPEC's initialisation for every block (xavier, kaiming, g = sqrt(D) ...)
   Tensor<B, N, 2> x;

@@ -77,7 +77,10 @@ refuse "--bogus" "$mv_bin" train --bogus 1
 refuse "--iterations" "$mv_bin" train --iterations 0
 refuse "--iterations" "$mv_bin" train --iterations many
 refuse "--lr|-1 is not a number above 0" "$mv_bin" train --lr -1
-refuse "--threads" "$mv_bin" train --threads 3
+refuse "--threads" "$mv_bin" train --threads 0
+refuse "--lanes" "$mv_bin" train --lanes 0
+refuse "--lanes|251" "$mv_bin" train --lanes 251
+refuse "--resume|excludes|--lanes" "$mv_bin" train --resume "$tmp/pointer.safetensors" --lanes 3
 refuse "--model" "$mv_bin" train --model transformer
 refuse "--seed" "$mv_bin" train --seed -1
 refuse "--sets" "$mv_bin" eval --checkpoint "$tmp/pointer.safetensors" --sets 0
@@ -224,12 +227,22 @@ wait_for() {
   return 1
 }
 
-echo "== SIGINT and SIGTERM: a checkpoint, exit 128 + signal, --resume ends as an uninterrupted run"
-"${run[@]}" "$mv_bin" train --iterations $iterations --report 1 --checkpoint "$tmp/straight.safetensors" >/dev/null || fail "uninterrupted run"
+echo "== threads: 3 lanes on 1 to 5 threads (more than the cores) give the same checkpoint"
+for t in 1 2 3 4 5; do
+  "${run[@]}" "$mv_bin" train --iterations 4 --lanes 3 --threads $t --checkpoint "$tmp/lanes3_t$t.safetensors" >"$tmp/out" 2>&1 ||
+    fail "train --lanes 3 --threads $t: $(tail -2 "$tmp/out")"
+done
+grep -q "3 lanes on 3 threads" "$tmp/out" || fail "train --lanes 3 --threads 5 does not say it runs 3 lanes on 3 threads: $(head -3 "$tmp/out")"
+same=1
+for t in 2 3 4 5; do cmp -s "$tmp/lanes3_t1.safetensors" "$tmp/lanes3_t$t.safetensors" || { same=0; fail "--lanes 3: --threads $t's checkpoint differs from --threads 1's"; }; done
+[ $same = 1 ] && echo "ok   --lanes 3 on --threads 1, 2, 3, 4, 5: one checkpoint, byte for byte"
+
+echo "== SIGINT and SIGTERM: a checkpoint, exit 128 + signal, --resume (on another number of threads) ends as an uninterrupted run"
+"${run[@]}" "$mv_bin" train --iterations $iterations --report 1 --lanes 3 --threads 2 --checkpoint "$tmp/straight.safetensors" >/dev/null || fail "uninterrupted run"
 for sig in INT TERM; do
   ck="$tmp/stopped_$sig.safetensors"
   out="$tmp/out_$sig"  # a file of its own: wait_for must not see an earlier run's progress before the shell truncates it
-  "${run[@]}" "$mv_bin" train --iterations $iterations --report 1 --checkpoint "$ck" >"$out" 2>&1 &
+  "${run[@]}" "$mv_bin" train --iterations $iterations --report 1 --lanes 3 --threads 2 --checkpoint "$ck" >"$out" 2>&1 &
   pid=$!
   wait_for "$out" "iteration *2 " || fail "SIG$sig: no progress"
   kill -s "$sig" $pid
@@ -238,8 +251,8 @@ for sig in INT TERM; do
   code=$((128 + $(kill -l "$sig")))
   stopped=$(grep -o "stopped by signal [0-9]* at iteration [0-9]*" "$out")
   if [ $rc -ne $code ] || [ -z "$stopped" ]; then fail "SIG$sig: exit $rc (expected $code), output: $(tail -2 "$out")"; continue; fi
-  "${run[@]}" "$mv_bin" train --resume "$ck" --report 100 >"$tmp/out2" 2>&1 || fail "SIG$sig: --resume failed: $(tail -2 "$tmp/out2")"
-  if cmp -s "$ck" "$tmp/straight.safetensors"; then echo "ok   SIG$sig: $stopped, exit $rc; resumed to the uninterrupted run's bytes"
+  "${run[@]}" "$mv_bin" train --resume "$ck" --report 100 --threads 1 >"$tmp/out2" 2>&1 || fail "SIG$sig: --resume failed: $(tail -2 "$tmp/out2")"
+  if cmp -s "$ck" "$tmp/straight.safetensors"; then echo "ok   SIG$sig: $stopped, exit $rc; resumed on 1 thread to the 2-thread uninterrupted run's bytes"
   else fail "SIG$sig: the resumed run's checkpoint differs from the uninterrupted run's"; fi
 done
 
@@ -297,6 +310,15 @@ if [ -n "$wikitext" ] && [ -d "$wikitext" ]; then
     grep -q "integers from the ids to the logits" "$tmp/err"; then echo "ok   wikitext_lm quantize --integer, then predict with the integer model"
   else fail "wikitext_lm quantize --integer / predict: $(cat "$tmp/err")"; fi
   refuse "quantize --integer|--data" "$lm_bin" quantize --integer --checkpoint "$ck" --output "$tmp/lm-int2.safetensors"
+  # the same checkpoint, said to be trained on 4 lanes: --resume refuses it (the bits would differ)
+  /usr/bin/python3 - "$ck" "$tmp/lm_lanes4.safetensors" <<'EOF2'
+import json, struct, sys
+b = open(sys.argv[1], 'rb').read(); n = struct.unpack('<Q', b[:8])[0]
+h = json.loads(b[8:8 + n]); h['__metadata__']['config'] = h['__metadata__']['config'].replace('lanes=2', 'lanes=4')
+j = json.dumps(h).encode(); j += b' ' * (-len(j) % 8)
+open(sys.argv[2], 'wb').write(struct.pack('<Q', len(j)) + j + b[8 + n:])
+EOF2
+  refuse "lm_lanes4.safetensors|trained with lanes=4|this build has lanes=2" "$lm_bin" train --data "$wikitext" --steps 1 --resume "$tmp/lm_lanes4.safetensors"
   cp "$ck" "$tmp/lm_before.safetensors"
   refuse "wikitext_lm: step |: the loss is not finite|training stopped|nothing saved" "$lm_bin" train --data "$wikitext" --steps 50 --lr 1e30 --checkpoint "$ck"
   cmp -s "$ck" "$tmp/lm_before.safetensors" && echo "ok   the previous checkpoint is unchanged" || fail "wikitext_lm: the checkpoint changed"

@@ -6,6 +6,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 
 #include <unistd.h>
 
@@ -19,18 +20,20 @@ using namespace stformer;
 namespace {
 constexpr size_t V = 11, L = 6, D = 16, H = 2, F = 32;  // 10 words + <eos>
 
-Corpus small_corpus() {
+// Counting sequences over `words` words ("w3 w4 w5 ..."): learnable; V = words + 1 (<eos>).
+Corpus small_corpus(int words = 10) {
   auto dir = std::filesystem::temp_directory_path() / ("stformer_lm_" + std::to_string(::getpid()));
   std::filesystem::create_directories(dir);
   std::ofstream train(dir / "train.txt"), valid(dir / "valid.txt"), test(dir / "test.txt");
   Rng rng(4);
   for (int line = 0; line < 60; ++line) {  // counting sequences: "w3 w4 w5 ..." — learnable
-    int start = int(rng.below(10)), n = 3 + int(rng.below(8));
-    for (int i = 0; i < n; ++i) train << 'w' << (start + i) % 10 << ' ';
+    int start = int(rng.below(std::uint32_t(words))), n = 3 + int(rng.below(8));
+    for (int i = 0; i < n; ++i) train << 'w' << (start + i) % words << ' ';
     train << '\n';
     if (line % 6 == 0) valid << "w1 w2 w3 w4 w5 w6 w7\n";
   }
-  test << "w5 w6 w7 w8 w9 w0 w1 w2 w3\nw0 w1 w2\n";
+  for (int i = 0; i < words; ++i) test << 'w' << i << (i % 9 == 8 ? "\n" : " ");  // every word: each is in the vocabulary
+  test << "\nw5 w6 w7 w8 w9 w0 w1 w2 w3\nw0 w1 w2\n";
   train.close(), valid.close(), test.close();
   Corpus c = Corpus::read(dir);
   std::filesystem::remove_all(dir);
@@ -144,11 +147,15 @@ TEST_CASE("language model: windows and the shuffled pass over every training pos
   }
 }
 
-TEST_CASE("language model: a step's gradient (head over the batch, embedding rows per lane) and its norm equal the whole batch's") {
-  Corpus c = small_corpus();
+// The gradient of Run (Lanes lanes; the head's backward in HeadParts parts of the vocabulary,
+// of 16 rows each when V = 201) against one forward and backward over the whole batch.
+template <size_t V, size_t Lanes>
+void check_step_gradient() {
+  Corpus c = small_corpus(int(V) - 1);
+  REQUIRE(c.vocab.size() == V);
   constexpr size_t B = 8;
-  using Run = lm::Run<V, L, D, H, F, 1, B>;
-  using Model = Run::Model;
+  using Run = lm::Run<V, L, D, H, F, 1, B, Lanes>;
+  using Model = typename Run::Model;
   Run run(6, 2);
   auto acts = std::make_unique<ActsOf<Model, B>>();
   auto want = std::make_unique<Model>();
@@ -175,4 +182,39 @@ TEST_CASE("language model: a step's gradient (head over the batch, embedding row
     CHECK(run.norm() == doctest::Approx(grad_norm(run.grad())).epsilon(1e-6));  // the touched rows only: the same norm
     run.mean_nll(c.valid, L, L + 20);  // evaluation between steps uses the lanes' windows too
   }
+}
+
+TEST_CASE("language model: a step's gradient (head over the batch, embedding rows per lane) and its norm equal the whole batch's") {
+  check_step_gradient<V, 2>();
+  check_step_gradient<201, 4>();
+}
+
+// Lanes fixed (4), threads 1 to 5 (more than the lanes, and than this machine's cores): the
+// same losses and the same checkpoint, byte for byte.
+TEST_CASE("language model: 4 lanes on 1, 2, 3, 4 and 5 threads give the same checkpoint") {
+  Corpus c = small_corpus();
+  lm::TrainOptions o;
+  o.lr = 3e-3f;
+  o.steps = 20;
+  o.warmup = 5;
+  const auto dir = std::filesystem::temp_directory_path();
+  const std::string tag = std::to_string(::getpid());
+  std::vector<float> losses[5];
+  std::string bytes[5];
+  for (size_t t = 1; t <= 5; ++t) {
+    auto run = std::make_unique<lm::Run<V, L, D, H, F, 1, 8, 4>>(3, t);
+    CHECK(run->pool.size() == t);
+    for (int s = 0; s < 20; ++s) losses[t - 1].push_back(run->step(c.train, o));
+    const auto path = dir / ("stformer_lm_threads_" + tag + ".safetensors");
+    run->save(path, c.vocab, o);
+    std::ifstream f(path, std::ios::binary);
+    bytes[t - 1].assign(std::istreambuf_iterator<char>(f), {});
+    std::filesystem::remove(path);
+  }
+  for (size_t t = 2; t <= 5; ++t) {
+    CHECK_MESSAGE(losses[t - 1] == losses[0], t << " threads");
+    CHECK_MESSAGE(bytes[t - 1] == bytes[0], t << " threads");
+  }
+  CHECK(losses[0].back() < losses[0].front());
+  CHECK(bytes[0].find("lanes=4") != std::string::npos);  // the configuration, in the checkpoint's metadata
 }

@@ -1,6 +1,6 @@
 // The max-value example (targets/max_value/max_value.hpp): a short training run falls in loss;
-// two runs from one seed, on 1 and on 2 threads, agree to the bit, down to the checkpoint's
-// bytes; the chunked, two-lane gradient equals the whole batch's.
+// runs from one seed with 3 lanes on 1 to 5 threads agree to the bit, down to the checkpoint's
+// bytes; the chunked gradient, on 2 and on 3 lanes, equals the whole batch's.
 #include <doctest/doctest.h>
 
 #include <filesystem>
@@ -26,10 +26,13 @@ template <class Net>
 void check_reproducible(int iterations) {
   auto dir = std::filesystem::temp_directory_path() / ("stformer_mv_" + std::to_string(::getpid()));
   std::filesystem::create_directories(dir);
-  std::vector<float> losses[2];
-  Metrics metrics[2];
-  for (int r = 0; r < 2; ++r) {
-    Run<Net> run(5, r + 1);  // 1 thread, then 2
+  // 3 lanes on 1 to 5 threads (more than the lanes, and than this machine's cores); slow builds: 1 and 3
+  const std::vector<size_t> threads = test::slow() ? std::vector<size_t>{1, 3} : std::vector<size_t>{1, 2, 3, 4, 5};
+  const size_t runs = threads.size();
+  std::vector<float> losses[5];
+  Metrics metrics[5];
+  for (size_t r = 0; r < runs; ++r) {
+    Run<Net> run(5, threads[r], 3);
     TrainOptions o;
     o.iterations = iterations;
     o.report_every = 1;
@@ -38,10 +41,12 @@ void check_reproducible(int iterations) {
     metrics[r] = run.evaluate(rng, 500);
     save_checkpoint(dir / ("run" + std::to_string(r) + ".safetensors"), *run.model, *run.opt, run.state, {{"model", Task<Net>::name}});
   }
-  CHECK(losses[0] == losses[1]);
-  CHECK(metrics[0].accuracy == metrics[1].accuracy);
-  CHECK(metrics[0].distance == metrics[1].distance);
-  CHECK(bytes_of(dir / "run0.safetensors") == bytes_of(dir / "run1.safetensors"));
+  for (size_t r = 1; r < runs; ++r) {
+    CHECK_MESSAGE(losses[0] == losses[r], threads[r] << " threads");
+    CHECK_MESSAGE(metrics[0].accuracy == metrics[r].accuracy, threads[r] << " threads");
+    CHECK_MESSAGE(metrics[0].distance == metrics[r].distance, threads[r] << " threads");
+    CHECK_MESSAGE(bytes_of(dir / "run0.safetensors") == bytes_of(dir / ("run" + std::to_string(r) + ".safetensors")), threads[r] << " threads");
+  }
   if (!test::slow()) CHECK(losses[0].back() < 0.6f * losses[0].front());
   MESSAGE(std::string(Task<Net>::name) << ": loss " << losses[0].front() << " -> " << losses[0].back() << " in " << iterations
                           << " iterations; accuracy " << metrics[0].accuracy << ", distance " << metrics[0].distance);
@@ -51,11 +56,11 @@ void check_reproducible(int iterations) {
 
 // In slow builds (test::slow(): an emulator or the sanitizers): two iterations of the pointer
 // model, no set model.
-TEST_CASE("max_value pointer: the loss falls and runs on 1 and 2 threads agree bit for bit") {
+TEST_CASE("max_value pointer: the loss falls and runs on 1 to 5 threads agree bit for bit") {
   check_reproducible<PointerNet>(test::slow() ? 2 : 40);
 }
 
-TEST_CASE("max_value set: the loss falls and runs on 1 and 2 threads agree bit for bit" * doctest::skip(test::slow())) {
+TEST_CASE("max_value set: the loss falls and runs on 1 to 5 threads agree bit for bit" * doctest::skip(test::slow())) {
   check_reproducible<SetNet>(40);
 }
 
@@ -81,12 +86,12 @@ TEST_CASE("max_value: the default runs follow SPEC's learning rates and training
   if (!test::slow()) check_recipe<SetNet>({1e-3f, 1e-3f, 1e-3f}, true);
 }
 
-// Run's gradient (50 chunks of 10 over 2 lanes, loss divided by the batch) against one
+// Run's gradient (250 chunks of 2 over `lanes` lanes, loss divided by the batch) against one
 // forward and backward over the whole batch of 500.
 template <class Net>
-void check_chunked_gradient() {
+void check_chunked_gradient(size_t lanes) {
   using T = Task<Net>;
-  auto run = std::make_unique<Run<Net>>(3, 2);
+  auto run = std::make_unique<Run<Net>>(3, 2, lanes);
   Rng rng(3, 1);
   run->sets->draw(rng);
   float loss = run->gradient();
@@ -113,16 +118,17 @@ void check_chunked_gradient() {
         }
       },
       run->grad(), *grad);
-  MESSAGE(std::string(T::name) << ": largest difference, relative to each tensor's largest gradient (at least 1e-3 of the model's): " << worst);
+  MESSAGE(std::string(T::name) << ", " << lanes << " lanes: largest difference, relative to each tensor's largest gradient (at least 1e-3 of the model's): " << worst);
 }
 
-// Run::infer (forward only, chunk by chunk over the lanes) on 1 and 2 threads: the same bits, and
-// those of the training activations' forward on the same chunks.
+// Run::infer (forward only, chunk by chunk over the lanes) on 1 lane and thread, and on 3 lanes
+// and 3 threads: the same bits, and those of the training activations' forward on the same
+// chunks.
 template <class Net>
 void check_infer() {
   using Out = typename Task<Net>::template Out<Batch>;
   constexpr size_t Chunk = Run<Net>::Chunk;
-  auto one = std::make_unique<Run<Net>>(4, 1), two = std::make_unique<Run<Net>>(4, 2);
+  auto one = std::make_unique<Run<Net>>(4, 1, 1), two = std::make_unique<Run<Net>>(4, 3, 3);
   Rng rng(4, 2);
   one->sets->draw(rng);
   *two->sets = *one->sets;
@@ -139,14 +145,15 @@ void check_infer() {
   CHECK(differing == 0);
 }
 
-TEST_CASE("max_value: evaluation runs forward only (Infer), the same on 1 and 2 threads and as the training forward") {
+TEST_CASE("max_value: evaluation runs forward only (Infer), the same on 1 and 3 threads and as the training forward") {
   check_infer<PointerNet>();
   check_infer<SetNet>();
 }
 
 TEST_CASE("max_value: the chunked gradient equals the whole batch's") {
-  check_chunked_gradient<PointerNet>();
-  if (!test::slow()) check_chunked_gradient<SetNet>();
+  check_chunked_gradient<PointerNet>(2);
+  check_chunked_gradient<PointerNet>(3);
+  if (!test::slow()) check_chunked_gradient<SetNet>(3);
 }
 
 // The program itself (its path in MAX_VALUE): predict on sets written here, against the same

@@ -57,7 +57,8 @@ std::map<std::string, std::string> run_metadata(const char* model, const TrainOp
           {"iterations", std::to_string(o.iterations)},
           {"lr", lr},
           {"fresh", std::to_string(o.fresh)},
-          {"schedule", std::to_string(o.schedule)}};
+          {"schedule", std::to_string(o.schedule)},
+          {"lanes", std::to_string(o.lanes)}};
 }
 
 // The configuration of a checkpoint written by train (run_metadata's keys, resolved to SPEC's
@@ -75,10 +76,13 @@ TrainOptions resumed_options(const safetensors::File& f, TrainOptions o) {
     o.lr = std::stof(value("lr"));
     o.fresh = std::stoi(value("fresh"));
     o.schedule = std::stoi(value("schedule"));
+    // written since the lane count became a choice; every run before it had 2 lanes
+    const auto lanes = f.metadata().find("lanes");
+    o.lanes = lanes == f.metadata().end() ? 2 : std::stoul(lanes->second);
   } catch (const std::logic_error&) {  // std::invalid_argument, std::out_of_range
     throw std::runtime_error("checkpoint " + f.label() + ": its training configuration (metadata) is not readable");
   }
-  if (o.iterations < 1 || !(o.lr > 0) || o.fresh < 0 || o.fresh > 1 || o.schedule < 0)
+  if (o.iterations < 1 || !(o.lr > 0) || o.fresh < 0 || o.fresh > 1 || o.schedule < 0 || o.lanes < 1 || o.lanes > Run<PointerNet>::Chunks)
     throw std::runtime_error("checkpoint " + f.label() + ": its training configuration (metadata) is out of range");
   return o;
 }
@@ -89,13 +93,13 @@ template <class Net>
 int train(TrainOptions o, const std::string& checkpoint, const safetensors::File* resume) {
   using T = Task<Net>;
   o = with_defaults<Net>(resume ? resumed_options(*resume, o) : o);  // written out in the checkpoint
-  Run<Net> run(o.seed, o.threads);
+  Run<Net> run(o.seed, o.threads, o.lanes);
   if (resume) {
     load_checkpoint(*resume, *run.model, *run.opt, run.state);
     std::printf("resumed from %s at iteration %lld\n", resume->label().c_str(), (long long)run.state.step);
   }
-  std::printf("training %s (%zu parameters) for %d iterations, seed %llu%s\n", T::name, param_count(*run.model), o.iterations,
-              (unsigned long long)o.seed, o.fresh ? ", fresh sets every iteration" : "");
+  std::printf("training %s (%zu parameters) for %d iterations, seed %llu%s; %zu lanes on %zu threads\n", T::name, param_count(*run.model),
+              o.iterations, (unsigned long long)o.seed, o.fresh ? ", fresh sets every iteration" : "", o.lanes, run.pool.size());
   std::int64_t saved = resume && resume->label() == checkpoint ? run.state.step : -1;
   const auto save = [&] {
     if (!checkpoint.empty()) save_checkpoint(checkpoint, *run.model, *run.opt, run.state, run_metadata(T::name, o)), saved = run.state.step;
@@ -130,6 +134,9 @@ int train(TrainOptions o, const std::string& checkpoint, const safetensors::File
   return 0;
 }
 
+// Forward-only passes give the same outputs on any number of lanes: one per thread.
+size_t forward_lanes(size_t threads) { return std::min(threads, Run<PointerNet>::Chunks); }
+
 // Which model a checkpoint holds, "pointer" or "set": its metadata's "model", or else the model
 // whose parameters it holds (float32, or int8 when `quantized`).
 std::string model_kind(const safetensors::File& file, bool quantized) {
@@ -159,7 +166,7 @@ int with_checkpoint(const std::string& path, size_t threads, F&& f) {
   auto file = safetensors::File::read(path);
   const bool quantized = int8_checkpoint(file);
   const auto run_with = [&]<class Net>(const char* kind) {
-    auto run = std::make_unique<Run<Net>>(0, threads);
+    auto run = std::make_unique<Run<Net>>(0, threads, forward_lanes(threads));
     if (quantized) {
       run->quantized = std::make_unique<QuantizedOf<Net>>();
       load_quantized(file, *run->quantized);
@@ -177,7 +184,7 @@ int with_checkpoint(const std::string& path, size_t threads, F&& f) {
 template <class Net>
 int quantize_checkpoint(const safetensors::File& file, const std::string& output, std::uint64_t eval_seed, size_t sets, size_t threads) {
   using T = Task<Net>;
-  auto run = std::make_unique<Run<Net>>(0, threads);
+  auto run = std::make_unique<Run<Net>>(0, threads, forward_lanes(threads));
   load_params(file, *run->model, "", Unexpected::ignore);  // a training checkpoint's optimiser state is not needed
   std::uint64_t seed = 0;
   if (auto it = file.metadata().find("seed"); it != file.metadata().end()) seed = std::stoull(it->second);
@@ -388,7 +395,10 @@ int main(int argc, char** argv) {
   train_cmd->add_option("--report", o.report_every, "iterations between progress lines")->check(CLI::Range(1, 1000000))->capture_default_str();
   train_cmd->add_option("--save-every", o.save_every, "iterations between checkpoints (0: only at the end)")->check(CLI::Range(0, 10000000))->capture_default_str();
   auto* resume_opt = train_cmd->add_option("--resume", resume, "continue a run from its checkpoint, with its configuration")->check(CLI::ExistingFile);
-  for (const char* name : {"--model", "--seed", "--iterations", "--lr", "--schedule", "--fresh"}) resume_opt->excludes(train_cmd->get_option(name));
+  train_cmd->add_option("--lanes", o.lanes, "lanes the batch is split over (1 to 250): part of the run, like the seed; the threads share them")
+      ->check(CLI::Range(size_t{1}, Run<PointerNet>::Chunks))
+      ->capture_default_str();
+  for (const char* name : {"--model", "--seed", "--iterations", "--lr", "--schedule", "--fresh", "--lanes"}) resume_opt->excludes(train_cmd->get_option(name));
 
   auto* eval_cmd = app.add_subcommand("eval", "evaluate a checkpoint on fresh sets");
   eval_cmd->add_option("--checkpoint", checkpoint, "checkpoint (safetensors)")->required()->check(CLI::ExistingFile);
@@ -419,9 +429,11 @@ int main(int argc, char** argv) {
   auto* info_cmd = app.add_subcommand("info", "the model's size and the memory of a forward-only pass, phase by phase");
   info_cmd->add_option("--model", model, "pointer or set")->check(CLI::IsMember({"pointer", "set"}))->capture_default_str();
 
-  o.threads = std::clamp<size_t>(std::thread::hardware_concurrency(), 1, 2);
+  o.threads = std::max<size_t>(std::thread::hardware_concurrency(), 1);
   for (auto* cmd : {train_cmd, eval_cmd, predict_cmd, plot_cmd, quantize_cmd})
-    cmd->add_option("--threads", o.threads, "threads, 1 or 2 (the results do not depend on it)")->check(CLI::Range(1, 2))->capture_default_str();
+    cmd->add_option("--threads", o.threads, "threads (default: this machine's cores; the results do not depend on it)")
+        ->check(CLI::Range(size_t{1}, size_t{1024}))
+        ->capture_default_str();
 
   app.footer(exit_codes);
   for (auto* cmd : app.get_subcommands({})) cmd->footer(exit_codes);

@@ -14,8 +14,10 @@
 #include <cstdio>
 #include <functional>
 #include <memory>
+#include <stdexcept>
 #include <string>
 #include <type_traits>
+#include <vector>
 
 #include <stformer/checkpoint.hpp>
 #include <stformer/training.hpp>
@@ -154,7 +156,8 @@ struct TrainOptions {
   int report_every = 25;
   int save_every = 0;  // > 0: call train's `save` every that many iterations
   bool quiet = false;
-  size_t threads = 1;  // 1 or 2 (Run::Lanes); the results are the same
+  size_t threads = 1;  // any number: the results are the same
+  size_t lanes = 2;    // Run's lanes (1 to Run::Chunks): part of the run, stored in its checkpoint
 };
 
 // o with SPEC's value for every option left at "SPEC's" (0 or -1).
@@ -169,16 +172,18 @@ TrainOptions with_defaults(TrainOptions o) {
 }
 
 // Model, optimiser and the batch, allocated once; training and evaluation allocate nothing
-// per iteration. A batch of 500 sets runs as 250 chunks of 2 over two lanes (see
-// stformer/train/parallel.hpp): each lane keeps one chunk's activations (1.1 MB for the set
-// model, about a Zen 5 core's L2, instead of the whole batch's 290 MB) and its own gradient,
-// and does forward, loss and backward chunk by chunk; the lanes' gradients are summed in lane order. The work is the same for 1 or 2
-// threads, so the results are bit-identical whatever `threads` is.
+// per iteration. A batch of 500 sets runs as 250 chunks of 2 over `lanes` lanes (2 unless
+// chosen; see stformer/train/parallel.hpp): each lane keeps one chunk's activations (1.1 MB for
+// the set model, about a Zen 5 core's L2, instead of the whole batch's 290 MB) and its own
+// gradient, and does forward, loss and backward chunk by chunk; the lanes' gradients are summed
+// in lane order. The work depends on the number of lanes and not on the number of threads, so
+// the results are bit-identical whatever `threads` is; threads beyond the lanes would wait, so
+// the pool has min(threads, lanes).
 template <class Net>
 struct Run {
   using T = Task<Net>;
-  static constexpr size_t Chunk = 2, Lanes = 2, Chunks = Batch / Chunk;
-  static_assert(Batch % Chunk == 0 && Chunks % Lanes == 0);
+  static constexpr size_t Chunk = 2, Chunks = Batch / Chunk;
+  static_assert(Batch % Chunk == 0);
 
   static constexpr bool pointer = std::is_same_v<Net, PointerNet>;
   using Quantized = QuantizedOf<Net>;
@@ -194,7 +199,7 @@ struct Run {
 
   std::unique_ptr<Net> model = std::make_unique<Net>();
   std::unique_ptr<Quantized> quantized;  // set: infer() runs this int8 model instead
-  std::unique_ptr<std::array<Lane, Lanes>> lanes = std::make_unique<std::array<Lane, Lanes>>();
+  std::vector<Lane> lanes;
   std::unique_ptr<typename T::Optimizer> opt = T::optimizer();
   std::unique_ptr<Sets<Batch>> sets = std::make_unique<Sets<Batch>>();
   std::unique_ptr<typename T::template Out<Batch>> out = std::make_unique<typename T::template Out<Batch>>();
@@ -202,9 +207,18 @@ struct Run {
   std::uint64_t seed;
   ThreadPool pool;
 
-  explicit Run(std::uint64_t seed, size_t threads = 1) : state{0, Rng(seed, 1)}, seed(seed), pool(std::min(threads, Lanes)) {
+  // Throws std::invalid_argument unless 1 ≤ lanes ≤ Chunks.
+  explicit Run(std::uint64_t seed, size_t threads = 1, size_t lane_count = 2)
+      : lanes(checked_lanes(lane_count)), state{0, Rng(seed, 1)}, seed(seed), pool(std::min(threads, lane_count)) {
     Rng init(seed, 0);
     init_params(*model, init);
+  }
+
+  static size_t checked_lanes(size_t n) {
+    if (n < 1 || n > Chunks)
+      throw std::invalid_argument("max_value: " + std::to_string(n) + " lanes; a batch has " + std::to_string(Chunks) +
+                                  " chunks, so 1 to " + std::to_string(Chunks) + " lanes");
+    return n;
   }
 
   // Chunk c of *sets into lane l's own sets.
@@ -218,14 +232,14 @@ struct Run {
   // Loss and gradient on *sets: the lanes' gradients summed, in lane order, into grad().
   // Returns the batch's mean loss.
   float gradient() {
-    return float(chunked_gradient(*lanes, Chunks, pool, [this](Lane& lane, size_t c) {
+    return float(chunked_gradient(lanes, Chunks, pool, [this](Lane& lane, size_t c) {
       take_chunk(lane, c);
       const float loss = T::loss(lane.acts.forward(*model, lane.sets.x), lane.sets, lane.dout, Batch);
       lane.acts.backward(*model, lane.grad, lane.dout);
       return loss;
     }));
   }
-  Net& grad() { return (*lanes)[0].grad; }
+  Net& grad() { return lanes[0].grad; }
 
   // One optimiser step on *sets; returns the loss before it. A non-finite loss or gradient
   // throws NonFiniteError (stformer/training.hpp) before the step, naming it.
@@ -240,9 +254,9 @@ struct Run {
   // the lanes, bit for bit the outputs of the training activations' forward; with `quantized`
   // (unless float_model), the int8 model's, dequantized (log-probabilities, or the point).
   const typename T::template Out<Batch>& infer(bool float_model = false) {
-    pool.run(Lanes, [this, float_model](size_t l) {
-      Lane& lane = (*lanes)[l];
-      for (size_t c = l; c < Chunks; c += Lanes) {
+    pool.run(lanes.size(), [this, float_model](size_t l) {
+      Lane& lane = lanes[l];
+      for (size_t c = l; c < Chunks; c += lanes.size()) {
         take_chunk(lane, c);
         if (quantized && !float_model) {  // integers from the input's quantization to the output's
           lane.qinfer.forward(*quantized, lane.sets.x);

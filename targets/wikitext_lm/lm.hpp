@@ -96,17 +96,18 @@ inline float learning_rate(const TrainOptions& o, std::int64_t step) {
 }
 
 // Model, optimisers and the batch's workspace, allocated once. The batch of B windows is
-// split into Lanes halves (stformer/train/parallel.hpp): each lane runs forward, loss and
-// backward on its half into its own gradient; the gradients are summed in lane order, then
+// split into Lanes chunks of B / Lanes windows (stformer/train/parallel.hpp), Lanes being part
+// of the configuration like B (a chunk's shape is a type): each lane runs forward, loss and
+// backward on its chunk into its own gradient; the gradients are summed in lane order, then
 // clipping and the optimiser step run split over the pool. The work does not depend on the
-// number of threads (1 or 2), so neither do the results.
+// number of threads (any number: lane l runs on thread l % T), so neither do the results.
 //
 // Two tensors are 17 MB each in SPEC's configuration and would make a step mostly memory
 // traffic if every lane kept, cleared and added a whole copy of their gradients:
-// - head (Linear<D, V>): its backward over the whole batch runs once, in two fixed parts of the
-//   vocabulary on the pool, each in blocks of HeadRows rows so that a block of W and of its
-//   gradient stays in cache for every lane: dW, db straight into grad() (each lane's rows in
-//   lane order), each lane's share of dL/d(pooled) = dlogits · W (the two parts added in part
+// - head (Linear<D, V>): its backward over the whole batch runs once, in HeadParts fixed parts
+//   of the vocabulary on the pool, each in blocks of HeadRows rows so that a block of W and of
+//   its gradient stays in cache for every lane: dW, db straight into grad() (each lane's rows
+//   in lane order), each lane's share of dL/d(pooled) = dlogits · W (the parts added in part
 //   order), and the block's sum of squares for the gradient norm.
 // - embedding: a lane's gradient is non-zero only in the rows of its windows, so only those
 //   rows are added into grad() and cleared (at the start of the next gradient()), and only
@@ -120,13 +121,16 @@ inline bool int8_weights(const safetensors::File& f) {
 // Whether it holds the integer model (wikitext_lm quantize --integer): a residual_scale.
 inline bool integer_model(const safetensors::File& f) { return f.find("residual_scale") != nullptr; }
 
-template <size_t V, size_t L, size_t D, size_t H, size_t F, size_t Blocks, size_t B>
+template <size_t V, size_t L, size_t D, size_t H, size_t F, size_t Blocks, size_t B, size_t LaneCount = (B % 2 == 0 ? 2 : 1)>
 struct Run {
+  static constexpr size_t Lanes = LaneCount;
   using Model = LanguageModel<V, L, D, H, F, Blocks>;
   using Model8 = LanguageModelW8<V, L, D, H, F, Blocks>;  // int8 embedding and head (evaluation only)
-  static constexpr size_t Lanes = B % 2 == 0 ? 2 : 1, Chunk = B / Lanes;
-  static constexpr size_t V1 = V / 2 / 16 * 16;  // the head's backward: rows [0, V1), [V1, V)
-  static constexpr size_t HeadRows = 256;         // ... in blocks of 256 rows (W's: 128 KB at D = 128)
+  static_assert(Lanes >= 1 && B % Lanes == 0, "lm::Run: the batch B must split into Lanes equal chunks");
+  static constexpr size_t Chunk = B / Lanes;
+  // The head's backward: parts of VP rows (the last takes the rest), split over the pool, each
+  // in blocks of HeadRows rows (W's: 128 KB at D = 128).
+  static constexpr size_t HeadParts = 8, VP = V / HeadParts / 16 * 16, HeadRows = 256;
 
   struct Lane {
     Model grad;
@@ -166,15 +170,15 @@ struct Run {
   std::unique_ptr<std::array<Lane, Lanes>> lanes = std::make_unique<std::array<Lane, Lanes>>();
   std::unique_ptr<AdamW<Model>> adamw = std::make_unique<AdamW<Model>>(0.01f);
   std::unique_ptr<SGD<Model>> sgd = std::make_unique<SGD<Model>>(SGDOptions{.momentum = 0.9f, .weight_decay = 1e-4f, .nesterov = true});
-  Tensor<2, Lanes, Chunk, D> head_dx;  // each head part's share of each lane's dL/d(pooled)
-  double head_sq[2] = {};              // each head part's Σ dW² + Σ db²
+  Tensor<HeadParts, Lanes, Chunk, D> head_dx;  // each head part's share of each lane's dL/d(pooled)
+  double head_sq[HeadParts] = {};              // each head part's Σ dW² + Σ db²
   std::vector<std::uint8_t> seen = std::vector<std::uint8_t>(V);  // norm(): embedding rows counted
   TrainingState state;
   std::vector<std::uint32_t> order;  // shuffled sample positions of the current pass
   size_t cursor = 0;
   ThreadPool pool;
 
-  explicit Run(std::uint64_t seed, size_t threads = 1) : state{0, Rng(seed, 1)}, pool(std::min(threads, Lanes)) {
+  explicit Run(std::uint64_t seed, size_t threads = 1) : state{0, Rng(seed, 1)}, pool(threads) {
     Rng init(seed, 0);
     init_params(*model, init);
     for (Lane& lane : *lanes) {
@@ -235,15 +239,12 @@ struct Run {
       zero_grad(lane.grad.pool);
       lane.loss = cross_entropy(lane.acts.forward(*model, lane.window), lane.next, lane.dlogits, B);
     });
-    pool.run(2, [&](size_t part) {
-      if (part == 0)
-        head_backward<0, 0, V1>();
-      else
-        head_backward<1, V1, V - V1>();
-    });
+    pool.run(HeadParts, [&](size_t part) { head_backward(part); });
     pool.run(Lanes, [&](size_t l) {
       Lane& lane = (*lanes)[l];
-      kernels::add<Chunk * D>(head_dx.data() + l * Chunk * D, head_dx.data() + (Lanes + l) * Chunk * D, lane.dpooled.data());
+      constexpr size_t n = Chunk * D;
+      kernels::add<n>(head_dx.data() + l * n, head_dx.data() + (Lanes + l) * n, lane.dpooled.data());
+      for (size_t part = 2; part < HeadParts; ++part) kernels::add_to<n>(head_dx.data() + (part * Lanes + l) * n, lane.dpooled.data());
       lane.acts.backward_pooled(*model, lane.grad, lane.dpooled);
     });
     double loss = (*lanes)[0].loss;
@@ -262,12 +263,15 @@ struct Run {
     return float(loss);
   }
 
-  // Rows [v0, v0 + M) of the head's backward over the whole batch, block by block:
+  // Part `which` of the head's backward over the whole batch, rows [v0, v0 + M), block by block:
   //   dW = Σ_lanes dlogitsᵀ · pooled,  db = Σ_lanes Σ_rows dlogits      (into grad())
   //   head_dx[part][lane] = Σ_blocks dlogits_lane[:, block] · W[block]  (its share of dL/d(pooled))
   //   head_sq[part] = Σ dW² + Σ db²
-  template <size_t part, size_t v0, size_t M>
-  void head_backward() {
+  template <size_t part = 0>
+  void head_backward(size_t which) {
+    if constexpr (part + 1 < HeadParts)
+      if (which != part) return head_backward<part + 1>(which);
+    constexpr size_t v0 = part * VP, M = part + 1 < HeadParts ? VP : V - v0;
     float* dx = head_dx.data() + part * Lanes * Chunk * D;
     std::fill_n(dx, Lanes * Chunk * D, 0.0f);
     double sq = 0;
@@ -297,7 +301,9 @@ struct Run {
   // order): the head's from head_backward, the embedding's over the rows this batch's windows
   // touched (every other row is 0), the blocks' and the pool's in full.
   float norm() {
-    double sum = head_sq[0] + head_sq[1] + grad_sum_squares(grad().blocks) + grad_sum_squares(grad().pool);
+    double sum = 0;
+    for (double sq : head_sq) sum += sq;
+    sum += grad_sum_squares(grad().blocks) + grad_sum_squares(grad().pool);
     for (const Lane& lane : *lanes)
       for (std::int32_t id : lane.written)
         if (!seen[size_t(id)]) {
@@ -309,14 +315,19 @@ struct Run {
     return float(std::sqrt(sum));
   }
 
+  // The configuration, as save() writes it in a checkpoint's metadata "config".
+  static std::string config() {
+    return "V=" + std::to_string(V) + " L=" + std::to_string(L) + " D=" + std::to_string(D) + " H=" + std::to_string(H) + " F=" + std::to_string(F) +
+           " blocks=" + std::to_string(Blocks) + " batch=" + std::to_string(B) + " lanes=" + std::to_string(Lanes);
+  }
+
   // A checkpoint: save_checkpoint's layout (the model under SPEC's names, the optimiser of
   // o, the step and generator) plus the vocabulary as "state.vocab" (U8: the words in id
   // order, one per line).
   void save(const std::string& path, const Vocabulary& vocab, const TrainOptions& o) {
     safetensors::Writer w;
     w.set_metadata("model", "wikitext_lm");
-    w.set_metadata("config", "V=" + std::to_string(V) + " L=" + std::to_string(L) + " D=" + std::to_string(D) + " H=" + std::to_string(H) +
-                                 " F=" + std::to_string(F) + " blocks=" + std::to_string(Blocks) + " batch=" + std::to_string(B));
+    w.set_metadata("config", config());
     if (o.sgd)
       add_checkpoint(w, *model, *sgd, state);
     else

@@ -32,6 +32,7 @@
 #include <cstdio>
 #include <fstream>
 #include <functional>
+#include <map>
 #include <numeric>
 #include <optional>
 #include <sstream>
@@ -98,6 +99,27 @@ struct Budget {
   double minutes = 0;  // > 0: a time budget instead of steps
 };
 
+// A training checkpoint's configuration (its metadata "config", key=value words) against this
+// build's: a run resumes bit for bit only with the same batch and lanes. Checkpoints written
+// before "lanes" was recorded had 2.
+void check_config(const safetensors::File& f) {
+  const auto it = f.metadata().find("config");
+  if (it == f.metadata().end()) throw std::runtime_error("checkpoint " + f.label() + ": no \"config\" in its metadata: not written by wikitext_lm train");
+  const auto words = [](const std::string& line) {
+    std::map<std::string, std::string> m;
+    std::istringstream in(line);
+    for (std::string w; in >> w;)
+      if (const auto eq = w.find('='); eq != std::string::npos) m[w.substr(0, eq)] = w.substr(eq + 1);
+    return m;
+  };
+  auto theirs = words(it->second);
+  theirs.try_emplace("lanes", "2");
+  for (const auto& [key, value] : words(LmRun::config()))
+    if (theirs[key] != value)
+      throw std::runtime_error("checkpoint " + f.label() + " was trained with " + key + "=" + theirs[key] + "; this build has " + key + "=" + value +
+                               " (config " + LmRun::config() + ")");
+}
+
 // Trains. With a time budget the schedule's length is estimated once, at the end of warm-up,
 // from the steps per second so far (warm-up: SPEC's 500 steps, or a quarter of a step budget
 // under 2,000); training stops when the time or those steps run out. Validation time is not
@@ -112,6 +134,7 @@ int train(const std::string& data, Budget budget, std::uint64_t seed, size_t thr
               c.test.size(), std::chrono::duration<double>(std::chrono::steady_clock::now() - t_read).count());
   auto run = std::make_unique<LmRun>(seed, threads);
   if (!resume.empty()) {
+    check_config(safetensors::File::read(resume));
     if (o.sgd)
       load_checkpoint(resume, *run->model, *run->sgd, run->state);
     else
@@ -121,7 +144,7 @@ int train(const std::string& data, Budget budget, std::uint64_t seed, size_t thr
   const bool timed = budget.minutes > 0;
   o.steps = timed ? std::int64_t(1) << 40 : budget.steps;  // a time budget: set after warm-up
   if (!timed) o.warmup = std::min<std::int64_t>(o.warmup, budget.steps / 4);  // SPEC: 500; short runs warm up over a quarter
-  std::printf("training %zu parameters, batch %zu, %s, %zu thread%s, %s lr %g\n", param_count(*run->model), B,
+  std::printf("training %zu parameters, batch %zu in %zu lanes, %s, %zu thread%s, %s lr %g\n", param_count(*run->model), B, LmRun::Lanes,
               timed ? (std::to_string(budget.minutes) + " minutes").c_str() : (std::to_string(budget.steps) + " steps").c_str(),
               run->pool.size(), run->pool.size() > 1 ? "s" : "",
               o.sgd ? "SGD (Nesterov 0.9, decay 1e-4)" : "AdamW (decay 0.01, warm-up, cosine)", o.lr);
@@ -413,9 +436,11 @@ int main(int argc, char** argv) {
 
   auto* info_cmd = app.add_subcommand("info", "the model's size and the memory of a forward-only pass over one window, phase by phase");
 
-  size_t threads = std::clamp<size_t>(std::thread::hardware_concurrency(), 1, 2);
+  size_t threads = std::max<size_t>(std::thread::hardware_concurrency(), 1);
   for (auto* cmd : {t, e})
-    cmd->add_option("--threads", threads, "threads, 1 or 2 (the results do not depend on it)")->check(CLI::Range(1, 2))->capture_default_str();
+    cmd->add_option("--threads", threads, "threads (default: this machine's cores; the results do not depend on it)")
+        ->check(CLI::Range(size_t{1}, size_t{1024}))
+        ->capture_default_str();
 
   app.footer(exit_codes);
   for (auto* cmd : app.get_subcommands({})) cmd->footer(exit_codes);

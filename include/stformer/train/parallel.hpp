@@ -6,9 +6,9 @@
 //
 // Training splits a batch into chunks and the chunks over a fixed number of lanes: lane l owns
 // its own activations and gradient accumulator and handles chunks l, l + Lanes, ...; the
-// lanes' gradients are then summed in lane order (add_grads). With the number of lanes fixed,
-// the floating-point operations and their order do not depend on the number of threads
-// (any T ≤ Lanes), so 1 and 2 threads give bit-identical parameters.
+// lanes' gradients are then summed in lane order (add_grads). The number of lanes is part of a
+// run's configuration; with it fixed, the floating-point operations and their order do not
+// depend on the number of threads, so every T gives bit-identical parameters.
 //
 // Subnormal floats (below 2^-126, ~1.2e-38) are flushed to zero in the pool's tasks, on every
 // thread (FlushDenormals: FTZ and DAZ on x86, FZ on aarch64; the caller's own mode is restored
@@ -26,6 +26,7 @@
 #include <condition_variable>
 #include <cstddef>
 #include <exception>
+#include <iterator>
 #include <mutex>
 #include <thread>
 #include <type_traits>
@@ -159,18 +160,20 @@ void add_grads(M& into, const M& from, Pool&& pool = Pool{}) {
       into, from);
 }
 
-// One batch's loss and gradient, in chunks over a fixed number of lanes L. Each lane holds its
-// own gradient `grad` (an object of the model's type), its loss `loss` (double) and whatever
-// else a chunk needs (activations, the chunk's inputs). Lane l takes chunks l, l + L, ... :
-// chunk(lane, c) runs forward, the loss (with the whole batch's row count, so that chunks add
-// up to the batch) and backward for chunk c into lane.grad, and returns the chunk's loss. The
-// lanes' gradients are then summed in lane order into lanes[0].grad, and their losses; the
-// sum is returned. The arithmetic does not depend on the pool's threads (any number up to L):
-// the same bits on 1 and 2 threads.
-template <class Lane, size_t L, class Pool, class F>
-double chunked_gradient(std::array<Lane, L>& lanes, size_t chunks, Pool& pool, F&& chunk) {
+// One batch's loss and gradient, in chunks over a fixed number of lanes L = lanes.size() (a
+// std::array, std::vector or std::span of lanes). Each lane holds its own gradient `grad` (an
+// object of the model's type), its loss `loss` (double) and whatever else a chunk needs
+// (activations, the chunk's inputs). Lane l takes chunks l, l + L, ... : chunk(lane, c) runs
+// forward, the loss (with the whole batch's row count, so that chunks add up to the batch) and
+// backward for chunk c into lane.grad, and returns the chunk's loss. The lanes' gradients are
+// then summed in lane order into lanes[0].grad, and their losses; the sum is returned. The
+// arithmetic depends on L, not on the pool's threads: any number of threads gives the same
+// bits (lane l runs on thread l % T; threads beyond L wait).
+template <class Lanes, class Pool, class F>
+double chunked_gradient(Lanes& lanes, size_t chunks, Pool& pool, F&& chunk) {
+  const size_t L = std::size(lanes);
   pool.run(L, [&](size_t l) {
-    Lane& lane = lanes[l];
+    auto& lane = lanes[l];
     zero_grad(lane.grad);
     lane.loss = 0;
     for (size_t c = l; c < chunks; c += L) lane.loss += chunk(lane, c);
