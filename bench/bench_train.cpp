@@ -4,8 +4,8 @@
 //     (16 floats with AVX-512, 8 with AVX2, 1 in the plain build); GFLOP/s = 2 · lanes · chains
 //     · iterations / time. Two pipes × 4 cycles of latency need ≥ 8 chains; 16 hide it.
 //     Every GFLOP/s figure of this binary can be read as a fraction of this one (per thread).
-//   MaxValueStep<model>/threads: one training iteration of targets/max_value (500 sets × 50
-//     points: forward, loss, backward, optimiser). FLOP per set and block are counted for the
+//   MaxValueStep<model>/threads/lanes: one training iteration of targets/max_value (500 sets ×
+//     50 points: forward, loss, backward, optimiser) on that many threads and lanes. FLOP per set and block are counted for the
 //     encoder blocks of the pointer model (bench/flops.hpp), × 3 for
 //     forward + backward; `sets` is 500 per iteration.
 //   LmStep/threads: one training step of SPEC's default language model (batch 32 windows of
@@ -13,6 +13,7 @@
 //     token ids (the corpus does not change the work). FLOP: 3 × forward, forward = 32 ·
 //     (2 blocks · (8·L·D² + 4·L²·D + 4·L·D·F) + PMA + 2·D·V); `tokens` counts the 32 predicted
 //     tokens per step (PyTorch's examples count them the same way).
+//   LmStepPhases/threads: the same step, phase by phase (see BM_LmStepPhases).
 //   Forward passes, each model in two variants on the same parameters and the same seeded
 //   random input, one thread: <InferOf, ...> is the forward-only pass (InferOf: one arena,
 //   residual streams in place, projections in row tiles), <ActsOf, ...> training's forward
@@ -34,7 +35,11 @@
 //     LmForwardInteger<B>: the same with the whole model in integers (QLanguageModel).
 #include <benchmark/benchmark.h>
 
+#include <algorithm>
+#include <chrono>
 #include <memory>
+#include <thread>
+#include <tuple>
 #include <vector>
 
 #include <stformer/kernels/vec.hpp>
@@ -68,7 +73,7 @@ void BM_FmaPeak(benchmark::State& state) {
 template <class Net>
 void BM_MaxValueStep(benchmark::State& state) {
   using namespace max_value;
-  auto run = std::make_unique<Run<Net>>(0, size_t(state.range(0)));
+  auto run = std::make_unique<Run<Net>>(0, size_t(state.range(0)), size_t(state.range(1)));
   Rng rng(0, 1);
   run->sets->draw(rng);
   for (auto _ : state) benchmark::DoNotOptimize(run->step(1e-4f));
@@ -97,6 +102,55 @@ void BM_LmStep(benchmark::State& state) {
   for (auto _ : state) benchmark::DoNotOptimize(run->step(ids, o));
   state.counters["GFLOP"] = benchmark::Counter(3 * lm_forward_flops(LmBatch) * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
   state.counters["tokens"] = benchmark::Counter(double(LmBatch), benchmark::Counter::kIsIterationInvariantRate);
+}
+
+// Where a language-model step's time goes, on `threads` threads: the step's phases, each timed
+// on its own (ms per step, medians over the iterations), with how far each can be split:
+//   lanes: forward, loss and backward of the lanes (as many threads as lanes: 2),
+//   head: the head's backward (its 8 parts of the vocabulary: up to 8 threads),
+//   sum: the lanes' gradients summed (split over the pool; the embedding rows serial),
+//   norm: the gradient's norm (serial), opt: AdamW over 9.0M parameters (split over the pool,
+//   bound by memory: it reads and writes 4 floats per parameter).
+// lanes = gradient() − head − sum, gradient() timed as a whole.
+void BM_LmStepPhases(benchmark::State& state) {
+  using Clock = std::chrono::steady_clock;
+  auto run = std::make_unique<LmRun>(0, size_t(state.range(0)));
+  auto ids = random_stream(1 << 16);
+  std::vector<double> t[6];  // gradient, head, sum, norm, opt, step
+  const auto ms = [](Clock::time_point a, Clock::time_point b) { return std::chrono::duration<double, std::milli>(b - a).count(); };
+  for (auto _ : state) {
+    const auto t0 = Clock::now();
+    run->gradient(ids);
+    const auto t1 = Clock::now();
+    run->pool.run(LmRun::HeadParts, [&](size_t part) { run->head_backward(part); });
+    const auto t2 = Clock::now();
+    for (size_t l = 1; l < LmRun::Lanes; ++l) {  // as gradient() sums them (the lanes' parts of its work, again)
+      auto& lane = (*run->lanes)[l];
+      add_grads(run->grad().blocks, lane.grad.blocks, run->pool);
+      add_grads(run->grad().pool, lane.grad.pool, run->pool);
+      for (size_t i = 0; i < LmRun::Chunk * L; ++i) {
+        const size_t id = size_t(lane.window.data()[i]);
+        kernels::add_to<D>(lane.grad.embedding.weight.data() + id * D, run->grad().embedding.weight.data() + id * D);
+      }
+    }
+    const auto t3 = Clock::now();
+    const float norm = run->norm();
+    const auto t4 = Clock::now();
+    run->adamw->step(*run->model, run->grad(), 1e-4f, run->pool, clip_scale(norm, 1.0f));
+    const auto t5 = Clock::now();
+    state.SetIterationTime(ms(t0, t1) * 1e-3 + ms(t3, t5) * 1e-3);
+    for (auto [i, a, b] : {std::tuple{0, t0, t1}, {1, t1, t2}, {2, t2, t3}, {3, t3, t4}, {4, t4, t5}}) t[i].push_back(ms(a, b));
+  }
+  const auto median = [](std::vector<double> v) {
+    std::nth_element(v.begin(), v.begin() + v.size() / 2, v.end());
+    return v[v.size() / 2];
+  };
+  const double gradient = median(t[0]), head = median(t[1]), sum = median(t[2]);
+  state.counters["lanes_ms"] = gradient - head - sum;
+  state.counters["head_ms"] = head;
+  state.counters["sum_ms"] = sum;
+  state.counters["norm_ms"] = median(t[3]);
+  state.counters["opt_ms"] = median(t[4]);
 }
 
 // One forward pass of Model through Pass (its InferOf or ActsOf) per iteration, on x (items
@@ -221,9 +275,25 @@ void BM_LmForwardInteger(benchmark::State& state) {
 }  // namespace
 
 BENCHMARK(BM_FmaPeak);
-BENCHMARK(BM_MaxValueStep<max_value::PointerNet>)->ArgName("threads")->Arg(1)->Arg(2)->Unit(benchmark::kMillisecond)->UseRealTime();
-BENCHMARK(BM_MaxValueStep<max_value::SetNet>)->ArgName("threads")->Arg(1)->Arg(2)->Unit(benchmark::kMillisecond)->UseRealTime();
-BENCHMARK(BM_LmStep)->ArgName("threads")->Arg(1)->Arg(2)->Unit(benchmark::kMillisecond)->UseRealTime();
+// Training steps on 1, 2 and all of this machine's threads; the max-value steps on their default
+// 2 lanes, and on 8 (what 8 cores would need) or as many as the threads.
+void step_threads(benchmark::internal::Benchmark* b, bool lanes) {
+  const long cores = std::max(1L, long(std::thread::hardware_concurrency()));
+  if (lanes) {
+    b->ArgNames({"threads", "lanes"});
+    for (long t : {1L, 2L}) b->Args({t, 2});
+    for (long t : {1L, 2L}) b->Args({t, std::max(8L, cores)});
+    if (cores > 2) b->Args({cores, std::max(8L, cores)});
+  } else {
+    b->ArgName("threads")->Arg(1)->Arg(2);
+    if (cores > 2) b->Arg(cores);
+  }
+  b->Unit(benchmark::kMillisecond);
+}
+BENCHMARK(BM_MaxValueStep<max_value::PointerNet>)->Apply([](auto* b) { step_threads(b, true); })->UseRealTime();
+BENCHMARK(BM_MaxValueStep<max_value::SetNet>)->Apply([](auto* b) { step_threads(b, true); })->UseRealTime();
+BENCHMARK(BM_LmStep)->Apply([](auto* b) { step_threads(b, false); })->UseRealTime();
+BENCHMARK(BM_LmStepPhases)->Apply([](auto* b) { step_threads(b, false); })->UseManualTime();
 BENCHMARK(BM_PointerForward<InferOf>)->Unit(benchmark::kMicrosecond);
 BENCHMARK(BM_PointerForward<ActsOf>)->Unit(benchmark::kMicrosecond);
 BENCHMARK(BM_QPointerForward)->Unit(benchmark::kMicrosecond);

@@ -45,10 +45,10 @@ def forward_case(label, bench, kind, b, n, d, h):
 CASES = [forward_case("MHA fwd", "BM_MultiHeadAttention", "mha", *s) for s in FORWARD_SHAPES] + [
     forward_case("MHA inference (Infer)", "BM_MultiHeadAttentionInfer", "mha", *s) for s in FORWARD_SHAPES] + [
     forward_case("Encoder fwd", "BM_EncoderBlock", "encoder", *s) for s in FORWARD_SHAPES + [(32, 64, 64, 4)]] + [
-    ("max-value step, pointer, 1 thread", "BM_MaxValueStep<max_value::PointerNet>/threads:1/real_time", 1, ("pointer_step",)),
-    ("max-value step, pointer, 2 threads", "BM_MaxValueStep<max_value::PointerNet>/threads:2/real_time", 2, ("pointer_step",)),
-    ("max-value step, set, 1 thread", "BM_MaxValueStep<max_value::SetNet>/threads:1/real_time", 1, ("set_step",)),
-    ("max-value step, set, 2 threads", "BM_MaxValueStep<max_value::SetNet>/threads:2/real_time", 2, ("set_step",)),
+    ("max-value step, pointer, 1 thread", "BM_MaxValueStep<max_value::PointerNet>/threads:1/lanes:2/real_time", 1, ("pointer_step",)),
+    ("max-value step, pointer, 2 threads", "BM_MaxValueStep<max_value::PointerNet>/threads:2/lanes:2/real_time", 2, ("pointer_step",)),
+    ("max-value step, set, 1 thread", "BM_MaxValueStep<max_value::SetNet>/threads:1/lanes:2/real_time", 1, ("set_step",)),
+    ("max-value step, set, 2 threads", "BM_MaxValueStep<max_value::SetNet>/threads:2/lanes:2/real_time", 2, ("set_step",)),
     ("LM train step b32, 1 thread", "BM_LmStep/threads:1/real_time", 1, ("lm_step",)),
     ("LM train step b32, 2 threads", "BM_LmStep/threads:2/real_time", 2, ("lm_step",)),
     ("pointer inference, one set (Infer)", "BM_PointerForward<InferOf>", 1, ("pointer_infer",)),
