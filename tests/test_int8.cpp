@@ -125,11 +125,13 @@ TEST_CASE("qmatmul_nt with int16 rows (A), qmatmul_nn with int16 B: exact agains
   for (bool bias : {false, true}) {
     check_product<3, 5, 7, std::int16_t>(2, bias, false);
     check_product<25, 64, 16, std::int16_t>(0, bias, false);
+    check_product<3, 37, 45, std::int16_t>(2, bias, false);  // x86: 8 rows of B at a time, then 5; 2 vectors of K, then 13
     check_product<3, 5, 7, std::int8_t, std::int16_t>(2, bias, false);
     check_product<16, 16, 50, std::int8_t, std::int16_t>(1, bias, false);
     check_product<1, 50, 16, std::int8_t, std::int16_t>(3, bias, false);
   }
   check_product<4, 6, 516, std::int16_t>(1, false, true);               // sums near ±32768·127·516
+  check_product<2, 19, 516, std::int16_t>(1, false, true);              // the same through the vector path
   check_product<4, 6, 511, std::int8_t, std::int16_t>(1, false, true);  // near ±128·32767·511
 }
 

@@ -587,24 +587,61 @@ TEST_CASE("LanguageModelW8: int8 embedding and head within 1% of the float model
   bad(1, 2) = std::int32_t(V);
   CHECK_THROWS_AS(qi->forward(*q, bad), std::invalid_argument);
 
-  // one window (Int8Linear's one-row dot products) against the same window in a batch (its
-  // panels): the same logits up to float rounding, and the float model's within 1%
+  // one window (Int8Linear's one-row path: the pooled row rounded to int16) against the same
+  // window in a batch (float panels): the same logits within 1e-4 of the largest
   IdTensor<1, L> one;
   std::copy_n(ids.data() + L, L, one.data());
   auto q1 = std::make_unique<InferOf<M8, 1>>();
   const auto& single = q1->forward(*q, one);
   double far = 0;
   for (size_t v = 0; v < V; ++v) far = std::max(far, double(std::abs(single(0, 0, v) - got(1, 0, v))));
-  CHECK(far < 1e-5 * quant::max_abs(got));
-  // and its tail: a width that is not a multiple of the vector width
-  Linear<37, 23> f2;
-  test::randomize(f2, rng);
-  Int8Linear<37, 23> q2;
-  Int8Linear<37, 23>::quantize(f2, q2);
-  Tensor<2, 37> x2;
-  test::fill(x2, rng);
-  Tensor<2, 23> panel, row;
-  q2.apply<2>(x2.data(), panel.data());
-  q2.apply<1>(x2.data() + 37, row.data());
-  for (size_t c = 0; c < 23; ++c) CHECK(row(0, c) == doctest::Approx(panel(1, c)).epsilon(1e-5));
+  CHECK(far < 1e-4 * quant::max_abs(got));
+  MESSAGE("one window against the batch's: largest difference " << far / quant::max_abs(got) << " of the largest logit");
+}
+
+// Int8Linear's one-row path against its float panels, at widths that are not multiples of the
+// vector width (37 inputs) and of its 8-row groups (23 and 300 outputs): every output within the
+// bound of rounding x to int16, s[n]·Σ_k |W_q[n, k]|·s_x/2 (s_x = max|x| / 32767), plus float
+// rounding; a zero row gives the bias, a row with a NaN or ∞ gives NaN.
+template <size_t In, size_t Out>
+void check_one_row(Rng& rng) {
+  Linear<In, Out> f;
+  test::randomize(f, rng);
+  auto q = std::make_unique<Int8Linear<In, Out>>();
+  Int8Linear<In, Out>::quantize(f, *q);
+  Tensor<2, In> x;
+  test::fill(x, rng);
+  Tensor<2, Out> panel, row;
+  q->template apply<2>(x.data(), panel.data());
+  q->template apply<1>(x.data() + In, row.data());
+  float m = 0;
+  for (size_t k = 0; k < In; ++k) m = std::max(m, std::abs(x(1, k)));
+  const double sx = m / 32767.0;
+  size_t outside = 0;
+  double worst = 0;
+  for (size_t n = 0; n < Out; ++n) {
+    double w1 = 0, wx = 0;
+    for (size_t k = 0; k < In; ++k) w1 += std::abs(q->weight(n, k)), wx += std::abs(q->weight(n, k) * x(1, k));
+    const double bound = q->weight_scale(n) * (w1 * sx / 2 + 1e-6 * wx) + 1e-6 * std::abs(q->bias(n));
+    const double err = std::abs(double(row(0, n)) - double(panel(1, n)));
+    outside += !(err <= bound);
+    worst = std::max(worst, err / bound);
+  }
+  CHECK(outside == 0);
+  MESSAGE("Int8Linear<" << In << ", " << Out << "> one row: largest difference " << worst << " of its bound");
+  Tensor<1, In> zero;
+  zero.fill(0.0f);
+  q->template apply<1>(zero.data(), row.data());
+  CHECK(std::equal(row.begin(), row.begin() + Out, q->bias.begin()));
+  for (float bad : {std::numeric_limits<float>::quiet_NaN(), std::numeric_limits<float>::infinity()}) {
+    zero(0, In / 2) = bad;
+    q->template apply<1>(zero.data(), row.data());
+    CHECK(std::all_of(row.begin(), row.begin() + Out, [](float v) { return std::isnan(v); }));
+  }
+}
+
+TEST_CASE("Int8Linear: one row (x rounded to int16, integer dot products) against the float panels, within the rounding's bound") {
+  Rng rng(38, 0);
+  check_one_row<37, 23>(rng);
+  check_one_row<128, 300>(rng);
 }

@@ -402,8 +402,54 @@ inline void mve_block(const std::int8_t* A, size_t lda, const std::int8_t* B, si
 }
 #endif
 
+#if STFORMER_SIMD && defined(__AVX2__)
+// The 8 sums of the 8 int32 lanes of a[0..7], as one vector: hsum(a[r]) in lane r.
+inline __m256i hsums8(const __m256i* a) {
+  const __m256i s01 = _mm256_hadd_epi32(a[0], a[1]), s23 = _mm256_hadd_epi32(a[2], a[3]);
+  const __m256i s45 = _mm256_hadd_epi32(a[4], a[5]), s67 = _mm256_hadd_epi32(a[6], a[7]);
+  const __m256i s0123 = _mm256_hadd_epi32(s01, s23), s4567 = _mm256_hadd_epi32(s45, s67);  // [lo halves | hi halves]
+  return _mm256_add_epi32(_mm256_permute2x128_si256(s0123, s4567, 0x20), _mm256_permute2x128_si256(s0123, s4567, 0x31));
+}
+
+// One int16 row a [K] against 8 int8 rows of B: c[r] = bias[r] + Σ_k a[k]·B[r, k]. B's rows are
+// widened to int16 as they are read (vpmovsxbw), 16 products per vpmaddwd (vpdpwssd with
+// AVX-512 VNNI) into int32 pairs, the 8 accumulators summed at the end (hsums8); the last K % 16
+// entries one by one. Exact, as the plain loop (|pair| ≤ 2·128·32768 < 2^31).
+template <size_t K>
+inline void i16_rows8(const std::int16_t* a, const std::int8_t* B, size_t ldb, std::int32_t* c, const std::int32_t* bias) {
+  constexpr size_t K16 = K / 16 * 16;
+  __m256i acc[8];
+  for (auto& v : acc) v = _mm256_setzero_si256();
+  for (size_t k = 0; k < K16; k += 16) {
+    const __m256i x = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a + k));
+    for (size_t r = 0; r < 8; ++r) {
+      const __m256i w = _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(B + r * ldb + k)));
+#if defined(__AVX512VNNI__) && defined(__AVX512VL__)
+      acc[r] = _mm256_dpwssd_epi32(acc[r], w, x);
+#else
+      acc[r] = _mm256_add_epi32(acc[r], _mm256_madd_epi16(w, x));
+#endif
+    }
+  }
+  alignas(32) std::int32_t s[8];
+  _mm256_store_si256(reinterpret_cast<__m256i*>(s), hsums8(acc));
+  for (size_t r = 0; r < 8; ++r) {
+    for (size_t k = K16; k < K; ++k) s[r] += std::int32_t(a[k]) * std::int32_t(B[r * ldb + k]);
+    c[r] = s[r] + (bias ? bias[r] : 0);
+  }
+}
+#endif
+
 template <size_t M, size_t N, size_t K, class TA>
 inline void dot_products(const TA* A, size_t lda, const std::int8_t* B, size_t ldb, std::int32_t* C, size_t ldc, const std::int32_t* bias) {
+  size_t j0 = 0;  // B's rows [0, j0) done by a vector path, the rest by the loop at the end
+#if STFORMER_SIMD && defined(__AVX2__)
+  if constexpr (std::is_same_v<TA, std::int16_t> && K >= 16) {  // int16 rows: 8 rows of B at a time
+    j0 = N / 8 * 8;
+    for (size_t i = 0; i < M; ++i)
+      for (size_t j = 0; j < j0; j += 8) i16_rows8<K>(A + i * lda, B + j * ldb, ldb, C + i * ldc + j, bias ? bias + j : nullptr);
+  }
+#endif
 #if STFORMER_HELIUM
   if constexpr (std::is_same_v<TA, std::int8_t>) {
     constexpr size_t RB = 4;  // rows of A at a time
@@ -425,7 +471,7 @@ inline void dot_products(const TA* A, size_t lda, const std::int8_t* B, size_t l
   }
 #endif
   for (size_t i = 0; i < M; ++i)
-    for (size_t j = 0; j < N; ++j) {
+    for (size_t j = j0; j < N; ++j) {
       std::int32_t s = bias ? bias[j] : 0;
       for (size_t k = 0; k < K; ++k) s += std::int32_t(A[i * lda + k]) * std::int32_t(B[j * ldb + k]);
       C[i * ldc + j] = s;

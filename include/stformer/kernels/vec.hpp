@@ -71,17 +71,6 @@ inline vf vexp2(vf t) {
   return p * xsimd::bitwise_cast<vf>((hi + 127) << 23) * xsimd::bitwise_cast<vf>((ni - hi + 127) << 23);
 #endif
 }
-// W int8 values widened to floats (the rows of a weight-only int8 layer).
-inline vf load_i8(const std::int8_t* p) {
-#if defined(__AVX512F__)
-  return _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))));
-#elif defined(__AVX2__)
-  if constexpr (W == 8) return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p))));
-#endif
-  alignas(64) float t[W];
-  for (size_t i = 0; i < W; ++i) t[i] = float(p[i]);
-  return vf::load_aligned(t);
-}
 // hsum on x86 adds halves (256, 128, 64, 32 bits), the order of reduce_group below, so that
 // hsums of a group and hsum of one vector give the same bits.
 inline float hsum(vf a) {
@@ -222,7 +211,6 @@ inline void store(float* p, vf v) { vst1q_f32(p, v.v); }
 inline vf splat(float x) { return vdupq_n_f32(x); }
 inline vf fma(vf a, vf b, vf c) { return vfmaq_f32(c.v, a.v, b.v); }
 inline vf vmax(vf a, vf b) { return vpselq_f32(b.v, a.v, vcmpgtq_f32(b.v, a.v)); }
-inline vf load_i8(const std::int8_t* p) { return vcvtq_f32_s32(vldrbq_s32(p)); }
 inline vf vexp2(vf t) {
   t = vpselq_f32(vdupq_n_f32(-200.0f), t.v, vcmpgtq_f32(vdupq_n_f32(-200.0f), t.v));  // NaN passes through
   t = vpselq_f32(vdupq_n_f32(200.0f), t.v, vcmpltq_f32(vdupq_n_f32(200.0f), t.v));
@@ -263,7 +251,6 @@ struct vf {
 };
 inline constexpr size_t W = 1;
 inline vf load(const float* p) { return {*p}; }
-inline vf load_i8(const std::int8_t* p) { return {float(*p)}; }
 inline void store(float* p, vf v) { *p = v.x; }
 inline vf splat(float x) { return {x}; }
 inline vf fma(vf a, vf b, vf c) { return {a.x * b.x + c.x}; }

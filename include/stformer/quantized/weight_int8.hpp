@@ -6,7 +6,8 @@
 //   Int8Linear<In, Out>: y = x (s ⊙ W_q)ᵀ + b            (rows of W_q dequantized into a float
 //                                                         panel, C rows at a time, then the float
 //                                                         product: kernels::matmul_nt; one row of
-//                                                         x: dot products on the int8 rows)
+//                                                         x: x rounded to int16, then integer dot
+//                                                         products on the int8 rows)
 // with W[r, :] ≈ s[r]·W_q[r, :], W_q in [−127, 127] (symmetric, per row). Drop-in for
 // Embedding and Linear in a forward-only pass (apply has their signature): LanguageModel's
 // Embed and Head parameters (LanguageModelW8 below). Tensors: weight I8 [rows, width],
@@ -18,9 +19,11 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <limits>
 
 #include "../blocks/embedding.hpp"
 #include "../blocks/linear.hpp"
+#include "../kernels/int8.hpp"
 #include "../kernels/matmul.hpp"
 #include "../kernels/vec.hpp"
 #include "../models/language_model.hpp"
@@ -80,31 +83,39 @@ struct Int8Linear {
   // Output rows dequantized per panel: C·In floats (16 KB at In = 128) on the stack.
   static constexpr size_t C = 32;
 
-  // y [Rows, Out] = x [Rows, In] (s ⊙ W_q)ᵀ + b. One row (a window's head): y[n] = s[n]·(x · W_q[n])
-  // + b[n], W rows at a time, each widened from int8 as it is read (kernels::load_i8), the W dot
-  // products summed in one reduction (kernels::hsums): no panel, so the rows are read once.
+  // y [Rows, Out] = x [Rows, In] (s ⊙ W_q)ᵀ + b. One row (a window's head), In ≤ 516: x is
+  // rounded to int16 at one scale, s_x = max|x| / 32767, and y[n] = (s[n]·s_x)·(x_q · W_q[n]) +
+  // b[n], the dot products exact in int32 (kernels::qmatmul_nt with int16 rows: 16 products per
+  // instruction on x86), NB rows at a time. Rounding x moves y[n] by at most
+  // s[n]·Σ_k |W_q[n, k]|·s_x/2. A row holding a NaN or an infinity gives NaN everywhere.
   template <size_t Rows>
   void apply(const float* x, float* y) const {
-    if constexpr (Rows == 1) {
-      using namespace kernels;
-      constexpr size_t K = In / W * W;
-      const auto rows = [&]<size_t R>(size_t n0) {
-        vf acc[R];
-        for (size_t r = 0; r < R; ++r) acc[r] = splat(0.0f);
-        for (size_t k = 0; k < K; k += W) {
-          const vf xv = load(x + k);
-          for (size_t r = 0; r < R; ++r) acc[r] = fma(load_i8(weight.data() + (n0 + r) * In + k), xv, acc[r]);
+    if constexpr (Rows == 1 && In <= 516) {
+      float m = 0;
+      for (size_t k = 0; k < In; ++k) {
+        const float a = std::abs(x[k]);
+        if (!(a <= std::numeric_limits<float>::max())) {  // NaN or ∞
+          std::fill_n(y, Out, std::numeric_limits<float>::quiet_NaN());
+          return;
         }
-        float dot[R];
-        hsums<R>(acc, dot);
-        for (size_t r = 0; r < R; ++r) {
-          for (size_t k = K; k < In; ++k) dot[r] += float(weight(n0 + r, k)) * x[k];
-          y[n0 + r] = weight_scale(n0 + r) * dot[r] + bias(n0 + r);
-        }
+        m = std::max(m, a);
+      }
+      if (m == 0) {
+        std::copy_n(bias.data(), Out, y);
+        return;
+      }
+      alignas(64) std::int16_t xq[In];
+      const float to_q = 32767.0f / m, sx = m / 32767.0f;
+      for (size_t k = 0; k < In; ++k) xq[k] = std::int16_t(std::clamp(std::nearbyint(x[k] * to_q), -32767.0f, 32767.0f));
+      constexpr size_t NB = 256;
+      alignas(64) std::int32_t acc[NB];
+      const auto block = [&]<size_t N>(size_t n0) {
+        kernels::qmatmul_nt<1, N, In>(xq, In, weight.data() + n0 * In, In, acc, N);
+        for (size_t n = 0; n < N; ++n) y[n0 + n] = (weight_scale(n0 + n) * sx) * float(acc[n]) + bias(n0 + n);
       };
       size_t n0 = 0;
-      for (; n0 + W <= Out; n0 += W) rows.template operator()<W>(n0);
-      if constexpr (Out % W != 0) rows.template operator()<Out % W>(n0);
+      for (; n0 + NB <= Out; n0 += NB) block.template operator()<NB>(n0);
+      if constexpr (Out % NB != 0) block.template operator()<Out % NB>(n0);
       return;
     }
     alignas(64) float panel[C * In];
