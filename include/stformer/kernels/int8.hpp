@@ -414,7 +414,9 @@ inline __m256i hsums8(const __m256i* a) {
 // One int16 row a [K] against 8 int8 rows of B: c[r] = bias[r] + Σ_k a[k]·B[r, k]. B's rows are
 // widened to int16 as they are read (vpmovsxbw), 16 products per vpmaddwd (vpdpwssd with
 // AVX-512 VNNI) into int32 pairs, the 8 accumulators summed at the end (hsums8); the last K % 16
-// entries one by one. Exact, as the plain loop (|pair| ≤ 2·128·32768 < 2^31).
+// entries one by one. Exact, as the plain loop (|pair| ≤ 2·128·32768 < 2^31). B's rows are
+// asked for 16 KB ahead: one row through a large weight (a language model's head) is bound by
+// reading it, as matmul_nt's nt_tile.
 template <size_t K>
 inline void i16_rows8(const std::int16_t* a, const std::int8_t* B, size_t ldb, std::int32_t* c, const std::int32_t* bias) {
   constexpr size_t K16 = K / 16 * 16;
@@ -423,6 +425,7 @@ inline void i16_rows8(const std::int16_t* a, const std::int8_t* B, size_t ldb, s
   for (size_t k = 0; k < K16; k += 16) {
     const __m256i x = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a + k));
     for (size_t r = 0; r < 8; ++r) {
+      if (k % 64 == 0) __builtin_prefetch(reinterpret_cast<const void*>(reinterpret_cast<std::uintptr_t>(B + r * ldb + k) + 16384));
       const __m256i w = _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(B + r * ldb + k)));
 #if defined(__AVX512VNNI__) && defined(__AVX512VL__)
       acc[r] = _mm256_dpwssd_epi32(acc[r], w, x);
