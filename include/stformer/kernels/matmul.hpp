@@ -37,6 +37,11 @@ inline void transpose(const float* src, size_t lds, size_t rows, float* dst, siz
 
 namespace detail {
 
+// AVX2 (8 floats a vector) has 16 vector registers: the register tiles below are sized for
+// them. Other builds keep the tiles measured on their own cores (AVX-512 and aarch64 NEON have
+// 32; the plain and Helium builds' instruction counts were measured with these).
+inline constexpr bool sixteen_registers = W == 8;
+
 template <size_t R, size_t C, size_t K, bool Relu>
 inline void nt_tile(const float* A, size_t lda, const float* B, size_t ldb, float* Cm, size_t ldc,
                     float alpha, const float* bias) {
@@ -67,14 +72,15 @@ inline void nt_tile(const float* A, size_t lda, const float* B, size_t ldb, floa
     }
 }
 
-// C[M,N] by dot products along K, in tiles of TR rows of A × TC rows of B (4 × 4; one row
-// against 16 (8 with fewer registers), two against 8, so that a tile keeps enough FMA chains);
+// C[M,N] by dot products along K, in tiles of TR rows of A × TC rows of B (16 chains with
+// AVX-512: 4 × 4, 2 × 8, 1 × 16; 8 otherwise: 4 × 4, 2 × 4, 1 × 8, and with AVX2's 16
+// registers 4 × 2, so that the accumulators, A's TR vectors and B's fit);
 // the rows of B are the outer loop, so that B (a large weight) streams through once while A
 // stays in cache.
 template <size_t M, size_t N, size_t K, bool Relu>
 inline void nt_dots(const float* A, size_t lda, const float* B, size_t ldb, float* C, size_t ldc, float alpha,
                     const float* bias) {
-  constexpr size_t TR = M < 4 ? M : 4, chains = W >= 16 ? 16 : 8, TC = chains / TR > 4 ? chains / TR : 4;
+  constexpr size_t TR = M < 4 ? M : 4, chains = W >= 16 ? 16 : 8, TC = sixteen_registers || chains / TR > 4 ? chains / TR : 4;
   auto rows = [&]<size_t Cn>(size_t j) {
     size_t i = 0;
     for (; i + TR <= M; i += TR) nt_tile<TR, Cn, K, Relu>(A + i * lda, lda, B + j * ldb, ldb, C + i * ldc + j, ldc, alpha, bias ? bias + j : nullptr);
@@ -105,9 +111,13 @@ template <size_t R, size_t NV, size_t K, bool Acc>
     for (size_t v = 0; v < NV; ++v) store(C + r * ldc + v * W, acc[r][v]);
 }
 
+// Vectors per nn tile: 4, and 2 with AVX2's 16 registers (R·TV accumulators, TV of B and A's
+// broadcast must fit).
+inline constexpr size_t nn_vectors = sixteen_registers ? 2 : 4;
+
 template <size_t R, size_t N, size_t K, bool Acc>
 inline void nn_rows(const float* A, size_t ars, size_t aks, const float* B, size_t ldb, float* C, size_t ldc) {
-  constexpr size_t TV = 4, full = N / W;
+  constexpr size_t TV = nn_vectors, full = N / W;
   size_t v = 0;
   for (; v + TV <= full; v += TV) nn_tile<R, TV, K, Acc>(A, ars, aks, B + v * W, ldb, C + v * W, ldc);
   if constexpr (full % TV != 0) nn_tile<R, full % TV, K, Acc>(A, ars, aks, B + v * W, ldb, C + v * W, ldc);
@@ -119,21 +129,24 @@ inline void nn_rows(const float* A, size_t ars, size_t aks, const float* B, size
     }
 }
 
-// Rows per register tile when a tile is `vectors` vectors wide (at most 4) and K long: enough
-// independent multiply-add chains to keep both vector pipes busy once the chains are long
-// (K ≥ 32; shorter ones measured faster in 4-row tiles): 16 with AVX-512's 32 registers, 8
-// with 16; tiles 4 vectors wide take 6 rows with AVX-512 (24 accumulators, as matmul_nt's
-// panels: 3% faster than 4 rows on a 64 × 64 × 64 product). Each entry of C is the same chain
-// of multiply-adds along K whatever the tile, so the tile sizes do not change any result.
+// Rows per register tile when a tile is `vectors` vectors wide (at most nn_vectors) and K long:
+// enough independent multiply-add chains to keep both vector pipes busy once the chains are
+// long (K ≥ 32; shorter ones measured faster in 4-row tiles), within the registers. With
+// AVX-512: 16 chains, and tiles 4 vectors wide take 6 rows (24 accumulators, as matmul_nt's
+// panels: 3% faster than 4 rows on a 64 × 64 × 64 product). With AVX2's 16 registers: 6 rows
+// of 2 vectors (12 accumulators, 2 of B, 1 broadcast), 8 rows of one. Otherwise 8 chains.
+// Each entry of C is the same chain of multiply-adds along K whatever the tile, so the tile
+// sizes do not change any result.
 constexpr size_t rows_per_tile(size_t vectors, size_t K) {
-  constexpr size_t chains = W >= 16 ? 16 : 8;
   if (K < 32 || vectors == 0) return 4;
-  return vectors * 4 < chains ? chains / vectors : W >= 16 ? 6 : 4;
+  if (W >= 16) return vectors * 4 < 16 ? 16 / vectors : 6;
+  if (sixteen_registers) return vectors == 1 ? 8 : 6;
+  return vectors * 4 < 8 ? 8 / vectors : 4;
 }
 
 template <size_t M, size_t N, size_t K, bool Acc>
 inline void nn_block(const float* A, size_t ars, size_t aks, const float* B, size_t ldb, float* C, size_t ldc) {
-  constexpr size_t TR = rows_per_tile(N / W, K);
+  constexpr size_t TR = rows_per_tile(std::min(N / W, nn_vectors), K);
   size_t i = 0;
   for (; i + TR <= M; i += TR) nn_rows<TR, N, K, Acc>(A + i * ars, ars, aks, B, ldb, C + i * ldc, ldc);
   if constexpr (M % TR != 0) nn_rows<M % TR, N, K, Acc>(A + i * ars, ars, aks, B, ldb, C + i * ldc, ldc);
