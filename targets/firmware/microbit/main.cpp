@@ -47,16 +47,11 @@ extern "C" int firmware_main() {
     write("qweights.hpp: the image's layout is not the model's\n");
     return 1;
   }
-  instructions::start();
-  const bool counted = instructions::check();  // under qemu-system-arm -icount shift=8
-  std::uint64_t least = UINT64_MAX, most = 0;
+  instructions::Spans spans;  // counted under qemu-system-arm -icount shift=8
   size_t agree = 0;
   for (size_t s = 0; s < S; ++s) {
     std::copy(x_q.data + s * N * 2, x_q.data + (s + 1) * N * 2, infer.x.data());
-    const std::uint64_t t0 = instructions::ticks();
-    const std::int32_t* got = infer.forward(model).data();
-    const std::uint64_t n = instructions::of(instructions::ticks() - t0);
-    least = std::min(least, n), most = std::max(most, n);
+    const std::int32_t* got = spans.count([&]() -> const auto& { return infer.forward(model); }).data();
     const std::int32_t* host = want.data + s * N;
     const bool same = std::equal(got, got + N, host);
     agree += same;
@@ -64,7 +59,7 @@ extern "C" int firmware_main() {
     write("set "), write(s), write(": point "), write(std::uint64_t(point)), write(same ? ", the host's 50 logits exactly\n" : ", logits DIFFER from the host's\n");
   }
   write("agree with the host build: "), write(agree), write(" of "), write(S), write(" sets\n");
-  instructions::report("inference", counted, least, most);
+  spans.report("inference");
   write("int8 model in flash: "), write(sizeof model), write(" B; static RAM: forward-only workspace "), write(sizeof infer), write(" B\n");
   const bool stack_ok = semihosting::report_stack();
   return agree == S && stack_ok ? 0 : 1;

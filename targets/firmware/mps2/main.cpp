@@ -48,16 +48,11 @@ extern "C" int firmware_main() {
     write("weights.hpp: the image's layout is not the model's\n");
     return 1;
   }
-  instructions::start();
-  const bool counted = instructions::check();  // under qemu-system-arm -icount shift=8
-  std::uint64_t least = UINT64_MAX, most = 0;
+  instructions::Spans spans;  // counted under qemu-system-arm -icount shift=8
   size_t agree = 0;
   for (size_t s = 0; s < S; ++s) {
     std::copy(x.data + s * N * 2, x.data + (s + 1) * N * 2, set.data());
-    const std::uint64_t t0 = instructions::ticks();
-    const float* got = infer.forward(model, set).data();
-    const std::uint64_t n = instructions::of(instructions::ticks() - t0);
-    least = std::min(least, n), most = std::max(most, n);
+    const float* got = spans.count([&]() -> const auto& { return infer.forward(model, set); }).data();
     const float* host = want.data + s * N;
     const size_t point = stformer::argmax(got, N);
     bool same = point == stformer::argmax(host, N);
@@ -67,7 +62,7 @@ extern "C" int firmware_main() {
     write(got[point], 6), write(same ? " (host: the same)\n" : " (host: DIFFERENT)\n");
   }
   write("agree with the host build: "), write(agree), write(" of "), write(S), write(" sets\n");
-  instructions::report("inference", counted, least, most);
+  spans.report("inference");
   write("model in flash: "), write(sizeof model), write(" B; static RAM: forward-only workspace "), write(sizeof infer), write(" B\n");
   const bool stack_ok = semihosting::report_stack();
   return agree == S && stack_ok ? 0 : 1;

@@ -34,14 +34,9 @@ extern "C" int firmware_main() {
   std::memcpy(state.x.data(), x.data, sizeof(float) * x.size);
   state.label();
   bool ok = std::equal(target.data, target.data + B, state.target.data());
-  instructions::start();
-  const bool counted = instructions::check();
-  std::uint64_t least = UINT64_MAX, most = 0;
+  instructions::Spans spans;
   for (size_t i = 0; i < Steps; ++i) {
-    const std::uint64_t t0 = instructions::ticks();
-    const float l = state.step();
-    const std::uint64_t n = instructions::of(instructions::ticks() - t0);
-    least = std::min(least, n), most = std::max(most, n);
+    const float l = spans.count([&] { return state.step(); });
     const bool same = same_bits(l, loss.data[i]);
     ok = ok && same;
     write("step "), write(i + 1), write(": loss "), write(l, 6), write(same ? " (host: the same bits)\n" : " (host: DIFFERENT)\n");
@@ -56,7 +51,7 @@ extern "C" int firmware_main() {
   ok = ok && params == stformer::param_count(state.model) && differ == 0;
   write("after "), write(Steps), write(" AdamW steps: "), write(params - differ), write(" of "), write(stformer::param_count(state.model)),
       write(" parameters the host's, bit for bit\n");
-  instructions::report("training step", counted, least, most);
+  spans.report("training step");
   write("static RAM: model "), write(sizeof state.model), write(" B, gradients "), write(sizeof state.grad), write(" B, AdamW moments "),
       write(sizeof state.opt), write(" B, activations "), write(sizeof state.acts), write(" B; all "), write(sizeof state), write(" B\n");
   return ok && semihosting::report_stack() ? 0 : 1;
