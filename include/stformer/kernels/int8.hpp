@@ -2,7 +2,8 @@
 // quantized forward pass, exact in integers, so that every backend computes the same numbers.
 //
 //   qmatmul_nt:  C[M,N] (int32) = A[M,K] (int8) · B[N,K]ᵀ (int8) + bias[N] (int32); also with
-//                A in int16 (a plain loop); qmatmul_nn: int8 A · int16 B[K,N] (a plain loop)
+//                A in int16 (i16_rows8 on x86, i16_rows4 on aarch64 NEON, else a plain loop);
+//                qmatmul_nn: int8 A · int16 B[K,N] (a plain loop)
 //   requantize:  y = clamp(zero + MultiplyByQuantizedMultiplier(x, q[c], shift[c]), lo, hi), one
 //                multiplier per output channel c (TFLite Micro's and CMSIS-NN's formula, below)
 //   divide, divide_by_root, softmax_u8: the per-row integer arithmetic of the quantized
@@ -653,7 +654,8 @@ inline std::int32_t softmax_u8(const std::int32_t* x, Multiplier exponent, std::
   return sum;
 }
 
-// The same with A in int16 (a model's int16 input into its first layer): a plain loop, exact
+// The same with A in int16 (a model's int16 input, a set model's int16 rows, Int8Linear's one
+// row): dot_products (8 rows of B at a time on x86, 4 on aarch64 NEON, else a plain loop), exact
 // while K·2^15·127 < 2^31 (K ≤ 516).
 template <size_t M, size_t N, size_t K>
 inline void qmatmul_nt(const std::int16_t* A, size_t lda, const std::int8_t* B, size_t ldb, std::int32_t* C, size_t ldc,
