@@ -105,8 +105,8 @@ struct Int8Linear {
         return;
       }
       alignas(64) std::int16_t xq[In];
-      const float to_q = 32767.0f / m, sx = m / 32767.0f;
-      for (size_t k = 0; k < In; ++k) xq[k] = std::int16_t(std::clamp(std::nearbyint(x[k] * to_q), -32767.0f, 32767.0f));
+      const float sx = quant::scale_for(m, 32767);
+      quant::quantize_input(x, In, sx, xq);
       constexpr size_t NB = 256;
       alignas(64) std::int32_t acc[NB];
       const auto block = [&]<size_t N>(size_t n0) {
