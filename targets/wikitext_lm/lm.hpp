@@ -247,6 +247,12 @@ struct Run {
       for (size_t part = 2; part < HeadParts; ++part) kernels::add_to<n>(head_dx.data() + (part * Lanes + l) * n, lane.dpooled.data());
       lane.acts.backward_pooled(*model, lane.grad, lane.dpooled);
     });
+    return float(sum_lanes());
+  }
+
+  // The other lanes' gradients added into grad() in lane order (the embedding's only in the rows
+  // of their windows, which are then cleared in the lane), and the lanes' losses summed.
+  double sum_lanes() {
     double loss = (*lanes)[0].loss;
     for (size_t l = 1; l < Lanes; ++l) {
       Lane& lane = (*lanes)[l];
@@ -260,7 +266,7 @@ struct Run {
       }
       loss += lane.loss;
     }
-    return float(loss);
+    return loss;
   }
 
   // Part `which` of the head's backward over the whole batch, rows [v0, v0 + M), block by block:
