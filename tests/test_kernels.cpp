@@ -193,6 +193,33 @@ TEST_CASE("vexp2: within 1 ulp of 2^t over the float range, subnormal results in
   }
 }
 
+TEST_CASE("vexp2<true> (t <= 0, the softmax's): within 1 ulp of 2^t down to 2^-126.5, 0 below; -inf, NaN") {
+  std::vector<float> t;
+  for (double u = -160.0; u <= 0.0; u += 0.00317) t.push_back(float(u));
+  for (float u : {0.0f, -0.0f, -1e-30f, -0.5f, -1.5f, -126.49f, -126.51f, -127.0f, -1e30f, -INFINITY, NAN}) t.push_back(u);
+  while (t.size() % k::W) t.push_back(-1.0f);
+  double worst = 0;
+  for (size_t i = 0; i < t.size(); i += k::W) {
+    float e[k::W];
+    k::store(e, k::vexp2<true>(k::load(t.data() + i)));
+    for (size_t l = 0; l < k::W; ++l) {
+      const float x = t[i + l];
+      if (std::isnan(x)) {
+        CHECK(std::isnan(e[l]));
+        continue;
+      }
+      double want = std::exp2(double(x));
+      if (x < -126.5f) {  // 0 here, or the subnormal 2^t where vexp2<true> is vexp2 (AVX-512, plain)
+        CHECK((e[l] == 0.0f || std::abs(e[l] - want) <= std::ldexp(1.0, -149)));
+        continue;
+      }
+      double ulp = std::ldexp(1.0, std::max(std::ilogb(want), -126) - 23);
+      worst = std::max(worst, std::abs(e[l] - want) / ulp);
+    }
+  }
+  CHECK(worst <= 1.0);
+}
+
 TEST_CASE_TEMPLATE("scalenorm_rows, relu, add", S, Len<1>, Len<2>, Len<16>, Len<17>, Len<64>, Len<130>) {
   constexpr size_t D = S::N, R = 5;
   stformer::Rng rng(D + 100);

@@ -130,15 +130,16 @@ inline void nn_rows(const float* A, size_t ars, size_t aks, const float* B, size
 }
 
 // Rows per register tile when a tile is `vectors` vectors wide (at most nn_vectors) and K long:
-// enough independent multiply-add chains to keep both vector pipes busy once the chains are
-// long (K ≥ 32; shorter ones measured faster in 4-row tiles), within the registers. With
-// AVX-512: 16 chains, and tiles 4 vectors wide take 6 rows (24 accumulators, as matmul_nt's
-// panels: 3% faster than 4 rows on a 64 × 64 × 64 product). With AVX2's 16 registers: 6 rows
-// of 2 vectors (12 accumulators, 2 of B, 1 broadcast), 8 rows of one. Otherwise 8 chains.
+// enough independent multiply-add chains to keep both vector pipes busy, within the registers.
+// With AVX-512: 16 chains, and tiles 4 vectors wide take 6 rows (24 accumulators, as matmul_nt's
+// panels: 3% faster than 4 rows on a 64 × 64 × 64 product), at any K (the attention's 16-wide
+// heads, q_h k_hᵀ with K = 16, included). With AVX2's 16 registers: 6 rows of 2 vectors (12
+// accumulators, 2 of B, 1 broadcast), 8 rows of one. Otherwise 8 chains. Without AVX-512, short
+// chains (K < 32) measured faster in 4-row tiles.
 // Each entry of C is the same chain of multiply-adds along K whatever the tile, so the tile
 // sizes do not change any result.
 constexpr size_t rows_per_tile(size_t vectors, size_t K) {
-  if (K < 32 || vectors == 0) return 4;
+  if (vectors == 0 || (K < 32 && W < 16)) return 4;
   if (W >= 16) return vectors * 4 < 16 ? 16 / vectors : 6;
   if (sixteen_registers) return vectors == 1 ? 8 : 6;
   return vectors * 4 < 8 ? 8 / vectors : 4;
@@ -266,6 +267,10 @@ inline void matmul_nt(const float* A, size_t lda, const float* B, size_t ldb, fl
     // independent chains to hide the multiply-add latency.
     constexpr size_t registers = W >= 16 ? 32 : 16;
     constexpr bool spread = M % TR != 0 && M % TR <= M / TR && (TR + 1) * NVused + NVused + 1 <= registers;
+    // Otherwise a last tile of 1–3 rows and the whole tile before it are taken as two tiles of
+    // 3–5 rows with AVX2 (32 rows as 6, 6, 6, 6, 4, 4 rather than 6, 6, 6, 6, 6, 2; with AVX-512
+    // a 2-row tile still has 8 chains, and this measured slower).
+    constexpr bool balance = !spread && detail::sixteen_registers && M % TR != 0 && M % TR < 4 && M > TR;
     alignas(64) float local[KC * NPused];
     alignas(64) float bias_panel[NPused];
     for (size_t j0 = 0; j0 < N; j0 += NPused) {
@@ -285,6 +290,10 @@ inline void matmul_nt(const float* A, size_t lda, const float* B, size_t ldb, fl
         if constexpr (spread) {
           for (size_t t = 0; t < M % TR; ++t, i += TR + 1) tile.template operator()<TR + 1>(i);
           for (; i < M; i += TR) tile.template operator()<TR>(i);
+        } else if constexpr (balance) {
+          for (; i + TR + M % TR < M; i += TR) tile.template operator()<TR>(i);
+          tile.template operator()<(TR + M % TR + 1) / 2>(i);
+          tile.template operator()<(TR + M % TR) / 2>(i + (TR + M % TR + 1) / 2);
         } else {
           for (; i + TR <= M; i += TR) tile.template operator()<TR>(i);
           if constexpr (M % TR != 0) tile.template operator()<M % TR>(i);

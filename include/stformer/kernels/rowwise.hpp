@@ -26,15 +26,28 @@ namespace stformer::inline STFORMER_ABI::kernels {
 inline constexpr float scalenorm_eps = 1e-5f;
 inline constexpr float neg_inf = -std::numeric_limits<float>::infinity();
 
+// The lanes' maxima over the whole vectors of a row of N (−∞ if there are none). On x86 in four
+// independent chains (one chain waits a max's latency per vector); elsewhere in one, the
+// instructions the firmware's counts were measured with.
+template <size_t N>
+inline vf max_lanes(const float* s) {
+  constexpr size_t full = N / W * W, C = W >= 8 ? 4 : 1;
+  vf m[C];
+  for (size_t u = 0; u < C; ++u) m[u] = splat(neg_inf);
+  size_t j = 0;
+  for (; j + C * W <= full; j += C * W)
+    for (size_t u = 0; u < C; ++u) m[u] = vmax(m[u], load(s + j + u * W));
+  for (size_t u = 0; u + 1 < C; ++u)
+    if (j + u * W < full) m[u] = vmax(m[u], load(s + j + u * W));
+  if constexpr (C == 4) m[0] = vmax(vmax(m[0], m[1]), vmax(m[2], m[3]));
+  return m[0];
+}
+
 template <size_t N>
 inline float row_max(const float* s) {
   constexpr size_t full = N / W * W;
   float m = neg_inf;
-  if constexpr (full != 0) {
-    vf mv = load(s);
-    for (size_t j = W; j < full; j += W) mv = vmax(mv, load(s + j));
-    m = hmax(mv);
-  }
+  if constexpr (full != 0) m = hmax(max_lanes<N>(s));
   for (size_t j = full; j < N; ++j) m = s[j] > m ? s[j] : m;
   return m;
 }
@@ -48,7 +61,7 @@ inline vf exp2_shifted_vectors(float* s, float m, float k) {
   const vf mv = splat(m), kv = splat(k);
   vf acc = splat(0.0f);
   for (size_t j = 0; j < N / W * W; j += W) {
-    vf e = vexp2((load(s + j) - mv) * kv);
+    vf e = vexp2<true>((load(s + j) - mv) * kv);
     store(s + j, e);
     acc += e;
   }
@@ -99,10 +112,7 @@ inline void softmax_step(float* s, float c, float* m, float* l, float* corr) {
   const float k = c * log2e;
   vf part[R];
   float m1[R], sum[R];
-  for (size_t r = 0; r < R; ++r) {
-    part[r] = splat(neg_inf);
-    for (size_t j = 0; j < full; j += W) part[r] = vmax(part[r], load(s + r * N + j));
-  }
+  for (size_t r = 0; r < R; ++r) part[r] = max_lanes<N>(s + r * N);
   hmaxs<R>(part, m1);
   for (size_t r = 0; r < R; ++r) {
     for (size_t j = full; j < N; ++j) m1[r] = s[r * N + j] > m1[r] ? s[r * N + j] : m1[r];
@@ -110,7 +120,7 @@ inline void softmax_step(float* s, float c, float* m, float* l, float* corr) {
     corr[r] = (m[r] - m1[r]) * k;
   }
   constexpr size_t RV = R / W * W;
-  for (size_t i = 0; i < RV; i += W) store(corr + i, vexp2(load(corr + i)));
+  for (size_t i = 0; i < RV; i += W) store(corr + i, vexp2<true>(load(corr + i)));
   for (size_t i = RV; i < R; ++i) corr[i] = std::exp2(corr[i]);
   for (size_t r = 0; r < R; ++r) {
     if (m1[r] == neg_inf) {
@@ -152,7 +162,7 @@ inline void log_softmax_row(float* s) {
   vf acc = splat(0.0f), mv = splat(m), kv = splat(log2e);
   constexpr size_t full = N / W * W;
   size_t j = 0;
-  for (; j < full; j += W) acc += vexp2((load(s + j) - mv) * kv);
+  for (; j < full; j += W) acc += vexp2<true>((load(s + j) - mv) * kv);
   float sum = hsum(acc);
   for (j = full; j < N; ++j) sum += std::exp2((s[j] - m) * log2e);
   float lse = m + std::log(sum);

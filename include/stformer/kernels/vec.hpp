@@ -52,13 +52,20 @@ inline vf vmax(vf a, vf b) { return xsimd::max(a, b); }
 // otherwise as two factors written into the exponent bits (t clamped to ±200 first). Within 1
 // ulp of 2^t (tested against double); −∞ and anything below the float range give 0, +∞ and
 // anything above give +∞, NaN stays NaN. The softmax family takes its exponentials as
-// e^{c(x−m)} = 2^{(x−m)·c·log₂e}.
+// e^{c(x−m)} = 2^{(x−m)·c·log₂e}, where t ≤ 0: vexp2<true> (t ≤ 0 or NaN) is the same but for
+// results below 2^-126.5, which are 0 (subnormal, and flushed to 0 on the pool's threads anyway),
+// so that without AVX-512 2^n is one factor (t clamped to −127: 2^-127 written as 0) and the
+// upper clamp is left out: 13 operations instead of 19.
+template <bool AtMostZero = false>
 inline vf vexp2(vf t) {
 #if defined(__AVX512F__)
   const vf f = _mm512_reduce_ps(t, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC), n = t - f;
 #else
   // max(c, t) and min(c, t) return their second operand when either is NaN: NaN passes through
-  t = xsimd::min(splat(200.0f), xsimd::max(splat(-200.0f), t));
+  if constexpr (AtMostZero)
+    t = xsimd::max(splat(-127.0f), t);
+  else
+    t = xsimd::min(splat(200.0f), xsimd::max(splat(-200.0f), t));
   const vf n = xsimd::nearbyint(t), f = t - n;
 #endif
   vf p = splat(exp2_poly[0]);
@@ -66,8 +73,10 @@ inline vf vexp2(vf t) {
 #if defined(__AVX512F__)
   return _mm512_scalef_ps(p, n);
 #else
+  const auto ni = xsimd::to_int(n);
+  if constexpr (AtMostZero) return p * xsimd::bitwise_cast<vf>((ni + 127) << 23);  // n = −127: the bits of 0
   // 2^n = 2^h · 2^(n−h), h = n/2: both factors normal over the whole range (|n| ≤ 200)
-  const auto ni = xsimd::to_int(n), hi = ni >> 1;
+  const auto hi = ni >> 1;
   return p * xsimd::bitwise_cast<vf>((hi + 127) << 23) * xsimd::bitwise_cast<vf>((ni - hi + 127) << 23);
 #endif
 }
@@ -211,6 +220,7 @@ inline void store(float* p, vf v) { vst1q_f32(p, v.v); }
 inline vf splat(float x) { return vdupq_n_f32(x); }
 inline vf fma(vf a, vf b, vf c) { return vfmaq_f32(c.v, a.v, b.v); }
 inline vf vmax(vf a, vf b) { return vpselq_f32(b.v, a.v, vcmpgtq_f32(b.v, a.v)); }
+template <bool AtMostZero = false>
 inline vf vexp2(vf t) {
   t = vpselq_f32(vdupq_n_f32(-200.0f), t.v, vcmpgtq_f32(vdupq_n_f32(-200.0f), t.v));  // NaN passes through
   t = vpselq_f32(vdupq_n_f32(200.0f), t.v, vcmpltq_f32(vdupq_n_f32(200.0f), t.v));
@@ -255,6 +265,7 @@ inline void store(float* p, vf v) { *p = v.x; }
 inline vf splat(float x) { return {x}; }
 inline vf fma(vf a, vf b, vf c) { return {a.x * b.x + c.x}; }
 inline vf vmax(vf a, vf b) { return {a.x > b.x ? a.x : b.x}; }
+template <bool AtMostZero = false>
 inline vf vexp2(vf a) { return {std::exp2(a.x)}; }
 inline float hsum(vf a) { return a.x; }
 inline float hmax(vf a) { return a.x; }
