@@ -111,7 +111,7 @@ void BM_LmStep(benchmark::State& state) {
 // Where a language-model step's time goes, on `threads` threads: the step's phases, each timed
 // on its own (ms per step, medians over the iterations), with how far each can be split:
 //   lanes: forward, loss and backward of the lanes (as many threads as lanes: 2),
-//   head: the head's backward (its 8 parts of the vocabulary: up to 8 threads),
+//   head: the head's forward and backward (each in 8 parts of the vocabulary: up to 8 threads),
 //   sum: the lanes' gradients summed (split over the pool; the embedding rows serial),
 //   norm: the gradient's norm (serial), opt: AdamW over 9.0M parameters (split over the pool,
 //   bound by memory: it reads and writes 4 floats per parameter).
@@ -126,6 +126,7 @@ void BM_LmStepPhases(benchmark::State& state) {
     const auto t0 = Clock::now();
     run->gradient(ids);
     const auto t1 = Clock::now();
+    run->pool.run(LmRun::HeadParts, [&](size_t part) { run->head_forward(part); });  // again: the same logits
     run->pool.run(LmRun::HeadParts, [&](size_t part) { run->head_backward(part); });
     const auto t2 = Clock::now();
     run->sum_lanes();  // again: the same work (the lanes' embedding rows now add zeros)

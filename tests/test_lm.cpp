@@ -147,16 +147,19 @@ TEST_CASE("language model: windows and the shuffled pass over every training pos
   }
 }
 
-// The gradient of Run (Lanes lanes; the head's backward in HeadParts parts of the vocabulary,
-// of 16 rows each when V = 201) against one forward and backward over the whole batch.
-template <size_t V, size_t Lanes>
+// The gradient of Run (Lanes lanes; the head's forward and backward in HeadParts parts of the
+// vocabulary, of 16 rows each when V = 201, of a whole block of HeadRows = 256 rows and a rest
+// when V = 2,561: with 8 windows a lane, that block's W is packed once for the lanes' logits)
+// against one forward and backward over the whole batch. The head's bias is made non-zero.
+template <size_t V, size_t Lanes, size_t B = 8>
 void check_step_gradient() {
   Corpus c = small_corpus(int(V) - 1);
   REQUIRE(c.vocab.size() == V);
-  constexpr size_t B = 8;
   using Run = lm::Run<V, L, D, H, F, 1, B, Lanes>;
   using Model = typename Run::Model;
   Run run(6, 2);
+  Rng rng(9);
+  for (float& b : run.model->head.bias) b = rng.uniform() - 0.5f;
   auto acts = std::make_unique<ActsOf<Model, B>>();
   auto want = std::make_unique<Model>();
   Tensor<B, 1, V> dlogits;
@@ -187,6 +190,7 @@ void check_step_gradient() {
 TEST_CASE("language model: a step's gradient (head over the batch, embedding rows per lane) and its norm equal the whole batch's") {
   check_step_gradient<V, 2>();
   check_step_gradient<201, 4>();
+  check_step_gradient<2561, 2, 16>();
 }
 
 // Lanes fixed (4), threads 1 to 5 (more than the lanes, and than this machine's cores): the

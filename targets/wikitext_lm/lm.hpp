@@ -104,11 +104,13 @@ inline float learning_rate(const TrainOptions& o, std::int64_t step) {
 //
 // Two tensors are 17 MB each in SPEC's configuration and would make a step mostly memory
 // traffic if every lane kept, cleared and added a whole copy of their gradients:
-// - head (Linear<D, V>): its backward over the whole batch runs once, in HeadParts fixed parts
-//   of the vocabulary on the pool, each in blocks of HeadRows rows so that a block of W and of
-//   its gradient stays in cache for every lane: dW, db straight into grad() (each lane's rows
-//   in lane order), each lane's share of dL/d(pooled) = dlogits · W (the parts added in part
-//   order), and the block's sum of squares for the gradient norm.
+// - head (Linear<D, V>): its forward and its backward over the whole batch run once each, in
+//   HeadParts fixed parts of the vocabulary on the pool, each in blocks of HeadRows rows so that
+//   a block of W and of its gradient stays in cache for every lane. Forward: the block of W
+//   packed once into the product's panels for every lane's logits (the same bits as the lanes'
+//   own products). Backward: dW, db straight into grad() (each lane's rows in lane order), each
+//   lane's share of dL/d(pooled) = dlogits · W (the parts added in part order), and the block's
+//   sum of squares for the gradient norm.
 // - embedding: a lane's gradient is non-zero only in the rows of its windows, so only those
 //   rows are added into grad() and cleared (at the start of the next gradient()), and only
 //   those rows enter the gradient norm (norm()).
@@ -170,6 +172,8 @@ struct Run {
   std::unique_ptr<std::array<Lane, Lanes>> lanes = std::make_unique<std::array<Lane, Lanes>>();
   std::unique_ptr<AdamW<Model>> adamw = std::make_unique<AdamW<Model>>(0.01f);
   std::unique_ptr<SGD<Model>> sgd = std::make_unique<SGD<Model>>(SGDOptions{.momentum = 0.9f, .weight_decay = 1e-4f, .nesterov = true});
+  using HeadPanels = kernels::PanelsNT<HeadRows, D>;  // a block of the head's W, packed (head_forward)
+  std::unique_ptr<std::array<HeadPanels, HeadParts>> head_panels = std::make_unique<std::array<HeadPanels, HeadParts>>();
   Tensor<HeadParts, Lanes, Chunk, D> head_dx;  // each head part's share of each lane's dL/d(pooled)
   double head_sq[HeadParts] = {};              // each head part's Σ dW² + Σ db²
   std::vector<std::uint8_t> seen = std::vector<std::uint8_t>(V);  // norm(): embedding rows counted
@@ -237,7 +241,12 @@ struct Run {
       lane.written = lane.window;
       zero_grad(lane.grad.blocks);
       zero_grad(lane.grad.pool);
-      lane.loss = cross_entropy(lane.acts.forward(*model, lane.window), lane.next, lane.dlogits, B);
+      lane.acts.forward_pooled(*model, lane.window);
+    });
+    pool.run(HeadParts, [&](size_t part) { head_forward(part); });
+    pool.run(Lanes, [&](size_t l) {
+      Lane& lane = (*lanes)[l];
+      lane.loss = cross_entropy(lane.acts.head.out, lane.next, lane.dlogits, B);
     });
     pool.run(HeadParts, [&](size_t part) { head_backward(part); });
     pool.run(Lanes, [&](size_t l) {
@@ -269,15 +278,42 @@ struct Run {
     return loss;
   }
 
+  // f.template operator()<part, v0, M>() for part `which` of the head: rows [v0, v0 + M) of the
+  // vocabulary (sizes known at compile time).
+  template <size_t part = 0, class Fn>
+  static void on_head_part(size_t which, Fn&& f) {
+    if constexpr (part + 1 < HeadParts)
+      if (which != part) return on_head_part<part + 1>(which, f);
+    f.template operator()<part, part * VP, part + 1 < HeadParts ? VP : V - part * VP>();
+  }
+
+  // Part `which` of the head's forward over the whole batch, rows [v0, v0 + M) of every lane's
+  // logits = pooled · Wᵀ + b, block by block, each whole block of W packed once for the lanes.
+  void head_forward(size_t which) {
+    on_head_part(which, [&]<size_t part, size_t v0, size_t M>() {
+      auto block = [&]<size_t R>(size_t v) {
+        const float* w = model->head.weight.data() + v * D;
+        const kernels::PanelsNT<R, D>* panels = nullptr;
+        if constexpr (R == HeadRows && kernels::packs<Chunk>) {
+          (*head_panels)[part].pack(w, D);
+          panels = &(*head_panels)[part];
+        }
+        for (Lane& lane : *lanes)
+          kernels::matmul_nt<Chunk, R, D, false, Chunk>(lane.acts.pooled().data(), D, w, D, lane.acts.head.out.data() + v, V, 1.0f,
+                                                        model->head.bias.data() + v, panels);
+      };
+      size_t v = v0;
+      for (; v + HeadRows <= v0 + M; v += HeadRows) block.template operator()<HeadRows>(v);
+      if constexpr (M % HeadRows != 0) block.template operator()<M % HeadRows>(v);
+    });
+  }
+
   // Part `which` of the head's backward over the whole batch, rows [v0, v0 + M), block by block:
   //   dW = Σ_lanes dlogitsᵀ · pooled,  db = Σ_lanes Σ_rows dlogits      (into grad())
   //   head_dx[part][lane] = Σ_blocks dlogits_lane[:, block] · W[block]  (its share of dL/d(pooled))
   //   head_sq[part] = Σ dW² + Σ db²
-  template <size_t part = 0>
   void head_backward(size_t which) {
-    if constexpr (part + 1 < HeadParts)
-      if (which != part) return head_backward<part + 1>(which);
-    constexpr size_t v0 = part * VP, M = part + 1 < HeadParts ? VP : V - v0;
+    on_head_part(which, [&]<size_t part, size_t v0, size_t M>() {
     float* dx = head_dx.data() + part * Lanes * Chunk * D;
     std::fill_n(dx, Lanes * Chunk * D, 0.0f);
     double sq = 0;
@@ -301,6 +337,7 @@ struct Run {
     for (; v + HeadRows <= v0 + M; v += HeadRows) block.template operator()<HeadRows>(v);
     if constexpr (M % HeadRows != 0) block.template operator()<M % HeadRows>(v);
     head_sq[part] = sq;
+    });
   }
 
   // The global L2 norm of grad() after gradient() (as grad_norm(grad()), up to summation

@@ -72,20 +72,22 @@ struct LanguageModel {
     ActsOf<PMA<D, H, 1>, B, L> pool;
     ActsOf<Linear<D, V>, B, 1> head;
 
-    const Tensor<B, 1, V>& forward(const LanguageModel& p, const IdTensor<B, L>& ids) {
-      const Tensor<B, L, D>* h = &pe.forward(p.pe, embedding.forward(p.embedding, ids));
-      for (size_t i = 0; i < Blocks; ++i) h = &blocks[i].forward(p.blocks[i], *h);
-      return head.forward(p.head, pool.forward(p.pool, *h));
-    }
+    const Tensor<B, 1, V>& forward(const LanguageModel& p, const IdTensor<B, L>& ids) { return head.forward(p.head, forward_pooled(p, ids)); }
 
     // Accumulates parameter gradients into grad.
     void backward(const LanguageModel& p, LanguageModel& grad, const Tensor<B, 1, V>& dlogits) {
       backward_pooled(p, grad, head.backward(p.head, grad.head, dlogits));
     }
 
-    // The head's input of the last forward, the pooled rows [B, 1, D], and the backward from
-    // dL/d(pooled) down (pool, blocks, embedding): for a caller that computes the head's
-    // gradients itself.
+    // The forward up to the head's input, the pooled rows [B, 1, D] (pooled() after it), and the
+    // backward from dL/d(pooled) down (pool, blocks, embedding): for a caller that computes the
+    // head's logits into head.out and its gradients itself.
+    const Tensor<B, 1, D>& forward_pooled(const LanguageModel& p, const IdTensor<B, L>& ids) {
+      const Tensor<B, L, D>* h = &pe.forward(p.pe, embedding.forward(p.embedding, ids));
+      for (size_t i = 0; i < Blocks; ++i) h = &blocks[i].forward(p.blocks[i], *h);
+      head.x = &pool.forward(p.pool, *h);
+      return *head.x;
+    }
     const Tensor<B, 1, D>& pooled() const { return *head.x; }
     void backward_pooled(const LanguageModel& p, LanguageModel& grad, const Tensor<B, 1, D>& dpooled) {
       const Tensor<B, L, D>* dh = &pool.backward(p.pool, grad.pool, dpooled);
