@@ -314,29 +314,29 @@ struct Run {
   //   head_sq[part] = Σ dW² + Σ db²
   void head_backward(size_t which) {
     on_head_part(which, [&]<size_t part, size_t v0, size_t M>() {
-    float* dx = head_dx.data() + part * Lanes * Chunk * D;
-    std::fill_n(dx, Lanes * Chunk * D, 0.0f);
-    double sq = 0;
-    auto block = [&]<size_t R>(size_t v) {
-      float* dw = grad().head.weight.data() + v * D;
-      float* db = grad().head.bias.data() + v;
-      std::fill_n(db, R, 0.0f);
-      for (size_t l = 0; l < Lanes; ++l) {
-        const Lane& lane = (*lanes)[l];
-        const float* dl = lane.dlogits.data() + v;
-        if (l == 0)
-          kernels::matmul_tn<R, D, Chunk, false>(dl, V, lane.acts.pooled().data(), D, dw, D);
-        else
-          kernels::matmul_tn<R, D, Chunk, true>(dl, V, lane.acts.pooled().data(), D, dw, D);
-        for (size_t b = 0; b < Chunk; ++b) kernels::add_to<R>(dl + b * V, db);
-        kernels::matmul_nn<Chunk, D, R, true>(dl, V, model->head.weight.data() + v * D, D, dx + l * Chunk * D, D);
-      }
-      sq += kernels::sum_squares(dw, R * D) + kernels::sum_squares(db, R);
-    };
-    size_t v = v0;
-    for (; v + HeadRows <= v0 + M; v += HeadRows) block.template operator()<HeadRows>(v);
-    if constexpr (M % HeadRows != 0) block.template operator()<M % HeadRows>(v);
-    head_sq[part] = sq;
+      float* dx = head_dx.data() + part * Lanes * Chunk * D;
+      std::fill_n(dx, Lanes * Chunk * D, 0.0f);
+      double sq = 0;
+      auto block = [&]<size_t R>(size_t v) {
+        float* dw = grad().head.weight.data() + v * D;
+        float* db = grad().head.bias.data() + v;
+        std::fill_n(db, R, 0.0f);
+        for (size_t l = 0; l < Lanes; ++l) {
+          const Lane& lane = (*lanes)[l];
+          const float* dl = lane.dlogits.data() + v;
+          if (l == 0)
+            kernels::matmul_tn<R, D, Chunk, false>(dl, V, lane.acts.pooled().data(), D, dw, D);
+          else
+            kernels::matmul_tn<R, D, Chunk, true>(dl, V, lane.acts.pooled().data(), D, dw, D);
+          for (size_t b = 0; b < Chunk; ++b) kernels::add_to<R>(dl + b * V, db);
+          kernels::matmul_nn<Chunk, D, R, true>(dl, V, model->head.weight.data() + v * D, D, dx + l * Chunk * D, D);
+        }
+        sq += kernels::sum_squares(dw, R * D) + kernels::sum_squares(db, R);
+      };
+      size_t v = v0;
+      for (; v + HeadRows <= v0 + M; v += HeadRows) block.template operator()<HeadRows>(v);
+      if constexpr (M % HeadRows != 0) block.template operator()<M % HeadRows>(v);
+      head_sq[part] = sq;
     });
   }
 

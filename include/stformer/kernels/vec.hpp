@@ -54,8 +54,9 @@ inline vf vmax(vf a, vf b) { return xsimd::max(a, b); }
 // anything above give +∞, NaN stays NaN. The softmax family takes its exponentials as
 // e^{c(x−m)} = 2^{(x−m)·c·log₂e}, where t ≤ 0: vexp2<true> (t ≤ 0 or NaN) is the same but for
 // results below 2^-126.5, which are 0 (subnormal, and flushed to 0 on the pool's threads anyway),
-// so that without AVX-512 2^n is one factor (t clamped to −127: 2^-127 written as 0) and the
-// upper clamp is left out: 13 operations instead of 19.
+// so that the xsimd builds without AVX-512 write 2^n as one factor (t clamped to −127: 2^-127
+// written as 0) and leave out the upper clamp: 13 operations instead of 19. (Helium and the
+// plain build take the same path for both.)
 template <bool AtMostZero = false>
 inline vf vexp2(vf t) {
 #if defined(__AVX512F__)
