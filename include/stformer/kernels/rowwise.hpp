@@ -27,8 +27,7 @@ inline constexpr float scalenorm_eps = 1e-5f;
 inline constexpr float neg_inf = -std::numeric_limits<float>::infinity();
 
 // The lanes' maxima over the whole vectors of a row of N (−∞ if there are none). On x86 in four
-// independent chains (one chain waits a max's latency per vector); elsewhere in one, as the
-// Cortex-M cores run it best.
+// independent chains (one chain waits a max's latency per vector); elsewhere in one.
 template <size_t N>
 inline vf max_lanes(const float* s) {
   constexpr size_t full = N / W * W, C = W >= 8 ? 4 : 1;
