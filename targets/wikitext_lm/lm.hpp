@@ -291,7 +291,8 @@ struct Run {
   // logits = pooled · Wᵀ + b, block by block, each whole block of W packed once for the lanes.
   void head_forward(size_t which) {
     on_head_part(which, [&]<size_t part, size_t v0, size_t M>() {
-      auto block = [&]<size_t R>(size_t v) {
+      for_tiles<M, HeadRows>([&]<size_t R>(size_t i) {
+        const size_t v = v0 + i;
         const float* w = model->head.weight.data() + v * D;
         const kernels::PanelsNT<R, D>* panels = nullptr;
         if constexpr (R == HeadRows && kernels::packs<Chunk>) {
@@ -301,10 +302,7 @@ struct Run {
         for (Lane& lane : *lanes)
           kernels::matmul_nt<Chunk, R, D, false, Chunk>(lane.acts.pooled().data(), D, w, D, lane.acts.head.out.data() + v, V, 1.0f,
                                                         model->head.bias.data() + v, panels);
-      };
-      size_t v = v0;
-      for (; v + HeadRows <= v0 + M; v += HeadRows) block.template operator()<HeadRows>(v);
-      if constexpr (M % HeadRows != 0) block.template operator()<M % HeadRows>(v);
+      });
     });
   }
 
@@ -317,7 +315,8 @@ struct Run {
       float* dx = head_dx.data() + part * Lanes * Chunk * D;
       std::fill_n(dx, Lanes * Chunk * D, 0.0f);
       double sq = 0;
-      auto block = [&]<size_t R>(size_t v) {
+      for_tiles<M, HeadRows>([&]<size_t R>(size_t i) {
+        const size_t v = v0 + i;
         float* dw = grad().head.weight.data() + v * D;
         float* db = grad().head.bias.data() + v;
         std::fill_n(db, R, 0.0f);
@@ -332,10 +331,7 @@ struct Run {
           kernels::matmul_nn<Chunk, D, R, true>(dl, V, model->head.weight.data() + v * D, D, dx + l * Chunk * D, D);
         }
         sq += kernels::sum_squares(dw, R * D) + kernels::sum_squares(db, R);
-      };
-      size_t v = v0;
-      for (; v + HeadRows <= v0 + M; v += HeadRows) block.template operator()<HeadRows>(v);
-      if constexpr (M % HeadRows != 0) block.template operator()<M % HeadRows>(v);
+      });
       head_sq[part] = sq;
     });
   }
