@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <vector>
 
@@ -42,7 +43,9 @@ struct Dims {
 TEST_CASE_TEMPLATE("matmul_nt: C = alpha A Bᵀ + bias, with strides", S, Dims<1, 1, 1>, Dims<3, 5, 2>,
                    Dims<4, 4, 16>, Dims<7, 9, 17>, Dims<16, 33, 64>, Dims<50, 50, 16>, Dims<5, 130, 128>,
                    // K in blocks of 128: two and a tail, exactly two, one and a tail of 1
-                   Dims<70, 37, 300>, Dims<9, 64, 256>, Dims<12, 20, 129>) {
+                   Dims<70, 37, 300>, Dims<9, 64, 256>, Dims<12, 20, 129>,
+                   // few rows (transposes): chunks of B's rows and a tail, K in chunks, M padded
+                   Dims<32, 130, 128>, Dims<32, 70, 300>, Dims<24, 200, 100>, Dims<17, 64, 512>) {
   constexpr size_t M = S::M, N = S::N, K = S::K, lda = K + 3, ldb = K + 1, ldc = N + 2;
   stformer::Rng rng(M * 1000 + N * 10 + K);
   auto A = random(M * lda, rng), B = random(N * ldb, rng), bias = random(N, rng);
@@ -66,6 +69,26 @@ TEST_CASE_TEMPLATE("matmul_nt: C = alpha A Bᵀ + bias, with strides", S, Dims<1
   got.assign(C.begin(), C.end());
   for (auto& w : want) w = std::max(w, 0.0);
   check_near(got, want);
+}
+
+// Of (the rows of the whole product) chooses matmul_nt's path, and each entry is the same chain
+// of multiply-adds on every path: 32 rows transposed (transposes<32, ...> where W ≤ 16), the same
+// rows in two tiles, and the same rows as part of a 40-row product (panels) give the same bits.
+TEST_CASE("matmul_nt: tiles of rows and the few-rows path give the same bits as the panels") {
+  constexpr size_t M = 32, N = 130, K = 200, T = 20;
+  stformer::Rng rng(7);
+  auto A = random(M * K, rng), B = random(N * K, rng), bias = random(N, rng);
+  std::vector<float> whole(M * N), tiled(M * N), panels(M * N);
+  k::matmul_nt<M, N, K, true>(A.data(), K, B.data(), K, whole.data(), N, 0.7f, bias.data());
+  k::matmul_nt<T, N, K, true, M>(A.data(), K, B.data(), K, tiled.data(), N, 0.7f, bias.data());
+  k::matmul_nt<M - T, N, K, true, M>(A.data() + T * K, K, B.data(), K, tiled.data() + T * N, N, 0.7f, bias.data());
+  k::matmul_nt<M, N, K, true, 40>(A.data(), K, B.data(), K, panels.data(), N, 0.7f, bias.data());
+  CHECK(std::memcmp(whole.data(), tiled.data(), M * N * sizeof(float)) == 0);
+  CHECK(std::memcmp(whole.data(), panels.data(), M * N * sizeof(float)) == 0);
+  size_t positive = 0;  // ReLU left a fair share of both signs
+  for (float y : whole) positive += y > 0;
+  CHECK(positive > M * N / 4);
+  CHECK(positive < M * N * 3 / 4);
 }
 
 TEST_CASE_TEMPLATE("matmul_nn: C = A B, with strides", S, Dims<1, 1, 1>, Dims<3, 5, 2>, Dims<4, 16, 16>,

@@ -41,7 +41,7 @@ struct Linear {
   // stack is small, and there packing each tile's panel costs no more instructions.
   template <size_t Rows, size_t T, class Fn>
   void with_panels(Fn&& fn) const {
-    if constexpr (T < Rows && kernels::packs<Rows> && sizeof(Panels) <= 8192 && !STFORMER_HELIUM) {
+    if constexpr (T < Rows && kernels::packs<Rows> && !kernels::transposes<Rows, Out, In> && sizeof(Panels) <= 8192 && !STFORMER_HELIUM) {
       Panels panels;
       panels.pack(weight.data(), In);
       fn(&panels);

@@ -7,8 +7,8 @@
 //   transpose: dst = srcᵀ                                        kᵀ for the scores, panels of Bᵀ
 //
 // All work in register tiles of fused multiply-add (fma) chains: matmul_nt broadcasts A's
-// entries against packed panels of Bᵀ, or for few rows accumulates dot products along K and
-// reduces them at the end; matmul_nn/tn broadcast A[i,k] against rows of B (rows_per_tile).
+// entries against packed panels of Bᵀ, for 2–4 vectors of rows takes Cᵀ = B·Aᵀ by the nn tiles,
+// or for fewer rows accumulates dot products along K and reduces them at the end; matmul_nn/tn broadcast A[i,k] against rows of B (rows_per_tile).
 #pragma once
 
 #include "../config.hpp"
@@ -243,23 +243,66 @@ struct PanelsNT {
   }
 };
 
+// Few rows (Of ≤ 32: one window's rows through a block's projections): packing B's N·K entries
+// costs more than transposing A's M·K and C's M·N, so Cᵀ = B · Aᵀ is taken by the nn tiles
+// (B's entries broadcast against rows of Aᵀ, its M columns padded to whole vectors), NC rows of B
+// at a time, alpha and the bias applied to Cᵀ's rows, then transposed into C. Each entry is the
+// same chain of multiply-adds along K as on the panels, and the same fma with alpha and the bias:
+// the same bits. x86 only (AVX2, AVX-512), from 2 vectors of rows (one was slower than the
+// panels), with Aᵀ at most 64 KB on the stack.
+template <size_t Of, size_t N, size_t K>
+inline constexpr bool transposes = W >= 8 && Of <= 32 && Of >= 2 * W && Of * (N + K) < N * K && K * 32 <= 16384;
+
+namespace detail {
+
+template <size_t M, size_t N, size_t K, bool Relu>
+inline void nt_transposed(const float* A, size_t lda, const float* B, size_t ldb, float* C, size_t ldc, float alpha,
+                          const float* bias) {
+  constexpr size_t MP = (M + W - 1) / W * W, NC = N < 64 ? N : 64;
+  alignas(64) float at[K * MP];  // Aᵀ [K, MP], zero past column M
+  transpose<K>(A, lda, M, at, MP);
+  if constexpr (MP > M)
+    for (size_t k = 0; k < K; ++k) std::fill(at + k * MP + M, at + (k + 1) * MP, 0.0f);
+  alignas(64) float ct[NC * MP];  // Cᵀ for rows [j0, j0 + NC) of B
+  const vf al = splat(alpha);
+  auto chunk = [&]<size_t NB>(size_t j0) {
+    nn_any<NB, MP, K, false>(B + j0 * ldb, ldb, 1, at, MP, ct, MP);
+    for (size_t j = 0; j < NB; ++j) {
+      const vf b = splat(bias ? bias[j0 + j] : 0.0f);
+      for (size_t i = 0; i < MP; i += W) {
+        const vf y = fma(load(ct + j * MP + i), al, b);
+        store(ct + j * MP + i, Relu ? vmax(y, splat(0.0f)) : y);
+      }
+    }
+    transpose<M>(ct, MP, NB, C + j0, ldc);
+  };
+  size_t j0 = 0;
+  for (; j0 + NC <= N; j0 += NC) chunk.template operator()<NC>(j0);
+  if constexpr (N % NC != 0) chunk.template operator()<N % NC>(j0);
+}
+
+}  // namespace detail
+
 // C[M,N] = alpha · A[M,K] · B[N,K]ᵀ (+ bias[N]), then max(·, 0) when Relu (FeedForward's first
 // layer, fused). SIMD builds pack Bᵀ in panels of NP columns and at most KC = 128 rows of K
 // (on the stack, 32 KB with AVX-512: it stays in the L1 cache while every row of A passes over
 // it), or read them from `panels` (B packed beforehand), and broadcast A's entries against them,
 // 6 or 7 rows at a time (24 accumulators with AVX-512), which needs no horizontal sums. The
 // one-lane build and very few rows (M < 8: one window's row through the 33,278-word head, where
-// packing B would cost more than the product) take dot products along K instead. Packing by
-// register transposes costs about a quarter of a 32-row product.
+// packing B would cost more than the product) take dot products along K instead, and 2W to 32
+// rows the transposed product (transposes). Packing by register transposes costs about a
+// quarter of a 32-row product.
 // Of: the rows of the whole product when these M rows are one tile of it (forward-only passes
 // take a layer's rows in tiles). The path is chosen by Of, and every entry of C is one chain of
-// multiply-adds along K on either path whatever the tile, so a tile's entries have the same bits
+// multiply-adds along K on every path whatever the tile, so a tile's entries have the same bits
 // as the whole product's.
 template <size_t M, size_t N, size_t K, bool Relu = false, size_t Of = M>
 inline void matmul_nt(const float* A, size_t lda, const float* B, size_t ldb, float* C, size_t ldc, float alpha = 1.0f,
                       const float* bias = nullptr, const PanelsNT<N, K>* panels = nullptr) {
   if constexpr (!packs<Of>) {
     detail::nt_dots<M, N, K, Relu>(A, lda, B, ldb, C, ldc, alpha, bias);
+  } else if constexpr (transposes<Of, N, K>) {
+    detail::nt_transposed<M, N, K, Relu>(A, lda, B, ldb, C, ldc, alpha, bias);
   } else {
     constexpr size_t NPused = panel_width<N>, NVused = NPused / W, TR = 6, KC = K < 128 ? K : 128, NB = K / KC, KT = K % KC;
     // The rows past the last whole tile go one each into the first tiles when those still fit
