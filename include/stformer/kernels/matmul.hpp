@@ -290,7 +290,7 @@ inline void nt_transposed(const float* A, size_t lda, const float* B, size_t ldb
 // 6 or 7 rows at a time (24 accumulators with AVX-512), which needs no horizontal sums. The
 // one-lane build and very few rows (M < 8: one window's row through the 33,278-word head, where
 // packing B would cost more than the product) take dot products along K instead, and 2W to 32
-// rows the transposed product (transposes). Packing by register transposes costs about a
+// rows the transposed product (transposes) unless given `panels`. Packing by register transposes costs about a
 // quarter of a 32-row product.
 // Of: the rows of the whole product when these M rows are one tile of it (forward-only passes
 // take a layer's rows in tiles). The path is chosen by Of, and every entry of C is one chain of
@@ -301,9 +301,9 @@ inline void matmul_nt(const float* A, size_t lda, const float* B, size_t ldb, fl
                       const float* bias = nullptr, const PanelsNT<N, K>* panels = nullptr) {
   if constexpr (!packs<Of>) {
     detail::nt_dots<M, N, K, Relu>(A, lda, B, ldb, C, ldc, alpha, bias);
-  } else if constexpr (transposes<Of, N, K>) {
-    detail::nt_transposed<M, N, K, Relu>(A, lda, B, ldb, C, ldc, alpha, bias);
   } else {
+    if constexpr (transposes<Of, N, K>)
+      if (!panels) return detail::nt_transposed<M, N, K, Relu>(A, lda, B, ldb, C, ldc, alpha, bias);
     constexpr size_t NPused = panel_width<N>, NVused = NPused / W, TR = 6, KC = K < 128 ? K : 128, NB = K / KC, KT = K % KC;
     // The rows past the last whole tile go one each into the first tiles when those still fit
     // the registers (accumulators, B's vectors, A's broadcast): a short last tile has too few
