@@ -7,8 +7,9 @@
 //   transpose: dst = srcᵀ                                        kᵀ for the scores, panels of Bᵀ
 //
 // All work in register tiles of fused multiply-add (fma) chains: matmul_nt broadcasts A's
-// entries against packed panels of Bᵀ, for 2–4 vectors of rows takes Cᵀ = B·Aᵀ by the nn tiles,
-// or for fewer rows accumulates dot products along K and reduces them at the end; matmul_nn/tn broadcast A[i,k] against rows of B (rows_per_tile).
+// entries against packed panels of Bᵀ, takes Cᵀ = B·Aᵀ by the nn tiles for 2W to 32 rows, or
+// for fewer rows accumulates dot products along K and reduces them at the end; matmul_nn/tn
+// broadcast A[i,k] against rows of B (rows_per_tile).
 #pragma once
 
 #include "../config.hpp"
@@ -290,8 +291,8 @@ inline void nt_transposed(const float* A, size_t lda, const float* B, size_t ldb
 // 6 or 7 rows at a time (24 accumulators with AVX-512), which needs no horizontal sums. The
 // one-lane build and very few rows (M < 8: one window's row through the 33,278-word head, where
 // packing B would cost more than the product) take dot products along K instead, and 2W to 32
-// rows the transposed product (transposes) unless given `panels`. Packing by register transposes costs about a
-// quarter of a 32-row product.
+// rows the transposed product (transposes) unless given `panels`. Packing by register
+// transposes costs about a quarter of a 32-row product.
 // Of: the rows of the whole product when these M rows are one tile of it (forward-only passes
 // take a layer's rows in tiles). The path is chosen by Of, and every entry of C is one chain of
 // multiply-adds along K on every path whatever the tile, so a tile's entries have the same bits
