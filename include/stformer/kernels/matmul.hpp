@@ -260,10 +260,8 @@ template <size_t M, size_t N, size_t K, bool Relu>
 inline void nt_transposed(const float* A, size_t lda, const float* B, size_t ldb, float* C, size_t ldc, float alpha,
                           const float* bias) {
   constexpr size_t MP = (M + W - 1) / W * W, NC = N < 64 ? N : 64;
-  alignas(64) float at[K * MP];  // Aᵀ [K, MP], zero past column M
-  transpose<K>(A, lda, M, at, MP);
-  if constexpr (MP > M)
-    for (size_t k = 0; k < K; ++k) std::fill(at + k * MP + M, at + (k + 1) * MP, 0.0f);
+  alignas(64) float at[K * MP];  // Aᵀ [K, MP], zero past column M: A packed as a panel
+  pack_panel<K, MP>(A, lda, M, at);
   alignas(64) float ct[NC * MP];  // Cᵀ for rows [j0, j0 + NC) of B
   const vf al = splat(alpha);
   auto chunk = [&]<size_t NB>(size_t j0) {
