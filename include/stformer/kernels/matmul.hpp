@@ -52,9 +52,9 @@ inline void nt_tile(const float* A, size_t lda, const float* B, size_t ldb, floa
   constexpr size_t KV = K / W * W;  // K rounded down to whole vectors
   for (size_t k = 0; k < KV; k += W) {
     vf a[R];
-    for (size_t r = 0; r < R; ++r) a[r] = load(A + r * lda + k);
+    for (size_t r = 0; r < R; ++r) a[r] = in_register(load(A + r * lda + k));
     for (size_t c = 0; c < C; ++c) {
-      vf b = load(B + c * ldb + k);
+      vf b = in_register(load(B + c * ldb + k));
       // One row against many rows of B (the LM head's 17 MB for one window) is bound by
       // reading B from memory: asking for B 16 KB ahead keeps more lines in flight than the
       // hardware prefetcher does. (An address, not a pointer past B's end: a prefetch never faults.)
@@ -102,7 +102,7 @@ template <size_t R, size_t NV, size_t K, bool Acc>
     for (size_t v = 0; v < NV; ++v) acc[r][v] = Acc ? load(C + r * ldc + v * W) : splat(0.0f);
   for (size_t k = 0; k < K; ++k) {
     vf b[NV];
-    for (size_t v = 0; v < NV; ++v) b[v] = load(B + k * ldb + v * W);
+    for (size_t v = 0; v < NV; ++v) b[v] = in_register(load(B + k * ldb + v * W));
     for (size_t r = 0; r < R; ++r) {
       vf a = splat(A[r * ars + k * aks]);
       for (size_t v = 0; v < NV; ++v) acc[r][v] = fma(a, b[v], acc[r][v]);
@@ -194,7 +194,7 @@ inline void panel_tile(const float* A, size_t lda, const float* P, float* C, siz
   }
   for (size_t k = 0; k < K; ++k) {
     vf b[NV];
-    for (size_t v = 0; v < NV; ++v) b[v] = load(P + k * NP + v * W);
+    for (size_t v = 0; v < NV; ++v) b[v] = in_register(load(P + k * NP + v * W));
     for (size_t r = 0; r < R; ++r) {
       vf a = splat(A[r * lda + k]);
       for (size_t v = 0; v < NV; ++v) acc[r][v] = fma(a, b[v], acc[r][v]);
