@@ -117,6 +117,8 @@ TEST_CASE("qmatmul_nt is exact against the integer loop on every size") {
       check_product<13, 70, 257>(pad, bias, false);  // K over one block (256) by one
       check_product<9, 33, 600>(pad, bias, false);
       check_product<1, 130, 2>(pad, bias, false);
+      check_product<70, 24, 40>(pad, bias, false);    // rows over one chunk of A (64, or 60 with AVX-512)
+      check_product<131, 40, 300>(pad, bias, false);  // two chunks and a part, K over one block
     }
   check_product<11, 37, 1000>(1, true, true);  // sums near ±128·127·1000
 }
@@ -186,15 +188,18 @@ TEST_CASE("requantize: the formula on vectors of channels, the zero point added,
   }
   std::vector<std::int32_t> wide(x.size());
   std::vector<std::int8_t> narrow(x.size());
+  std::vector<std::int16_t> half_wide(x.size());
   k::requantize(x.data(), rows, channels, q.data(), shift.data(), 0, INT32_MIN, INT32_MAX, wide.data());
   k::requantize(x.data(), rows, channels, q.data(), shift.data(), -3, -128, 127, narrow.data());
+  k::requantize(x.data(), rows, channels, q.data(), shift.data(), 5, -32768, 32767, half_wide.data());
   size_t wrong = 0;
   for (size_t i = 0; i < x.size(); ++i) {
     const std::int32_t want = reference(x[i], {q[i % channels], shift[i % channels]});
     wrong += wide[i] != want;
     wrong += int(narrow[i]) != std::clamp(want - 3, -128, 127);
+    wrong += int(half_wide[i]) != std::clamp(std::int64_t(want) + 5, std::int64_t(-32768), std::int64_t(32767));
   }
-  INFO(wrong, " of ", 2 * x.size(), " differ; backend ", std::string(k::qv::name()));
+  INFO(wrong, " of ", 3 * x.size(), " differ; backend ", std::string(k::qv::name()));
   CHECK(wrong == 0);
 
   const std::int32_t y[] = {-1000000, -300, -1, 0, 1, 300, 1000000, 255};

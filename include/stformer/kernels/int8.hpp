@@ -511,12 +511,23 @@ inline void dot_products(const TA* A, size_t lda, const std::int8_t* B, size_t l
     }
 }
 
+// x held in a register: q_tile's vectors of B are loaded once, not folded by GCC into each row's
+// instruction (kernels::in_register in vec.hpp), and its accumulators stay where they are
+// instead of being copied between registers every step. No result changes.
+inline qv pinned(qv x) {
+#if STFORMER_SIMD && defined(__AVX2__)
+  asm("" : "+v"(x.v));
+#endif
+  return x;
+}
+
 // R rows × NV vectors of C (int32, ld ldc) = add + (first ? 0 : C) + the product of one block of
 // KG groups: a [R][KG·G] (A's rows, prepared: offset and widened), p the packed panel
 // [KG][NV·lanes][G]; add [NV·lanes]: the bias (first block) minus the offset's correction. Only
-// the first `cols` columns of C are read and written.
+// the first `cols` columns of C are read and written. Not inlined: inside qmatmul_nt's loops GCC
+// kept the accumulators in memory, a store per product.
 template <size_t R, size_t NV, size_t KG>
-inline void q_tile(const qv::qa* a, const qv::qb* p, std::int32_t* C, size_t ldc, const std::int32_t* add, size_t cols, bool first) {
+[[gnu::noinline]] inline void q_tile(const qv::qa* a, const qv::qb* p, std::int32_t* C, size_t ldc, const std::int32_t* add, size_t cols, bool first) {
   constexpr size_t L = qv::lanes, G = qv::G, NP = NV * L;
   qv acc[R][NV];
   for (size_t r = 0; r < R; ++r)
@@ -532,10 +543,10 @@ inline void q_tile(const qv::qa* a, const qv::qb* p, std::int32_t* C, size_t ldc
     }
   for (size_t k = 0; k < KG; ++k) {
     qv b[NV];
-    for (size_t v = 0; v < NV; ++v) b[v] = qv::load(p + (k * NP + v * L) * G);
+    for (size_t v = 0; v < NV; ++v) b[v] = pinned(qv::load(p + (k * NP + v * L) * G));
     for (size_t r = 0; r < R; ++r) {
       qv x = qv::broadcast(a + r * KG * G + k * G);
-      for (size_t v = 0; v < NV; ++v) acc[r][v] = qv::dot(acc[r][v], x, b[v]);
+      for (size_t v = 0; v < NV; ++v) acc[r][v] = pinned(qv::dot(acc[r][v], x, b[v]));
     }
   }
   for (size_t r = 0; r < R; ++r)
@@ -553,10 +564,66 @@ inline void q_tile(const qv::qa* a, const qv::qb* p, std::int32_t* C, size_t ldc
 
 }  // namespace detail
 
+// The panel of B's columns j0 … j0 + cols − 1 (cols ≤ NP) and entries k0 … k0 + kn − 1 for
+// q_tile: panel[(g·NP + j)·G + e] = B[j0 + j, k0 + g·G + e] (as qv::qb), 0 past column cols or
+// entry kn, kg = ⌈kn / G⌉ groups; add[j] = bias[j0 + j] (when given) − a_offset · Σ_k of that
+// row of B. Where a group is one 32-bit word (G entries of qb: every x86 form), 8 columns × 8
+// groups at a time are an 8 × 8 transpose of words in AVX2 registers.
+template <size_t NP>
+inline void pack_panel(const std::int8_t* B, size_t ldb, size_t cols, size_t kn, size_t kg, const std::int32_t* bias, qv::qb* panel,
+                       std::int32_t* add) {
+  constexpr size_t G = qv::G;
+  size_t j = 0, g8 = 0;
+#if STFORMER_SIMD && defined(__AVX2__)
+  if constexpr (G * sizeof(qv::qb) == 4 && NP % 8 == 0) {
+    g8 = kn / (8 * G) * 8;  // groups done 8 at a time
+    for (; j + 8 <= cols; j += 8)
+      for (size_t g = 0; g < g8; g += 8) {
+        __m256i r[8], t[8], u[8];
+        for (size_t c = 0; c < 8; ++c) {  // column j + c's 8 groups as 8 words
+          const std::int8_t* b = B + (j + c) * ldb + g * G;
+          if constexpr (sizeof(qv::qb) == 2)
+            r[c] = _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(b)));
+          else
+            r[c] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b));
+        }
+        for (size_t c = 0; c < 8; c += 2) t[c] = _mm256_unpacklo_epi32(r[c], r[c + 1]), t[c + 1] = _mm256_unpackhi_epi32(r[c], r[c + 1]);
+        for (size_t c = 0; c < 8; c += 4)
+          for (size_t h = 0; h < 2; ++h)
+            u[c + h] = _mm256_unpacklo_epi64(t[c + h], t[c + h + 2]), u[c + h + 2] = _mm256_unpackhi_epi64(t[c + h], t[c + h + 2]);
+        // u[0 … 3]: groups (0, 4), (2, 6), (1, 5), (3, 7) of columns 0 … 3 (low and high halves); u[4 … 7] of columns 4 … 7
+        constexpr int order[4] = {0, 2, 1, 3};
+        for (size_t q = 0; q < 4; ++q) {
+          const __m256i lo = _mm256_permute2x128_si256(u[order[q]], u[4 + order[q]], 0x20);
+          const __m256i hi = _mm256_permute2x128_si256(u[order[q]], u[4 + order[q]], 0x31);
+          _mm256_storeu_si256(reinterpret_cast<__m256i*>(panel + ((g + q) * NP + j) * G), lo);
+          _mm256_storeu_si256(reinterpret_cast<__m256i*>(panel + ((g + q + 4) * NP + j) * G), hi);
+        }
+      }
+  }
+#endif
+  for (size_t c = 0; c < NP; ++c) {  // the rest: groups g8 … of columns done above, every group of the others
+    qv::qb* out = panel + c * G;
+    const std::int8_t* b = B + c * ldb;
+    const size_t from = c < j ? g8 * G : 0;
+    if (c < cols) {
+      for (size_t k = from; k < kg * G; ++k) out[k / G * NP * G + k % G] = k < kn ? qv::qb(b[k]) : qv::qb(0);
+    } else {
+      for (size_t k = 0; k < kg * G; ++k) out[k / G * NP * G + k % G] = qv::qb(0);
+    }
+    std::int32_t s = 0;
+    if constexpr (qv::a_offset != 0)
+      if (c < cols)
+        for (size_t k = 0; k < kn; ++k) s += b[k];
+    add[c] = (bias && c < cols ? bias[c] : 0) - qv::a_offset * s;
+  }
+}
+
 // C[M,N] = A[M,K] · B[N,K]ᵀ + bias[N] (bias may be null), all integers: A, B int8 (row-major,
-// ld lda, ldb), C int32 (ld ldc). SIMD builds pack B's columns in panels of NP and K in blocks
-// of at most KC (on the stack) and prepare A's rows tile by tile; the plain build takes dot
-// products. The result is exact on every backend.
+// ld lda, ldb), C int32 (ld ldc). SIMD builds take up to MC rows of A at a time and K in blocks
+// of at most KC: each block of those rows is prepared once (offset and widened), then B's
+// columns are packed in panels of NP (pack_panel) that meet every tile of TR rows. All on the
+// stack. The plain build takes dot products. The result is exact on every backend.
 template <size_t M, size_t N, size_t K>
 inline void qmatmul_nt(const std::int8_t* A, size_t lda, const std::int8_t* B, size_t ldb, std::int32_t* C, size_t ldc,
                        const std::int32_t* bias = nullptr) {
@@ -564,47 +631,37 @@ inline void qmatmul_nt(const std::int8_t* A, size_t lda, const std::int8_t* B, s
     detail::dot_products<M, N, K>(A, lda, B, ldb, C, ldc, bias);
   } else {
     constexpr size_t L = qv::lanes, G = qv::G, NVmax = L >= 16 ? 4 : 2;
-    constexpr size_t NV = (N + L - 1) / L < NVmax ? (N + L - 1) / L : NVmax, NP = NV * L, TR = L >= 16 ? 6 : 4;
+    constexpr size_t NV = (N + L - 1) / L < NVmax ? (N + L - 1) / L : NVmax, NP = NV * L, TR = 6;
     constexpr size_t KC = K < 256 ? K : 256, KGC = (KC + G - 1) / G;  // a block: KC entries of K in KGC groups
+    constexpr size_t MC = TR * (64 / TR), RA = M < MC ? M : MC;         // rows of A at a time
     alignas(64) qv::qb panel[KGC * NP * G];
-    alignas(64) qv::qa rows[TR * KGC * G];
+    alignas(64) qv::qa rows[RA * KGC * G];
     alignas(64) std::int32_t add[NP];  // per block: the bias (first block) minus the offset's correction
-    for (size_t j0 = 0; j0 < N; j0 += NP) {
-      const size_t cols = N - j0 < NP ? N - j0 : NP;
+    for (size_t i0 = 0; i0 < M; i0 += MC) {
+      const size_t mr = M - i0 < MC ? M - i0 : MC;
       for (size_t k0 = 0; k0 < K; k0 += KC) {
         const size_t kn = K - k0 < KC ? K - k0 : KC, kg = (kn + G - 1) / G;
-        // panel[(g·NP + j)·G + e] = B[j0 + j, k0 + g·G + e], 0 past column N or the block's end;
-        // add[j]: the bias (first block) minus a_offset · Σ_k B[j0 + j, k0 + k]
-        for (size_t j = 0; j < NP; ++j) {
-          qv::qb* out = panel + j * G;
-          std::int32_t s = 0;
-          if (j < cols) {
-            const std::int8_t* b = B + (j0 + j) * ldb + k0;
-            for (size_t g = 0; g < kn / G; ++g)
-              for (size_t e = 0; e < G; ++e) out[g * NP * G + e] = qv::qb(b[g * G + e]);
-            for (size_t k = kn / G * G; k < kg * G; ++k) out[k / G * NP * G + k % G] = k < kn ? qv::qb(b[k]) : qv::qb(0);
-            if constexpr (qv::a_offset != 0)
-              for (size_t k = 0; k < kn; ++k) s += b[k];
-          } else {
-            for (size_t k = 0; k < kg * G; ++k) out[k / G * NP * G + k % G] = qv::qb(0);
-          }
-          add[j] = (k0 == 0 && bias && j < cols ? bias[j0 + j] : 0) - qv::a_offset * s;
+        for (size_t r = 0; r < mr; ++r) {
+          const std::int8_t* a = A + (i0 + r) * lda + k0;
+          qv::qa* to = rows + r * kg * G;
+          for (size_t k = 0; k < kn; ++k) to[k] = qv::qa(std::int32_t(a[k]) + qv::a_offset);
+          for (size_t k = kn; k < kg * G; ++k) to[k] = qv::qa(qv::a_offset);
         }
-        auto tile = [&]<size_t R>(size_t i) {
-          for (size_t r = 0; r < R; ++r) {
-            const std::int8_t* a = A + (i + r) * lda + k0;
-            qv::qa* to = rows + r * kg * G;
-            for (size_t k = 0; k < kn; ++k) to[k] = qv::qa(std::int32_t(a[k]) + qv::a_offset);
-            for (size_t k = kn; k < kg * G; ++k) to[k] = qv::qa(qv::a_offset);
-          }
-          if (kg == KGC)
-            detail::q_tile<R, NV, KGC>(rows, panel, C + i * ldc + j0, ldc, add, cols, k0 == 0);
-          else
-            detail::q_tile<R, NV, (K % KC + G - 1) / G>(rows, panel, C + i * ldc + j0, ldc, add, cols, k0 == 0);
-        };
-        size_t i = 0;
-        for (; i + TR <= M; i += TR) tile.template operator()<TR>(i);
-        if constexpr (M % TR != 0) tile.template operator()<M % TR>(i);
+        for (size_t j0 = 0; j0 < N; j0 += NP) {
+          const size_t cols = N - j0 < NP ? N - j0 : NP;
+          pack_panel<NP>(B + j0 * ldb + k0, ldb, cols, kn, kg, k0 == 0 && bias ? bias + j0 : nullptr, panel, add);
+          auto tile = [&]<size_t R>(size_t i) {
+            std::int32_t* c = C + (i0 + i) * ldc + j0;
+            if (kg == KGC)
+              detail::q_tile<R, NV, KGC>(rows + i * kg * G, panel, c, ldc, add, cols, k0 == 0);
+            else
+              detail::q_tile<R, NV, (K % KC + G - 1) / G>(rows + i * kg * G, panel, c, ldc, add, cols, k0 == 0);
+          };
+          size_t i = 0;
+          for (; i + TR <= mr; i += TR) tile.template operator()<TR>(i);
+          if constexpr (M % TR != 0)  // only the last chunk of rows ends in a part of a tile (MC is a multiple of TR)
+            if (i < mr) tile.template operator()<M % TR>(i);
+        }
       }
     }
   }
@@ -682,6 +739,33 @@ inline void qmatmul_nn(const std::int8_t* A, size_t lda, const std::int16_t* B, 
   }
 }
 
+// y[0 … lanes − 1] = x's lanes as Out (int8, int16 or int32), each already within Out's range.
+template <class Out>
+inline void store_as(Out* y, qv x) {
+  if constexpr (sizeof(Out) == 4) {
+    qv::store(reinterpret_cast<std::int32_t*>(y), x);
+#if STFORMER_SIMD && defined(__AVX512BW__)
+  } else if constexpr (sizeof(Out) == 1) {
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(y), _mm512_cvtepi32_epi8(x.v));
+  } else if constexpr (sizeof(Out) == 2) {
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(y), _mm512_cvtepi32_epi16(x.v));
+#elif STFORMER_SIMD && defined(__AVX2__)
+  } else if constexpr (sizeof(Out) <= 2) {
+    const __m256i w = _mm256_packs_epi32(x.v, x.v);  // int16: lanes 0-3 twice, then 4-7 twice
+    if constexpr (sizeof(Out) == 1) {
+      const __m256i b = _mm256_packs_epi16(w, w);
+      _mm_storel_epi64(reinterpret_cast<__m128i*>(y), _mm_unpacklo_epi32(_mm256_castsi256_si128(b), _mm256_extracti128_si256(b, 1)));
+    } else {
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(y), _mm_unpacklo_epi64(_mm256_castsi256_si128(w), _mm256_extracti128_si256(w, 1)));
+    }
+#endif
+  } else {
+    std::int32_t v[qv::lanes];
+    qv::store(v, x);
+    for (size_t l = 0; l < qv::lanes; ++l) y[l] = Out(v[l]);
+  }
+}
+
 // y[r, c] = clamp(zero + apply(x[r, c], q[c], shift[c]), lo, hi) for rows × channels entries,
 // with one multiplier per channel (an output column of a product; Multiplier's fields as two
 // arrays, so that a vector of channels loads at once). The same integers on every backend.
@@ -691,11 +775,8 @@ inline void requantize(const std::int32_t* x, size_t rows, size_t channels, cons
   constexpr size_t L = qv::lanes;
   const size_t whole = channels / L * L;  // channels in whole vectors
   for (size_t r = 0; r < rows; ++r, x += channels, y += channels) {
-    for (size_t c = 0; c < whole; c += L) {
-      std::int32_t v[L];
-      qv::store(v, qv::clamp_add(qv::apply(qv::load_acc(x + c), qv::load_acc(q + c), qv::load_acc(shift + c)), zero, lo, hi));
-      for (size_t l = 0; l < L; ++l) y[c + l] = Out(v[l]);
-    }
+    for (size_t c = 0; c < whole; c += L)
+      store_as(y + c, qv::clamp_add(qv::apply(qv::load_acc(x + c), qv::load_acc(q + c), qv::load_acc(shift + c)), zero, lo, hi));
     for (size_t c = whole; c < channels; ++c) y[c] = Out(std::clamp(zero + apply(x[c], q[c], shift[c]), lo, hi));
   }
 }
