@@ -15,8 +15,11 @@
 //     multipliers): what a quantized Linear costs. The shapes are the pointer model's layers
 //     (50 points: projections 16 → 16, feed-forward 16 → 64 → 16) and the language model's
 //     (32 tokens, 128 → 128, 128 → 512, 512 → 128).
+//   QTilePeak: qmatmul_nt's register tile (6 rows × its panel, 128 entries of K) on operands
+//     that stay in L1: the int8 products' ceiling on this core, to set beside BM_FmaPeak.
 #include <benchmark/benchmark.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <memory>
 #include <vector>
@@ -84,6 +87,22 @@ void BM_QMatmul(benchmark::State& state) {
   }
   state.counters["GFLOP"] = benchmark::Counter(2e-9 * M * N * K, benchmark::Counter::kIsIterationInvariantRate);
   state.SetLabel(kernels::qv::name());
+}
+
+void BM_QTilePeak(benchmark::State& state) {
+  using kernels::qv;
+  constexpr size_t R = 6, NV = qv::lanes >= 16 ? 4 : 2, KG = 64, NP = NV * qv::lanes, G = qv::G;
+  alignas(64) static qv::qa a[R * KG * G];
+  alignas(64) static qv::qb p[KG * NP * G];
+  alignas(64) static std::int32_t c[R * NP], add[NP];
+  std::fill_n(a, R * KG * G, qv::qa(3)), std::fill_n(p, KG * NP * G, qv::qb(5));
+  for (auto _ : state) {
+    kernels::detail::q_tile<R, NV, KG>(a, p, c, NP, add, NP, true);
+    benchmark::DoNotOptimize(c);
+    benchmark::ClobberMemory();
+  }
+  state.counters["GFLOP"] = benchmark::Counter(2e-9 * R * NP * KG * G, benchmark::Counter::kIsIterationInvariantRate);
+  state.SetLabel(qv::name());
 }
 
 template <size_t B, size_t N, size_t D, size_t H>
@@ -172,6 +191,7 @@ BENCHMARK(BM_MultiHeadAttentionInfer<1, 16, 64, 4>);
 BENCHMARK(BM_MultiHeadAttentionInfer<1, 64, 64, 4>);
 BENCHMARK(BM_MultiHeadAttentionInfer<1, 128, 128, 8>);
 BENCHMARK(BM_MultiHeadAttentionInfer<1, 256, 128, 8>);
+BENCHMARK(BM_QTilePeak);
 BENCHMARK(BM_Matmul<50, 16, 16>);
 BENCHMARK(BM_QMatmul<50, 16, 16>);
 BENCHMARK(BM_Matmul<50, 64, 16>);
