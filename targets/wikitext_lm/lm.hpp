@@ -174,7 +174,9 @@ struct Run {
   std::unique_ptr<SGD<Model>> sgd = std::make_unique<SGD<Model>>(SGDOptions{.momentum = 0.9f, .weight_decay = 1e-4f, .nesterov = true});
   using HeadPanels = kernels::PanelsNT<HeadRows, D>;  // a block of the head's W, packed (head_forward)
   std::unique_ptr<std::array<HeadPanels, HeadParts>> head_panels = std::make_unique<std::array<HeadPanels, HeadParts>>();
+  Tensor<B, D> pooled;                         // every lane's pooled rows (lane l's at l·Chunk), for the head's dW
   Tensor<HeadParts, Lanes, Chunk, D> head_dx;  // each head part's share of each lane's dL/d(pooled)
+  std::unique_ptr<std::array<Tensor<HeadRows, B>, HeadParts>> head_dlt = std::make_unique<std::array<Tensor<HeadRows, B>, HeadParts>>();  // head_backward's dlᵀ, one per part
   double head_sq[HeadParts] = {};              // each head part's Σ dW² + Σ db²
   std::vector<std::uint8_t> seen = std::vector<std::uint8_t>(V);  // norm(): embedding rows counted
   TrainingState state;
@@ -242,6 +244,7 @@ struct Run {
       zero_grad(lane.grad.blocks);
       zero_grad(lane.grad.pool);
       lane.acts.forward_pooled(*model, lane.window);
+      std::copy_n(lane.acts.pooled().data(), Chunk * D, pooled.data() + l * Chunk * D);
     });
     pool.run(HeadParts, [&](size_t part) { head_forward(part); });
     pool.run(Lanes, [&](size_t l) {
@@ -307,13 +310,18 @@ struct Run {
   }
 
   // Part `which` of the head's backward over the whole batch, rows [v0, v0 + M), block by block:
-  //   dW = Σ_lanes dlogitsᵀ · pooled,  db = Σ_lanes Σ_rows dlogits      (into grad())
-  //   head_dx[part][lane] = Σ_blocks dlogits_lane[:, block] · W[block]  (its share of dL/d(pooled))
+  //   dlᵀ = the block's columns of every lane's dlogits, transposed: [R, B], lane l's at l·Chunk
+  //   dW = dlᵀ · pooled,  db = Σ_lanes Σ_rows dlogits        (into grad(); pooled: [B, D])
+  //   head_dx[part] += dl · W[block]                          (its share of dL/d(pooled), [B, D])
   //   head_sq[part] = Σ dW² + Σ db²
+  // The whole batch's rows in one product: each entry of dW is one chain over the B rows in lane
+  // order (the same as the lanes' products one after the other: a stored sum reloads exactly),
+  // 32 terms long instead of two of 16, and W's block is read for B rows of dx at once.
   void head_backward(size_t which) {
     on_head_part(which, [&]<size_t part, size_t v0, size_t M>() {
-      float* dx = head_dx.data() + part * Lanes * Chunk * D;
-      std::fill_n(dx, Lanes * Chunk * D, 0.0f);
+      float* dx = head_dx.data() + part * B * D;
+      float* dlt = (*head_dlt)[part].data();
+      std::fill_n(dx, B * D, 0.0f);
       double sq = 0;
       for_tiles<M, HeadRows>([&]<size_t R>(size_t i) {
         const size_t v = v0 + i;
@@ -321,15 +329,12 @@ struct Run {
         float* db = grad().head.bias.data() + v;
         std::fill_n(db, R, 0.0f);
         for (size_t l = 0; l < Lanes; ++l) {
-          const Lane& lane = (*lanes)[l];
-          const float* dl = lane.dlogits.data() + v;
-          if (l == 0)
-            kernels::matmul_tn<R, D, Chunk, false>(dl, V, lane.acts.pooled().data(), D, dw, D);
-          else
-            kernels::matmul_tn<R, D, Chunk, true>(dl, V, lane.acts.pooled().data(), D, dw, D);
+          const float* dl = (*lanes)[l].dlogits.data() + v;
+          kernels::transpose<R>(dl, V, Chunk, dlt + l * Chunk, B);
           for (size_t b = 0; b < Chunk; ++b) kernels::add_to<R>(dl + b * V, db);
-          kernels::matmul_nn<Chunk, D, R, true>(dl, V, model->head.weight.data() + v * D, D, dx + l * Chunk * D, D);
         }
+        kernels::matmul_nn<R, D, B, false>(dlt, B, pooled.data(), D, dw, D);
+        kernels::matmul_tn<B, D, R, true>(dlt, B, model->head.weight.data() + v * D, D, dx, D);
         sq += kernels::sum_squares(dw, R * D) + kernels::sum_squares(db, R);
       });
       head_sq[part] = sq;

@@ -154,18 +154,41 @@ inline void nn_block(const float* A, size_t ars, size_t aks, const float* B, siz
   if constexpr (M % TR != 0) nn_rows<M % TR, N, K, Acc>(A + i * ars, ars, aks, B, ldb, C + i * ldc, ldc);
 }
 
+// Wide products over many rows with AVX2 (N ≥ 128, M ≥ 24, K ≥ 64): B taken a strip of
+// nn_vectors·W columns at a time, copied contiguous (at most 256 × 16 floats, 16 KB), and every
+// row tile run over the strip.
+// Read in place, a strip of a B whose rows are a power of two apart (512 B at N = 128, 2 KB at
+// N = 512) is one line per row, all in a few of the L1 cache's sets, and evicts itself between
+// row tiles. Each entry of C is the same chain along K, so this changes no result.
+template <size_t M, size_t N, size_t K>
+inline constexpr bool by_strips = sixteen_registers && M >= 24 && K >= 64 && N % (nn_vectors * W) == 0 && N >= 128;
+
 // Long K (a weight gradient sums over every row of the batch) is taken in chunks of KC, so that
-// the chunk of A and B stays in cache while every tile of C passes over it.
+// the chunk of A and B stays in cache while every tile of C passes over it (the first chunk
+// starts C from 0 unless Acc, later ones add to it).
 template <size_t M, size_t N, size_t K, bool Acc>
 inline void nn_any(const float* A, size_t ars, size_t aks, const float* B, size_t ldb, float* C, size_t ldc) {
   constexpr size_t KC = 256;
-  if constexpr (K <= KC) {
-    nn_block<M, N, K, Acc>(A, ars, aks, B, ldb, C, ldc);
+  auto chunks = [](auto&& chunk) {  // chunk.template operator()<KB, Acc>(k0) over [0, K)
+    if constexpr (K <= KC) {
+      chunk.template operator()<K, Acc>(0);
+    } else {
+      chunk.template operator()<KC, Acc>(0);
+      size_t k = KC;
+      for (; k + KC <= K; k += KC) chunk.template operator()<KC, true>(k);
+      if constexpr (K % KC != 0) chunk.template operator()<K % KC, true>(k);
+    }
+  };
+  if constexpr (by_strips<M, N, K>) {
+    constexpr size_t NS = nn_vectors * W;
+    alignas(64) float strip[(K < KC ? K : KC) * NS];
+    for (size_t s = 0; s < N; s += NS)
+      chunks([&]<size_t KB, bool Ac>(size_t k0) {
+        for (size_t k = 0; k < KB; ++k) std::copy_n(B + (k0 + k) * ldb + s, NS, strip + k * NS);
+        nn_block<M, NS, KB, Ac>(A + k0 * aks, ars, aks, strip, NS, C + s, ldc);
+      });
   } else {
-    nn_block<M, N, KC, Acc>(A, ars, aks, B, ldb, C, ldc);
-    size_t k = KC;
-    for (; k + KC <= K; k += KC) nn_block<M, N, KC, true>(A + k * aks, ars, aks, B + k * ldb, ldb, C, ldc);
-    if constexpr (K % KC != 0) nn_block<M, N, K % KC, true>(A + k * aks, ars, aks, B + k * ldb, ldb, C, ldc);
+    chunks([&]<size_t KB, bool Ac>(size_t k0) { nn_block<M, N, KB, Ac>(A + k0 * aks, ars, aks, B + k0 * ldb, ldb, C, ldc); });
   }
 }
 
