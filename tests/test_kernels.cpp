@@ -301,6 +301,35 @@ TEST_CASE_TEMPLATE("matmul_tn (C += Aᵀ B), matmul_nn accumulating, add_column_
   check_near(sums, want_sums);
 }
 
+// Wide B over many rows (AVX2 copies B's strips of 16 columns before the tiles run over them):
+// the whole product has the bits of the same product taken 16 columns at a time, and is near
+// the double-precision one; K over one chunk of 256, strides past the row ends.
+TEST_CASE_TEMPLATE("matmul_nn and matmul_tn with B 128 or more wide: the bits of B's columns taken 16 at a time", S,
+                   Dims<30, 144, 300>, Dims<26, 128, 64>) {
+  constexpr size_t M = S::M, N = S::N, K = S::K, lda = K + 3, ldat = M + 1, ldb = N + 5, ldc = N + 2;
+  stformer::Rng rng(M + N + K);
+  auto A = random(M * lda, rng), At = random(K * ldat, rng), B = random(K * ldb, rng), C0 = random(M * ldc, rng);
+  auto nn = C0, tn = C0, nn16 = C0, tn16 = C0;
+  k::matmul_nn<M, N, K>(A.data(), lda, B.data(), ldb, nn.data(), ldc);
+  k::matmul_tn<M, N, K>(At.data(), ldat, B.data(), ldb, tn.data(), ldc);
+  for (size_t j = 0; j < N; j += 16) {
+    k::matmul_nn<M, 16, K>(A.data(), lda, B.data() + j, ldb, nn16.data() + j, ldc);
+    k::matmul_tn<M, 16, K>(At.data(), ldat, B.data() + j, ldb, tn16.data() + j, ldc);
+  }
+  CHECK(std::memcmp(nn.data(), nn16.data(), nn.size() * sizeof(float)) == 0);
+  CHECK(std::memcmp(tn.data(), tn16.data(), tn.size() * sizeof(float)) == 0);
+  std::vector<double> want_nn(M * ldc), want_tn(M * ldc);
+  for (size_t i = 0; i < M; ++i)
+    for (size_t j = 0; j < ldc; ++j) {
+      double a = j < N ? 0.0 : C0[i * ldc + j], t = C0[i * ldc + j];
+      if (j < N)
+        for (size_t kk = 0; kk < K; ++kk) a += double(A[i * lda + kk]) * B[kk * ldb + j], t += double(At[kk * ldat + i]) * B[kk * ldb + j];
+      want_nn[i * ldc + j] = a, want_tn[i * ldc + j] = t;
+    }
+  check_near(nn, want_nn);
+  check_near(tn, want_tn);
+}
+
 template <size_t n>
 void check_hsums_hmaxs() {
   using namespace stformer::kernels;
