@@ -42,8 +42,9 @@ struct Dims {
 
 TEST_CASE_TEMPLATE("matmul_nt: C = alpha A Bᵀ + bias, with strides", S, Dims<1, 1, 1>, Dims<3, 5, 2>,
                    Dims<4, 4, 16>, Dims<7, 9, 17>, Dims<16, 33, 64>, Dims<50, 50, 16>, Dims<5, 130, 128>,
-                   // K in blocks of 128: two and a tail, exactly two, one and a tail of 1
-                   Dims<70, 37, 300>, Dims<9, 64, 256>, Dims<12, 20, 129>,
+                   // K in blocks of 128 (AVX-512 and the other builds): two and a tail, exactly
+                   // two, one and a tail of 1; in blocks of 512 (AVX2): the same
+                   Dims<70, 37, 300>, Dims<9, 64, 256>, Dims<12, 20, 129>, Dims<40, 37, 1100>, Dims<9, 20, 1024>, Dims<10, 20, 513>,
                    // few rows (transposes): chunks of B's rows and a tail, K in chunks, M padded
                    Dims<32, 130, 128>, Dims<32, 70, 300>, Dims<24, 200, 100>, Dims<17, 64, 512>) {
   constexpr size_t M = S::M, N = S::N, K = S::K, lda = K + 3, ldb = K + 1, ldc = N + 2;

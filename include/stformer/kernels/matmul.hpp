@@ -306,9 +306,10 @@ inline void nt_transposed(const float* A, size_t lda, const float* B, size_t ldb
 }  // namespace detail
 
 // C[M,N] = alpha · A[M,K] · B[N,K]ᵀ (+ bias[N]), then max(·, 0) when Relu (FeedForward's first
-// layer, fused). SIMD builds pack Bᵀ in panels of NP columns and at most KC = 128 rows of K
-// (on the stack, 32 KB with AVX-512: it stays in the L1 cache while every row of A passes over
-// it), or read them from `panels` (B packed beforehand), and broadcast A's entries against them,
+// layer, fused). SIMD builds pack Bᵀ in panels of NP columns and at most KC rows of K (on the
+// stack: 32 KB with AVX-512, 128 rows of 64 floats, and with AVX2, 512 rows of 16; it stays in
+// the L1 cache while every row of A passes over it, and fewer blocks of K mean fewer passes over
+// C), or read them from `panels` (B packed beforehand), and broadcast A's entries against them,
 // 6 or 7 rows at a time (24 accumulators with AVX-512), which needs no horizontal sums. The
 // one-lane build and very few rows (M < 8: one window's row through the 33,278-word head, where
 // packing B would cost more than the product) take dot products along K instead, and 2W to 32
@@ -326,7 +327,7 @@ inline void matmul_nt(const float* A, size_t lda, const float* B, size_t ldb, fl
   } else {
     if constexpr (transposes<Of, N, K>)
       if (!panels) return detail::nt_transposed<M, N, K, Relu>(A, lda, B, ldb, C, ldc, alpha, bias);
-    constexpr size_t NPused = panel_width<N>, NVused = NPused / W, TR = 6, KC = K < 128 ? K : 128, NB = K / KC, KT = K % KC;
+    constexpr size_t NPused = panel_width<N>, NVused = NPused / W, TR = 6, KCmax = detail::sixteen_registers ? 512 : 128, KC = K < KCmax ? K : KCmax, NB = K / KC, KT = K % KC;
     // The rows past the last whole tile go one each into the first tiles when those still fit
     // the registers (accumulators, B's vectors, A's broadcast): a short last tile has too few
     // independent chains to hide the multiply-add latency.
