@@ -1,16 +1,19 @@
 #!/usr/bin/python3
 """stformer against PyTorch, the same cases side by side in one run, one table of medians.
 
-usage: STFORMER_BUILD=build-bench /usr/bin/python3 bench/compare_torch.py [--repetitions 5] [--only SUBSTRING]
-                                                                          [--torch-isa best|avx2]
+usage: STFORMER_BUILD=build-bench /usr/bin/python3 bench/compare_torch.py [--rounds 3] [--repetitions 2]
+                                                  [--only SUBSTRING] [--torch-isa best|avx2]
        (bench/run.sh installs what is missing, builds build-bench with -Dsimd=native and runs this)
 
-Runs `$STFORMER_BUILD/bench/bench_stformer` (Google Benchmark, median of --repetitions), then
+Runs `$STFORMER_BUILD/bench/bench_stformer` (Google Benchmark, --repetitions of each case) and
 the same cases in PyTorch (Debian's python3-torch) in a child process, same shapes and thread
-count, and prints: case, stformer's median, PyTorch's median, PyTorch / stformer, and
-stformer's GFLOP/s as a fraction of the FMA peak measured by the same binary (per thread used);
-then, for the model inference cases, stformer's forward-only pass (InferOf) against training's
-forward (ActsOf) on the same model and input, from the same run: Acts time / Infer time.
+count, the two sides taking turns for --rounds rounds (stformer first in the odd rounds, PyTorch
+in the even ones), so that a machine whose speed drifts over minutes (a shared virtual machine)
+slows both alike. Prints: case, stformer's median, PyTorch's median (over every round's
+repetitions), PyTorch / stformer as the median of the rounds' ratios, and stformer's GFLOP/s as
+a fraction of the FMA peak measured by the same binary (per thread used); then, for the model
+inference cases, stformer's forward-only pass (InferOf) against training's forward (ActsOf) on
+the same model and input, from the same runs: Acts time / Infer time.
 
 PyTorch runs at its best: OPENBLAS_CORETYPE is unset (this machine's environment sets it and
 halves OpenBLAS's GEMM speed), one process per thread count with OMP_NUM_THREADS set and
@@ -79,14 +82,16 @@ def run_stformer(build, repetitions, cases):
     names = [PEAK] + [c[1] for c in cases] + [ACTS[c[0]] for c in cases if c[0] in ACTS]
     pattern = "|".join("^" + n.replace("<", ".").replace(">", ".").replace("/", ".").replace(" ", ".") for n in names)
     cmd = [exe, f"--benchmark_filter={pattern}", "--benchmark_format=json", f"--benchmark_repetitions={repetitions}",
-           "--benchmark_report_aggregates_only=true", "--benchmark_min_time=0.3"]
+           "--benchmark_min_time=0.3"]
     out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
-    results = {}
+    results = {}  # name: ([seconds of each repetition], [GFLOP/s of each])
     scale = {"ns": 1e-9, "us": 1e-6, "ms": 1e-3, "s": 1.0}
     for b in json.loads(out)["benchmarks"]:
-        if b.get("aggregate_name") != "median" and repetitions > 1:  # one repetition: no aggregates
+        if b.get("run_type") == "aggregate":
             continue
-        results[b["run_name"]] = (b["real_time"] * scale[b["time_unit"]], b.get("GFLOP"))
+        t, g = results.setdefault(b["run_name"], ([], []))
+        t.append(b["real_time"] * scale[b["time_unit"]])
+        g.append(b.get("GFLOP"))
     return results
 
 
@@ -158,7 +163,7 @@ def torch_case(kind, *args):
     raise ValueError(kind)
 
 
-def median_seconds(fn, repetitions, min_time=0.3):
+def seconds_each(fn, repetitions, min_time=0.3):
     for _ in range(3):
         fn()
     times = []
@@ -170,7 +175,7 @@ def median_seconds(fn, repetitions, min_time=0.3):
             n += 1
             elapsed = time.perf_counter() - start
         times.append(elapsed / n)
-    return statistics.median(times)
+    return times
 
 
 def torch_worker(repetitions, selected):
@@ -185,7 +190,7 @@ def torch_worker(repetitions, selected):
         if name not in selected:
             continue
         torch.set_num_threads(threads)
-        results[name] = median_seconds(torch_case(*case), repetitions)
+        results[name] = seconds_each(torch_case(*case), repetitions)
     print(json.dumps(results))
 
 
@@ -222,7 +227,8 @@ def fmt(seconds):
 
 def main():
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--repetitions", type=int, default=5)
+    p.add_argument("--rounds", type=int, default=3, help="turns of each side, alternating")
+    p.add_argument("--repetitions", type=int, default=2, help="repetitions of each case in a round")
     p.add_argument("--only", default="", help="run the cases whose name contains this")
     p.add_argument("--torch-isa", choices=["best", "avx2"], default="best",
                    help="PyTorch's instruction set: its best on this CPU, or AVX2 only (to compare with an x86-64-v3 build)")
@@ -232,35 +238,58 @@ def main():
     if a.torch_worker:
         torch_worker(a.repetitions, set(a.case))
         return 0
+    if a.rounds < 1 or a.repetitions < 1:
+        sys.exit("compare_torch: --rounds and --repetitions must be at least 1")
     cases = [c for c in CASES if a.only in c[0]]
     if not cases:
         sys.exit(f"compare_torch: no case matches '{a.only}'")
     build = os.environ.get("STFORMER_BUILD", "build")
-    ours = run_stformer(build, a.repetitions, cases)
-    if PEAK not in ours:
+    our_rounds, their_rounds = [], []
+    for r in range(a.rounds):
+        sides = [("stformer", lambda: our_rounds.append(run_stformer(build, a.repetitions, cases))),
+                 ("PyTorch", lambda: their_rounds.append(run_torch(a.repetitions, [c[0] for c in cases], a.torch_isa)))]
+        for side, run in sides if r % 2 == 0 else sides[::-1]:
+            print(f"compare_torch: round {r + 1} of {a.rounds}: {side}", file=sys.stderr, flush=True)
+            run()
+    med = statistics.median
+
+    def ours(bench):  # (median seconds, median GFLOP/s) over every round's repetitions, or None
+        if any(bench not in o for o in our_rounds):
+            return None
+        g = [x for o in our_rounds for x in o[bench][1] if x is not None]
+        return med([x for o in our_rounds for x in o[bench][0]]), (med(g) if g else None)
+
+    def theirs(name):
+        if any(name not in t for t in their_rounds):
+            return None
+        return med([x for t in their_rounds for x in t[name]])
+
+    if ours(PEAK) is None:
         sys.exit("compare_torch: the FMA peak benchmark did not run")
-    peak = ours[PEAK][1]
-    theirs = run_torch(a.repetitions, [c[0] for c in cases], a.torch_isa)
-    if theirs["blas"] != "openblas":
-        print(f"warning: PyTorch runs on the {theirs['blas']} BLAS, not OpenBLAS: apt-get install libopenblas0-pthread", file=sys.stderr)
-    print(f"stformer build: {build}; FMA peak {peak:.1f} GFLOP/s per thread; PyTorch {theirs['torch']} on {theirs['blas']}"
-          f"{' (AVX2 only)' if a.torch_isa == 'avx2' else ''}; medians of {a.repetitions}")
+    peak = ours(PEAK)[1]
+    info = their_rounds[0]
+    if info["blas"] != "openblas":
+        print(f"warning: PyTorch runs on the {info['blas']} BLAS, not OpenBLAS: apt-get install libopenblas0-pthread", file=sys.stderr)
+    print(f"stformer build: {build}; FMA peak {peak:.1f} GFLOP/s per thread; PyTorch {info['torch']} on {info['blas']}"
+          f"{' (AVX2 only)' if a.torch_isa == 'avx2' else ''}; medians of {a.rounds} rounds of {a.repetitions}, "
+          f"the two sides taking turns; the ratio the median of the rounds' ratios")
     print()
     print("| case | stformer | PyTorch | PyTorch / stformer | stformer GFLOP/s | of FMA peak |")
     print("|---|---|---|---|---|---|")
     missing = []
     for name, bench, threads, _ in cases:
-        if bench not in ours or name not in theirs:
+        if ours(bench) is None or theirs(name) is None:
             missing.append(name)
             continue
-        t, gflops = ours[bench]
-        tt = theirs[name]
+        t, gflops = ours(bench)
+        tt = theirs(name)
+        ratio = med([med(th[name]) / med(o[bench][0]) for o, th in zip(our_rounds, their_rounds)])
         g = f"{gflops:.1f}" if gflops else "–"
         frac = f"{100 * gflops / (peak * threads):.0f}%" if gflops else "–"
-        print(f"| {name} | {fmt(t)} | {fmt(tt)} | {tt / t:.2f}× | {g} | {frac} |")
-    pairs = [(name, ours[bench][0], ours[ACTS[name]][0]) for name, bench, _, _ in cases
-             if name in ACTS and bench in ours and ACTS[name] in ours]
-    missing += [ACTS[name] for name, _, _, _ in cases if name in ACTS and ACTS[name] not in ours]
+        print(f"| {name} | {fmt(t)} | {fmt(tt)} | {ratio:.2f}× | {g} | {frac} |")
+    pairs = [(name, ours(bench)[0], ours(ACTS[name])[0]) for name, bench, _, _ in cases
+             if name in ACTS and ours(bench) is not None and ours(ACTS[name]) is not None]
+    missing += [ACTS[name] for name, _, _, _ in cases if name in ACTS and ours(ACTS[name]) is None]
     if pairs:
         print()
         print("Infer vs Acts forward (stformer, same run)")

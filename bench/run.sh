@@ -2,7 +2,7 @@
 # The side-by-side comparison with PyTorch, from a fresh Debian 12 machine: installs what is
 # missing (python3-torch, and libopenblas0-pthread so that PyTorch is not on the reference
 # BLAS), builds build-bench for this CPU (-Dsimd=native), and runs bench/compare_torch.py.
-# Arguments go to compare_torch.py (--repetitions N, --only SUBSTRING). Takes ~10 minutes.
+# Arguments go to compare_torch.py (--rounds N, --repetitions N, --only SUBSTRING). Takes ~10 minutes.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash targets/install-deps.sh python3-torch libopenblas0-pthread
