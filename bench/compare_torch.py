@@ -252,22 +252,16 @@ def main():
             print(f"compare_torch: round {r + 1} of {a.rounds}: {side}", file=sys.stderr, flush=True)
             run()
     med = statistics.median
-
-    def ours(bench):  # (median seconds, median GFLOP/s) over every round's repetitions, or None
-        if any(bench not in o for o in our_rounds):
-            return None
-        g = [x for o in our_rounds for x in o[bench][1] if x is not None]
-        return med([x for o in our_rounds for x in o[bench][0]]), (med(g) if g else None)
-
-    def theirs(name):
-        if any(name not in t for t in their_rounds):
-            return None
-        return med([x for t in their_rounds for x in t[name]])
-
-    if ours(PEAK) is None:
+    ours = {}  # name: (median seconds, median GFLOP/s) over every round's repetitions
+    for n in set.intersection(*(set(o) for o in our_rounds)):
+        g = [x for o in our_rounds for x in o[n][1] if x is not None]
+        ours[n] = (med([x for o in our_rounds for x in o[n][0]]), med(g) if g else None)
+    info = their_rounds[0]  # and the cases' lists of seconds
+    theirs = {n: med([x for t in their_rounds for x in t[n]])
+              for n in set.intersection(*(set(t) for t in their_rounds)) if n not in ("blas", "torch")}
+    if PEAK not in ours:
         sys.exit("compare_torch: the FMA peak benchmark did not run")
-    peak = ours(PEAK)[1]
-    info = their_rounds[0]
+    peak = ours[PEAK][1]
     if info["blas"] != "openblas":
         print(f"warning: PyTorch runs on the {info['blas']} BLAS, not OpenBLAS: apt-get install libopenblas0-pthread", file=sys.stderr)
     print(f"stformer build: {build}; FMA peak {peak:.1f} GFLOP/s per thread; PyTorch {info['torch']} on {info['blas']}"
@@ -278,18 +272,18 @@ def main():
     print("|---|---|---|---|---|---|")
     missing = []
     for name, bench, threads, _ in cases:
-        if ours(bench) is None or theirs(name) is None:
+        if bench not in ours or name not in theirs:
             missing.append(name)
             continue
-        t, gflops = ours(bench)
-        tt = theirs(name)
+        t, gflops = ours[bench]
+        tt = theirs[name]
         ratio = med([med(th[name]) / med(o[bench][0]) for o, th in zip(our_rounds, their_rounds)])
         g = f"{gflops:.1f}" if gflops else "–"
         frac = f"{100 * gflops / (peak * threads):.0f}%" if gflops else "–"
         print(f"| {name} | {fmt(t)} | {fmt(tt)} | {ratio:.2f}× | {g} | {frac} |")
-    pairs = [(name, ours(bench)[0], ours(ACTS[name])[0]) for name, bench, _, _ in cases
-             if name in ACTS and ours(bench) is not None and ours(ACTS[name]) is not None]
-    missing += [ACTS[name] for name, _, _, _ in cases if name in ACTS and ours(ACTS[name]) is None]
+    pairs = [(name, ours[bench][0], ours[ACTS[name]][0]) for name, bench, _, _ in cases
+             if name in ACTS and bench in ours and ACTS[name] in ours]
+    missing += [ACTS[name] for name, _, _, _ in cases if name in ACTS and ACTS[name] not in ours]
     if pairs:
         print()
         print("Infer vs Acts forward (stformer, same run)")
