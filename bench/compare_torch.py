@@ -22,8 +22,8 @@ OpenBLAS on one thread (its own threads fight PyTorch's), glibc keeps freed memo
 between steps as PyTorch's optimisers do, and a warning is printed when Debian's python3-torch
 is not running on OpenBLAS (apt-get install libopenblas0-pthread; the reference BLAS is ~4x
 slower). PyTorch cases are the same models as python/stformer_torch.py (SPEC's maths);
-MultiHeadAttention is PyTorch's own nn.MultiheadAttention; inference cases run under
-torch.inference_mode() on models in eval mode.
+MultiHeadAttention is PyTorch's own nn.MultiheadAttention, the Linear cases its F.linear
+(one GEMM); inference cases run under torch.inference_mode() on models in eval mode.
 Exits non-zero when a case cannot run on either side.
 """
 import argparse
@@ -45,9 +45,15 @@ def forward_case(label, bench, kind, b, n, d, h):
     return (f"{label} b{b} N{n} D{d} H{h}", f"{bench}<{b}, {n}, {d}, {h}>", 1, (kind, b, n, d, h))
 
 
+# The encoder's own products at N = 256 (D = 128, F = 512) by themselves: x·Wᵀ + b, x [M, K],
+# W [N, K], against PyTorch's F.linear (OpenBLAS's GEMM): what this machine's caches let a
+# product reach, beside what the blocks reach with it.
+LINEAR_SHAPES = [(256, 128, 128), (256, 512, 128), (256, 128, 512)]  # M, N, K
+
 CASES = [forward_case("MHA fwd", "BM_MultiHeadAttention", "mha", *s) for s in FORWARD_SHAPES] + [
     forward_case("MHA inference (Infer)", "BM_MultiHeadAttentionInfer", "mha", *s) for s in FORWARD_SHAPES] + [
     forward_case("Encoder fwd", "BM_EncoderBlock", "encoder", *s) for s in FORWARD_SHAPES + [(32, 64, 64, 4)]] + [
+    (f"Linear x·Wᵀ + b, {m} × {n} × {k}", f"BM_Matmul<{m}, {n}, {k}>", 1, ("linear", m, n, k)) for m, n, k in LINEAR_SHAPES] + [
     ("max-value step, pointer, 1 thread", "BM_MaxValueStep<max_value::PointerNet>/threads:1/lanes:2/real_time", 1, ("pointer_step",)),
     ("max-value step, pointer, 2 threads", "BM_MaxValueStep<max_value::PointerNet>/threads:2/lanes:2/real_time", 2, ("pointer_step",)),
     ("max-value step, set, 1 thread", "BM_MaxValueStep<max_value::SetNet>/threads:1/lanes:2/real_time", 1, ("set_step",)),
@@ -116,6 +122,10 @@ def torch_case(kind, *args):
         m = torch.nn.MultiheadAttention(d, h, batch_first=True)
         x = torch.randn(b, n, d)
         return inference(m, x, x, x, need_weights=False)
+    if kind == "linear":
+        m, n, k = args
+        x, w, bias = torch.randn(m, k), torch.randn(n, k), torch.randn(n)
+        return lambda: torch.nn.functional.linear(x, w, bias)  # no tensor requires a gradient
     if kind == "encoder":
         b, n, d, h = args
         return inference(st.EncoderBlock(d, h, 4 * d), torch.randn(b, n, d))
