@@ -22,54 +22,11 @@
 
 using namespace stformer;
 
-// The model: its parameters (blocks), one visit that names them, and its two passes.
+// The model, declared once: its parameters' names (proj.weight, sab.mab.attn.wq.weight, ...),
+// its training activations (forward and backward) and its forward-only pass with its memory
+// plan all follow from this line (stformer/sequential.hpp).
 template <size_t D, size_t H, size_t Classes>
-struct SetClassifier {
-  Linear<2, D> proj;
-  SAB<D, H> sab;
-  PMA<D, H, 1> pool;
-  Linear<D, Classes> head;
-
-  // Every parameter once, under a dotted name (proj.weight, sab.mab.attn.wq.weight, ...): this
-  // one list serves initialisation, the optimiser, gradients and checkpoints.
-  template <class F, class... S>
-  static constexpr void visit(const Path& at, F& f, S&... s) {
-    stformer::visit(at / "proj", f, s.proj...);
-    stformer::visit(at / "sab", f, s.sab...);
-    stformer::visit(at / "pool", f, s.pool...);
-    stformer::visit(at / "head", f, s.head...);
-  }
-
-  // Forward only: each block's own forward-only pass, one after the other.
-  template <size_t B, size_t N>
-  struct Infer {
-    InferOf<Linear<2, D>, B, N> proj;
-    InferOf<SAB<D, H>, B, N> sab;
-    InferOf<PMA<D, H, 1>, B, N> pool;
-    InferOf<Linear<D, Classes>, B, 1> head;
-
-    const Tensor<B, 1, Classes>& forward(const SetClassifier& p, const Tensor<B, N, 2>& x) {
-      return head.forward(p.head, pool.forward(p.pool, sab.forward(p.sab, proj.forward(p.proj, x))));
-    }
-  };
-
-  // Training: the blocks' activations; backward runs them in reverse and returns dL/dx.
-  template <size_t B, size_t N>
-  struct Acts {
-    ActsOf<Linear<2, D>, B, N> proj;
-    ActsOf<SAB<D, H>, B, N> sab;
-    ActsOf<PMA<D, H, 1>, B, N> pool;
-    ActsOf<Linear<D, Classes>, B, 1> head;
-
-    const Tensor<B, 1, Classes>& forward(const SetClassifier& p, const Tensor<B, N, 2>& x) {
-      return head.forward(p.head, pool.forward(p.pool, sab.forward(p.sab, proj.forward(p.proj, x))));
-    }
-    const Tensor<B, N, 2>& backward(const SetClassifier& p, SetClassifier& grad, const Tensor<B, 1, Classes>& dy) {
-      const auto& dpooled = head.backward(p.head, grad.head, dy);
-      return proj.backward(p.proj, grad.proj, sab.backward(p.sab, grad.sab, pool.backward(p.pool, grad.pool, dpooled)));
-    }
-  };
-};
+using SetClassifier = Sequential<Named<"proj", Linear<2, D>>, Named<"sab", SAB<D, H>>, Named<"pool", PMA<D, H, 1>>, Named<"head", Linear<D, Classes>>>;
 
 constexpr size_t N = 20, B = 64, Classes = 3, Chunk = 16, Lanes = 2;
 using Model = SetClassifier<32, 4, Classes>;

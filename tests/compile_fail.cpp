@@ -52,6 +52,16 @@ int main() {
   Tensor<4, 10> logits, grad;
   IdTensor<2, 2> target;
   cross_entropy(logits, target, grad);
+#elif CASE == 10  // a composed model whose SAB is wider than the Linear before it
+  static Sequential<Linear<2, 16>, SAB<32, 4>, PMA<32, 4, 1>> model;
+  static InferOf<decltype(model), 1, 50> inf;
+  Tensor<1, 50, 2> x;
+  inf.forward(model, x);
+#elif CASE == 11  // a composed model given points of width 3
+  static Sequential<Linear<2, 16>, SAB<16, 4>> model;
+  static ActsOf<decltype(model), 1, 50> acts;
+  Tensor<1, 50, 3> x;
+  acts.forward(model, x);
 #else  // the control: this compiles (the training pass of a layer, the forward-only pass of every model)
   Linear<2, 16> proj;
   ActsOf<Linear<2, 16>, 1, 50> a;
@@ -67,5 +77,13 @@ int main() {
   pi.forward(pointer, x);
   si.forward(set, x);
   li.forward(lm, ids);
+  static Sequential<Named<"embedding", Embedding<100, 16>>, PositionalEncoding<8, 16>, Named<"blocks", Repeat<EncoderBlock<16, 2, 32>, 2>>,
+                    MeanPool<16>, Linear<16, 3>> seq;
+  static InferOf<decltype(seq), 1, 8> qi;
+  static ActsOf<decltype(seq), 1, 8> qa;
+  static Tensor<1, 1, 3> dy;
+  qi.forward(seq, ids);
+  qa.forward(seq, ids);
+  qa.backward(seq, seq, dy);
 #endif
 }

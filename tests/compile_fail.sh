@@ -45,6 +45,9 @@ first 2 "ShapeMismatch<stformer::Dimension<2>, stformer::Expected<2>, stformer::
 first 8 "ShapeMismatch<stformer::Dimension<1>, stformer::Expected<50>, stformer::Got<40> >"
 first 9 "RankMismatch<stformer::Expected<1>, stformer::Got<2> >"
 check 9 "cross_entropy: targets must be IdTensor<R>, one class per row of logits [..., C]"
+check 10 "Sequential: a step's input is not the previous step's output"
+first 10 "ShapeMismatch<stformer::Dimension<2>, stformer::Expected<32>, stformer::Got<16> >"
+check 11 "Sequential: the model's input is not the first step's"
 # the configuration: C++20 and the macros every translation unit must share
 flags "-std=c++17" "stformer needs C++20: compile with -std=c++20"
 flags "-UCASE" "STFORMER_SIMD is not defined. Compile every file that includes stformer with the same flags, from \`pkg-config --cflags stformer\`"

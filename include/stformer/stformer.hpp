@@ -9,6 +9,7 @@
 #include "blocks/isab.hpp"
 #include "blocks/linear.hpp"
 #include "blocks/mab.hpp"
+#include "blocks/meanpool.hpp"
 #include "blocks/pma.hpp"
 #include "blocks/pointer.hpp"
 #include "blocks/positional.hpp"
@@ -26,4 +27,5 @@
 #include "param_table.hpp"
 #include "params.hpp"
 #include "rng.hpp"
+#include "sequential.hpp"
 #include "tensor.hpp"

@@ -189,6 +189,21 @@ constexpr size_t rows_in_room(size_t rows, size_t T, size_t room, size_t row_byt
   return (rows + tiles - 1) / tiles;
 }
 
+// The largest T in [Lo, Hi] with sizeof(W<T>) <= Room, or Lo when none fits (sizeof(W<T>) grows
+// with T): the rows per tile of a block's work in the room an arena leaves it.
+template <template <size_t> class W, size_t Room, size_t Lo, size_t Hi>
+consteval size_t largest_fitting() {
+  if constexpr (Lo >= Hi) {
+    return Lo;
+  } else {
+    constexpr size_t Mid = (Lo + Hi + 1) / 2;
+    if constexpr (sizeof(W<Mid>) <= Room)
+      return largest_fitting<W, Room, Mid, Hi>();
+    else
+      return largest_fitting<W, Room, Lo, Mid - 1>();
+  }
+}
+
 // A member that takes no room ([[no_unique_address]]), where a buffer is needed only in one
 // configuration.
 struct Nothing {};

@@ -32,6 +32,16 @@ struct Embedding {
     }
   }
 
+  // A step of a Sequential (stformer/sequential.hpp): ids [B, N] -> rows [B, N, D].
+  template <size_t B, size_t N>
+  using Input = IdTensor<B, N>;
+  template <size_t B, size_t N>
+  using Output = Tensor<B, N, D>;
+  template <size_t B, size_t N>
+  void run(const Input<B, N>& ids, Output<B, N>& y, const Mask<B, N>&) const {
+    apply<B * N>(ids.data(), y.data());
+  }
+
   template <size_t B, size_t N>
   struct Infer {
     Tensor<B, N, D> out;

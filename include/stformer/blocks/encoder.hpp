@@ -56,6 +56,18 @@ struct EncoderBlock {
     ffn.template apply_tiled<B * N, Wk::Tf, true>(w.a.data(), h.data(), w.phase.template start<Tensor<Wk::Tf, F>>().data());
   }
 
+  // A step of a Sequential (stformer/sequential.hpp): forward_in_place, Work its scratch, with
+  // as many rows per tile as Room holds (the same bits for any tile).
+  template <size_t B, size_t N>
+  using Input = Tensor<B, N, D>;
+  static constexpr bool in_place = true;
+  template <size_t B, size_t N>
+  struct Tiles {
+    template <size_t T>
+    using W = Work<B, N, T>;
+  };
+  template <size_t B, size_t N, size_t Room>
+  using Scratch = Work<B, N, largest_fitting<Tiles<B, N>::template W, Room, tile_rows(B * N), B * N>()>;
   template <size_t B, size_t N>
   struct Infer {
     Tensor<B, N, D> out;

@@ -37,6 +37,18 @@ struct FeedForward {
     });
   }
 
+  // A step of a Sequential (stformer/sequential.hpp), in place on rows [B, N, D]; its scratch
+  // the hidden rows [T, F] (T: tile_rows, or as many rows as Room holds).
+  template <size_t B, size_t N>
+  using Input = Tensor<B, N, D>;
+  static constexpr bool in_place = true;
+  template <size_t B, size_t N, size_t Room>
+  using Scratch = Tensor<rows_in_room(B * N, tile_rows(B * N), Room, F * sizeof(float)), F>;
+  template <size_t B, size_t N, size_t T>
+  void forward_in_place(Tensor<B, N, D>& h, Tensor<T, F>& hid) const {
+    apply_tiled<B * N, T>(h.data(), h.data(), hid.data());
+  }
+
   template <size_t... L>
   struct Acts {
     static constexpr size_t rows = (L * ... * 1);

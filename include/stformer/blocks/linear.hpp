@@ -66,6 +66,16 @@ struct Linear {
     });
   }
 
+  // A step of a Sequential (stformer/sequential.hpp): rows [B, N, In] -> [B, N, Out].
+  template <size_t B, size_t N>
+  using Input = Tensor<B, N, In>;
+  template <size_t B, size_t N>
+  using Output = Tensor<B, N, Out>;
+  template <size_t B, size_t N>
+  void run(const Input<B, N>& x, Output<B, N>& y, const Mask<B, N>&) const {
+    apply<B * N>(x.data(), y.data());
+  }
+
   template <size_t... L>
   struct Acts {
     static constexpr size_t rows = (L * ... * 1);

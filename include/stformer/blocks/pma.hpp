@@ -31,6 +31,18 @@ struct PMA {
     mab.forward_in_place(out, x, w, keys);
   }
 
+  // A step of a Sequential (stformer/sequential.hpp): the set [B, N, D] pooled to [B, K, D].
+  template <size_t B, size_t N>
+  using Input = Tensor<B, N, D>;
+  template <size_t B, size_t N>
+  using Output = Tensor<B, K, D>;
+  template <size_t B, size_t N, size_t Room>
+  using Scratch = Work<B, N>;
+  template <size_t B, size_t N, size_t T>
+  void run(const Input<B, N>& x, Output<B, N>& y, Work<B, N, T>& w, const Mask<B, N>& mask) const {
+    forward_into(x, y, w, mask.keys);
+  }
+
   template <size_t B, size_t N>
   struct Infer {
     Tensor<B, K, D> out;

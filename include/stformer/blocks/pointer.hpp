@@ -9,9 +9,12 @@
 
 #include "../config.hpp"
 
+#include <algorithm>
+
 #include "../kernels/matmul.hpp"
 #include "../kernels/rowwise.hpp"
 #include "linear.hpp"
+#include "scalenorm.hpp"
 
 namespace stformer::inline STFORMER_ABI {
 
@@ -95,6 +98,65 @@ struct PointerAttention {
         kernels::matmul_tn<Nk, Da, Nq, false>(d, Nk, q.out.data() + b * Nq * Da, Da, dk.data() + b * Nk * Da, Da);
       }
       return {q.backward(p.wq, grad.wq, dq), k.backward(p.wk, grad.wk, dk)};
+    }
+  };
+};
+
+// PointerHead<D>: the head of SPEC's pointer model, a learned query pointing at the rows,
+//   q = ScaleNorm(query) [1, D] for every batch row,  logp = PointerAttention<D, D, D>(q, x)
+// x [B, N, D] -> logp [B, 1, N]. A step of a Sequential (stformer/sequential.hpp); its scratch
+// holds q and the projections. Parameters: query [1, D] (Xavier-normal), sn_q.g, pointer.*.
+template <size_t D>
+struct PointerHead {
+  Tensor<1, D> query;
+  ScaleNorm<D> sn_q;
+  PointerAttention<D, D, D> pointer;
+
+  template <class Fn, class... S>
+  static constexpr void visit(const Path& at, Fn& f, S&... s) {
+    f(at / "query", Init{Init::xavier_normal}, s.query...);
+    stformer::visit(at / "sn_q", f, s.sn_q...);
+    stformer::visit(at / "pointer", f, s.pointer...);
+  }
+
+  template <size_t B, size_t N>
+  using Input = Tensor<B, N, D>;
+  template <size_t B, size_t N>
+  using Output = Tensor<B, 1, N>;
+  template <size_t B, size_t N, size_t Room>
+  struct Scratch {
+    Tensor<B, 1, D> query;  // ScaleNorm(query) for every batch row
+    Tensor<B, 1, D> q;
+    Tensor<B, N, D> k;
+  };
+  template <size_t B, size_t N, size_t Room>
+  void run(const Input<B, N>& x, Output<B, N>& logp, Scratch<B, N, Room>& w, const Mask<B, N>& mask) const {
+    for (size_t b = 0; b < B; ++b) std::copy(query.begin(), query.end(), w.query.begin() + b * D);
+    sn_q.template apply<B>(w.query.data(), w.query.data());
+    pointer.wq.template apply<B>(w.query.data(), w.q.data());
+    pointer.wk.template apply<B * N>(x.data(), w.k.data());
+    PointerAttention<D, D, D>::template score<B, 1, N>(w.q.data(), w.k.data(), logp.data(), mask.keys);
+  }
+
+  template <size_t B, size_t N>
+  struct Acts {
+    Tensor<B, 1, D> q;  // the learned query repeated over the batch
+    ActsOf<ScaleNorm<D>, B, 1> sn_q;
+    ActsOf<PointerAttention<D, D, D>, B, 1, N> pointer;
+
+    template <class X>
+    const Tensor<B, 1, N>& forward(const PointerHead& p, const X& x, const KeyMask<B, N>* keys = nullptr) {
+      static_assert(shape_is<X, B, N, D>, "PointerHead: rows x must be [B, N, D] (the pass's sizes, the head's width D)");
+      for (size_t b = 0; b < B; ++b) std::copy(p.query.begin(), p.query.end(), q.begin() + b * D);
+      return pointer.forward(p.pointer, sn_q.forward(p.sn_q, q), x, keys);
+    }
+
+    // dquery += Σ_b (sn_qᵀ dq)[b]; returns dL/dx.
+    const Tensor<B, N, D>& backward(const PointerHead& p, PointerHead& grad, const Tensor<B, 1, N>& dlogp) {
+      const auto dp = pointer.backward(p.pointer, grad.pointer, dlogp);
+      const auto& dq = sn_q.backward(p.sn_q, grad.sn_q, dp.dq);
+      for (size_t b = 0; b < B; ++b) kernels::add_to<D>(dq.data() + b * D, grad.query.data());
+      return dp.dkv;
     }
   };
 };

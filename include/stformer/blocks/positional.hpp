@@ -31,9 +31,12 @@ struct PositionalEncoding {
     return pe;
   }
 
-  // x [B, N, D] += PE[0..N) in place (forward only)
+  // x [B, N, D] += PE[0..N) in place (forward only; a step of a Sequential, stformer/sequential.hpp)
   template <size_t B, size_t N>
-  void add_to(Tensor<B, N, D>& x) const {
+  using Input = Tensor<B, N, D>;
+  static constexpr bool in_place = true;
+  template <size_t B, size_t N>
+  void forward_in_place(Tensor<B, N, D>& x) const {
     static_assert(N <= L, "PositionalEncoding: sequence length N exceeds the table length L");
     for (size_t b = 0; b < B; ++b) kernels::add_to<N * D>(table().data(), x.data() + b * N * D);
   }
@@ -46,7 +49,7 @@ struct PositionalEncoding {
     const Tensor<B, N, D>& forward(const PositionalEncoding& p, const X& x) {
       static_assert(shape_is<X, B, N, D>, "PositionalEncoding: input rows x must be [B, N, D] (the pass's sizes, the table's width D)");
       if (&x != &out) std::copy(x.begin(), x.end(), out.begin());
-      p.add_to(out);
+      p.forward_in_place(out);
       return out;
     }
   };

@@ -25,6 +25,13 @@ struct SAB {
     mab.forward_in_place(x, x, w, keys);
   }
 
+  // A step of a Sequential (stformer/sequential.hpp): forward_in_place, Work its scratch.
+  template <size_t B, size_t N>
+  using Input = Tensor<B, N, D>;
+  static constexpr bool in_place = true;
+  template <size_t B, size_t N, size_t Room>
+  using Scratch = Work<B, N>;
+
   template <size_t B, size_t N>
   struct Infer {
     Tensor<B, N, D> out;

@@ -29,6 +29,15 @@ struct ScaleNorm {
     kernels::scalenorm_rows<Rows, D>(x, y, g(0), nullptr);
   }
 
+  // A step of a Sequential (stformer/sequential.hpp), in place on rows [B, N, D].
+  template <size_t B, size_t N>
+  using Input = Tensor<B, N, D>;
+  static constexpr bool in_place = true;
+  template <size_t B, size_t N>
+  void forward_in_place(Tensor<B, N, D>& h) const {
+    apply<B * N>(h.data(), h.data());
+  }
+
   // Rows of shape [L..., D].
   template <size_t... L>
   struct Acts {

@@ -54,7 +54,7 @@ struct LanguageModel {
 
     const Tensor<B, 1, V>& forward(const LanguageModel& p, const IdTensor<B, L>& ids) {
       p.embedding.template apply<B * L>(ids.data(), h.data());
-      p.pe.add_to(h);
+      p.pe.forward_in_place(h);
       auto& w = phase.template start<BlockWork>();
       for (size_t i = 0; i < Blocks; ++i) p.blocks[i].forward_in_place(h, w);
       p.pool.forward_into(h, pooled, phase.template start<PoolWork>());

@@ -1,0 +1,574 @@
+// Sequential<Steps...> — a model that is a chain of blocks, declared once:
+//
+//   using Model = Sequential<Linear<2, 32>, SAB<32, 4>, PMA<32, 4, 1>, Linear<32, 3>>;
+//
+// x [B, N, In] -> step 0 -> step 1 -> ... -> the last step's output. A step is a block, or
+// Named<"name", Block> to choose its parameters' name (SPEC's names: Named<"proj", Linear<2, 64>>),
+// or Repeat<Block, n>, n blocks one after the other, named .0, .1, ... (Named<"blocks",
+// Repeat<EncoderBlock<...>, 2>> gives blocks.0.sn1.g ...). An unnamed step is named by its index,
+// as PyTorch's nn.Sequential names its modules (0.weight, 1.mab.attn.wq.weight, ...); the name
+// "" puts a step's parameters at the model's own level (SPEC's pointer model: query, sn_q.g).
+//
+// From the declaration follow:
+//   - visit: every parameter, in declaration order, under those names (so initialisation,
+//     optimisers, checkpoints, model images and param_table work as for any block);
+//   - ActsOf<Model, B, N>: the steps' activations; forward runs them in order, backward in
+//     reverse, returning the gradient of the input (nothing after an Embedding);
+//   - InferOf<Model, B, N>: the forward-only pass over one arena, planned at compile time (below);
+//   - get<i>() / get<"name">(): a step's parameters (a Repeat's are an std::array).
+//
+// Masks: forward(model, x, mask) takes a Mask<B, N> (causal, key padding) or a KeyMask pointer;
+// each step is given it while the sequence is the input's (no step before it changed its
+// length), an empty mask after a pooling step.
+//
+// A block is a step when it has, besides its parameters, visit and Acts<B, N>:
+//   template <size_t B, size_t N> using Input = Tensor<B, N, In>;    (IdTensor for an Embedding)
+//   template <size_t B, size_t N, size_t Room> using Scratch = ...;   (optional: its buffers)
+// and either, in place (the output the input's shape, written over it),
+//   static constexpr bool in_place = true;
+//   forward_in_place(Input& h, [Scratch& w,] [mask | mask.keys]) const
+// or, from its input into a buffer of another shape,
+//   template <size_t B, size_t N> using Output = Tensor<B, N', Out>;
+//   run(const Input& x, Output& y, [Scratch& w,] const Mask<B, N>& mask) const
+// Scratch<B, N, Room> is the block's work memory when Room bytes are free beside its input and
+// output; a block may take more rows per tile there, never more than max(Room, its
+// Scratch<B, N, 0>).
+//
+// The plan of InferOf<Model, B, N>. Step i reads its input, writes its output and uses its
+// scratch; these three are live together, and nothing else is: the model's input is the
+// caller's, each output is read by the next step only. So the arena is one byte array of
+//   S = max over the steps of  input + output + scratch   (input + scratch when in place)
+// in which the stream buffers alternate between its two ends (a step's output goes to the end
+// its input does not hold; an in-place step keeps its input's end) and each scratch lies
+// between them. sizeof(InferOf) = S, never more than the largest sum of two neighbouring
+// steps' own InferOf. Every step runs the block's own forward-only code: the same bits as the
+// block's Infer and Acts. plan() lists the layout, phase by phase (write_plan prints it).
+#pragma once
+
+#include "config.hpp"
+
+#include <algorithm>
+#include <array>
+#include <cstdio>
+#include <new>
+#include <string_view>
+#include <type_traits>
+#include <utility>
+
+#include "params.hpp"
+#include "tensor.hpp"
+
+namespace stformer::inline STFORMER_ABI {
+
+// A string as a template argument: Named<"proj", ...>.
+template <size_t L>
+struct FixedString {
+  char s[L] = {};
+  constexpr FixedString(const char (&v)[L]) { std::copy_n(v, L, s); }
+  constexpr std::string_view view() const { return {s, L - 1}; }
+};
+
+template <FixedString Name, class Block>
+struct Named {};
+
+// The sizes of a fixed tensor type, [B, N, W] for a stream: dims<T>[k].
+template <class T>
+struct DimsOf;
+template <class E, size_t... S>
+struct DimsOf<xt::xtensor_fixed<E, xt::xshape<S...>, xt::layout_type::row_major, false>> {
+  static constexpr std::array<size_t, sizeof...(S)> value{S...};
+};
+template <class T>
+inline constexpr auto dims = DimsOf<T>::value;
+
+namespace step {
+
+// A step's block and name.
+template <class S>
+struct Info {
+  using Block = S;
+  static constexpr bool named = false;
+  static constexpr std::string_view name{};
+};
+template <FixedString Name, class B>
+struct Info<Named<Name, B>> {
+  using Block = B;
+  static constexpr bool named = true;
+  static constexpr std::string_view name = Name.view();
+};
+
+template <class Block>
+constexpr bool in_place() {
+  if constexpr (requires { Block::in_place; })
+    return Block::in_place;
+  else
+    return false;
+}
+
+template <class Block, size_t B, size_t N, size_t Room>
+struct ScratchOf {
+  using type = Nothing;
+};
+template <class Block, size_t B, size_t N, size_t Room>
+  requires requires { typename Block::template Scratch<B, N, Room>; }
+struct ScratchOf<Block, B, N, Room> {
+  using type = typename Block::template Scratch<B, N, Room>;
+};
+template <class Block, size_t B, size_t N, size_t Room>
+using Scratch = typename ScratchOf<Block, B, N, Room>::type;
+
+// The bytes a buffer takes in the arena (an empty scratch: none), rounded up to `align`.
+template <class T>
+constexpr size_t bytes(size_t align) {
+  return std::is_empty_v<T> ? 0 : (sizeof(T) + align - 1) / align * align;
+}
+
+// A step's output type: the input's for an in-place block.
+template <class Block, size_t B, size_t N>
+struct OutputOf {
+  using type = typename Block::template Input<B, N>;
+};
+template <class Block, size_t B, size_t N>
+  requires requires { typename Block::template Output<B, N>; }
+struct OutputOf<Block, B, N> {
+  using type = typename Block::template Output<B, N>;
+};
+template <class Block, size_t B, size_t N>
+using Output = typename OutputOf<Block, B, N>::type;
+
+// f(args..., [w,] mask): the scratch unless the block has none, then the mask, its keys or
+// nothing, whichever the block takes.
+template <class F, class M, class... A>
+void call_masked(F&& f, const M& mask, A&... a) {
+  if constexpr (requires { f(a..., mask); })
+    f(a..., mask);
+  else if constexpr (requires { f(a..., mask.keys); })
+    f(a..., mask.keys);
+  else
+    f(a...);
+}
+template <class F, class W, class M, class... A>
+void call(F&& f, W& w, const M& mask, A&... a) {
+  if constexpr (std::is_same_v<W, Nothing>)
+    call_masked(f, mask, a...);
+  else
+    call_masked(f, mask, a..., w);
+}
+
+// y ← the block of x: run, or forward_in_place on y (x copied into y first unless y is x).
+template <class Block, class X, class Y, class W, class M>
+void run(const Block& p, const X& x, Y& y, W& w, const M& mask) {
+  if constexpr (in_place<Block>()) {
+    if (static_cast<const void*>(&x) != static_cast<const void*>(&y)) std::copy(x.begin(), x.end(), y.begin());
+    call([&](auto&... a) -> decltype(p.forward_in_place(a...)) { return p.forward_in_place(a...); }, w, mask, y);
+  } else {
+    call([&](auto&... a) -> decltype(p.run(x, a...)) { return p.run(x, a...); }, w, mask, y);
+  }
+}
+
+// acts.forward(p, x, mask): with the mask, its keys, or nothing, whichever the block takes.
+template <class A, class P, class X, size_t B, size_t N>
+decltype(auto) forward(A& acts, const P& p, const X& x, const Mask<B, N>& mask) {
+  if constexpr (requires { acts.forward(p, x, mask); })
+    return acts.forward(p, x, mask);
+  else if constexpr (requires { acts.forward(p, x, mask.keys); })
+    return acts.forward(p, x, mask.keys);
+  else
+    return acts.forward(p, x);
+}
+
+// Storage in declaration order (a standard-layout struct of its members, no padding between
+// blocks of tensors): the model's object representation is its parameters in visit order.
+template <class... T>
+struct Members {};
+template <class T0, class... T>
+struct Members<T0, T...> {
+  [[no_unique_address]] T0 first;
+  [[no_unique_address]] Members<T...> rest;
+};
+template <size_t I, class M>
+constexpr auto& get(M& m) {
+  if constexpr (I == 0)
+    return m.first;
+  else
+    return get<I - 1>(m.rest);
+}
+
+template <size_t I, class... T>
+using Nth = std::tuple_element_t<I, std::tuple<T...>>;
+
+}  // namespace step
+
+// Repeat<Block, n>: n blocks of the same type one after the other (an encoder's blocks), each
+// with its own parameters, visited as .0, .1, ... In place when the block is; otherwise the
+// outputs alternate between y and a buffer of the scratch, so that the last lands in y.
+template <class Block, size_t Count>
+struct Repeat : std::array<Block, Count> {
+  static_assert(Count > 0, "Repeat: at least one block");
+
+  template <class F, class... S>
+  static constexpr void visit(const Path& at, F& f, S&... s) {
+    for (size_t i = 0; i < Count; ++i) stformer::visit(at / i, f, s[i]...);
+  }
+
+  template <size_t B, size_t N>
+  using Input = typename Block::template Input<B, N>;
+  template <size_t B, size_t N>
+  using Output = step::Output<Block, B, N>;
+  static constexpr bool in_place = step::in_place<Block>();
+
+  template <size_t B, size_t N, size_t Room = 0>
+  struct Scratch {
+    static_assert(std::is_same_v<Input<B, N>, Output<B, N>>, "Repeat: the block's output must have its input's shape");
+    [[no_unique_address]] std::conditional_t<in_place || Count == 1, Nothing, Output<B, N>> other;
+    [[no_unique_address]] step::Scratch<Block, B, N, (Room > sizeof(other) ? Room - sizeof(other) : 0)> w;
+  };
+
+  template <size_t B, size_t N, size_t Room>
+  void forward_in_place(Input<B, N>& h, Scratch<B, N, Room>& w, const Mask<B, N>& mask) const {
+    for (size_t i = 0; i < Count; ++i) step::run((*this)[i], h, h, w.w, mask);
+  }
+  template <size_t B, size_t N, size_t Room>
+  void run(const Input<B, N>& x, Output<B, N>& y, Scratch<B, N, Room>& w, const Mask<B, N>& mask) const {
+    const Output<B, N>* in = &x;
+    for (size_t i = 0; i < Count; ++i) {
+      Output<B, N>* out = &y;
+      if constexpr (Count > 1)
+        if ((Count - 1 - i) % 2 != 0) out = &w.other;
+      step::run((*this)[i], *in, *out, w.w, mask);
+      in = out;
+    }
+  }
+
+  template <size_t B, size_t N>
+  struct Acts {
+    std::array<ActsOf<Block, B, N>, Count> blocks;
+
+    template <class X>
+    const Output<B, N>& forward(const Repeat& p, const X& x, const Mask<B, N>& mask = {}) {
+      const Output<B, N>* h = &step::forward(blocks[0], p[0], x, mask);
+      for (size_t i = 1; i < Count; ++i) h = &step::forward(blocks[i], p[i], *h, mask);
+      return *h;
+    }
+    const Input<B, N>& backward(const Repeat& p, Repeat& grad, const Output<B, N>& dout) {
+      const Output<B, N>* d = &dout;
+      for (size_t i = Count; i-- > 0;) d = &blocks[i].backward(p[i], grad[i], *d);
+      return *d;
+    }
+  };
+};
+
+// One phase of a plan: a step, where its input, output and scratch lie in the arena (byte
+// offsets; the input of step 0 is the caller's), and their sizes.
+struct PlanRow {
+  std::string_view name;  // the step's name; empty: named by its index
+  size_t index;
+  std::array<size_t, 3> in_shape, out_shape;
+  size_t in_bytes, out_bytes, scratch_bytes;
+  size_t in_offset, out_offset, scratch_offset;  // in_offset: external for the caller's input
+  bool in_place;
+  static constexpr size_t external = size_t(-1);
+};
+
+template <class... S>
+struct Sequential {
+  static_assert(sizeof...(S) > 0, "Sequential: at least one step");
+  static constexpr size_t steps = sizeof...(S);
+  template <size_t I>
+  using BlockAt = typename step::Info<step::Nth<I, S...>>::Block;
+
+  step::Members<typename step::Info<S>::Block...> members;
+
+  template <size_t I>
+  constexpr auto& get() {
+    return step::get<I>(members);
+  }
+  template <size_t I>
+  constexpr const auto& get() const {
+    return step::get<I>(members);
+  }
+  // The index of the step named Name (a compile error if there is none).
+  template <FixedString Name>
+  static constexpr size_t index_of = [] {
+    size_t i = 0, found = steps;
+    ((step::Info<S>::name == Name.view() && found == steps ? found = i : 0, ++i), ...);
+    return found;
+  }();
+  template <FixedString Name>
+  constexpr auto& get() {
+    static_assert(index_of<Name> < steps, "Sequential::get: no step of that name");
+    return get<index_of<Name>>();
+  }
+  template <FixedString Name>
+  constexpr const auto& get() const {
+    static_assert(index_of<Name> < steps, "Sequential::get: no step of that name");
+    return get<index_of<Name>>();
+  }
+
+  template <class F, class... M>
+  static constexpr void visit(const Path& at, F& f, M&... m) {
+    [&]<size_t... I>(std::index_sequence<I...>) { (visit_step<I>(at, f, m...), ...); }(std::make_index_sequence<steps>{});
+  }
+
+  // The shapes of a pass over inputs of batch B and length N: step I's input length, input and
+  // output types.
+  template <size_t B, size_t N, size_t I>
+  static consteval size_t length() {
+    if constexpr (I == 0)
+      return N;
+    else
+      return dims<step::Output<BlockAt<I - 1>, B, length<B, N, I - 1>()>>[1];
+  }
+  template <size_t B, size_t N, size_t I>
+  using InputAt = typename BlockAt<I>::template Input<B, length<B, N, I>()>;
+  template <size_t B, size_t N, size_t I>
+  using OutputAt = step::Output<BlockAt<I>, B, length<B, N, I>()>;
+  template <size_t B, size_t N>
+  using Input = InputAt<B, N, 0>;
+  template <size_t B, size_t N>
+  using Output = OutputAt<B, N, steps - 1>;
+
+  // The mask step I is given: the caller's while every step before it kept the length.
+  template <size_t B, size_t N, size_t I>
+  static constexpr bool keeps_mask = [] {
+    bool keep = true;
+    [&]<size_t... J>(std::index_sequence<J...>) { ((keep = keep && length<B, N, J + 1>() == N), ...); }(std::make_index_sequence<I>{});
+    return keep;
+  }();
+  template <size_t B, size_t N, size_t I>
+  static Mask<B, length<B, N, I>()> mask_at(const Mask<B, N>& mask) {
+    if constexpr (keeps_mask<B, N, I>)
+      return mask;
+    else
+      return {};
+  }
+
+  // Step I's input is step I − 1's output: a mismatch names the step's block, the dimension
+  // and both sizes (ShapeMismatch<Dimension<d>, Expected<e>, Got<g>>).
+  template <size_t B, size_t N, size_t I>
+  static consteval bool fits() {
+    if constexpr (I == 0) {
+      return true;
+    } else {
+      using Got = OutputAt<B, N, I - 1>;
+      using Want = InputAt<B, N, I>;
+      constexpr auto w = dims<Want>;
+      constexpr bool ok = [&]<size_t... d>(std::index_sequence<d...>) {
+        return ShapeCheck<std::remove_cvref_t<decltype(*std::declval<Want>().data())>, Got, w[d]...>::ok;
+      }(std::make_index_sequence<w.size()>{});
+      static_assert(ok, "Sequential: a step's input is not the previous step's output (the step's block, dimension and sizes above)");
+      return ok;
+    }
+  }
+
+  template <size_t B, size_t N>
+  struct Acts {
+    template <class I>
+    struct ActsFor;
+    template <size_t... I>
+    struct ActsFor<std::index_sequence<I...>> {
+      static_assert((fits<B, N, I>() && ...));
+      using type = step::Members<ActsOf<BlockAt<I>, B, length<B, N, I>()>...>;
+    };
+    typename ActsFor<std::make_index_sequence<steps>>::type acts;
+
+    template <size_t I>
+    auto& at() {
+      return step::get<I>(acts);
+    }
+
+    template <class X>
+    const Output<B, N>& forward(const Sequential& p, const X& x, const Mask<B, N>& mask = {}) {
+      static_assert(shape_is_input<X>, "Sequential: the model's input is not the first step's (the first step's input shape: Input<B, N>)");
+      return forward_from<0>(p, x, mask);
+    }
+    template <class X>
+    const Output<B, N>& forward(const Sequential& p, const X& x, const KeyMask<B, N>* keys) {
+      return forward(p, x, Mask<B, N>{.keys = keys});
+    }
+
+    // Accumulates the parameters' gradients into grad; returns dL/dx (nothing when the first
+    // step has no input gradient: an Embedding).
+    decltype(auto) backward(const Sequential& p, Sequential& grad, const Output<B, N>& dout) { return backward_to<0>(p, grad, dout); }
+
+    // The forward from step I's input on (x: step I's input), and the backward from dL/d(step
+    // I's output) down to the model's input: for training code that runs the last steps
+    // itself (the language model's head, on several threads).
+    template <size_t I, class X>
+    const OutputAt<B, N, steps - 1>& forward_from(const Sequential& p, const X& x, const Mask<B, N>& mask) {
+      const auto& y = step::forward(at<I>(), p.template get<I>(), x, mask_at<B, N, I>(mask));
+      if constexpr (I + 1 == steps)
+        return y;
+      else
+        return forward_from<I + 1>(p, y, mask);
+    }
+    template <size_t Last, size_t I = 0, class X>
+    const OutputAt<B, N, Last>& forward_to(const Sequential& p, const X& x, const Mask<B, N>& mask = {}) {
+      const auto& y = step::forward(at<I>(), p.template get<I>(), x, mask_at<B, N, I>(mask));
+      if constexpr (I == Last)
+        return y;
+      else
+        return forward_to<Last, I + 1>(p, y, mask);
+    }
+    template <size_t To, size_t I = steps - 1>
+    decltype(auto) backward_to(const Sequential& p, Sequential& grad, const OutputAt<B, N, I>& dout) {
+      if constexpr (I == To)
+        return at<I>().backward(p.template get<I>(), grad.template get<I>(), dout);
+      else
+        return backward_to<To, I - 1>(p, grad, at<I>().backward(p.template get<I>(), grad.template get<I>(), dout));
+    }
+
+   private:
+    template <class X>
+    static constexpr bool shape_is_input = std::is_same_v<X, Input<B, N>>;
+  };
+
+  template <size_t B, size_t N>
+  struct Infer {
+    // The layout (see the top of this file), in bytes. End 0: the arena's start, 1: its end,
+    // 2: the caller's input.
+    struct Layout {
+      static constexpr size_t align = [] {
+        size_t a = alignof(Tensor<1>);
+        [&]<size_t... I>(std::index_sequence<I...>) {
+          ((a = std::max({a, alignof(OutputAt<B, N, I>), alignof(step::Scratch<BlockAt<I>, B, N, 0>)})), ...);
+        }(std::make_index_sequence<steps>{});
+        return a;
+      }();
+      static constexpr bool ok = [] {
+        return [&]<size_t... I>(std::index_sequence<I...>) { return (fits<B, N, I>() && ...); }(std::make_index_sequence<steps>{});
+      }();
+      template <size_t I>
+      static constexpr bool in_place = I > 0 && step::in_place<BlockAt<I>>() && std::is_same_v<InputAt<B, N, I>, OutputAt<B, N, I>>;
+      template <size_t I>
+      static constexpr size_t in_bytes = I == 0 ? 0 : step::bytes<InputAt<B, N, I>>(align);
+      template <size_t I>
+      static constexpr size_t out_bytes = in_place<I> ? 0 : step::bytes<OutputAt<B, N, I>>(align);
+      // input and output (in place: the input alone), without and with the scratch at Room = 0
+      static constexpr std::array<size_t, steps> streams = []<size_t... I>(std::index_sequence<I...>) {
+        return std::array<size_t, steps>{(in_bytes<I> + out_bytes<I>)...};
+      }(std::make_index_sequence<steps>{});
+      static constexpr size_t first_size = []<size_t... I>(std::index_sequence<I...>) {
+        return std::max({size_t(1), (streams[I] + step::bytes<step::Scratch<BlockAt<I>, B, N, 0>>(align))...});
+      }(std::make_index_sequence<steps>{});
+      // each step's scratch, given the room the arena leaves it
+      template <size_t I>
+      using ScratchAt = step::Scratch<BlockAt<I>, B, N, first_size - streams[I]>;
+      static constexpr size_t size = []<size_t... I>(std::index_sequence<I...>) {
+        return std::max({first_size, (streams[I] + step::bytes<ScratchAt<I>>(align))...});
+      }(std::make_index_sequence<steps>{});
+
+      template <class T>
+      static constexpr std::array<size_t, 3> shape3() {
+        std::array<size_t, 3> s{1, 1, 1};
+        constexpr auto d = dims<T>;
+        for (size_t k = 0; k < d.size() && k < 3; ++k) s[k] = d[k];
+        if constexpr (d.size() == 2) s[2] = 0;  // ids [B, N]
+        return s;
+      }
+      template <size_t I>
+      static constexpr PlanRow row(size_t& end) {
+        PlanRow r{};
+        r.name = step::Info<step::Nth<I, S...>>::name;
+        r.index = I;
+        r.in_shape = shape3<InputAt<B, N, I>>();
+        r.out_shape = shape3<OutputAt<B, N, I>>();
+        r.in_bytes = in_bytes<I>;
+        r.out_bytes = step::bytes<OutputAt<B, N, I>>(align);
+        r.scratch_bytes = step::bytes<ScratchAt<I>>(align);
+        r.in_place = in_place<I>;
+        const auto at = [](size_t e, size_t bytes) { return e == 0 ? 0 : size - bytes; };
+        const size_t in_end = end, out_end = in_place<I> ? end : end == 0 ? 1 : 0;
+        r.in_offset = in_end == 2 ? PlanRow::external : at(in_end, r.in_bytes);
+        r.out_offset = at(out_end, r.out_bytes);
+        // the scratch after whichever buffer holds the arena's start, if any
+        r.scratch_offset = in_end == 0 ? r.in_bytes : out_end == 0 ? r.out_bytes : 0;
+        end = out_end;
+        return r;
+      }
+
+      static constexpr std::array<PlanRow, steps> rows = [] {
+        std::array<PlanRow, steps> r{};
+        size_t end = 2;  // where the current stream lies
+        [&]<size_t... I>(std::index_sequence<I...>) { ((r[I] = row<I>(end)), ...); }(std::make_index_sequence<steps>{});
+        return r;
+      }();
+    };
+    static_assert(Layout::ok);
+
+    alignas(Layout::align) unsigned char arena[Layout::size];
+
+    static constexpr const std::array<PlanRow, steps>& plan() { return Layout::rows; }
+
+    template <class X>
+    const Output<B, N>& forward(const Sequential& p, const X& x, const Mask<B, N>& mask = {}) {
+      static_assert(std::is_same_v<X, Input<B, N>>, "Sequential: the model's input is not the first step's (the first step's input shape: Input<B, N>)");
+      const void* in = &x;
+      [&]<size_t... I>(std::index_sequence<I...>) { (run_step<I>(p, in, mask), ...); }(std::make_index_sequence<steps>{});
+      return *static_cast<const Output<B, N>*>(in);
+    }
+    template <class X>
+    const Output<B, N>& forward(const Sequential& p, const X& x, const KeyMask<B, N>* keys) {
+      return forward(p, x, Mask<B, N>{.keys = keys});
+    }
+
+   private:
+    template <size_t I>
+    void run_step(const Sequential& p, const void*& in, const Mask<B, N>& mask) {
+      using Out = OutputAt<B, N, I>;
+      using W = typename Layout::template ScratchAt<I>;
+      constexpr PlanRow r = Layout::rows[I];
+      const auto& x = *static_cast<const InputAt<B, N, I>*>(in);
+      Out* y = Layout::template in_place<I> ? std::launder(reinterpret_cast<Out*>(arena + r.out_offset)) : ::new (arena + r.out_offset) Out;
+      W* w = ::new (arena + r.scratch_offset) W;
+      step::run(p.template get<I>(), x, *y, *w, mask_at<B, N, I>(mask));
+      in = y;
+    }
+  };
+
+ private:
+  template <size_t I, class F, class... M>
+  static constexpr void visit_step(const Path& at, F& f, M&... m) {
+    using Info = step::Info<step::Nth<I, S...>>;
+    if constexpr (!Info::named)
+      stformer::visit(at / I, f, m.template get<I>()...);
+    else if constexpr (Info::name.empty())
+      stformer::visit(at, f, m.template get<I>()...);
+    else
+      stformer::visit(at / Info::name, f, m.template get<I>()...);
+  }
+};
+
+// The plan of an Infer of a Sequential, one line per phase: the step, the shapes of its input
+// and output, and the bytes of its input (the caller's for the first step), output and scratch
+// and of all three, which are live together; in-place steps write over their input. The arena,
+// sizeof(InferOf), is the largest of the live bytes.
+template <class InferT>
+void write_plan(std::FILE* out) {
+  const auto shape = [](const std::array<size_t, 3>& s, char* buf, size_t n) {
+    if (s[2] == 0)
+      std::snprintf(buf, n, "[%zu, %zu]", s[0], s[1]);
+    else
+      std::snprintf(buf, n, "[%zu, %zu, %zu]", s[0], s[1], s[2]);
+  };
+  std::fprintf(out, "%-10s %-16s %-16s %10s %10s %10s %10s\n", "step", "input", "output", "input B", "output B", "scratch B", "live B");
+  for (const PlanRow& r : InferT::plan()) {
+    char name[32], in[48], o[48], in_bytes[24];
+    if (r.name.empty())
+      std::snprintf(name, sizeof name, "%zu", r.index);
+    else
+      std::snprintf(name, sizeof name, "%.*s", int(r.name.size()), r.name.data());
+    shape(r.in_shape, in, sizeof in);
+    shape(r.out_shape, o, sizeof o);
+    const bool external = r.in_offset == PlanRow::external;
+    if (external)
+      std::snprintf(in_bytes, sizeof in_bytes, "caller's");
+    else
+      std::snprintf(in_bytes, sizeof in_bytes, "%zu", r.in_bytes);
+    std::fprintf(out, "%-10s %-16s %-16s %10s %10zu %10zu %10zu%s\n", name, in, o, in_bytes, r.out_bytes, r.scratch_bytes,
+                 (external ? 0 : r.in_bytes) + (r.in_place ? 0 : r.out_bytes) + r.scratch_bytes, r.in_place ? "  in place" : "");
+  }
+  std::fprintf(out, "arena (sizeof InferOf): %zu B\n", sizeof(InferT));
+}
+
+}  // namespace stformer
