@@ -38,7 +38,7 @@ int main() {
   ActsOf<EncoderBlock<32, 2, 32>, 1, 5> a2;
   Tensor<1, 5, 16> x;
   a2.forward(e2, a1.forward(e1, x));
-#elif CASE == 7  // a forward-only pass of a model given points of width 3
+#elif CASE == 7  // a forward-only pass of SPEC's pointer model given points of width 3
   static PointerModel<2, 16, 1, 64, 2> model;
   static InferOf<PointerModel<2, 16, 1, 64, 2>, 1, 50> inf;
   Tensor<1, 50, 3> x;

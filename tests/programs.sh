@@ -215,9 +215,9 @@ info_plan() {
   for line in "$@"; do grep -qF -- "$line" "$tmp/out" || { fail "$(basename "${args[0]}") ${args[*]:1}: no '$line'"; return; }; done
   echo "ok   $(basename "${args[0]}") ${args[*]:1}  ->  $(grep sizeof "$tmp/out" | head -1)"
 }
-info_plan "$mv_bin" info -- "sizeof(InferOf<Net, 1, 50>)" "arena" "blocks" "pointer" "logp"
-info_plan "$mv_bin" info --model set -- "sizeof(InferOf<Net, 1, 50>)" "MAB1" "MAB2" "pool"
-info_plan "$lm_bin" info -- "sizeof(InferOf<Model, 1>)" "blocks" "pool" "logits"
+info_plan "$mv_bin" info -- "sizeof(InferOf<Net, 1, 50>) = 16000 B" "arena (sizeof InferOf): 16000 B" "blocks" "sn_v" "[1, 1, 50]"
+info_plan "$mv_bin" info --model set -- "sizeof(InferOf<Net, 1, 50>)" "isab" "pool" "head"
+info_plan "$lm_bin" info -- "sizeof(InferOf<Model, 1>)" "blocks" "pool" "head" "[1, 1, 33278]"
 refuse "--model" "$mv_bin" info --model transformer
 
 # ---- faults during training ---------------------------------------------------------------

@@ -315,14 +315,14 @@ TEST_CASE("SPEC models: pointer and set, against the composed references") {
   pa->forward(*pm, x);
   sa->forward(*sm, x);
   for (size_t b = 0; b < B; ++b) {
-    auto h = ref::linear(ref::row(x, b), pm->proj);
-    for (const auto& blk : pm->blocks) h = ref::encoder(h, blk, 1);
-    auto keys = ref::norm(h, pm->sn_v);
-    auto query = ref::norm(ref::row(pm->query, 0), pm->sn_q);
-    ref::check_close(pa->pointer.logp, b, ref::pointer(query, keys, pm->pointer), 5e-5);
+    auto h = ref::linear(ref::row(x, b), pm->get<"proj">());
+    for (const auto& blk : pm->get<"blocks">()) h = ref::encoder(h, blk, 1);
+    auto keys = ref::norm(h, pm->get<"sn_v">());
+    auto query = ref::norm(ref::row(pm->get<"">().query, 0), pm->get<"">().sn_q);
+    ref::check_close(pa->at<"">().pointer.logp, b, ref::pointer(query, keys, pm->get<"">().pointer), 5e-5);
 
-    auto e = ref::isab(ref::linear(ref::row(x, b), sm->proj), sm->isab, 4);
-    ref::check_close(sa->head.out, b, ref::linear(ref::pma(e, sm->pool, 4), sm->head), 5e-5);
+    auto e = ref::isab(ref::linear(ref::row(x, b), sm->get<"proj">()), sm->get<"isab">(), 4);
+    ref::check_close(sa->at<"head">().out, b, ref::linear(ref::pma(e, sm->get<"pool">(), 4), sm->get<"head">()), 5e-5);
   }
 }
 

@@ -131,16 +131,16 @@ TEST_CASE("check_finite names the step, the tensor and the element") {
   CHECK_NOTHROW(check_finite(3, 0.5, grad_norm(*g), *g));
   CHECK_FALSE(first_nonfinite(*g));
   CHECK_THROWS_WITH_AS(check_finite(3, double(INFINITY), 0.0f, *g), "step 3: the loss is not finite (inf)", NonFiniteError);
-  g->isab.mab1.attn.wk.weight.data()[37] = NAN;
-  g->head.bias.data()[1] = INFINITY;  // later in visit order: the first one is named
+  g->get<"isab">().mab1.attn.wk.weight.data()[37] = NAN;
+  g->get<"head">().bias.data()[1] = INFINITY;  // later in visit order: the first one is named
   const NonFinite bad = first_nonfinite(*g);
   CHECK(bad.name == "isab.mab1.attn.wk.weight");
   CHECK(bad.index == 37);
   CHECK_THROWS_WITH_AS(check_finite(12, 0.5, grad_norm(*g), *g),
                        "step 12: the gradient of 'isab.mab1.attn.wk.weight' is not finite (element 37 is nan)", NonFiniteError);
   zero_grad(*g);
-  g->proj.weight.data()[0] = 3e38f;
-  g->proj.weight.data()[1] = 3e38f;
+  g->get<"proj">().weight.data()[0] = 3e38f;
+  g->get<"proj">().weight.data()[1] = 3e38f;
   CHECK(std::isinf(grad_norm(*g)));
   CHECK_THROWS_WITH_AS(check_finite(1, 0.5, grad_norm(*g), *g), "step 1: the gradient's norm overflows a float (every element is finite)",
                        NonFiniteError);

@@ -323,9 +323,9 @@ TEST_CASE("gradients: the SPEC models (pointer, set, language model)") {
     const auto& dx = a->backward(*p, *g, c);
     auto loss = [&] {
       return project(c, B, [&](size_t b) {
-        auto h = ref::linear(ref::row(x, b), p->proj);
-        for (const auto& blk : p->blocks) h = ref::encoder(h, blk, 2);
-        return ref::pointer(ref::norm(ref::row(p->query, 0), p->sn_q), ref::norm(h, p->sn_v), p->pointer);
+        auto h = ref::linear(ref::row(x, b), p->get<"proj">());
+        for (const auto& blk : p->get<"blocks">()) h = ref::encoder(h, blk, 2);
+        return ref::pointer(ref::norm(ref::row(p->get<"">().query, 0), p->get<"">().sn_q), ref::norm(h, p->get<"sn_v">()), p->get<"">().pointer);
       });
     };
     check_params(*p, *g, loss);
@@ -342,7 +342,7 @@ TEST_CASE("gradients: the SPEC models (pointer, set, language model)") {
     const auto& dx = a->backward(*p, *g, c);
     auto loss = [&] {
       return project(c, B, [&](size_t b) {
-        return ref::linear(ref::pma(ref::isab(ref::linear(ref::row(x, b), p->proj), p->isab, 2), p->pool, 2), p->head);
+        return ref::linear(ref::pma(ref::isab(ref::linear(ref::row(x, b), p->get<"proj">()), p->get<"isab">(), 2), p->get<"pool">(), 2), p->get<"head">());
       });
     };
     check_params(*p, *g, loss);
@@ -362,10 +362,10 @@ TEST_CASE("gradients: the SPEC models (pointer, set, language model)") {
       return project(c, B, [&](size_t b) {
         ref::Mat h(5, 8);
         for (size_t i = 0; i < 5; ++i)
-          for (size_t j = 0; j < 8; ++j) h(i, j) = p->embedding.weight(size_t(ids(b, i)), j);
+          for (size_t j = 0; j < 8; ++j) h(i, j) = p->get<"embedding">().weight(size_t(ids(b, i)), j);
         h = ref::positional(h);
-        for (const auto& blk : p->blocks) h = ref::encoder(h, blk, 2);
-        return ref::linear(ref::pma(h, p->pool, 2), p->head);
+        for (const auto& blk : p->get<"blocks">()) h = ref::encoder(h, blk, 2);
+        return ref::linear(ref::pma(h, p->get<"pool">(), 2), p->get<"head">());
       });
     };
     check_params(*p, *g, loss);

@@ -159,7 +159,7 @@ void check_step_gradient() {
   using Model = typename Run::Model;
   Run run(6, 2);
   Rng rng(9);
-  for (float& b : run.model->head.bias) b = rng.uniform() - 0.5f;
+  for (float& b : run.model->template get<"head">().bias) b = rng.uniform() - 0.5f;
   auto acts = std::make_unique<ActsOf<Model, B>>();
   auto want = std::make_unique<Model>();
   Tensor<B, 1, V> dlogits;

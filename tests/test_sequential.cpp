@@ -1,5 +1,5 @@
-// Sequential: models composed from a declaration. The SPEC models written as compositions
-// against the hand-written ones (the same names, layout, outputs and gradients, bit for bit, and
+// Sequential: models composed from a declaration. The SPEC models (compositions) against the
+// ones written by hand before (written_models.hpp) (the same names, layout, outputs and gradients, bit for bit, and
 // a plan no larger); names by index and by choice; Repeat; MeanPool; a sequence classifier that
 // is not SPEC's, checked by finite differences and trained; the derived plan's bound.
 #include <doctest/doctest.h>
@@ -12,6 +12,7 @@
 
 #include "reference.hpp"
 #include "util.hpp"
+#include "written_models.hpp"
 
 using namespace stformer;
 using test::fill;
@@ -19,15 +20,6 @@ using test::make;
 using test::same_bits;
 
 namespace {
-
-template <size_t In, size_t D, size_t H, size_t F, size_t Blocks>
-using ComposedPointer = Sequential<Named<"proj", Linear<In, D>>, Named<"blocks", Repeat<EncoderBlock<D, H, F>, Blocks>>,
-                                   Named<"sn_v", ScaleNorm<D>>, Named<"", PointerHead<D>>>;
-template <size_t In, size_t D, size_t H, size_t M, size_t Out>
-using ComposedSet = Sequential<Named<"proj", Linear<In, D>>, Named<"isab", ISAB<D, H, M>>, Named<"pool", PMA<D, H, 1>>, Named<"head", Linear<D, Out>>>;
-template <size_t V, size_t L, size_t D, size_t H, size_t F, size_t Blocks>
-using ComposedLM = Sequential<Named<"embedding", Embedding<V, D>>, Named<"pe", PositionalEncoding<L, D>>,
-                              Named<"blocks", Repeat<EncoderBlock<D, H, F>, Blocks>>, Named<"pool", PMA<D, H, 1>>, Named<"head", Linear<D, V>>>;
 
 template <class M>
 std::vector<std::string> names(const M& m) {
@@ -134,18 +126,18 @@ void check_set_model(Rng& rng, const KeyMask<B, N>& keys, size_t target, const c
 }
 }  // namespace
 
-TEST_CASE("Sequential: SPEC's pointer and set models composed are the hand-written ones, bit for bit, in plans no larger") {
+TEST_CASE("Sequential: SPEC's pointer and set models are the hand-written ones, bit for bit, in plans no larger") {
   Rng rng(31);
-  check_set_model<PointerModel<2, 16, 1, 64, 2>, ComposedPointer<2, 16, 1, 64, 2>, 3, 50>(rng, test::lengths_mask<3, 50>({50, 17, 1}), 16000,
+  check_set_model<written::PointerModel<2, 16, 1, 64, 2>, PointerModel<2, 16, 1, 64, 2>, 3, 50>(rng, test::lengths_mask<3, 50>({50, 17, 1}), 16000,
                                                                                          "pointer model");
-  check_set_model<SetTransformer<2, 64, 4, 16, 2>, ComposedSet<2, 64, 4, 16, 2>, 2, 50>(rng, test::lengths_mask<2, 50>({50, 9}), 59680, "set model");
+  check_set_model<written::SetTransformer<2, 64, 4, 16, 2>, SetTransformer<2, 64, 4, 16, 2>, 2, 50>(rng, test::lengths_mask<2, 50>({50, 9}), 59680, "set model");
 }
 
-TEST_CASE("Sequential: the language model composed is the hand-written one, bit for bit; SPEC's plan no larger") {
+TEST_CASE("Sequential: the language model is the hand-written one, bit for bit; SPEC's plan no larger") {
   Rng rng(33);
   constexpr size_t B = 2, L = 32, V = 300;
-  using W = LanguageModel<V, L, 64, 4, 256, 2>;
-  using C = ComposedLM<V, L, 64, 4, 256, 2>;
+  using W = written::LanguageModel<V, L, 64, 4, 256, 2>;
+  using C = LanguageModel<V, L, 64, 4, 256, 2>;
   auto w = make<W>();
   test::randomize(*w, rng);
   auto c = same_model<C>(*w);
@@ -168,10 +160,10 @@ TEST_CASE("Sequential: the language model composed is the hand-written one, bit 
   std::memcpy(static_cast<void*>(cg_as_w.get()), cg.get(), sizeof(W));
   CHECK(test::tensors_differing(*wg, *cg_as_w) == 0);
   // SPEC's configuration, one window
-  using Spec = ComposedLM<33278, 32, 128, 4, 512, 2>;
+  using Spec = LanguageModel<33278, 32, 128, 4, 512, 2>;
   MESSAGE("language model, one window: composed plan " << sizeof(InferOf<Spec, 1, 32>) << " B, hand-written "
-                                                        << sizeof(InferOf<LanguageModel<33278, 32, 128, 4, 512, 2>, 1>) << " B");
-  CHECK(sizeof(InferOf<Spec, 1, 32>) <= sizeof(InferOf<LanguageModel<33278, 32, 128, 4, 512, 2>, 1>));
+                                                        << sizeof(InferOf<written::LanguageModel<33278, 32, 128, 4, 512, 2>, 1>) << " B");
+  CHECK(sizeof(InferOf<Spec, 1, 32>) <= sizeof(InferOf<written::LanguageModel<33278, 32, 128, 4, 512, 2>, 1>));
   CHECK(sizeof(InferOf<Spec, 1, 32>) <= 150016);
   // the blocks take all 32 rows of the window in one tile, as the hand-written plan does
   static_assert(std::is_same_v<decltype(InferOf<Spec, 1, 32>::Layout::ScratchAt<2>::w), EncoderBlock<128, 4, 512>::Work<1, 32, 32>>);

@@ -152,7 +152,7 @@ TEST_CASE("PyTorch parity: pointer model (encoder blocks, key padding, NLL)") {
   run_case<M, A>(
       "pointer.safetensors", [&](A& a, const M& p) -> const auto& { return a.forward(p, x, &keys); },
       [&](A& a, const M& p, M& g) {
-        float l = nll_loss(a.pointer.logp, target, dlogp);
+        float l = nll_loss(a.at<"">().pointer.logp, target, dlogp);
         a.backward(p, g, dlogp);
         return l;
       });
@@ -169,7 +169,7 @@ TEST_CASE("PyTorch parity: Set Transformer (ISAB + PMA, Euclidean distance)") {
   run_case<M, A>(
       "set.safetensors", [&](A& a, const M& p) -> const auto& { return a.forward(p, x); },
       [&](A& a, const M& p, M& g) {
-        float l = euclidean_loss(a.head.out, y, dy);
+        float l = euclidean_loss(a.at<"head">().out, y, dy);
         a.backward(p, g, dy);
         return l;
       });
@@ -187,7 +187,7 @@ TEST_CASE("PyTorch parity: language model (embedding, positions, encoder blocks,
   run_case<M, A>(
       "lm.safetensors", [&](A& a, const M& p) -> const auto& { return a.forward(p, ids); },
       [&](A& a, const M& p, M& g) {
-        float l = cross_entropy(a.head.out, target, dlogits);
+        float l = cross_entropy(a.at<"head">().out, target, dlogits);
         a.backward(p, g, dlogits);
         return l;
       });

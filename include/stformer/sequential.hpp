@@ -343,22 +343,31 @@ struct Sequential {
       return {};
   }
 
-  // Step I's input is step I − 1's output: a mismatch names the step's block, the dimension
-  // and both sizes (ShapeMismatch<Dimension<d>, Expected<e>, Got<g>>).
+  // Got is Want (fixed tensors): when not, the first error names the dimension and both sizes
+  // (ShapeMismatch<Dimension<d>, Expected<e>, Got<g>>).
+  template <class Want, class Got>
+  static consteval bool same_shape() {
+    constexpr auto w = dims<Want>;
+    return [&]<size_t... d>(std::index_sequence<d...>) {
+      return ShapeCheck<std::remove_cvref_t<decltype(*std::declval<Want>().data())>, Got, w[d]...>::ok;
+    }(std::make_index_sequence<w.size()>{});
+  }
+  // Step I's input is step I − 1's output: a mismatch names the step's block, the dimension and
+  // both sizes.
   template <size_t B, size_t N, size_t I>
   static consteval bool fits() {
     if constexpr (I == 0) {
       return true;
     } else {
-      using Got = OutputAt<B, N, I - 1>;
-      using Want = InputAt<B, N, I>;
-      constexpr auto w = dims<Want>;
-      constexpr bool ok = [&]<size_t... d>(std::index_sequence<d...>) {
-        return ShapeCheck<std::remove_cvref_t<decltype(*std::declval<Want>().data())>, Got, w[d]...>::ok;
-      }(std::make_index_sequence<w.size()>{});
+      constexpr bool ok = same_shape<InputAt<B, N, I>, OutputAt<B, N, I - 1>>();
       static_assert(ok, "Sequential: a step's input is not the previous step's output (the step's block, dimension and sizes above)");
       return ok;
     }
+  }
+  // The model's input x is the first step's.
+  template <size_t B, size_t N, class X>
+  static constexpr void check_input() {
+    static_assert(same_shape<Input<B, N>, X>(), "Sequential: the model's input x is not the first step's Input<B, N> (the dimension and sizes above)");
   }
 
   template <size_t B, size_t N>
@@ -372,14 +381,27 @@ struct Sequential {
     };
     typename ActsFor<std::make_index_sequence<steps>>::type acts;
 
+    // Step I's activations, or those of the step named Name.
     template <size_t I>
     auto& at() {
       return step::get<I>(acts);
     }
+    template <size_t I>
+    const auto& at() const {
+      return step::get<I>(acts);
+    }
+    template <FixedString Name>
+    auto& at() {
+      return at<index_of<Name>>();
+    }
+    template <FixedString Name>
+    const auto& at() const {
+      return at<index_of<Name>>();
+    }
 
     template <class X>
     const Output<B, N>& forward(const Sequential& p, const X& x, const Mask<B, N>& mask = {}) {
-      static_assert(shape_is_input<X>, "Sequential: the model's input is not the first step's (the first step's input shape: Input<B, N>)");
+      check_input<B, N, X>();
       return forward_from<0>(p, x, mask);
     }
     template <class X>
@@ -417,10 +439,6 @@ struct Sequential {
       else
         return backward_to<To, I - 1>(p, grad, at<I>().backward(p.template get<I>(), grad.template get<I>(), dout));
     }
-
-   private:
-    template <class X>
-    static constexpr bool shape_is_input = std::is_same_v<X, Input<B, N>>;
   };
 
   template <size_t B, size_t N>
@@ -502,7 +520,7 @@ struct Sequential {
 
     template <class X>
     const Output<B, N>& forward(const Sequential& p, const X& x, const Mask<B, N>& mask = {}) {
-      static_assert(std::is_same_v<X, Input<B, N>>, "Sequential: the model's input is not the first step's (the first step's input shape: Input<B, N>)");
+      check_input<B, N, X>();
       const void* in = &x;
       [&]<size_t... I>(std::index_sequence<I...>) { (run_step<I>(p, in, mask), ...); }(std::make_index_sequence<steps>{});
       return *static_cast<const Output<B, N>*>(in);

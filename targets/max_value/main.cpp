@@ -31,7 +31,6 @@
 #include <stformer/gnuplot.hpp>
 
 #include "../checks.hpp"
-#include "../plan.hpp"
 #include "max_value.hpp"
 
 using namespace max_value;
@@ -325,49 +324,16 @@ int plot(Run<Net>& run, const char* kind, std::uint64_t seed, const std::string&
   return 0;
 }
 
-// info: the model's parameters and the memory of a forward-only pass over one set, phase by
-// phase, from the types' sizes (sizeof(InferOf<Net, 1, 50>) is the whole of it).
+// info: the model's parameters and the memory of a forward-only pass over one set, step by
+// step (sizeof(InferOf<Net, 1, 50>) is the whole of it: one arena, stformer/sequential.hpp).
 template <class Net>
 int info(const char* kind) {
   using I = InferOf<Net, 1, N>;
   auto model = std::make_unique<Net>();
   std::printf("%s model: %zu parameters, sizeof(model) = %zu B\n", kind, param_count(*model), sizeof(Net));
-  std::printf("forward-only pass over one set of %zu points: sizeof(InferOf<Net, 1, %zu>) = %zu B\n", N, N, sizeof(I));
+  std::printf("forward-only pass over one set of %zu points: sizeof(InferOf<Net, 1, %zu>) = %zu B, one arena:\n", N, N, sizeof(I));
+  write_plan<I>(stdout);
   std::printf("(training activations for the same set: sizeof(ActsOf<Net, 1, %zu>) = %zu B)\n", N, sizeof(ActsOf<Net, 1, N>));
-  const char* in = "    ";
-  if constexpr (std::is_same_v<Net, PointerNet>) {
-    print_buffer<decltype(I::h)>("  ", "h", "residual stream: proj(x), the blocks in place, sn_v in place (the keys)");
-    std::printf("  arena %zu B, one phase at a time:\n", sizeof(I::phase));
-    print_encoder_work<typename I::BlockWork>(in);
-    using Pointer = typename I::Pointer;
-    using PI = decltype(Pointer::pointer);
-    std::printf("  pointer %zu B\n", sizeof(Pointer));
-    print_buffer<decltype(Pointer::query)>(in, "query", "sn_q(learned query)");
-    print_buffer<decltype(PI::q)>(in, "q", "the query projected");
-    print_buffer<decltype(PI::k)>(in, "k", "the keys projected");
-    print_buffer<decltype(PI::logp)>(in, "logp", "the output: log-probabilities over the points");
-  } else {
-    using IsabWork = typename I::IsabWork;
-    using Mab1 = typename decltype(IsabWork::phase)::template Phase<0>;
-    using Mab2 = typename decltype(IsabWork::phase)::template Phase<1>;
-    using Pool = typename I::PoolWork;
-    print_buffer<decltype(I::x)>("  ", "x", "proj(x), then ISAB in place");
-    print_buffer<decltype(I::pooled)>("  ", "pooled", "PMA's output");
-    print_buffer<decltype(I::y)>("  ", "y", "the output: the predicted point");
-    std::printf("  arena %zu B, one phase at a time:\n", sizeof(I::phase));
-    std::printf("  isab    %zu B\n", sizeof(IsabWork));
-    print_buffer<decltype(IsabWork::hm)>(in, "hm", "the inducing points, then MAB1(I, x) in place");
-    auto mab = [&]<class M>(const char* name) {
-      std::printf("%sthen %s, %zu B:\n", in, name, sizeof(M));
-      print_buffer<decltype(M::a)>(in, "a", "Nkv(keys) until projected; Nq(queries) -> attention output -> Nff(h) -> fc");
-      print_buffer<decltype(M::attn.kt)>(in, "kt", "k_h^T of every head");
-      print_buffer<decltype(M::attn.v)>(in, "v", "values");
-      print_tile(in, sizeof(M::attn.tile), "scores of 16 queries, or a tile of rows of a projection");
-    };
-    mab.template operator()<Mab1>("MAB1 (16 inducing points against the set)");
-    mab.template operator()<Mab2>("MAB2 (the set against the inducing points)");
-    print_pool_work<Pool>(in);
-  }
   return 0;
 }
 

@@ -82,8 +82,14 @@ Vocabulary load_model(const std::string& path, M& model, const std::function<con
                              " has no vocabulary (no tensor 'state.vocab', as in a model exported from PyTorch): give the corpus "
                              "it was trained on, --data WIKITEXT2_DIR, and the vocabulary is derived from it by SPEC's rule");
   }
-  check_vocabulary(vocab, model.embedding.weight.shape()[0], "checkpoint " + path);
-  if constexpr (requires { model.embedding.weight_scale; })
+  const auto& embedding = [&]() -> const auto& {
+    if constexpr (requires { model.embedding; })  // the integer model (QLanguageModel)
+      return model.embedding;
+    else
+      return model.template get<"embedding">();
+  }();
+  check_vocabulary(vocab, embedding.weight.shape()[0], "checkpoint " + path);
+  if constexpr (requires { embedding.weight_scale; })
     load_quantized(f, model);  // the int8 weights' scales checked too
   else
     load_params(f, model);
@@ -236,20 +242,20 @@ struct Run {
     const std::uint32_t* positions = order.data() + cursor;
     cursor += B;
     for (const Lane& lane : *lanes)  // grad()'s embedding rows from the last gradient() (the other lanes' were cleared when added)
-      for (std::int32_t id : lane.written) std::fill_n(grad().embedding.weight.data() + size_t(id) * D, D, 0.0f);
+      for (std::int32_t id : lane.written) std::fill_n(grad().template get<"embedding">().weight.data() + size_t(id) * D, D, 0.0f);
     pool.run(Lanes, [&](size_t l) {
       Lane& lane = (*lanes)[l];
       gather(lane, train, positions + l * Chunk, Chunk);
       lane.written = lane.window;
-      zero_grad(lane.grad.blocks);
-      zero_grad(lane.grad.pool);
-      lane.acts.forward_pooled(*model, lane.window);
-      std::copy_n(lane.acts.pooled().data(), Chunk * D, pooled.data() + l * Chunk * D);
+      zero_grad(lane.grad.template get<"blocks">());
+      zero_grad(lane.grad.template get<"pool">());
+      lane.acts.template forward_to<3>(*model, lane.window);
+      std::copy_n(lane.acts.template at<"pool">().mab.out.data(), Chunk * D, pooled.data() + l * Chunk * D);
     });
     pool.run(HeadParts, [&](size_t part) { head_forward(part); });
     pool.run(Lanes, [&](size_t l) {
       Lane& lane = (*lanes)[l];
-      lane.loss = cross_entropy(lane.acts.head.out, lane.next, lane.dlogits, B);
+      lane.loss = cross_entropy(lane.acts.template at<"head">().out, lane.next, lane.dlogits, B);
     });
     pool.run(HeadParts, [&](size_t part) { head_backward(part); });
     pool.run(Lanes, [&](size_t l) {
@@ -257,7 +263,7 @@ struct Run {
       constexpr size_t n = Chunk * D;
       kernels::add<n>(head_dx.data() + l * n, head_dx.data() + (Lanes + l) * n, lane.dpooled.data());
       for (size_t part = 2; part < HeadParts; ++part) kernels::add_to<n>(head_dx.data() + (part * Lanes + l) * n, lane.dpooled.data());
-      lane.acts.backward_pooled(*model, lane.grad, lane.dpooled);
+      lane.acts.template backward_to<0, 3>(*model, lane.grad, lane.dpooled);
     });
     return float(sum_lanes());
   }
@@ -268,12 +274,12 @@ struct Run {
     double loss = (*lanes)[0].loss;
     for (size_t l = 1; l < Lanes; ++l) {
       Lane& lane = (*lanes)[l];
-      add_grads(grad().blocks, lane.grad.blocks, pool);
-      add_grads(grad().pool, lane.grad.pool, pool);
+      add_grads(grad().template get<"blocks">(), lane.grad.template get<"blocks">(), pool);
+      add_grads(grad().template get<"pool">(), lane.grad.template get<"pool">(), pool);
       for (size_t i = 0; i < Chunk * L; ++i) {  // its embedding rows, each once
         const size_t id = size_t(lane.window.data()[i]);
-        float* row = lane.grad.embedding.weight.data() + id * D;
-        kernels::add_to<D>(row, grad().embedding.weight.data() + id * D);
+        float* row = lane.grad.template get<"embedding">().weight.data() + id * D;
+        kernels::add_to<D>(row, grad().template get<"embedding">().weight.data() + id * D);
         std::fill_n(row, D, 0.0f);
       }
       loss += lane.loss;
@@ -296,15 +302,15 @@ struct Run {
     on_head_part(which, [&]<size_t part, size_t v0, size_t M>() {
       for_tiles<M, HeadRows>([&]<size_t R>(size_t i) {
         const size_t v = v0 + i;
-        const float* w = model->head.weight.data() + v * D;
+        const float* w = model->template get<"head">().weight.data() + v * D;
         const kernels::PanelsNT<R, D>* panels = nullptr;
         if constexpr (R == HeadRows && kernels::packs<Chunk>) {
           (*head_panels)[part].pack(w, D);
           panels = &(*head_panels)[part];
         }
         for (Lane& lane : *lanes)
-          kernels::matmul_nt<Chunk, R, D, false, Chunk>(lane.acts.pooled().data(), D, w, D, lane.acts.head.out.data() + v, V, 1.0f,
-                                                        model->head.bias.data() + v, panels);
+          kernels::matmul_nt<Chunk, R, D, false, Chunk>(lane.acts.template at<"pool">().mab.out.data(), D, w, D, lane.acts.template at<"head">().out.data() + v, V, 1.0f,
+                                                        model->template get<"head">().bias.data() + v, panels);
       });
     });
   }
@@ -325,8 +331,8 @@ struct Run {
       double sq = 0;
       for_tiles<M, HeadRows>([&]<size_t R>(size_t i) {
         const size_t v = v0 + i;
-        float* dw = grad().head.weight.data() + v * D;
-        float* db = grad().head.bias.data() + v;
+        float* dw = grad().template get<"head">().weight.data() + v * D;
+        float* db = grad().template get<"head">().bias.data() + v;
         std::fill_n(db, R, 0.0f);
         for (size_t l = 0; l < Lanes; ++l) {
           const float* dl = (*lanes)[l].dlogits.data() + v;
@@ -334,7 +340,7 @@ struct Run {
           for (size_t b = 0; b < Chunk; ++b) kernels::add_to<R>(dl + b * V, db);
         }
         kernels::matmul_nn<R, D, B, false>(dlt, B, pooled.data(), D, dw, D);
-        kernels::matmul_tn<B, D, R, true>(dlt, B, model->head.weight.data() + v * D, D, dx, D);
+        kernels::matmul_tn<B, D, R, true>(dlt, B, model->template get<"head">().weight.data() + v * D, D, dx, D);
         sq += kernels::sum_squares(dw, R * D) + kernels::sum_squares(db, R);
       });
       head_sq[part] = sq;
@@ -347,12 +353,12 @@ struct Run {
   float norm() {
     double sum = 0;
     for (double sq : head_sq) sum += sq;
-    sum += grad_sum_squares(grad().blocks) + grad_sum_squares(grad().pool);
+    sum += grad_sum_squares(grad().template get<"blocks">()) + grad_sum_squares(grad().template get<"pool">());
     for (const Lane& lane : *lanes)
       for (std::int32_t id : lane.written)
         if (!seen[size_t(id)]) {
           seen[size_t(id)] = 1;
-          sum += kernels::sum_squares(grad().embedding.weight.data() + size_t(id) * D, D);
+          sum += kernels::sum_squares(grad().template get<"embedding">().weight.data() + size_t(id) * D, D);
         }
     for (const Lane& lane : *lanes)
       for (std::int32_t id : lane.written) seen[size_t(id)] = 0;

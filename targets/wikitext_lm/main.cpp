@@ -42,7 +42,6 @@
 #include <stformer/gnuplot.hpp>
 
 #include "../checks.hpp"
-#include "../plan.hpp"
 #include "lm.hpp"
 
 using namespace stformer;
@@ -304,25 +303,16 @@ int quantize(const std::string& checkpoint, const std::string& output, const std
   return 0;
 }
 
-// info: the model's size and the memory of a forward-only pass over one window, phase by phase,
-// from the types' sizes (sizeof(InferOf<Model, 1>) is the whole of it).
+// info: the model's size and the memory of a forward-only pass over one window, step by step
+// (sizeof(InferOf<Model, 1>) is the whole of it: one arena, stformer/sequential.hpp).
 int info() {
   using I = InferOf<Model, 1>;
-  using Pool = I::PoolWork;
-  using Logits = decltype(I::phase)::Phase<2>;
   auto model = std::make_unique<Model>();
-  const char* in = "    ";
   std::printf("language model (V = %zu, L = %zu, D = %zu, H = %zu, F = %zu, %zu blocks): %zu parameters, sizeof(model) = %zu B\n", V, L, D, H,
               F, Blocks, param_count(*model), sizeof(Model));
-  std::printf("forward-only pass over one window: sizeof(InferOf<Model, 1>) = %zu B\n", sizeof(I));
+  std::printf("forward-only pass over one window: sizeof(InferOf<Model, 1>) = %zu B, one arena:\n", sizeof(I));
+  write_plan<I>(stdout);
   std::printf("(training activations for one window: sizeof(ActsOf<Model, 1>) = %zu B)\n", sizeof(ActsOf<Model, 1>));
-  print_buffer<decltype(I::h)>("  ", "h", "residual stream: embedding + PE, the blocks in place");
-  print_buffer<decltype(I::pooled)>("  ", "pooled", "PMA's output, the head's input");
-  std::printf("  arena %zu B, one phase at a time:\n", sizeof(I::phase));
-  print_encoder_work<I::BlockWork>(in);
-  print_pool_work<Pool>(in);
-  std::printf("  head    %zu B\n", sizeof(Logits));
-  print_buffer<Logits>(in, "logits", "the output");
   return 0;
 }
 

@@ -98,14 +98,14 @@ struct QLanguageModel {
     // acts: the float model f's activations (Float::Acts) in a forward on some windows.
     template <class A>
     void observe(const Float& f, const A& acts) {
-      residual = std::max(residual, quant::max_abs(acts.pe.out));
+      residual = std::max(residual, quant::max_abs(acts.template at<"pe">().out));
       for (size_t i = 0; i < Blocks; ++i) {
-        blocks[i].observe(f.blocks[i], acts.blocks[i]);
+        blocks[i].observe(f.template get<"blocks">()[i], acts.template at<"blocks">().blocks[i]);
         residual = std::max(residual, blocks[i].residual);
       }
-      pool.observe(f.pool, acts.pool);
-      head_input = std::max(head_input, quant::max_abs(acts.pool.mab.out));
-      logits = std::max(logits, quant::max_abs(acts.head.out));
+      pool.observe(f.template get<"pool">(), acts.template at<"pool">());
+      head_input = std::max(head_input, quant::max_abs(acts.template at<"pool">().mab.out));
+      logits = std::max(logits, quant::max_abs(acts.template at<"head">().out));
     }
   };
 
@@ -123,12 +123,12 @@ struct QLanguageModel {
     q.residual_scale(0) = quant::int16_scale(r.residual);
     q.head_input_scale(0) = quant::scale_for(r.head_input);
     q.logit_scale(0) = quant::int16_scale(r.logits);
-    q.embedding.from_float(f.embedding, q.residual_scale(0));
+    q.embedding.from_float(f.template get<"embedding">(), q.residual_scale(0));
     const auto& table = PositionalEncoding<L, D>::table();
     quant::quantize(table.data(), L * D, q.residual_scale(0), q.pe.data());
-    for (size_t i = 0; i < Blocks; ++i) q.blocks[i] = Block::quantize(f.blocks[i], r.blocks[i], q.residual_scale(0));
-    q.pool = QPMA<D, H, 1>::quantize(f.pool, r.pool);
-    q.head.from_float(f.head, q.head_input_scale(0), q.logit_scale(0));
+    for (size_t i = 0; i < Blocks; ++i) q.blocks[i] = Block::quantize(f.template get<"blocks">()[i], r.blocks[i], q.residual_scale(0));
+    q.pool = QPMA<D, H, 1>::quantize(f.template get<"pool">(), r.pool);
+    q.head.from_float(f.template get<"head">(), q.head_input_scale(0), q.logit_scale(0));
     q.set_multipliers();
   }
 

@@ -63,14 +63,14 @@ struct QPointerModel {
     template <class A, class X>
     void observe(const Float& f, const A& acts, const X& x) {
       input = std::max(input, quant::max_abs(x));
-      residual = std::max(residual, quant::max_abs(acts.proj.out));
+      residual = std::max(residual, quant::max_abs(acts.template at<"proj">().out));
       for (size_t i = 0; i < Blocks; ++i) {
-        blocks[i].observe(f.blocks[i], acts.blocks[i]);
+        blocks[i].observe(f.template get<"blocks">()[i], acts.template at<"blocks">().blocks[i]);
         residual = std::max(residual, blocks[i].residual);
       }
-      keys = std::max(keys, quant::max_abs(acts.sn_v.out));
-      query = std::max(query, quant::max_abs(acts.sn_q.out));
-      pointer.observe(f.pointer, acts.pointer);
+      keys = std::max(keys, quant::max_abs(acts.template at<"sn_v">().out));
+      query = std::max(query, quant::max_abs(acts.template at<"">().sn_q.out));
+      pointer.observe(f.template get<"">().pointer, acts.template at<"">().pointer);
     }
   };
 
@@ -85,13 +85,13 @@ struct QPointerModel {
     QPointerModel q;
     q.input_scale(0) = quant::scale_for(r.input, 32767);
     q.residual_scale(0) = quant::scale_for(r.residual, 32767);
-    q.proj = QLinear<In, D>::quantize(f.proj, q.input_scale(0), q.residual_scale(0));
-    for (size_t i = 0; i < Blocks; ++i) q.blocks[i] = Block::quantize(f.blocks[i], r.blocks[i], q.residual_scale(0));
-    q.sn_v = QScaleNorm<D>::quantize(f.sn_v, quant::scale_for(r.keys));
+    q.proj = QLinear<In, D>::quantize(f.template get<"proj">(), q.input_scale(0), q.residual_scale(0));
+    for (size_t i = 0; i < Blocks; ++i) q.blocks[i] = Block::quantize(f.template get<"blocks">()[i], r.blocks[i], q.residual_scale(0));
+    q.sn_v = QScaleNorm<D>::quantize(f.template get<"sn_v">(), quant::scale_for(r.keys));
     typename ScaleNorm<D>::template Infer<1> sn_q;  // sn_q(query), once
-    q.query_scale(0) = quant::scale_for(quant::max_abs(sn_q.forward(f.sn_q, f.query)));
+    q.query_scale(0) = quant::scale_for(quant::max_abs(sn_q.forward(f.template get<"">().sn_q, f.template get<"">().query)));
     quant::quantize(sn_q.out.data(), D, q.query_scale(0), q.query.data());
-    q.pointer = QPointerAttention<D, D, D>::quantize(f.pointer, r.pointer, q.query_scale(0), q.sn_v.out_scale(0));
+    q.pointer = QPointerAttention<D, D, D>::quantize(f.template get<"">().pointer, r.pointer, q.query_scale(0), q.sn_v.out_scale(0));
     q.set_multipliers();
     return q;
   }

@@ -57,9 +57,9 @@ struct QSetTransformer {
     template <class A, class X>
     void observe(const Float& f, const A& acts, const X& x) {
       input = std::max(input, quant::max_abs(x));
-      isab.observe(f.isab, acts.isab, acts.proj.out);
-      pool.observe(f.pool, acts.pool);
-      output = std::max(output, quant::max_abs(acts.head.out));
+      isab.observe(f.template get<"isab">(), acts.template at<"isab">(), acts.template at<"proj">().out);
+      pool.observe(f.template get<"pool">(), acts.template at<"pool">());
+      output = std::max(output, quant::max_abs(acts.template at<"head">().out));
     }
   };
 
@@ -75,10 +75,10 @@ struct QSetTransformer {
     q.input_scale(0) = quant::int16_scale(r.input);
     q.x_scale(0) = quant::int16_scale(r.isab.mab2.residual);
     q.output_scale(0) = quant::int16_scale(r.output);
-    q.proj = QFineLinear<In, D>::quantize(f.proj, q.input_scale(0), q.x_scale(0));
-    q.isab = QISAB<D, H, M>::quantize(f.isab, r.isab, q.x_scale(0));
-    q.pool = QPMA<D, H, 1>::quantize(f.pool, r.pool);
-    q.head = QFineLinear<D, Out>::quantize(f.head, q.pool.out_scale(0), q.output_scale(0));
+    q.proj = QFineLinear<In, D>::quantize(f.template get<"proj">(), q.input_scale(0), q.x_scale(0));
+    q.isab = QISAB<D, H, M>::quantize(f.template get<"isab">(), r.isab, q.x_scale(0));
+    q.pool = QPMA<D, H, 1>::quantize(f.template get<"pool">(), r.pool);
+    q.head = QFineLinear<D, Out>::quantize(f.template get<"head">(), q.pool.out_scale(0), q.output_scale(0));
     return q;
   }
 

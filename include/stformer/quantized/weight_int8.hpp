@@ -50,6 +50,16 @@ struct Int8Embedding {
     return weight.data() + size_t(id) * D;
   }
 
+  // A step of a Sequential in Embedding's place (forward only).
+  template <size_t B, size_t N>
+  using Input = IdTensor<B, N>;
+  template <size_t B, size_t N>
+  using Output = Tensor<B, N, D>;
+  template <size_t B, size_t N>
+  void run(const Input<B, N>& ids, Output<B, N>& y) const {
+    apply<B * N>(ids.data(), y.data());
+  }
+
   // out[r] = s[ids[r]]·W_q[ids[r]] for Rows ids
   template <size_t Rows>
   void apply(const std::int32_t* ids, float* out) const {
@@ -72,6 +82,16 @@ struct Int8Linear {
     f(at / "weight", Init{Init::zeros}, s.weight...);
     f(at / "weight_scale", Init{Init::zeros}, s.weight_scale...);
     f(at / "bias", Init{Init::zeros}, s.bias...);
+  }
+
+  // A step of a Sequential in Linear's place (forward only).
+  template <size_t B, size_t N>
+  using Input = Tensor<B, N, In>;
+  template <size_t B, size_t N>
+  using Output = Tensor<B, N, Out>;
+  template <size_t B, size_t N>
+  void run(const Input<B, N>& x, Output<B, N>& y) const {
+    apply<B * N>(x.data(), y.data());
   }
 
   template <Init::Kind K>
@@ -142,10 +162,10 @@ using LanguageModelW8 = LanguageModel<V, L, D, H, F, Blocks, Int8Embedding<V, D>
 // The weight-only int8 model of a float one (host side).
 template <size_t V, size_t L, size_t D, size_t H, size_t F, size_t Blocks>
 void quantize_weights(const LanguageModel<V, L, D, H, F, Blocks>& f, LanguageModelW8<V, L, D, H, F, Blocks>& q) {
-  Int8Embedding<V, D>::quantize(f.embedding, q.embedding);
-  q.blocks = f.blocks;
-  q.pool = f.pool;
-  Int8Linear<D, V>::quantize(f.head, q.head);
+  Int8Embedding<V, D>::quantize(f.template get<"embedding">(), q.template get<"embedding">());
+  q.template get<"blocks">() = f.template get<"blocks">();
+  q.template get<"pool">() = f.template get<"pool">();
+  Int8Linear<D, V>::quantize(f.template get<"head">(), q.template get<"head">());
 }
 
 }  // namespace stformer
