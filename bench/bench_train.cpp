@@ -49,6 +49,7 @@
 #include "flops.hpp"
 #include "lm.hpp"
 #include "max_value.hpp"
+#include "written_models.hpp"
 
 using namespace stformer;
 
@@ -229,6 +230,28 @@ void BM_LmForward(benchmark::State& state) {
   run_forward<Model, Pass<Model, B>>(state, *windows, lm_forward_flops(B), "windows", B);
 }
 
+// SPEC's models as written by hand before they were Sequentials (tests/written_models.hpp),
+// forward only, beside BM_PointerForward<InferOf>, BM_SetForward<InferOf> and
+// BM_LmForward<InferOf, 1>: the derived plans' speed against the hand-written ones' (the same
+// bits: tests/test_sequential.cpp).
+void BM_WrittenPointerForward(benchmark::State& state) {
+  using Net = written::PointerModel<2, 16, 1, 64, 2>;
+  auto set = one_set();
+  run_forward<Net, InferOf<Net, 1, max_value::N>>(state, set->x, pointer_model_flops(1, max_value::N, 2, 16, 64, 2), "sets", 1);
+}
+void BM_WrittenSetForward(benchmark::State& state) {
+  using Net = written::SetTransformer<2, 64, 4, 16, 2>;
+  auto set = one_set();
+  run_forward<Net, InferOf<Net, 1, max_value::N>>(state, set->x, set_transformer_flops(1, max_value::N, 2, 64, 16, 2), "sets", 1);
+}
+void BM_WrittenLmForward(benchmark::State& state) {
+  using Model = written::LanguageModel<V, L, D, H, F, Blocks>;
+  auto windows = std::make_unique<IdTensor<1, L>>();
+  auto ids = random_stream(L);
+  std::copy(ids.begin(), ids.end(), windows->begin());
+  run_forward<Model, InferOf<Model, 1>>(state, *windows, lm_forward_flops(1), "windows", 1);
+}
+
 // B random windows through a quantized copy of the language model, quantize(float model), from
 // the ids to its logits; the float model is dropped first, so that only the copy is in memory.
 template <size_t B, class Quantize>
@@ -295,6 +318,9 @@ BENCHMARK(BM_PointerForward<InferOf>)->Unit(benchmark::kMicrosecond);
 BENCHMARK(BM_PointerForward<ActsOf>)->Unit(benchmark::kMicrosecond);
 BENCHMARK(BM_QPointerForward)->Unit(benchmark::kMicrosecond);
 BENCHMARK(BM_SetForward<InferOf>)->Unit(benchmark::kMicrosecond);
+BENCHMARK(BM_WrittenPointerForward)->Unit(benchmark::kMicrosecond);
+BENCHMARK(BM_WrittenSetForward)->Unit(benchmark::kMicrosecond);
+BENCHMARK(BM_WrittenLmForward)->Unit(benchmark::kMicrosecond);
 BENCHMARK(BM_SetForward<ActsOf>)->Unit(benchmark::kMicrosecond);
 BENCHMARK(BM_QSetForward)->Unit(benchmark::kMicrosecond);
 BENCHMARK(BM_LmForward<InferOf, 1>)->Unit(benchmark::kMicrosecond);

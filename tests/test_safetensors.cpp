@@ -525,7 +525,7 @@ TEST_CASE("safetensors: writes are atomic") {
   // A successful write replaces the file.
   save_params(p, c);
   CHECK_FALSE(fs::exists(tmp));
-  Set b;
+  Set b{};
   load_params(p, b);
   CHECK(same_params(b, c));
 }

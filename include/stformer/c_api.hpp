@@ -1,5 +1,6 @@
-// stformer/c_api.hpp — what the C API sources written by `checkpoint_header --c --model ...`
-// are built on: the status codes, the input check and the one-time check of the model's image.
+// stformer/c_api.hpp — what the C API sources written by `checkpoint_header --c --model ...` and
+// by stformer::c_api_source (stformer/c_api_source.hpp) are built on: the status codes, the
+// input checks and the one-time check of the model's image.
 // Include it first, before any other header, as those sources do.
 //
 // Why first: a C program links the object built from such a source with the C compiler and
@@ -26,6 +27,7 @@ extern ostream clog;
 
 #include <cmath>
 #include <cstddef>
+#include <cstdint>
 
 #include "model_image.hpp"
 
@@ -34,7 +36,7 @@ namespace stformer::inline STFORMER_ABI::c_api {
 // What every generated function returns (NAME_OK, NAME_BAD_INPUT, NAME_BAD_IMAGE in its header).
 enum : int {
   ok = 0,
-  bad_input = 1,  // a NaN or an infinity in the input: nothing written
+  bad_input = 1,  // a null pointer, a NaN or an infinity, a token id out of range: nothing written
   bad_image = 2,  // the image's layout is not the model's (image_matches): nothing written
 };
 
@@ -42,6 +44,13 @@ enum : int {
 inline bool finite(const float* v, size_t n) {
   for (size_t i = 0; i < n; ++i)
     if (!std::isfinite(v[i])) return false;
+  return true;
+}
+
+// Whether the n token ids at v are all in [0, rows).
+inline bool ids_in_range(const std::int32_t* v, size_t n, size_t rows) {
+  for (size_t i = 0; i < n; ++i)
+    if (v[i] < 0 || size_t(v[i]) >= rows) return false;
   return true;
 }
 

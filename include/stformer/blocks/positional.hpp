@@ -1,6 +1,6 @@
 // PositionalEncoding<L, D>: fixed sinusoids added to rows x [B, N, D], N <= L:
 //   PE[p, 2i] = sin(p / 10000^(2i/D)),  PE[p, 2i+1] = cos(p / 10000^(2i/D)).
-// No parameters. The table is computed once (in double) on first use.
+// No parameters. The table is computed once (in double), before main.
 #pragma once
 
 #include "../config.hpp"
@@ -18,18 +18,9 @@ struct PositionalEncoding {
   template <class F, class... S>
   static constexpr void visit(const Path&, F&, S&...) {}
 
-  static const Tensor<L, D>& table() {
-    static const Tensor<L, D> pe = [] {
-      Tensor<L, D> t;
-      for (size_t p = 0; p < L; ++p)
-        for (size_t c = 0; c < D; ++c) {
-          double angle = double(p) / std::pow(10000.0, double(c - c % 2) / double(D));
-          t(p, c) = float(c % 2 == 0 ? std::sin(angle) : std::cos(angle));
-        }
-      return t;
-    }();
-    return pe;
-  }
+  // The table, made once before main (a variable of static storage: no guarded local static, so
+  // the object of a generated C API needs nothing from the C++ runtime).
+  static const Tensor<L, D>& table();
 
   // x [B, N, D] += PE[0..N) in place (forward only; a step of a Sequential, stformer/sequential.hpp)
   template <size_t B, size_t N>
@@ -70,5 +61,23 @@ struct PositionalEncoding {
     const Tensor<B, N, D>& backward(const PositionalEncoding&, PositionalEncoding&, const Tensor<B, N, D>& dout) { return dout; }
   };
 };
+
+template <size_t L, size_t D>
+Tensor<L, D> positional_encoding_table() {
+  Tensor<L, D> t;
+  for (size_t p = 0; p < L; ++p)
+    for (size_t c = 0; c < D; ++c) {
+      double angle = double(p) / std::pow(10000.0, double(c - c % 2) / double(D));
+      t(p, c) = float(c % 2 == 0 ? std::sin(angle) : std::cos(angle));
+    }
+  return t;
+}
+template <size_t L, size_t D>
+inline const Tensor<L, D> positional_encoding = positional_encoding_table<L, D>();
+
+template <size_t L, size_t D>
+const Tensor<L, D>& PositionalEncoding<L, D>::table() {
+  return positional_encoding<L, D>;
+}
 
 }  // namespace stformer

@@ -1,0 +1,22 @@
+#!/bin/sh
+# c_api_any.sh FIXTURE OUT_DIR COMPILER FLAGS... -- IO_SOURCE: the C API of a model that is not
+# SPEC's, made as a user makes it: c_api_fixture writes the sequence classifier's checkpoint and
+# the host's outputs, stformer-c-api (src/) writes seqcls.h and seqcls.cpp from
+# seq_classifier.hpp and the checkpoint, seqcls.cpp is compiled as C++ (-fno-exceptions
+# -fno-rtti) and c_api_main.c as C, linked by the C compiler with -lm alone, and run.
+set -eu
+fixture=$1 out=$2
+shift 2
+cxx=""
+while [ "$1" != "--" ]; do cxx="$cxx $1"; shift; done
+io=$2
+here=$(cd "$(dirname "$0")" && pwd)
+rm -rf "$out" && mkdir -p "$out"
+${STFORMER_RUN:-} "$fixture" "$out"
+sh "$here/../src/stformer-c-api" --header "$here/seq_classifier.hpp" --type SeqClassifier --rows 8 --checkpoint "$out/seqcls.safetensors" \
+  --name seqcls --out "$out" --compile "$cxx -O1 -pthread $io"
+# shellcheck disable=SC2086
+$cxx -O2 -fno-exceptions -fno-rtti -c -I"$here" -I"$out" "$out/seqcls.cpp" -o "$out/seqcls.o"
+${CC:-cc} -std=c99 -Wall -Wextra -Werror -c -I"$out" "$here/c_api_main.c" -o "$out/main.o"
+${CC:-cc} "$out/main.o" "$out/seqcls.o" -lm -o "$out/c_api_main"
+${STFORMER_RUN:-} "$out/c_api_main"

@@ -1,0 +1,35 @@
+/* The generated C API of a model that is not SPEC's (seq_classifier.hpp), from C: the outputs
+   bit for bit as the host's (expected.h), the mask, and the bad-input statuses. */
+#include <stdio.h>
+#include <string.h>
+
+#include "expected.h"
+#include "seqcls.h"
+
+static int failures = 0;
+static void check(int ok, const char* what) {
+  if (!ok) {
+    printf("FAIL: %s\n", what);
+    ++failures;
+  }
+}
+
+int main(void) {
+  float out[SEQCLS_OUTPUT_SIZE];
+  int32_t bad[SEQCLS_INPUT_SIZE];
+  check(SEQCLS_OUTPUT_SIZE == 3 && SEQCLS_INPUT_SIZE == 8 && SEQCLS_VOCABULARY == 11, "the sizes");
+  check(seqcls_predict(input_a, out) == SEQCLS_OK && memcmp(out, expected_a, sizeof out) == 0, "input a as the host");
+  check(seqcls_predict(input_b, out) == SEQCLS_OK && memcmp(out, expected_b, sizeof out) == 0, "input b as the host");
+  check(seqcls_predict_keys(input_a, keys, out) == SEQCLS_OK && memcmp(out, expected_a_keys, sizeof out) == 0, "input a, 5 rows, as the host");
+  check(seqcls_predict(NULL, out) == SEQCLS_BAD_INPUT && seqcls_predict(input_a, NULL) == SEQCLS_BAD_INPUT, "null pointers refused");
+  check(seqcls_predict_keys(input_a, NULL, out) == SEQCLS_BAD_INPUT, "a null mask refused");
+  memcpy(bad, input_a, sizeof bad);
+  bad[3] = SEQCLS_VOCABULARY;
+  out[0] = 42.0f;
+  check(seqcls_predict(bad, out) == SEQCLS_BAD_INPUT && out[0] == 42.0f, "a token id past the vocabulary refused, nothing written");
+  bad[3] = -1;
+  check(seqcls_predict(bad, out) == SEQCLS_BAD_INPUT, "a negative token id refused");
+  printf("seqcls: %u B of parameters, %u B of workspace; %s\n", (unsigned)seqcls_parameter_bytes, (unsigned)seqcls_workspace_bytes,
+         failures ? "FAILED" : "outputs as the host's, bad inputs refused");
+  return failures != 0;
+}
