@@ -12,12 +12,6 @@
 using namespace stformer;
 
 namespace {
-template <class M>
-std::vector<std::string> names(const M& m) {
-  std::vector<std::string> n;
-  for_each_param([&](const Path& p, Init, const auto&) { n.emplace_back(p.name().view()); }, m);
-  return n;
-}
 template <class T>
 std::pair<double, double> mean_std(const T& t) {
   double s = 0, s2 = 0;
@@ -29,7 +23,7 @@ std::pair<double, double> mean_std(const T& t) {
 
 TEST_CASE("SPEC names and parameter counts") {
   auto pm = test::make<PointerModel<2, 16, 1, 64, 2>>();
-  auto n = names(*pm);
+  auto n = test::param_names(*pm);
   // proj 48; per encoder block 1 + 4·(256 + 16) + 1 + (1024 + 64 + 1024 + 16) = 3218;
   // sn_v 1, query 16, sn_q 1, pointer 2·(256 + 16)
   CHECK(param_count(*pm) == 48 + 2 * 3218 + 1 + 16 + 1 + 544);
@@ -42,7 +36,7 @@ TEST_CASE("SPEC names and parameter counts") {
   CHECK(n.back() == "pointer.wk.bias");
 
   auto sm = test::make<SetTransformer<2, 64, 4, 16, 2>>();
-  auto s = names(*sm);
+  auto s = test::param_names(*sm);
   CHECK(std::find(s.begin(), s.end(), "isab.inducing") != s.end());
   CHECK(std::find(s.begin(), s.end(), "isab.mab1.nkv.g") != s.end());
   CHECK(std::find(s.begin(), s.end(), "pool.seeds") != s.end());
@@ -50,13 +44,13 @@ TEST_CASE("SPEC names and parameter counts") {
 
   auto lm = test::make<LanguageModel<33278, 32, 128, 4, 512, 2>>();
   CHECK(param_count(*lm) == 9030661);  // SPEC's figure
-  auto l = names(*lm);
+  auto l = test::param_names(*lm);
   CHECK(l.front() == "embedding.weight");
   CHECK(std::find(l.begin(), l.end(), "blocks.0.attn.wq.weight") != l.end());
   CHECK(l.back() == "head.bias");
 
   auto dec = test::make<DecoderBlock<16, 2, 32>>();
-  auto d = names(*dec);
+  auto d = test::param_names(*dec);
   CHECK(d == std::vector<std::string>{
                  "sn1.g", "self_attn.wq.weight", "self_attn.wq.bias", "self_attn.wk.weight", "self_attn.wk.bias",
                  "self_attn.wv.weight", "self_attn.wv.bias", "self_attn.wo.weight", "self_attn.wo.bias", "sn2.g",

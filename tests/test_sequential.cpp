@@ -21,13 +21,6 @@ using test::same_bits;
 
 namespace {
 
-template <class M>
-std::vector<std::string> names(const M& m) {
-  std::vector<std::string> n;
-  for_each_param([&](const Path& p, Init, const auto&) { n.emplace_back(p.name().c_str()); }, m);
-  return n;
-}
-
 // Byte offset of every parameter in m (the layout a model image relies on).
 template <class M>
 std::vector<std::ptrdiff_t> offsets(const M& m) {
@@ -42,7 +35,7 @@ template <class Composed, class Written>
 std::unique_ptr<Composed> same_model(const Written& w) {
   static_assert(sizeof(Composed) == sizeof(Written) && std::is_trivially_copyable_v<Composed> && std::is_standard_layout_v<Composed>);
   auto c = make<Composed>();
-  CHECK(names(*c) == names(w));
+  CHECK(test::param_names(*c) == test::param_names(w));
   CHECK(offsets(*c) == offsets(w));
   std::memcpy(static_cast<void*>(c.get()), &w, sizeof w);
   return c;
@@ -91,7 +84,7 @@ constexpr size_t neighbours_bound(std::index_sequence<I...>) {
 
 TEST_CASE("Sequential: names by index as nn.Sequential, by choice, and Repeat's .0 .1") {
   using M = Sequential<Linear<2, 8>, SAB<8, 2>, Named<"blocks", Repeat<ScaleNorm<8>, 2>>, PMA<8, 2, 1>, Linear<8, 3>>;
-  const auto n = names(M{});
+  const auto n = test::param_names(M{});
   REQUIRE(n.size() == 2 + 13 + 2 + 14 + 2);
   CHECK(n[0] == "0.weight");
   CHECK(n[1] == "0.bias");

@@ -6,6 +6,7 @@
 #include <cstring>
 #include <initializer_list>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include <stformer/params.hpp>
@@ -36,6 +37,14 @@ void fill(T& t, stformer::Rng& rng, float scale = 1.0f) {
 inline bool slow() {
   const char* e = std::getenv("STFORMER_SLOW");
   return e != nullptr && *e != '\0';
+}
+
+// The dotted names of m's parameters, in visit order.
+template <class M>
+std::vector<std::string> param_names(const M& m) {
+  std::vector<std::string> n;
+  stformer::for_each_param([&](const stformer::Path& p, stformer::Init, const auto&) { n.emplace_back(p.name().view()); }, m);
+  return n;
 }
 
 // Heap-allocated, so that tests can hold large blocks and activations.

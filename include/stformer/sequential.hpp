@@ -139,13 +139,13 @@ using Output = typename OutputOf<Block, B, N>::type;
 // f(args..., [w,] mask): the scratch unless the block has none, then the mask, its keys or
 // nothing, whichever the block takes.
 template <class F, class M, class... A>
-void call_masked(F&& f, const M& mask, A&... a) {
+decltype(auto) call_masked(F&& f, const M& mask, A&... a) {
   if constexpr (requires { f(a..., mask); })
-    f(a..., mask);
+    return f(a..., mask);
   else if constexpr (requires { f(a..., mask.keys); })
-    f(a..., mask.keys);
+    return f(a..., mask.keys);
   else
-    f(a...);
+    return f(a...);
 }
 template <class F, class W, class M, class... A>
 void call(F&& f, W& w, const M& mask, A&... a) {
@@ -169,12 +169,7 @@ void run(const Block& p, const X& x, Y& y, W& w, const M& mask) {
 // acts.forward(p, x, mask): with the mask, its keys, or nothing, whichever the block takes.
 template <class A, class P, class X, size_t B, size_t N>
 decltype(auto) forward(A& acts, const P& p, const X& x, const Mask<B, N>& mask) {
-  if constexpr (requires { acts.forward(p, x, mask); })
-    return acts.forward(p, x, mask);
-  else if constexpr (requires { acts.forward(p, x, mask.keys); })
-    return acts.forward(p, x, mask.keys);
-  else
-    return acts.forward(p, x);
+  return call_masked([&](const auto&... m) -> decltype(acts.forward(p, x, m...)) { return acts.forward(p, x, m...); }, mask);
 }
 
 // Storage in declaration order (a standard-layout struct of its members, no padding between
@@ -364,6 +359,10 @@ struct Sequential {
       return ok;
     }
   }
+  template <size_t B, size_t N>
+  static constexpr bool chain_fits = []<size_t... I>(std::index_sequence<I...>) {
+    return (fits<B, N, I>() && ...);
+  }(std::make_index_sequence<steps>{});
   // The model's input x is the first step's.
   template <size_t B, size_t N, class X>
   static constexpr void check_input() {
@@ -372,11 +371,11 @@ struct Sequential {
 
   template <size_t B, size_t N>
   struct Acts {
+    static_assert(chain_fits<B, N>);
     template <class I>
     struct ActsFor;
     template <size_t... I>
     struct ActsFor<std::index_sequence<I...>> {
-      static_assert((fits<B, N, I>() && ...));
       using type = step::Members<ActsOf<BlockAt<I>, B, length<B, N, I>()>...>;
     };
     typename ActsFor<std::make_index_sequence<steps>>::type acts;
@@ -402,7 +401,7 @@ struct Sequential {
     template <class X>
     const Output<B, N>& forward(const Sequential& p, const X& x, const Mask<B, N>& mask = {}) {
       check_input<B, N, X>();
-      return forward_from<0>(p, x, mask);
+      return forward_to<steps - 1>(p, x, mask);
     }
     template <class X>
     const Output<B, N>& forward(const Sequential& p, const X& x, const KeyMask<B, N>* keys) {
@@ -413,17 +412,9 @@ struct Sequential {
     // step has no input gradient: an Embedding).
     decltype(auto) backward(const Sequential& p, Sequential& grad, const Output<B, N>& dout) { return backward_to<0>(p, grad, dout); }
 
-    // The forward from step I's input on (x: step I's input), and the backward from dL/d(step
-    // I's output) down to the model's input: for training code that runs the last steps
-    // itself (the language model's head, on several threads).
-    template <size_t I, class X>
-    const OutputAt<B, N, steps - 1>& forward_from(const Sequential& p, const X& x, const Mask<B, N>& mask) {
-      const auto& y = step::forward(at<I>(), p.template get<I>(), x, mask_at<B, N, I>(mask));
-      if constexpr (I + 1 == steps)
-        return y;
-      else
-        return forward_from<I + 1>(p, y, mask);
-    }
+    // The forward up to step Last's output, and the backward from dL/d(step I's output) down to
+    // the model's input: for training code that runs the last steps itself (the language
+    // model's head, on several threads).
     template <size_t Last, size_t I = 0, class X>
     const OutputAt<B, N, Last>& forward_to(const Sequential& p, const X& x, const Mask<B, N>& mask = {}) {
       const auto& y = step::forward(at<I>(), p.template get<I>(), x, mask_at<B, N, I>(mask));
@@ -452,9 +443,6 @@ struct Sequential {
           ((a = std::max({a, alignof(OutputAt<B, N, I>), alignof(step::Scratch<BlockAt<I>, B, N, 0>)})), ...);
         }(std::make_index_sequence<steps>{});
         return a;
-      }();
-      static constexpr bool ok = [] {
-        return [&]<size_t... I>(std::index_sequence<I...>) { return (fits<B, N, I>() && ...); }(std::make_index_sequence<steps>{});
       }();
       template <size_t I>
       static constexpr bool in_place = I > 0 && step::in_place<BlockAt<I>>() && std::is_same_v<InputAt<B, N, I>, OutputAt<B, N, I>>;
@@ -512,7 +500,7 @@ struct Sequential {
         return r;
       }();
     };
-    static_assert(Layout::ok);
+    static_assert(chain_fits<B, N>);
 
     alignas(Layout::align) unsigned char arena[Layout::size];
 
