@@ -1,9 +1,10 @@
 #!/bin/sh
 # c_api_any.sh FIXTURE OUT_DIR COMPILER FLAGS... -- IO_SOURCE: the C API of a model that is not
-# SPEC's, made as a user makes it: c_api_fixture writes the sequence classifier's checkpoint and
-# the host's outputs, stformer-c-api (src/) writes seqcls.h and seqcls.cpp from
-# seq_classifier.hpp and the checkpoint, seqcls.cpp is compiled as C++ (-fno-exceptions
-# -fno-rtti) and c_api_main.c as C, linked by the C compiler with -lm alone, and run.
+# SPEC's, made as a user makes it: c_api_fixture writes the sequence classifier's checkpoint, its
+# integer model's and the host's outputs of both, stformer-c-api (src/) writes seqcls.h and
+# seqcls.cpp (float) and seqcls_q.h and seqcls_q.cpp (integers) from seq_classifier.hpp and the
+# checkpoints, the sources are compiled as C++ (-fno-exceptions -fno-rtti) and c_api_main.c as C,
+# linked by the C compiler with -lm alone, and run.
 set -eu
 fixture=$1 out=$2
 shift 2
@@ -15,8 +16,12 @@ rm -rf "$out" && mkdir -p "$out"
 ${STFORMER_RUN:-} "$fixture" "$out"
 sh "$here/../src/stformer-c-api" --header "$here/seq_classifier.hpp" --type SeqClassifier --rows 8 --checkpoint "$out/seqcls.safetensors" \
   --name seqcls --out "$out" --compile "$cxx -O1 -pthread $io"
-# shellcheck disable=SC2086
-$cxx -O2 -fno-exceptions -fno-rtti -c -I"$here" -I"$out" "$out/seqcls.cpp" -o "$out/seqcls.o"
+sh "$here/../src/stformer-c-api" --header "$here/seq_classifier.hpp" --type 'stformer::Quantized<SeqClassifier>' --rows 8 \
+  --checkpoint "$out/seqcls_int8.safetensors" --name seqcls_q --out "$out" --compile "$cxx -O1 -pthread $io"
+for api in seqcls seqcls_q; do
+  # shellcheck disable=SC2086
+  $cxx -O2 -fno-exceptions -fno-rtti -c -I"$here" -I"$out" "$out/$api.cpp" -o "$out/$api.o"
+done
 ${CC:-cc} -std=c99 -Wall -Wextra -Werror -c -I"$out" "$here/c_api_main.c" -o "$out/main.o"
-${CC:-cc} "$out/main.o" "$out/seqcls.o" -lm -o "$out/c_api_main"
+${CC:-cc} "$out/main.o" "$out/seqcls.o" "$out/seqcls_q.o" -lm -o "$out/c_api_main"
 ${STFORMER_RUN:-} "$out/c_api_main"

@@ -1,13 +1,16 @@
 // c_api_fixture OUT_DIR: the sequence classifier of seq_classifier.hpp with SPEC's
-// initialisation (seed 5) as OUT_DIR/seqcls.safetensors, and OUT_DIR/expected.h: two inputs
-// (token ids), a key mask, and the host's forward-only outputs for them (exact hexadecimal
-// floats), which the C program built from the generated API must reproduce bit for bit.
+// initialisation (seed 5) as OUT_DIR/seqcls.safetensors, its integer model (quantize, calibrated
+// on random sequences) as OUT_DIR/seqcls_int8.safetensors, and OUT_DIR/expected.h: two inputs
+// (token ids), a key mask, and the host's forward-only outputs of both models for them (exact
+// hexadecimal floats), which the C programs built from the generated APIs must reproduce bit for
+// bit.
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <memory>
 
 #include <stformer/checkpoint.hpp>
+#include <stformer/quantize.hpp>
 
 #include "seq_classifier.hpp"
 
@@ -20,6 +23,18 @@ int main(int argc, char** argv) {
   Rng rng(5);
   init_params(*model, rng);
   save_params(out / "seqcls.safetensors", *model);
+  auto calibration = std::make_unique<Calibration<SeqClassifier, 8, 8>>(*model);
+  for (int i = 0; i < 8; ++i) {
+    IdTensor<8, 8> ids;
+    KeyMask<8, 8> present;
+    for (size_t r = 0; r < 8; ++r) {
+      const size_t n = 1 + rng.below(8);
+      for (size_t j = 0; j < 8; ++j) ids(r, j) = std::int32_t(rng.below(11)), present(r, j) = j < n;
+    }
+    calibration->observe(ids, &present);
+  }
+  const auto q = calibration->quantize();
+  save_params(out / "seqcls_int8.safetensors", *q);
   IdTensor<1, 8> a = {{3, 1, 4, 1, 5, 9, 2, 6}}, b = {{10, 0, 7, 7, 2, 8, 1, 3}};
   KeyMask<1, 8> keys = {{true, true, true, true, true, false, false, false}};
   InferOf<SeqClassifier, 1, 8> infer;
@@ -45,5 +60,8 @@ int main(int argc, char** argv) {
   array("expected_a", infer.forward(*model, a));
   array("expected_b", infer.forward(*model, b));
   array("expected_a_keys", infer.forward(*model, a, &keys));
+  InferOf<Quantized<SeqClassifier>, 1, 8> qinfer;
+  array("expected_q_a", qinfer.forward(*q, a));
+  array("expected_q_a_keys", qinfer.forward(*q, a, &keys));
   return h.flush() ? 0 : 1;
 }

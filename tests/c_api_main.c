@@ -1,10 +1,12 @@
-/* The generated C API of a model that is not SPEC's (seq_classifier.hpp), from C: the outputs
-   bit for bit as the host's (expected.h), the mask, and the bad-input statuses. */
+/* The generated C APIs of a model that is not SPEC's (seq_classifier.hpp) and of its integer
+   model, from C: the outputs bit for bit as the host's (expected.h), the mask, and the bad-input
+   statuses. */
 #include <stdio.h>
 #include <string.h>
 
 #include "expected.h"
 #include "seqcls.h"
+#include "seqcls_q.h"
 
 static int failures = 0;
 static void check(int ok, const char* what) {
@@ -29,6 +31,12 @@ int main(void) {
   check(seqcls_predict(bad, out) == SEQCLS_BAD_INPUT && out[0] == 42.0f, "a token id past the vocabulary refused, nothing written");
   bad[3] = -1;
   check(seqcls_predict(bad, out) == SEQCLS_BAD_INPUT, "a negative token id refused");
+  check(SEQCLS_Q_OUTPUT_SIZE == 3 && SEQCLS_Q_INPUT_SIZE == 8 && SEQCLS_Q_VOCABULARY == 11, "the integer model's sizes");
+  check(seqcls_q_predict(input_a, out) == SEQCLS_Q_OK && memcmp(out, expected_q_a, sizeof out) == 0, "input a in integers as the host");
+  check(seqcls_q_predict_keys(input_a, keys, out) == SEQCLS_Q_OK && memcmp(out, expected_q_a_keys, sizeof out) == 0,
+        "input a in integers, 5 rows, as the host");
+  check(seqcls_q_predict(bad, out) == SEQCLS_Q_BAD_INPUT && seqcls_q_predict(NULL, out) == SEQCLS_Q_BAD_INPUT, "the integer model refuses them too");
+  printf("seqcls_q (integers): %u B of parameters, %u B of workspace\n", (unsigned)seqcls_q_parameter_bytes, (unsigned)seqcls_q_workspace_bytes);
   printf("seqcls: %u B of parameters, %u B of workspace; %s\n", (unsigned)seqcls_parameter_bytes, (unsigned)seqcls_workspace_bytes,
          failures ? "FAILED" : "outputs as the host's, bad inputs refused");
   return failures != 0;

@@ -22,6 +22,7 @@
 #include <stformer/quantized/pointer_model.hpp>
 #include <stformer/quantized/set_transformer.hpp>
 #include <stformer/quantized/weight_int8.hpp>
+#include <stformer/quantize.hpp>
 #include <stformer/stformer.hpp>
 
 #include "util.hpp"
@@ -349,12 +350,12 @@ constexpr size_t Sets = 4, Points = 50;
 using FloatPointer = PointerModel<2, 16, 1, 64, 2>;
 using QPointer = QPointerModel<2, 16, 1, 64, 2>;
 
-struct Quantized {
+struct PointerFixture {
   std::unique_ptr<FloatPointer> f = std::make_unique<FloatPointer>();
   std::unique_ptr<QPointer> q;
   Tensor<Sets, Points, 2> x;
 
-  Quantized() {
+  PointerFixture() {
     Rng rng(36, 0);
     init_params(*f, rng);
     test::fill(x, rng, 1.5f);
@@ -399,7 +400,7 @@ std::string load_error(const std::filesystem::path& path) {
 }  // namespace
 
 TEST_CASE("QPointerModel: close to the float model; quantize → save → load gives the same integers") {
-  Quantized m;
+  PointerFixture m;
   auto fi = std::make_unique<InferOf<FloatPointer, Sets, Points>>();
   auto qi = std::make_unique<InferOf<QPointer, Sets, Points>>();
   const auto& want = fi->forward(*m.f, m.x);
@@ -459,7 +460,7 @@ TEST_CASE("QSetTransformer: within 2% of the float model's output, key-padded to
 }
 
 TEST_CASE("load_quantized refuses a missing scale, a wrong dtype, a scale ≤ 0 or NaN, a multiplier that is not its scales'") {
-  Quantized m;
+  PointerFixture m;
   const auto set_float = [](std::vector<std::byte>& b, float v) { std::memcpy(b.data(), &v, sizeof v); };
   struct Case {
     const char* file;
@@ -644,4 +645,164 @@ TEST_CASE("Int8Linear: one row (x rounded to int16, integer dot products) agains
   Rng rng(38, 0);
   check_one_row<37, 23>(rng);
   check_one_row<128, 300>(rng);
+}
+
+// ---- quantize: any composed model (stformer/quantize.hpp) ----
+
+namespace {
+// A model that is not SPEC's: ids -> embedding + positions -> 2 encoder blocks -> mean over the
+// tokens that exist -> 2 classes; its task: whether token 1 occurs among the first n tokens
+// (the rest padding).
+constexpr size_t kV = 8, kL = 16, kD = 32;
+using Classifier = Sequential<Named<"embedding", Embedding<kV, kD>>, PositionalEncoding<kL, kD>,
+                              Named<"blocks", Repeat<EncoderBlock<kD, 4, 64>, 2>>, MeanPool<kD>, Named<"head", Linear<kD, 2>>>;
+
+template <size_t B>
+struct ClassifierBatch {
+  IdTensor<B, kL> ids;
+  IdTensor<B> label;
+  KeyMask<B, kL> keys;
+  void draw(Rng& r) {
+    for (size_t b = 0; b < B; ++b) {
+      const size_t n = 4 + r.below(kL - 3);
+      for (size_t i = 0; i < kL; ++i) {
+        ids(b, i) = i < n ? std::int32_t(2 + r.below(kV - 2)) : 0;
+        keys(b, i) = i < n;
+      }
+      const bool has = r.below(2) == 1;
+      if (has) ids(b, r.below(n)) = 1;
+      label(b) = has ? 1 : 0;
+    }
+  }
+};
+
+// The rms of the quantized model's outputs less the float model's, relative to the float
+// model's, over 4 batches of random rows x (key-padded).
+template <class M, class Q, size_t B, size_t N, size_t W>
+double rms_gap(const M& p, const Q& q, Tensor<B, N, W>& x, const KeyMask<B, N>& keys, Rng& rng) {
+  auto fi = test::make<InferOf<M, B, N>>();
+  auto qi = test::make<InferOf<Q, B, N>>();
+  double err = 0, norm = 0;
+  for (int i = 0; i < 4; ++i) {
+    test::fill(x, rng);
+    const auto& yf = fi->forward(p, x, &keys);
+    const auto& yq = qi->forward(q, x, &keys);
+    for (size_t k = 0; k < yf.size(); ++k) err += std::pow(yf.data()[k] - yq.data()[k], 2), norm += std::pow(yf.data()[k], 2);
+  }
+  return std::sqrt(err / norm);
+}
+}  // namespace
+
+TEST_CASE("quantize: a sequence classifier of the library's blocks, trained, in integers within 1 point of its float accuracy") {
+  constexpr size_t B = 16;
+  auto p = test::make<Classifier>();
+  Rng rng(71);
+  init_params(*p, rng);
+  {
+    auto opt = test::make<Adam<Classifier>>();
+    auto g = test::make<Classifier>();
+    auto acts = test::make<ActsOf<Classifier, B, kL>>();
+    ClassifierBatch<B> batch;
+    Tensor<B, 1, 2> dlogits;
+    for (int s = 0; s < (test::slow() ? 40 : 400); ++s) {
+      batch.draw(rng);
+      zero_grad(*g);
+      cross_entropy(acts->forward(*p, batch.ids, &batch.keys), batch.label, dlogits, B);
+      acts->backward(*p, *g, dlogits);
+      opt->step(*p, *g, 1e-3f);
+    }
+  }
+  Calibration<Classifier, B, kL> cal(*p);
+  Rng calib(72);
+  for (int i = 0; i < 8; ++i) {
+    ClassifierBatch<B> batch;
+    batch.draw(calib);
+    cal.observe(batch.ids, &batch.keys);
+  }
+  const auto q = cal.quantize();
+  using Q = Quantized<Classifier>;
+  static_assert(std::is_same_v<Q::Input<B, kL>, IdTensor<B, kL>> && std::is_same_v<Q::Output<B, kL>, Tensor<B, 1, 2>>,
+                "the quantized model takes and gives what the float one does");
+  // the float model's names, the integer tensors of each step, and the output's scale
+  const auto names = test::param_names(*q);
+  for (const char* n : {"embedding.weight", "1.table", "blocks.0.sn1.g", "blocks.1.ffn.fc2.weight", "3.requant.multiplier", "head.weight", "output.scale"})
+    CHECK_MESSAGE(std::find(names.begin(), names.end(), n) != names.end(), n);
+
+  auto fi = test::make<InferOf<Classifier, B, kL>>();
+  auto qi = test::make<InferOf<Q, B, kL>>();
+  Rng fresh(73);
+  double acc_f = 0, acc_q = 0, worst = 0;
+  const int batches = 32;
+  for (int i = 0; i < batches; ++i) {
+    ClassifierBatch<B> batch;
+    batch.draw(fresh);
+    const auto& yf = fi->forward(*p, batch.ids, &batch.keys);
+    const auto& yq = qi->forward(*q, batch.ids, &batch.keys);
+    acc_f += accuracy(yf, batch.label) / batches, acc_q += accuracy(yq, batch.label) / batches;
+    for (size_t k = 0; k < yf.size(); ++k) worst = std::max(worst, double(std::abs(yf.data()[k] - yq.data()[k])));
+  }
+  MESSAGE("sequence classifier, " << batches * B << " sequences: float accuracy " << acc_f << ", int8 " << acc_q << "; largest logit difference "
+                                  << worst << "; plans: float " << sizeof(InferOf<Classifier, 1, kL>) << " B, int8 " << sizeof(InferOf<Q, 1, kL>)
+                                  << " B");
+  if (!test::slow()) CHECK(acc_f >= 0.9);
+  CHECK(std::abs(acc_f - acc_q) <= 0.01);
+  CHECK(worst < 0.25);
+  CHECK(sizeof(InferOf<Q, 1, kL>) < sizeof(InferOf<Classifier, 1, kL>));
+
+  // saved and loaded, the same integers
+  const auto path = std::filesystem::temp_directory_path() / "stformer_quantized_classifier.safetensors";
+  save_params(path, *q);
+  auto back = test::make<Q>();
+  load_quantized(path, *back);
+  std::filesystem::remove(path);
+  ClassifierBatch<B> batch;
+  batch.draw(fresh);
+  const Tensor<B, 1, 2> before = qi->forward(*q, batch.ids, &batch.keys);
+  CHECK(test::same_bits(before, qi->forward(*back, batch.ids, &batch.keys)));
+}
+
+TEST_CASE("quantize: a model of float rows (QuantizeInput first), its outputs close to the float model's, unnamed steps by their index") {
+  constexpr size_t B = 4, N = 10;
+  using M = Sequential<Linear<3, 16>, EncoderBlock<16, 2, 32>, MeanPool<16>, Linear<16, 4>>;
+  auto p = test::make<M>();
+  Rng rng(74);
+  init_params(*p, rng);
+  test::randomize(*p, rng);
+  // calibration with the padding the model will see: a mean over one row spans more than a
+  // mean over ten
+  const auto keys = test::lengths_mask<B, N>({10, 7, 3, 1});
+  Calibration<M, B, N> cal(*p);
+  Tensor<B, N, 3> x;
+  for (int i = 0; i < 8; ++i) test::fill(x, rng), cal.observe(x, &keys);
+  const auto q = cal.quantize();
+  using Q = Quantized<M>;
+  const auto names = test::param_names(*q);
+  CHECK(names.front() == "input.scale");
+  for (const char* n : {"0.weight", "1.attn.wq.weight", "2.requant.shift", "3.bias", "output.scale"})
+    CHECK_MESSAGE(std::find(names.begin(), names.end(), n) != names.end(), n);
+  CHECK(InferOf<Q, B, N>::plan()[0].name == std::string_view("input"));
+  const double gap = rms_gap(*p, *q, x, keys, rng);
+  MESSAGE("float rows -> 4 outputs: int8 within " << 100 * gap << "% rms of the float model");
+  CHECK(gap < 0.03);
+}
+
+TEST_CASE("quantize: a set model of SAB, ISAB, PMA, ScaleNorm and FeedForward steps, key-padded, close to the float model") {
+  constexpr size_t B = 4, N = 12;
+  using M = Sequential<Linear<2, 16>, SAB<16, 2>, ISAB<16, 2, 4>, PMA<16, 2, 2>, ScaleNorm<16>, FeedForward<16, 32>, Linear<16, 3>>;
+  auto p = test::make<M>();
+  Rng rng(75);
+  init_params(*p, rng);
+  const auto keys = test::lengths_mask<B, N>({12, 9, 5, 2});
+  Calibration<M, B, N> cal(*p);
+  Tensor<B, N, 2> x;
+  for (int i = 0; i < 8; ++i) test::fill(x, rng), cal.observe(x, &keys);
+  const auto q = cal.quantize();
+  using Q = Quantized<M>;
+  const auto names = test::param_names(*q);
+  for (const char* n : {"1.mab.attn.wq.weight", "2.inducing", "2.mab2.fc.bias", "3.seeds", "4.out_scale", "5.fc1.weight", "6.weight"})
+    CHECK_MESSAGE(std::find(names.begin(), names.end(), n) != names.end(), n);
+  const double gap = rms_gap(*p, *q, x, keys, rng);
+  MESSAGE("set model -> 2 × 3 outputs: int8 within " << 100 * gap << "% rms of the float model; plans: float "
+                                                     << sizeof(InferOf<M, 1, N>) << " B, int8 " << sizeof(InferOf<Q, 1, N>) << " B");
+  CHECK(gap < 0.03);
 }

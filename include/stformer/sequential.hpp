@@ -70,6 +70,10 @@ struct FixedString {
 
 template <FixedString Name, class Block>
 struct Named {};
+// A step named by the index `Index` whatever its place: a derived model's steps keep the names
+// of the model they come from (quantize's steps, stformer/quantize.hpp).
+template <size_t Index, class Block>
+struct Indexed {};
 
 // The sizes of a fixed tensor type, [B, N, W] for a stream: dims<T>[k].
 template <class T>
@@ -95,6 +99,10 @@ struct Info<Named<Name, B>> {
   using Block = B;
   static constexpr bool named = true;
   static constexpr std::string_view name = Name.view();
+};
+template <size_t Index, class B>
+struct Info<Indexed<Index, B>> : Info<B> {
+  static constexpr size_t index = Index;
 };
 
 template <class Block>
@@ -476,7 +484,10 @@ struct Sequential {
       static constexpr PlanRow row(size_t& end) {
         PlanRow r{};
         r.name = step::Info<step::Nth<I, S...>>::name;
-        r.index = I;
+        if constexpr (requires { step::Info<step::Nth<I, S...>>::index; })
+          r.index = step::Info<step::Nth<I, S...>>::index;
+        else
+          r.index = I;
         r.in_shape = shape3<InputAt<B, N, I>>();
         r.out_shape = shape3<OutputAt<B, N, I>>();
         r.in_bytes = in_bytes<I>;
@@ -536,7 +547,9 @@ struct Sequential {
   template <size_t I, class F, class... M>
   static constexpr void visit_step(const Path& at, F& f, M&... m) {
     using Info = step::Info<step::Nth<I, S...>>;
-    if constexpr (!Info::named)
+    if constexpr (requires { Info::index; })
+      stformer::visit(at / Info::index, f, m.template get<I>()...);
+    else if constexpr (!Info::named)
       stformer::visit(at / I, f, m.template get<I>()...);
     else if constexpr (Info::name.empty())
       stformer::visit(at, f, m.template get<I>()...);

@@ -21,6 +21,7 @@
 #include "quantized/language_model.hpp"
 #include "quantized/pointer_model.hpp"
 #include "quantized/set_transformer.hpp"
+#include "quantize.hpp"
 #include "model_image.hpp"
 #include "train/loss.hpp"
 #include "train/optim.hpp"

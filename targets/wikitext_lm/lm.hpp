@@ -82,15 +82,16 @@ Vocabulary load_model(const std::string& path, M& model, const std::function<con
                              " has no vocabulary (no tensor 'state.vocab', as in a model exported from PyTorch): give the corpus "
                              "it was trained on, --data WIKITEXT2_DIR, and the vocabulary is derived from it by SPEC's rule");
   }
-  const auto& embedding = [&]() -> const auto& {
+  using Embedding = std::remove_cvref_t<decltype([&]() -> const auto& {
     if constexpr (requires { model.embedding; })  // the integer model (QLanguageModel)
       return model.embedding;
     else
       return model.template get<"embedding">();
-  }();
-  check_vocabulary(vocab, embedding.weight.shape()[0], "checkpoint " + path);
-  if constexpr (requires { embedding.weight_scale; })
-    load_quantized(f, model);  // the int8 weights' scales checked too
+  }())>;
+  check_vocabulary(vocab, Embedding::vocabulary, "checkpoint " + path);
+  constexpr bool float_table = requires(const Embedding& e) { requires std::is_same_v<typename decltype(e.weight)::value_type, float>; };
+  if constexpr (!float_table)
+    load_quantized(f, model);  // the integer weights' scales checked too
   else
     load_params(f, model);
   return vocab;

@@ -14,6 +14,7 @@ namespace stformer::inline STFORMER_ABI {
 
 template <size_t V, size_t D>
 struct Embedding {
+  static constexpr size_t vocabulary = V;  // token ids in [0, V)
   Tensor<V, D> weight;
 
   template <class F, class... S>

@@ -61,13 +61,8 @@ struct EncoderBlock {
   template <size_t B, size_t N>
   using Input = Tensor<B, N, D>;
   static constexpr bool in_place = true;
-  template <size_t B, size_t N>
-  struct Tiles {
-    template <size_t T>
-    using W = Work<B, N, T>;
-  };
   template <size_t B, size_t N, size_t Room>
-  using Scratch = Work<B, N, largest_fitting<Tiles<B, N>::template W, Room, tile_rows(B * N), B * N>()>;
+  using Scratch = typename TiledIn<Work, B, N, Room>::type;
   template <size_t B, size_t N>
   struct Infer {
     Tensor<B, N, D> out;

@@ -48,6 +48,36 @@ struct QFeedForward {
     return q;
   }
 
+  // A step of a quantized Sequential (stformer/quantize.hpp): h ← FFN(h) in place on an int16
+  // stream, its output a stream of its own at s_out; its scratch T rows of hid and acc.
+  using Float = FeedForward<D, F>;
+  static constexpr bool same_scale = false;
+  struct Ranges {
+    float hidden = 0;
+    template <class A, class X, class Y>
+    void observe(const Float&, const A& acts, const X&, const Y&) {
+      hidden = std::max(hidden, quant::max_abs(acts.fc1.out));
+    }
+  };
+  void from_float(const Float& f, const Ranges& r, float s_in, float s_out) { *this = quantize(f, r.hidden, s_in, s_out); }
+  template <size_t B, size_t N>
+  using Input = TensorOf<std::int16_t, B, N, D>;
+  static constexpr bool in_place = true;
+  template <size_t T>
+  struct Work {
+    TensorOf<std::int8_t, T, F> hid;
+    TensorOf<std::int32_t, T, F> acc;
+  };
+  template <size_t B, size_t N, size_t Room>
+  using Scratch = Work<rows_in_room(B * N, tile_rows(B * N), Room, F * 5)>;
+  template <size_t B, size_t N, size_t T>
+  void forward_in_place(Input<B, N>& h, Work<T>& w) const {
+    for_tiles<B * N, T>([&]<size_t R>(size_t i) {  // a tile's rows are read whole before they are written
+      fc1.template apply<R, true>(h.data() + i * D, w.acc.data(), w.hid.data());
+      fc2.template add_to<R, true>(w.hid.data(), w.acc.data(), h.data() + i * D);
+    });
+  }
+
   // residual [Rows, D] += FFN(x [Rows, D]), T rows at a time: hid [T, F] (int8), acc [T, F].
   template <size_t Rows, size_t T>
   void add_to(const std::int8_t* x, std::int16_t* residual, std::int8_t* hid, std::int32_t* acc) const {
@@ -86,6 +116,10 @@ struct QEncoderBlock {
       residual = std::max({residual, quant::max_abs(acts.h), quant::max_abs(acts.out)});
       attn.observe(f.attn, acts.attn);
     }
+    template <class A, class X, class Y>
+    void observe(const Float& f, const A& acts, const X&, const Y&) {
+      observe(f, acts);
+    }
   };
 
   void set_multipliers(float s_h) {
@@ -113,6 +147,16 @@ struct QEncoderBlock {
     TensorOf<std::int32_t, T, F> acc;
   };
 
+  // A step of a quantized Sequential (stformer/quantize.hpp): forward_in_place on the int16
+  // stream, at its scale; Work its scratch, with as many rows per tile as Room holds.
+  static constexpr bool same_scale = true;
+  void from_float(const Float& f, const Ranges& r, float s_h, float) { *this = quantize(f, r, s_h); }
+  template <size_t B, size_t N>
+  using Input = TensorOf<std::int16_t, B, N, D>;
+  static constexpr bool in_place = true;
+  template <size_t B, size_t N, size_t Room>
+  using Scratch = typename TiledIn<Work, B, N, Room>::type;
+
   template <size_t B, size_t N, size_t T>
   void forward_in_place(TensorOf<std::int16_t, B, N, D>& h, Work<B, N, T>& w, Mask<B, N> mask = {}) const {
     sn1.template apply<B * N>(h.data(), w.a.data());
@@ -121,6 +165,15 @@ struct QEncoderBlock {
     sn2.template apply<B * N>(h.data(), w.a.data());
     ffn.template add_to<B * N, T>(w.a.data(), h.data(), w.hid.data(), w.acc.data());
   }
+};
+
+template <size_t D, size_t F>
+struct Int8Of<FeedForward<D, F>> {
+  using type = QFeedForward<D, F>;
+};
+template <size_t D, size_t H, size_t F>
+struct Int8Of<EncoderBlock<D, H, F>> {
+  using type = QEncoderBlock<D, H, F>;
 };
 
 }  // namespace stformer

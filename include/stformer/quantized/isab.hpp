@@ -33,10 +33,16 @@ struct QISAB {
   // mab2.residual covers the block's input x, so it also bounds the stream x comes from.
   struct Ranges {
     typename Mab::Ranges mab1, mab2;
+    float residual = 0;  // the set's stream: mab2's
     template <class A, class X>
     void observe(const Float& f, const A& acts, const X& x) {
       mab1.observe(f.mab1, acts.mab1, acts.i);
       mab2.observe(f.mab2, acts.mab2, x);
+      residual = mab2.residual;
+    }
+    template <class A, class X, class Y>
+    void observe(const Float& f, const A& acts, const X& x, const Y&) {
+      observe(f, acts, x);
     }
   };
 
@@ -63,6 +69,16 @@ struct QISAB {
     Phases<Work1, Work2> phase;
   };
 
+  // A step of a quantized Sequential (stformer/quantize.hpp): in place on the set's stream, at
+  // its scale.
+  static constexpr bool same_scale = true;
+  void from_float(const Float& f, const Ranges& r, float s_x, float) { *this = quantize(f, r, s_x); }
+  template <size_t B, size_t N>
+  using Input = TensorOf<std::int16_t, B, N, D>;
+  static constexpr bool in_place = true;
+  template <size_t B, size_t N, size_t Room>
+  using Scratch = Work<B, N>;
+
   template <size_t B, size_t N, size_t T>
   void forward_in_place(TensorOf<std::int16_t, B, N, D>& x, Work<B, N, T>& w, const KeyMask<B, N>* keys = nullptr) const {
     using Wk = Work<B, N, T>;
@@ -70,6 +86,11 @@ struct QISAB {
     mab1.forward_in_place(w.hm, x, w.phase.template start<typename Wk::Work1>(), keys);
     mab2.forward_in_place(x, w.hm, w.phase.template start<typename Wk::Work2>());
   }
+};
+
+template <size_t D, size_t H, size_t M>
+struct Int8Of<ISAB<D, H, M>> {
+  using type = QISAB<D, H, M>;
 };
 
 }  // namespace stformer

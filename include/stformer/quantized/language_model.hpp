@@ -23,45 +23,10 @@
 #include "encoder.hpp"
 #include "linear.hpp"
 #include "pma.hpp"
+#include "embedding.hpp"
 #include "weight_int8.hpp"
 
 namespace stformer::inline STFORMER_ABI {
-
-// QEmbedding<V, D>: Embedding into an int16 stream at scale s_h: Int8Embedding's table (int8
-// rows W_q, one scale s_v per row) and each row's multiplier M_v = s_v / s_h:
-//   h[r, :] = clamp(apply(W_q[ids[r], :], M_ids[r]), int16)
-// Tensors: weight I8 [V, D], weight_scale F32 [V], requant.multiplier and requant.shift I32 [V].
-template <size_t V, size_t D>
-struct QEmbedding : Int8Embedding<V, D> {
-  Requant<V> requant;
-
-  template <class Fn, class... S>
-  static constexpr void visit(const Path& at, Fn& f, S&... s) {
-    Int8Embedding<V, D>::visit(at, f, s...);
-    stformer::visit(at / "requant", f, s.requant...);
-  }
-
-  void set_multipliers(float s_h) {
-    for (size_t v = 0; v < V; ++v) requant.set(v, double(this->weight_scale(v)) / s_h);
-  }
-
-  // The table f into the stream at s_h, in place (the table is too large to return on the stack).
-  void from_float(const Embedding<V, D>& f, float s_h) {
-    Int8Embedding<V, D>::quantize(f, *this);
-    set_multipliers(s_h);
-  }
-
-  // h [Rows, D] = the rows of ids.
-  template <size_t Rows>
-  void apply(const std::int32_t* ids, std::int16_t* h) const {
-    std::int32_t wide[D];
-    for (size_t r = 0; r < Rows; ++r) {
-      const std::int8_t* w = this->row(ids[r]);
-      for (size_t k = 0; k < D; ++k) wide[k] = w[k];
-      kernels::requantize(wide, D, requant[size_t(ids[r])], 0, INT16_MIN, INT16_MAX, h + r * D);
-    }
-  }
-};
 
 template <size_t V, size_t L, size_t D, size_t H, size_t F, size_t Blocks>
 struct QLanguageModel {

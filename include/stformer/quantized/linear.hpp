@@ -104,6 +104,29 @@ void quantize_rows(const Tensor<R, W>& w, TensorOf<std::int8_t, R, W>& q, Tensor
 
 }  // namespace quant
 
+// Rows per tile of the quantized forward passes by default: up to 64, so that a small model's
+// layers take their rows at once (each call of the int8 product packs its weights). A smaller T
+// (the passes' last template argument) takes less memory: a microcontroller's choice.
+constexpr size_t qtile_rows(size_t rows) { return rows < 64 ? rows : 64; }
+
+// Int8Of<Block>::type: the integer form of a float block, the step quantize (stformer/quantize.hpp)
+// puts in its place. Each quantized block's header gives its own. Besides the step's forward
+// (an int16 stream in, an int16 stream out), such a block has:
+//   using Float;                           the float block it comes from
+//   static constexpr bool same_scale;      its output at its input's scale (a residual stream)
+//   struct Ranges { observe(f, acts, x, y) };  what calibration keeps of the float block's pass
+//   void from_float(f, ranges, s_in, s_out);   its integers for streams at those scales
+template <class Block>
+struct Int8Of {
+  static_assert(sizeof(Block) == 0, "Int8Of: this block has no integer form (quantize needs one for every step)");
+};
+
+// Nothing to observe: a step whose integers follow from its weights and its streams' scales.
+struct NoRanges {
+  template <class... A>
+  void observe(const A&...) {}
+};
+
 template <size_t In, size_t Out>
 struct QLinear {
   TensorOf<std::int8_t, Out, In> weight;
@@ -171,6 +194,30 @@ struct QLinear {
     kernels::requantize(acc, Rows, Out, requant.multiplier.data(), requant.shift.data(), 0, Relu ? 0 : 2 * INT16_MIN, 2 * INT16_MAX + 1, acc);
     for (size_t i = 0; i < Rows * Out; ++i) h[i] = std::int16_t(std::clamp<std::int32_t>(acc[i] + (Set ? 0 : h[i]), INT16_MIN, INT16_MAX));
   }
+
+  // A step of a quantized Sequential: y = the layer on x, int16 streams at s_in and s_out; its
+  // scratch the int32 accumulators of T rows [T, Out] (as many rows as Room holds, up to 64).
+  using Float = Linear<In, Out>;
+  static constexpr bool same_scale = false;
+  using Ranges = NoRanges;
+  template <Init::Kind K>
+  void from_float(const Linear<In, Out, K>& f, const Ranges&, float s_in, float s_out) {
+    from_float(f, s_in, s_out);
+  }
+  template <size_t B, size_t N>
+  using Input = TensorOf<std::int16_t, B, N, In>;
+  template <size_t B, size_t N>
+  using Output = TensorOf<std::int16_t, B, N, Out>;
+  template <size_t B, size_t N, size_t Room>
+  using Scratch = TensorOf<std::int32_t, rows_in_room(B * N, qtile_rows(B * N), Room, Out * sizeof(std::int32_t)), Out>;
+  template <size_t B, size_t N, size_t T>
+  void run(const Input<B, N>& x, Output<B, N>& y, TensorOf<std::int32_t, T, Out>& acc) const {
+    for_tiles<B * N, T>([&]<size_t R>(size_t i) { add_to<R, true>(x.data() + i * In, acc.data(), y.data() + i * Out); });
+  }
+};
+template <size_t In, size_t Out, Init::Kind K>
+struct Int8Of<Linear<In, Out, K>> {
+  using type = QLinear<In, Out>;
 };
 
 // QFineLinear<In, Out>: a linear layer into an int16 stream whose weights come as two int8
@@ -217,9 +264,5 @@ struct QFineLinear {
 // A scale tensor: F32 [1], s > 0 (named `<activation>_scale`).
 using Scale = Tensor<1>;
 
-// Rows per tile of the quantized forward passes by default: up to 64, so that a small model's
-// layers take their rows at once (each call of the int8 product packs its weights). A smaller T
-// (the passes' last template argument) takes less memory: a microcontroller's choice.
-constexpr size_t qtile_rows(size_t rows) { return rows < 64 ? rows : 64; }
 
 }  // namespace stformer

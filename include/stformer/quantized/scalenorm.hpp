@@ -43,6 +43,20 @@ struct QScaleNorm {
     return q;
   }
 
+  // A step of a quantized Sequential (stformer/quantize.hpp): in place on an int16 stream, its
+  // output a stream of its own at s_out.
+  using Float = ScaleNorm<D>;
+  static constexpr bool same_scale = false;
+  using Ranges = NoRanges;
+  void from_float(const Float& f, const Ranges&, float, float s_out) { *this = quantize(f, s_out); }
+  template <size_t B, size_t N>
+  using Input = TensorOf<std::int16_t, B, N, D>;
+  static constexpr bool in_place = true;
+  template <size_t B, size_t N>
+  void forward_in_place(Input<B, N>& h) const {
+    apply<B * N>(h.data(), h.data());  // row by row: a row is read whole before it is written
+  }
+
   // y [Rows, D] (int8, or int16) = the norm of x [Rows, D] (int16 or int8)
   // x_i is taken as x_i·2^up (up = 31 − its bits) with the shift lowered to match: the high
   // multiply then keeps 31 bits of x_i·M/‖x‖ where x_i alone (a few bits: ScaleNorm's inputs
@@ -60,6 +74,11 @@ struct QScaleNorm {
       kernels::requantize(wide, D, {m.q, m.shift - up}, 0, std::numeric_limits<Y>::min(), std::numeric_limits<Y>::max(), y);
     }
   }
+};
+
+template <size_t D>
+struct Int8Of<ScaleNorm<D>> {
+  using type = QScaleNorm<D>;
 };
 
 }  // namespace stformer

@@ -33,6 +33,7 @@ namespace stformer::inline STFORMER_ABI {
 
 template <size_t V, size_t D>
 struct Int8Embedding {
+  static constexpr size_t vocabulary = V;  // token ids in [0, V)
   TensorOf<std::int8_t, V, D> weight;
   Tensor<V> weight_scale;
 

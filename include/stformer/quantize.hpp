@@ -1,0 +1,232 @@
+// quantize: any composed float model (a Sequential, stformer/sequential.hpp) into its integer
+// model, post-training, from calibration inputs (host side):
+//
+//   using Model = Sequential<Named<"embedding", Embedding<11, 16>>, PositionalEncoding<8, 16>,
+//                            Named<"blocks", Repeat<EncoderBlock<16, 2, 32>, 2>>, MeanPool<16>,
+//                            Named<"head", Linear<16, 3>>>;
+//   stformer::Calibration<Model, B, N> cal(model);
+//   for (const auto& batch : batches) cal.observe(batch.ids, &batch.keys);   // float passes
+//   std::unique_ptr<Quantized<Model>> q = cal.quantize();
+//   InferOf<Quantized<Model>, 1, N> pass;  pass.forward(*q, ids, &keys);     // integers
+//
+// Quantized<Model> is a Sequential of each step's integer form (Int8Of, beside each quantized
+// block), under the float model's names; its plan is made as any Sequential's. Between its steps
+// flow int16 streams; the weights are int8 (int16 for the tables of an embedding and the
+// positions). Its input and output are the float model's: a model of float rows starts with
+// QuantizeInput (`input.scale`), every quantized model ends with Dequantize (`output.scale`),
+// the only float arithmetic of a pass.
+//
+// The scales. Every step's output is a stream; a step whose output is at its input's scale
+// (same_scale: a residual block, the positions' sum, in place) continues its input's stream,
+// any other starts a new one. A stream's scale is 2·max|·|/32767 (quant::int16_scale) of what
+// calibration saw of it: every step's input and output on it and the residual values inside
+// its blocks (their Ranges' `residual`). Each step's own activations (a norm's rows, the
+// attention's q, k, v and heads, a hidden layer) are scaled from its Ranges. One walk serves any
+// model: observe runs the float model's Acts step by step (Repeat block by block), quantize
+// gives each step its float block, its ranges and the scales of its two streams.
+#pragma once
+
+#include "config.hpp"
+
+#include <algorithm>
+#include <array>
+#include <memory>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+#include "quantized/embedding.hpp"
+#include "quantized/encoder.hpp"
+#include "quantized/linear.hpp"
+#include "quantized/meanpool.hpp"
+#include "quantized/isab.hpp"
+#include "quantized/pma.hpp"
+#include "quantized/positional.hpp"
+#include "quantized/sab.hpp"
+#include "quantized/scalenorm.hpp"
+#include "quantized/stream.hpp"
+#include "sequential.hpp"
+
+namespace stformer::inline STFORMER_ABI {
+
+template <class Block, size_t Count>
+struct Int8Of<Repeat<Block, Count>> {
+  using type = Repeat<typename Int8Of<Block>::type, Count>;
+};
+
+namespace quant {
+
+// The chain a model is (a Sequential, or a model derived from one).
+template <class... S>
+Sequential<S...> chain_of(const Sequential<S...>*);
+template <class Model>
+using ChainOf = decltype(chain_of(static_cast<const Model*>(nullptr)));
+
+// Step I of the float chain in the quantized one: its integer form, under its name.
+template <size_t I, class S>
+struct StepOf {
+  using type = Indexed<I, typename Int8Of<S>::type>;
+};
+template <size_t I, FixedString Name, class B>
+struct StepOf<I, Named<Name, B>> {
+  using type = Named<Name, typename Int8Of<B>::type>;
+};
+
+// Whether the chain takes float rows (else token ids): its quantized form starts with QuantizeInput.
+template <class Chain>
+inline constexpr bool rows_in = std::is_same_v<typename Chain::template Input<1, 1>::value_type, float>;
+
+template <class Chain, class Index>
+struct QuantizedChain;
+template <class... S, size_t... I>
+struct QuantizedChain<Sequential<S...>, std::index_sequence<I...>> {
+  using Float = Sequential<S...>;
+  static constexpr size_t in_width = dims<typename Float::template Input<1, 1>>.back();
+  static constexpr size_t out_width = dims<typename Float::template Output<1, 1>>.back();
+  using Out = Named<"output", Dequantize<out_width>>;
+  using type = std::conditional_t<rows_in<Float>, Sequential<Named<"input", QuantizeInput<in_width>>, typename StepOf<I, S>::type..., Out>,
+                                  Sequential<typename StepOf<I, S>::type..., Out>>;
+};
+
+}  // namespace quant
+
+// The integer model of a composed float model.
+template <class Model>
+using Quantized =
+    typename quant::QuantizedChain<quant::ChainOf<Model>, std::make_index_sequence<quant::ChainOf<Model>::steps>>::type;
+
+namespace quant {
+
+// Whether Model is a quantized model (its last step Dequantize).
+template <class Model>
+inline constexpr bool is_quantized = [] {
+  if constexpr (requires { Model::steps; typename Model::template BlockAt<0>; }) {
+    using Last = typename Model::template BlockAt<Model::steps - 1>;
+    return std::is_same_v<Last, Dequantize<dims<typename Last::template Output<1, 1>>.back()>>;
+  } else {
+    return false;
+  }
+}();
+
+// What calibration keeps of a float block: a step's Ranges and the streams of its input and
+// output; a Repeat's, block by block; a chain's, step by step.
+template <class F>
+struct Observed {
+  typename Int8Of<F>::type::Ranges ranges;
+  size_t in = 0, out = 0;
+};
+template <class B, size_t Count>
+struct Observed<Repeat<B, Count>> {
+  std::array<Observed<B>, Count> blocks;
+};
+template <class... S>
+struct Observed<Sequential<S...>> {
+  step::Members<Observed<typename step::Info<S>::Block>...> steps;
+};
+
+// The streams of a pass: max|·| of each, the current one and the next new one's number.
+struct Streams {
+  std::vector<float> max{0.0f};
+  size_t current = 0, next = 1;
+  void see(size_t s, float m) {
+    if (s >= max.size()) max.resize(s + 1, 0.0f);
+    max[s] = std::max(max[s], m);
+  }
+  float scale(size_t s) const { return int16_scale(max[s]); }
+};
+
+template <class X>
+float max_abs_rows(const X& x) {
+  if constexpr (std::is_same_v<typename X::value_type, float>)
+    return max_abs(x);
+  else
+    return 0.0f;  // token ids
+}
+
+template <class F, class A, class X, size_t B, size_t N>
+const auto& observe(const F& f, A& acts, const X& x, const Mask<B, N>& mask, Observed<F>& o, Streams& s) {
+  using Q = typename Int8Of<F>::type;
+  const auto& y = step::forward(acts, f, x, mask);
+  o.in = s.current;
+  if (!Q::same_scale) s.current = s.next++;
+  o.out = s.current;
+  s.see(o.in, max_abs_rows(x));
+  s.see(o.out, max_abs(y));
+  o.ranges.observe(f, acts, x, y);
+  if constexpr (requires { o.ranges.residual; }) s.see(o.out, o.ranges.residual);
+  return y;
+}
+template <class Blk, size_t Count, class A, class X, size_t B, size_t N>
+const auto& observe(const Repeat<Blk, Count>& f, A& acts, const X& x, const Mask<B, N>& mask, Observed<Repeat<Blk, Count>>& o, Streams& s) {
+  const auto* h = &observe(f[0], acts.blocks[0], x, mask, o.blocks[0], s);
+  for (size_t i = 1; i < Count; ++i) h = &observe(f[i], acts.blocks[i], *h, mask, o.blocks[i], s);
+  return *h;
+}
+template <size_t I = 0, class... S, class A, class X, size_t B, size_t N>
+const auto& observe_chain(const Sequential<S...>& f, A& acts, const X& x, const Mask<B, N>& mask, Observed<Sequential<S...>>& o, Streams& s) {
+  const auto& y = observe(f.template get<I>(), acts.template at<I>(), x, Sequential<S...>::template mask_at<B, N, I>(mask), step::get<I>(o.steps), s);
+  if constexpr (I + 1 == sizeof...(S))
+    return y;
+  else
+    return observe_chain<I + 1>(f, acts, y, mask, o, s);
+}
+
+template <class Q, class F>
+void from_float(Q& q, const F& f, const Observed<F>& o, const Streams& s) {
+  q.from_float(f, o.ranges, s.scale(o.in), s.scale(o.out));
+}
+template <class Q, class Blk, size_t Count>
+void from_float(Q& q, const Repeat<Blk, Count>& f, const Observed<Repeat<Blk, Count>>& o, const Streams& s) {
+  for (size_t i = 0; i < Count; ++i) from_float(q[i], f[i], o.blocks[i], s);
+}
+
+}  // namespace quant
+
+// Post-training quantization of Model from calibration batches of B inputs of N rows (or ids):
+// observe runs the float model on each (keep them representative: the scales cover what they
+// reach and twice that), quantize makes the integer model. Host side.
+template <class Model, size_t B, size_t N>
+class Calibration {
+ public:
+  using Chain = quant::ChainOf<Model>;
+  using Q = Quantized<Model>;
+
+  explicit Calibration(const Model& model) : model_(model), acts_(std::make_unique<ActsOf<Chain, B, N>>()) {}
+
+  template <class X>
+  void observe(const X& x, const Mask<B, N>& mask = {}) {
+    Chain::template check_input<B, N, X>();
+    streams_.current = 0, streams_.next = 1;
+    quant::observe_chain(static_cast<const Chain&>(model_), *acts_, x, mask, observed_, streams_);
+    ++batches_;
+  }
+  template <class X>
+  void observe(const X& x, const KeyMask<B, N>* keys) {
+    observe(x, Mask<B, N>{.keys = keys});
+  }
+  size_t batches() const { return batches_; }
+
+  // The integer model (on the heap: a model's weights may not fit a stack).
+  std::unique_ptr<Q> quantize() const {
+    STFORMER_CHECK(batches_ > 0, "Calibration::quantize: no calibration batch observed");
+    auto q = std::make_unique<Q>();
+    constexpr size_t first = quant::rows_in<Chain> ? 1 : 0;
+    if constexpr (first == 1) q->template get<0>().scale(0) = streams_.scale(0);
+    [&]<size_t... I>(std::index_sequence<I...>) {
+      (quant::from_float(q->template get<first + I>(), static_cast<const Chain&>(model_).template get<I>(), step::get<I>(observed_.steps),
+                         streams_),
+       ...);
+    }(std::make_index_sequence<Chain::steps>{});
+    q->template get<Q::steps - 1>().scale(0) = streams_.scale(streams_.current);
+    return q;
+  }
+
+ private:
+  const Model& model_;
+  std::unique_ptr<ActsOf<Chain, B, N>> acts_;
+  quant::Observed<Chain> observed_;
+  quant::Streams streams_;
+  size_t batches_ = 0;
+};
+
+}  // namespace stformer

@@ -1,0 +1,48 @@
+// QPositionalEncoding<L, D>: PositionalEncoding<L, D> on an int16 stream at scale s, in place:
+// h[b, p] = clamp(h[b, p] + table[p], int16), table = round(PE / s) made once from the float
+// table at the stream's scale. Tensors: table I16 [L, D].
+#pragma once
+
+#include "../config.hpp"
+
+#include <algorithm>
+#include <cstdint>
+
+#include "../blocks/positional.hpp"
+#include "linear.hpp"
+
+namespace stformer::inline STFORMER_ABI {
+
+template <size_t L, size_t D>
+struct QPositionalEncoding {
+  TensorOf<std::int16_t, L, D> table;
+
+  template <class F, class... S>
+  static constexpr void visit(const Path& at, F& f, S&... s) {
+    f(at / "table", Init{Init::zeros}, s.table...);
+  }
+
+  using Float = PositionalEncoding<L, D>;
+  static constexpr bool same_scale = true;
+  using Ranges = NoRanges;
+  void from_float(const Float& f, const Ranges&, float s, float) { quant::quantize_input(f.table().data(), L * D, s, table.data()); }
+
+  template <size_t B, size_t N>
+  using Input = TensorOf<std::int16_t, B, N, D>;
+  static constexpr bool in_place = true;
+  template <size_t B, size_t N>
+  void forward_in_place(Input<B, N>& h) const {
+    static_assert(N <= L, "QPositionalEncoding: sequence length N exceeds the table length L");
+    for (size_t b = 0; b < B; ++b)
+      for (size_t i = 0; i < N * D; ++i) {
+        std::int16_t& v = h.data()[b * N * D + i];
+        v = std::int16_t(std::clamp<std::int32_t>(std::int32_t(v) + table.data()[i], INT16_MIN, INT16_MAX));
+      }
+  }
+};
+template <size_t L, size_t D>
+struct Int8Of<PositionalEncoding<L, D>> {
+  using type = QPositionalEncoding<L, D>;
+};
+
+}  // namespace stformer
