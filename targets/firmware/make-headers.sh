@@ -9,6 +9,10 @@
 #   qexpected.hpp the int8 model's quantized inputs and int32 logits for the 8 sets (predict)
 #   max_value.h, max_value.cpp  the float model's C API (checkpoint_header --c --model pointer)
 #   sets.h, expected.h          the sets and the host's log-probabilities as C arrays (--c)
+#   seqcls/   a model that is not SPEC's (tests/seq_classifier.hpp) and its integer model, their
+#             C APIs as stformer-c-api writes them (seqcls.h, seqcls.cpp, seqcls_q.h,
+#             seqcls_q.cpp) and the host's outputs (expected.h): BUILD's c_api_any test, which
+#             makes them and checks them on the host
 # and, given a native build with the plain C++ kernels PLAIN (-Dsimd=none), the host's side of
 # the Cortex-M7's training run (its train_reference program):
 #   train_init.hpp      the initial parameters
@@ -32,6 +36,9 @@ done
 for name in sets expected; do
   "$build/targets/firmware/checkpoint_header" --c "$out/$name.safetensors" "$out/$name.h"
 done
+meson test -C "$build" --no-rebuild --quiet c_api_any
+mkdir -p "$out/seqcls"
+cp "$build/tests/c_api_any/"{seqcls.h,seqcls.cpp,seqcls_q.h,seqcls_q.cpp,expected.h} "$out/seqcls/"
 if [ -n "$plain" ]; then
   "$plain/targets/firmware/train_reference" "$out/sets.safetensors" "$out"
   for name in train_init train_expected; do

@@ -4,14 +4,21 @@
    model's image in flash, the forward pass's static workspace, max_value_predict). The C++
    source is compiled with the C++ compiler; this file and the link use the C compiler, with
    no C++ runtime. The test sets and the host build's log-probabilities are C arrays (sets.h,
-   expected.h: checkpoint_header --c). Exit status 0 when every set's arg-max is the host's and
-   every log-probability is within 1e-4 + 1e-4·|host| of it, and a NaN is refused. */
+   expected.h: checkpoint_header --c). Then a model that is not SPEC's, a sequence classifier
+   (tests/seq_classifier.hpp) and its integer model, through the C APIs stformer-c-api wrote
+   (seqcls.h, seqcls_q.h; the host's outputs in seqcls/expected.h). Exit status 0 when every
+   set's arg-max is the host's and every log-probability is within 1e-4 + 1e-4·|host| of it, a
+   NaN is refused, the classifier's outputs are as close to the host's, its integer model's the
+   host's bit for bit, and a token id out of range is refused. */
 #include <math.h>
 #include <stdint.h>
 #include <string.h>
 
 #include "expected.h"
 #include "max_value.h"
+#include "seqcls.h"
+#include "seqcls/expected.h"
+#include "seqcls_q.h"
 #include "sets.h"
 
 /* ---- semihosting (bkpt 0xAB): output and exit status to qemu-system-arm -semihosting ---- */
@@ -72,6 +79,32 @@ static int run(void) {
   return agree == S && refused;
 }
 
+/* out within 1e-4 + 1e-4·|host| of host, n values */
+static int close_to(const float* out, const float* host, int n) {
+  int same = 1;
+  for (int i = 0; i < n; ++i) same = same && fabsf(out[i] - host[i]) <= 1e-4f + 1e-4f * fabsf(host[i]);
+  return same;
+}
+
+static int run_seqcls(void) {
+  float y[SEQCLS_OUTPUT_SIZE];
+  int32_t bad[SEQCLS_INPUT_SIZE];
+  int ok = seqcls_predict(input_a, y) == SEQCLS_OK && close_to(y, expected_a, SEQCLS_OUTPUT_SIZE);
+  ok = ok && seqcls_predict(input_b, y) == SEQCLS_OK && close_to(y, expected_b, SEQCLS_OUTPUT_SIZE);
+  ok = ok && seqcls_predict_keys(input_a, keys, y) == SEQCLS_OK && close_to(y, expected_a_keys, SEQCLS_OUTPUT_SIZE);
+  put(ok ? "sequence classifier (float): as the host\n" : "sequence classifier (float): DIFFERENT from the host\n");
+  int qok = seqcls_q_predict(input_a, y) == SEQCLS_Q_OK && memcmp(y, expected_q_a, sizeof y) == 0;
+  qok = qok && seqcls_q_predict_keys(input_a, keys, y) == SEQCLS_Q_OK && memcmp(y, expected_q_a_keys, sizeof y) == 0;
+  put(qok ? "sequence classifier (integers): the host's bits\n" : "sequence classifier (integers): NOT the host's bits\n");
+  memcpy(bad, input_a, sizeof bad);
+  bad[2] = SEQCLS_VOCABULARY;
+  const int refused = seqcls_predict(bad, y) == SEQCLS_BAD_INPUT && seqcls_q_predict(bad, y) == SEQCLS_Q_BAD_INPUT;
+  put(refused ? "a token id out of range: refused\n" : "a token id out of range: NOT refused\n");
+  put("classifier in flash: "), put_number(seqcls_parameter_bytes), put(" B float, "), put_number(seqcls_q_parameter_bytes),
+      put(" B integers; static RAM: "), put_number(seqcls_workspace_bytes), put(" B, "), put_number(seqcls_q_workspace_bytes), put(" B\n");
+  return ok && qok && refused;
+}
+
 /* ---- reset: .data copied from flash, .bss zeroed, the FPU on, static constructors (those of
    max_value.cpp), then run ---- */
 
@@ -88,13 +121,18 @@ int* __errno(void) {
 
 static void __attribute__((noreturn)) fault(void) { stop(0); }
 
+/* a failed check of the library (STFORMER_CHECK: never reached, the C API refuses bad input
+   first) ends the run as a failure, without newlib's signal machinery */
+void __attribute__((noreturn)) abort(void) { stop(0); }
+
 void __attribute__((noreturn)) reset_handler(void) { /* the linker script's entry */
   for (uint32_t *s = data_load, *d = data_start; d < data_end;) *d++ = *s++;
   for (uint32_t* d = bss_start; d < bss_end;) *d++ = 0;
   *(volatile uint32_t*)0xE000ED88u |= 0xFu << 20; /* CPACR: the FPU (coprocessors 10 and 11) */
   __asm__ volatile("dsb\n isb" ::: "memory");
   for (void (**f)(void) = init_array_start; f < init_array_end; ++f) (*f)();
-  stop(run());
+  const int pointer = run();
+  stop(run_seqcls() && pointer);
 }
 
 __attribute__((section(".vectors"), used)) static void (*const vectors[16])(void) = {
