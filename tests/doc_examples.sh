@@ -1,31 +1,60 @@
 #!/bin/sh
-# doc_examples.sh COMPILER FLAGS... -- FILE.md...: every ```cpp block of the documentation that is
-# a whole program (it has `int main(`) compiles with the build's flags as written, and runs
-# with exit status 0. (Fragments are not programs; the examples/ programs they come from are
-# built by meson.)
+# doc_examples.sh COMPILER FLAGS... -- FILE.md...: every ```cpp block of the documentation
+# compiles as written, one of three ways:
+#   - a whole program (it has `int main(`): compiled with the build's flags, and run in a
+#     folder of its own (the files it writes are removed): exit status 0;
+#   - an excerpt, marked by the line `<!-- excerpt: PATH -->` before the block (PATH from the
+#     repository's root): every line of it but `...` is a line of PATH (comments and spacing
+#     aside), so the program it comes from, which meson builds, compiles it;
+#   - otherwise declarations: compiled after `#include <stformer/stformer.hpp>` and
+#     `using namespace stformer;`, with an empty main.
 cmd=""
 while [ "$1" != "--" ]; do cmd="$cmd '$1'"; shift; done
 shift
+root=$(cd "$(dirname "$0")/.." && pwd)
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 status=0 count=0
 for doc in "$@"; do
-  # one file per block: $tmp/<n>.cpp, numbered in order
+  # one file per block: $tmp/<doc>.<n>.cpp, and <doc>.<n>.excerpt holding PATH for an excerpt
   awk -v dir="$tmp" -v doc="$(basename "$doc")" '
-    /^```cpp$/ { n++; inblock = 1; file = sprintf("%s/%s.%d.cpp", dir, doc, n); next }
+    /^<!-- excerpt: .* -->$/ { excerpt = $3; next }
+    /^```cpp$/ { n++; inblock = 1; file = sprintf("%s/%s.%d.cpp", dir, doc, n)
+                 if (excerpt != "") print excerpt > sprintf("%s/%s.%d.excerpt", dir, doc, n)
+                 excerpt = ""; next }
     /^```$/ { inblock = 0; next }
-    inblock { print > file }' "$doc"
+    inblock { print > file; next }
+    NF > 0 { excerpt = "" }' "$doc"
 done
+# a line without its comment, its spaces collapsed
+normal() { sed -e 's|//.*$||' -e 's/[[:space:]]\{1,\}/ /g' -e 's/^ //' -e 's/ $//' "$1" | grep -v '^$'; }
 for f in "$tmp"/*.cpp; do
   [ -e "$f" ] || continue
-  grep -q "int main(" "$f" || continue
   count=$((count + 1))
   name=$(basename "$f" .cpp)
-  if out=$(eval "$cmd -o '$tmp/$name' '$f'" 2>&1) && "$tmp/$name" >"$tmp/$name.out" 2>&1; then
-    echo "ok   $name: compiles and runs: $(head -1 "$tmp/$name.out")"
+  if [ -e "$tmp/$name.excerpt" ]; then
+    source="$root/$(cat "$tmp/$name.excerpt")"
+    normal "$source" > "$tmp/$name.source"
+    missing=$(normal "$f" | grep -vx '\.\.\.' | grep -vxF -f "$tmp/$name.source")
+    if [ -f "$source" ] && [ -z "$missing" ]; then
+      echo "ok   $name: an excerpt of $(cat "$tmp/$name.excerpt")"
+    else
+      echo "FAIL: $name: not in $(cat "$tmp/$name.excerpt"):"; echo "$missing" | head -5; status=1
+    fi
+  elif grep -q "int main(" "$f"; then
+    if out=$(eval "$cmd -o '$tmp/$name' '$f'" 2>&1) && (cd "$tmp" && "./$name" >"$name.out" 2>&1); then
+      echo "ok   $name: compiles and runs: $(head -1 "$tmp/$name.out")"
+    else
+      echo "FAIL: $name"; echo "$out" | head -20; head -5 "$tmp/$name.out" 2>/dev/null; status=1
+    fi
   else
-    echo "FAIL: $name"; echo "$out" | head -20; cat "$tmp/$name.out" 2>/dev/null | head -5; status=1
+    { printf '#include <stformer/stformer.hpp>\nusing namespace stformer;\n'; cat "$f"; printf '\nint main() {}\n'; } > "$tmp/$name.decl.cpp"
+    if out=$(eval "$cmd -o '$tmp/$name' '$tmp/$name.decl.cpp'" 2>&1); then
+      echo "ok   $name: declarations, compile"
+    else
+      echo "FAIL: $name (declarations)"; echo "$out" | head -20; status=1
+    fi
   fi
 done
-[ "$count" -gt 0 ] || { echo "FAIL: no whole program found in $*"; status=1; }
+[ "$count" -gt 0 ] || { echo "FAIL: no C++ block found in $*"; status=1; }
 exit $status
