@@ -15,6 +15,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include <stformer/quantized/checkpoint.hpp>
@@ -421,25 +422,44 @@ TEST_CASE("QPointerModel: close to the float model; quantize → save → load g
   std::filesystem::remove(path);
 }
 
-TEST_CASE("QSetTransformer: within 2% of the float model's output, key-padded too; quantize → save → load gives the same integers") {
-  constexpr size_t B = 3, N = 40;
+namespace {
+// A set model as initialised (seed 38), 3 sets of 40 points, once whole and once key-padded,
+// calibrated on both and quantized (QSetTransformer); its calibration for quantize too.
+struct SetFixture {
+  static constexpr size_t B = 3, N = 40;
   using FloatSet = SetTransformer<2, 32, 4, 8, 2>;
   using QSet = QSetTransformer<2, 32, 4, 8, 2>;
-  Rng rng(38, 0);
-  auto f = std::make_unique<FloatSet>();
-  init_params(*f, rng);
+  std::unique_ptr<FloatSet> f = std::make_unique<FloatSet>();
   Tensor<B, N, 2> x;
-  test::fill(x, rng, 1.5f);
-  const KeyMask<B, N> keys = key_mask_from_lengths<B, N>({N, 25, 9});
-  auto acts = std::make_unique<ActsOf<FloatSet, B, N>>();
-  QSet::Ranges r;
-  for (const KeyMask<B, N>* mask : {static_cast<const KeyMask<B, N>*>(nullptr), &keys}) {
-    acts->forward(*f, x, mask);
-    r.observe(*f, *acts, x);
+  KeyMask<B, N> keys = key_mask_from_lengths<B, N>({N, 25, 9});
+  std::unique_ptr<ActsOf<FloatSet, B, N>> acts = std::make_unique<ActsOf<FloatSet, B, N>>();
+  std::unique_ptr<QSet> q;
+  std::unique_ptr<Calibration<FloatSet, B, N>> calibration;
+  std::array<const KeyMask<B, N>*, 2> masks{nullptr, &keys};
+
+  SetFixture() {
+    Rng rng(38, 0);
+    init_params(*f, rng);
+    test::fill(x, rng, 1.5f);
+    calibration = std::make_unique<Calibration<FloatSet, B, N>>(*f);
+    QSet::Ranges r;
+    for (const KeyMask<B, N>* mask : masks) {
+      acts->forward(*f, x, mask);
+      r.observe(*f, *acts, x);
+      calibration->observe(x, mask);
+    }
+    q = std::make_unique<QSet>(QSet::quantize(*f, r));
   }
-  auto q = std::make_unique<QSet>(QSet::quantize(*f, r));
+};
+}  // namespace
+
+TEST_CASE("QSetTransformer: within 2% of the float model's output, key-padded too; quantize → save → load gives the same integers") {
+  SetFixture m;
+  constexpr size_t B = SetFixture::B, N = SetFixture::N;
+  using QSet = SetFixture::QSet;
+  const auto& [f, x, keys, acts, q] = std::tie(m.f, m.x, m.keys, m.acts, m.q);
   auto qi = std::make_unique<InferOf<QSet, B, N>>();
-  for (const KeyMask<B, N>* mask : {static_cast<const KeyMask<B, N>*>(nullptr), &keys}) {
+  for (const KeyMask<B, N>* mask : m.masks) {
     const Tensor<B, 1, 2> want = acts->forward(*f, x, mask);
     qi->forward(*q, x, mask);
     Tensor<B, 1, 2> got;
@@ -725,7 +745,7 @@ TEST_CASE("quantize: a sequence classifier of the library's blocks, trained, in 
                 "the quantized model takes and gives what the float one does");
   // the float model's names, the integer tensors of each step, and the output's scale
   const auto names = test::param_names(*q);
-  for (const char* n : {"embedding.weight", "1.table", "blocks.0.sn1.g", "blocks.1.ffn.fc2.weight", "3.requant.multiplier", "head.weight", "output.scale"})
+  for (const char* n : {"embedding.weight", "1.table", "blocks.0.sn1.g", "blocks.1.ffn.fc2.weight", "3.requant.multiplier", "head.coarse.weight", "head.fine.weight", "output.scale"})
     CHECK_MESSAGE(std::find(names.begin(), names.end(), n) != names.end(), n);
 
   auto fi = test::make<InferOf<Classifier, B, kL>>();
@@ -778,7 +798,7 @@ TEST_CASE("quantize: a model of float rows (QuantizeInput first), its outputs cl
   using Q = Quantized<M>;
   const auto names = test::param_names(*q);
   CHECK(names.front() == "input.scale");
-  for (const char* n : {"0.weight", "1.attn.wq.weight", "2.requant.shift", "3.bias", "output.scale"})
+  for (const char* n : {"0.coarse.weight", "1.attn.wq.weight", "2.requant.shift", "3.fine.bias", "output.scale"})
     CHECK_MESSAGE(std::find(names.begin(), names.end(), n) != names.end(), n);
   CHECK(InferOf<Q, B, N>::plan()[0].name == std::string_view("input"));
   const double gap = rms_gap(*p, *q, x, keys, rng);
@@ -799,10 +819,62 @@ TEST_CASE("quantize: a set model of SAB, ISAB, PMA, ScaleNorm and FeedForward st
   const auto q = cal.quantize();
   using Q = Quantized<M>;
   const auto names = test::param_names(*q);
-  for (const char* n : {"1.mab.attn.wq.weight", "2.inducing", "2.mab2.fc.bias", "3.seeds", "4.out_scale", "5.fc1.weight", "6.weight"})
+  for (const char* n : {"1.mab.attn.wq.weight", "2.inducing", "2.mab2.fc.bias", "3.seeds", "4.out_scale", "5.fc1.weight", "6.fine.weight"})
     CHECK_MESSAGE(std::find(names.begin(), names.end(), n) != names.end(), n);
   const double gap = rms_gap(*p, *q, x, keys, rng);
   MESSAGE("set model -> 2 × 3 outputs: int8 within " << 100 * gap << "% rms of the float model; plans: float "
                                                      << sizeof(InferOf<M, 1, N>) << " B, int8 " << sizeof(InferOf<Q, 1, N>) << " B");
   CHECK(gap < 0.03);
+}
+
+TEST_CASE("quantize: SPEC's pointer and set models by the one walk, as close to the float models as QPointerModel and QSetTransformer, in smaller plans") {
+  {
+    PointerFixture m;
+    Calibration<FloatPointer, Sets, Points> cal(*m.f);
+    cal.observe(m.x);
+    const auto g = cal.quantize();
+    using G = Quantized<FloatPointer>;
+    static_assert(std::is_same_v<G::BlockAt<1>, QFineLinear<2, 16>> && std::is_same_v<G::BlockAt<4>, QPointerHead<16>>,
+                  "input, proj (the first linear layer: QFineLinear), blocks, sn_v, the pointer's head (log-probabilities: no output step)");
+    auto fi = std::make_unique<InferOf<FloatPointer, Sets, Points>>();
+    auto qi = std::make_unique<InferOf<QPointer, Sets, Points>>();
+    auto gi = std::make_unique<InferOf<G, Sets, Points>>();
+    const Tensor<Sets, 1, Points> want = fi->forward(*m.f, m.x);
+    qi->forward(*m.q, m.x);
+    Tensor<Sets, 1, Points> lp;
+    qi->log_probs(*m.q, lp);
+    const auto& got = gi->forward(*g, m.x);
+    double twin = 0, walk = 0;
+    for (size_t i = 0; i < lp.size(); ++i) {
+      twin = std::max(twin, double(std::abs(std::exp(lp.data()[i]) - std::exp(want.data()[i]))));
+      walk = std::max(walk, double(std::abs(std::exp(got.data()[i]) - std::exp(want.data()[i]))));
+    }
+    MESSAGE("pointer: largest probability difference from float: QPointerModel " << twin << ", Quantized " << walk << "; plans "
+                                                                                  << sizeof(InferOf<QPointer, 1, Points>) << " B and "
+                                                                                  << sizeof(InferOf<G, 1, Points>) << " B");
+    CHECK(walk <= std::max(twin, 0.002));
+    CHECK(sizeof(InferOf<G, 1, Points>) < sizeof(InferOf<QPointer, 1, Points>));
+    CHECK(sizeof(InferOf<G, 1, Points>) <= sizeof(InferOf<FloatPointer, 1, Points>));
+  }
+  {
+    SetFixture m;
+    constexpr size_t B = SetFixture::B, N = SetFixture::N;
+    using QSet = SetFixture::QSet;
+    using G = Quantized<SetFixture::FloatSet>;
+    const auto g = m.calibration->quantize();
+    auto qi = std::make_unique<InferOf<QSet, B, N>>();
+    auto gi = std::make_unique<InferOf<G, B, N>>();
+    for (const KeyMask<B, N>* mask : m.masks) {
+      const Tensor<B, 1, 2> want = m.acts->forward(*m.f, m.x, mask);
+      Tensor<B, 1, 2> twin;
+      qi->forward(*m.q, m.x, mask);
+      qi->output(*m.q, twin);
+      const auto& walk = gi->forward(*g, m.x, mask);
+      MESSAGE(std::string(mask ? "set, key-padded" : "set") << ": relative rms from float: QSetTransformer " << rel_rms(want, twin, 1.0)
+                    << ", Quantized " << rel_rms(want, walk, 1.0));
+      CHECK(rel_rms(want, walk, 1.0) <= std::max(1.05 * rel_rms(want, twin, 1.0), 0.01));
+    }
+    MESSAGE("set plans, a set of 50: QSetTransformer " << sizeof(InferOf<QSet, 1, 50>) << " B, Quantized " << sizeof(InferOf<G, 1, 50>) << " B");
+    CHECK(sizeof(InferOf<G, 1, 50>) < sizeof(InferOf<QSet, 1, 50>));
+  }
 }

@@ -13,8 +13,9 @@
 // block), under the float model's names; its plan is made as any Sequential's. Between its steps
 // flow int16 streams; the weights are int8 (int16 for the tables of an embedding and the
 // positions). Its input and output are the float model's: a model of float rows starts with
-// QuantizeInput (`input.scale`), every quantized model ends with Dequantize (`output.scale`),
-// the only float arithmetic of a pass.
+// QuantizeInput (`input.scale`), and ends with Dequantize (`output.scale`) unless its last step
+// gives floats itself (QPointerHead: log-probabilities); those are the pass's only float
+// arithmetic.
 //
 // The scales. Every step's output is a stream; a step whose output is at its input's scale
 // (same_scale: a residual block, the positions' sum, in place) continues its input's stream,
@@ -41,6 +42,7 @@
 #include "quantized/meanpool.hpp"
 #include "quantized/isab.hpp"
 #include "quantized/pma.hpp"
+#include "quantized/pointer.hpp"
 #include "quantized/positional.hpp"
 #include "quantized/sab.hpp"
 #include "quantized/scalenorm.hpp"
@@ -62,14 +64,26 @@ Sequential<S...> chain_of(const Sequential<S...>*);
 template <class Model>
 using ChainOf = decltype(chain_of(static_cast<const Model*>(nullptr)));
 
-// Step I of the float chain in the quantized one: its integer form, under its name.
-template <size_t I, class S>
-struct StepOf {
-  using type = Indexed<I, typename Int8Of<S>::type>;
+// A step's integer form: Int8Of, but a linear layer at the model's edge (Edge: its first or last
+// step) takes QFineLinear, two int8 weight tensors: about 15 bits of weight where each weight's
+// rounding reaches the output directly (a regressed point, SPEC's set model).
+template <class B, bool Edge>
+struct Int8Step {
+  using type = typename Int8Of<B>::type;
 };
-template <size_t I, FixedString Name, class B>
-struct StepOf<I, Named<Name, B>> {
-  using type = Named<Name, typename Int8Of<B>::type>;
+template <size_t In, size_t Out, Init::Kind K>
+struct Int8Step<Linear<In, Out, K>, true> {
+  using type = QFineLinear<In, Out>;
+};
+
+// Step I of the float chain in the quantized one: its integer form, under its name.
+template <size_t I, size_t Steps, class S>
+struct StepOf {
+  using type = Indexed<I, typename Int8Step<S, I == 0 || I + 1 == Steps>::type>;
+};
+template <size_t I, size_t Steps, FixedString Name, class B>
+struct StepOf<I, Steps, Named<Name, B>> {
+  using type = Named<Name, typename Int8Step<B, I == 0 || I + 1 == Steps>::type>;
 };
 
 // Whether the chain takes float rows (else token ids): its quantized form starts with QuantizeInput.
@@ -83,9 +97,12 @@ struct QuantizedChain<Sequential<S...>, std::index_sequence<I...>> {
   using Float = Sequential<S...>;
   static constexpr size_t in_width = dims<typename Float::template Input<1, 1>>.back();
   static constexpr size_t out_width = dims<typename Float::template Output<1, 1>>.back();
-  using Out = Named<"output", Dequantize<out_width>>;
-  using type = std::conditional_t<rows_in<Float>, Sequential<Named<"input", QuantizeInput<in_width>>, typename StepOf<I, S>::type..., Out>,
-                                  Sequential<typename StepOf<I, S>::type..., Out>>;
+  using Last = typename Int8Of<typename Float::template BlockAt<Float::steps - 1>>::type;
+  static constexpr bool float_out = std::is_same_v<typename step::Output<Last, 1, 1>::value_type, float>;
+  template <class... T>
+  using Chain = std::conditional_t<float_out, Sequential<T...>, Sequential<T..., Named<"output", Dequantize<out_width>>>>;
+  using type = std::conditional_t<rows_in<Float>, Chain<Named<"input", QuantizeInput<in_width>>, typename StepOf<I, sizeof...(S), S>::type...>,
+                                  Chain<typename StepOf<I, sizeof...(S), S>::type...>>;
 };
 
 }  // namespace quant
@@ -97,15 +114,15 @@ using Quantized =
 
 namespace quant {
 
-// Whether Model is a quantized model (its last step Dequantize).
+// Whether Model is a quantized model (its steps integer forms of float blocks).
 template <class Model>
 inline constexpr bool is_quantized = [] {
-  if constexpr (requires { Model::steps; typename Model::template BlockAt<0>; }) {
-    using Last = typename Model::template BlockAt<Model::steps - 1>;
-    return std::is_same_v<Last, Dequantize<dims<typename Last::template Output<1, 1>>.back()>>;
-  } else {
+  if constexpr (requires { Model::steps; typename Model::template BlockAt<0>; })
+    return []<size_t... I>(std::index_sequence<I...>) {
+      return (requires { typename Model::template BlockAt<I>::Float; } || ...);
+    }(std::make_index_sequence<Model::steps>{});
+  else
     return false;
-  }
 }();
 
 // What calibration keeps of a float block: a step's Ranges and the streams of its input and
@@ -217,7 +234,8 @@ class Calibration {
                          streams_),
        ...);
     }(std::make_index_sequence<Chain::steps>{});
-    q->template get<Q::steps - 1>().scale(0) = streams_.scale(streams_.current);
+    if constexpr (!quant::QuantizedChain<Chain, std::make_index_sequence<Chain::steps>>::float_out)
+      q->template get<Q::steps - 1>().scale(0) = streams_.scale(streams_.current);
     return q;
   }
 

@@ -259,6 +259,25 @@ struct QFineLinear {
     coarse.template add_to<Rows, Set>(x, acc, h);
     fine.template add_to<Rows>(x, acc, h);
   }
+
+  // A step of a quantized Sequential (stformer/quantize.hpp), as QLinear's: quantize gives a
+  // model's first and last linear layers this form.
+  static constexpr bool same_scale = false;
+  using Ranges = NoRanges;
+  template <Init::Kind K>
+  void from_float(const Linear<In, Out, K>& f, const Ranges&, float s_in, float s_out) {
+    *this = quantize(f, s_in, s_out);
+  }
+  template <size_t B, size_t N>
+  using Input = TensorOf<std::int16_t, B, N, In>;
+  template <size_t B, size_t N>
+  using Output = TensorOf<std::int16_t, B, N, Out>;
+  template <size_t B, size_t N, size_t Room>
+  using Scratch = typename QLinear<In, Out>::template Scratch<B, N, Room>;
+  template <size_t B, size_t N, size_t T>
+  void run(const Input<B, N>& x, Output<B, N>& y, TensorOf<std::int32_t, T, Out>& acc) const {
+    for_tiles<B * N, T>([&]<size_t R>(size_t i) { add_to<R, true>(x.data() + i * In, acc.data(), y.data() + i * Out); });
+  }
 };
 
 // A scale tensor: F32 [1], s > 0 (named `<activation>_scale`).

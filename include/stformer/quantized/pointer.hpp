@@ -1,4 +1,5 @@
-// QPointerAttention<Dq, Dk, Da>: PointerAttention's scores in integers, int8 rows in:
+// QPointerAttention<Dq, Dk, Da>: PointerAttention's scores in integers, int8 rows in (the keys'
+// rows int8 or int16):
 //   q_q = QLinear(xq_q) at q_scale,  k_q = QLinear(xk_q) at k_scale          (int8)
 //   logits[b, i, j] = q_q,i · k_q,j                                           (int32)
 // at the real scale q_scale·k_scale / √Da (logit_scale), masked keys at INT32_MIN. The
@@ -15,6 +16,7 @@
 #include <cstdint>
 
 #include "../blocks/pointer.hpp"
+#include "../kernels/rowwise.hpp"
 #include "linear.hpp"
 
 namespace stformer::inline STFORMER_ABI {
@@ -68,7 +70,8 @@ struct QPointerAttention {
     TensorOf<std::int32_t, B, Nq, Nk> logits;
     TensorOf<std::int32_t, T, Da> acc;
 
-    const TensorOf<std::int32_t, B, Nq, Nk>& forward(const QPointerAttention& p, const std::int8_t* xq, const std::int8_t* xk,
+    template <class XK>
+    const TensorOf<std::int32_t, B, Nq, Nk>& forward(const QPointerAttention& p, const std::int8_t* xq, const XK* xk,
                                                       const KeyMask<B, Nk>* keys = nullptr) {
       for_tiles<B * Nq, T>([&]<size_t R>(size_t i) { p.wq.template apply<R>(xq + i * Dq, acc.data(), q.data() + i * Da); });
       for (size_t b = 0; b < B; ++b) {
@@ -85,6 +88,67 @@ struct QPointerAttention {
       return logits;
     }
   };
+};
+
+// QPointerHead<D>: PointerHead in integers, the keys from an int16 stream x [B, N, D] at s_x:
+//   logits = QPointerAttention(query, x)       int32 [B, 1, N]   (query = sn_q(the learned query),
+//                                                                 made once and stored in int8)
+//   logp   = log_softmax(logits · logit_scale, masked keys at −∞)   float [B, 1, N]
+// The float model's output: the log-softmax is the pass's one float step after its input's
+// quantization (the arg-max is the logits'). Tensors: query I8 [1, D], query_scale F32 [1],
+// pointer.* (QPointerAttention).
+template <size_t D>
+struct QPointerHead {
+  using Float = PointerHead<D>;
+  TensorOf<std::int8_t, 1, D> query;
+  Scale query_scale;
+  QPointerAttention<D, D, D> pointer;
+
+  template <class Fn, class... S>
+  static constexpr void visit(const Path& at, Fn& f, S&... s) {
+    f(at / "query", Init{Init::zeros}, s.query...);
+    f(at / "query_scale", Init{Init::zeros}, s.query_scale...);
+    stformer::visit(at / "pointer", f, s.pointer...);
+  }
+
+  struct Ranges {
+    typename QPointerAttention<D, D, D>::Ranges pointer;
+    template <class A, class X, class Y>
+    void observe(const Float& f, const A& acts, const X&, const Y&) {
+      pointer.observe(f.pointer, acts.pointer);
+    }
+  };
+
+  // A step of a quantized Sequential (stformer/quantize.hpp), its last: the keys' stream at
+  // s_x in, log-probabilities out.
+  static constexpr bool same_scale = false;
+  void from_float(const Float& f, const Ranges& r, float s_x, float) {
+    typename ScaleNorm<D>::template Infer<1> sn_q;  // sn_q(query), once
+    query_scale(0) = quant::scale_for(quant::max_abs(sn_q.forward(f.sn_q, f.query)));
+    quant::quantize(sn_q.out.data(), D, query_scale(0), query.data());
+    pointer = QPointerAttention<D, D, D>::quantize(f.pointer, r.pointer, query_scale(0), s_x);
+  }
+  template <size_t B, size_t N>
+  using Input = TensorOf<std::int16_t, B, N, D>;
+  template <size_t B, size_t N>
+  using Output = Tensor<B, 1, N>;
+  template <size_t B, size_t N, size_t Room>
+  struct Scratch {
+    TensorOf<std::int8_t, B, 1, D> queries;
+    typename QPointerAttention<D, D, D>::template Infer<B, 1, N> pointer;
+  };
+  template <size_t B, size_t N, size_t Room>
+  void run(const Input<B, N>& x, Output<B, N>& logp, Scratch<B, N, Room>& w, const Mask<B, N>& mask) const {
+    for (size_t b = 0; b < B; ++b) std::copy(query.begin(), query.end(), w.queries.begin() + b * D);
+    const auto& logits = w.pointer.forward(pointer, w.queries.data(), x.data(), mask.keys);
+    const float s = float(pointer.logit_scale());
+    for (size_t i = 0; i < B * N; ++i) logp.data()[i] = logits.data()[i] == INT32_MIN ? kernels::neg_inf : float(logits.data()[i]) * s;
+    for (size_t b = 0; b < B; ++b) kernels::log_softmax_row<N>(logp.data() + b * N);
+  }
+};
+template <size_t D>
+struct Int8Of<PointerHead<D>> {
+  using type = QPointerHead<D>;
 };
 
 }  // namespace stformer
