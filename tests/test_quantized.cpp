@@ -801,6 +801,16 @@ TEST_CASE("quantize: a model of float rows (QuantizeInput first), its outputs cl
   for (const char* n : {"0.coarse.weight", "1.attn.wq.weight", "2.requant.shift", "3.fine.bias", "output.scale"})
     CHECK_MESSAGE(std::find(names.begin(), names.end(), n) != names.end(), n);
   CHECK(InferOf<Q, B, N>::plan()[0].name == std::string_view("input"));
+  // bad calibration: nothing observed, an input that is not finite, a model that gives NaN
+  Calibration<M, B, N> empty(*p);
+  CHECK_THROWS_WITH(empty.quantize(), "Calibration::quantize: no calibration batch observed");
+  x(1, 2, 0) = std::nanf("");
+  CHECK_THROWS_WITH(empty.observe(x), "Calibration::observe: the input holds a NaN or an infinity");
+  x(1, 2, 0) = 0.5f;
+  auto broken = std::make_unique<M>(*p);
+  broken->get<0>().bias(3) = std::numeric_limits<float>::infinity();
+  Calibration<M, B, N> bad(*broken);
+  CHECK_THROWS_WITH(bad.observe(x), "Calibration::observe: a step's output is not finite (NaN or infinity): the model's parameters are");
   const double gap = rms_gap(*p, *q, x, keys, rng);
   MESSAGE("float rows -> 4 outputs: int8 within " << 100 * gap << "% rms of the float model");
   CHECK(gap < 0.03);

@@ -31,6 +31,7 @@
 
 #include <algorithm>
 #include <array>
+#include <cmath>
 #include <memory>
 #include <type_traits>
 #include <utility>
@@ -159,11 +160,19 @@ float max_abs_rows(const X& x) {
   else
     return 0.0f;  // token ids
 }
+template <class X>
+bool finite(const X& x) {
+  if constexpr (std::is_same_v<typename X::value_type, float>)
+    return std::all_of(x.begin(), x.end(), [](float v) { return std::isfinite(v); });
+  else
+    return true;
+}
 
 template <class F, class A, class X, size_t B, size_t N>
 const auto& observe(const F& f, A& acts, const X& x, const Mask<B, N>& mask, Observed<F>& o, Streams& s) {
   using Q = typename Int8Of<F>::type;
   const auto& y = step::forward(acts, f, x, mask);
+  STFORMER_CHECK(finite(y), "Calibration::observe: a step's output is not finite (NaN or infinity): the model's parameters are");
   o.in = s.current;
   if (!Q::same_scale) s.current = s.next++;
   o.out = s.current;
@@ -213,6 +222,7 @@ class Calibration {
   template <class X>
   void observe(const X& x, const Mask<B, N>& mask = {}) {
     Chain::template check_input<B, N, X>();
+    STFORMER_CHECK(quant::finite(x), "Calibration::observe: the input holds a NaN or an infinity");
     streams_.current = 0, streams_.next = 1;
     quant::observe_chain(static_cast<const Chain&>(model_), *acts_, x, mask, observed_, streams_);
     ++batches_;
