@@ -137,14 +137,15 @@ struct QEncoderBlock {
     return q;
   }
 
-  // Forward only: a [B, N, D] (int8: SN1(h), then q and the heads, then SN2(h)), the attention's
-  // buffers, and the feed-forward layer's hidden rows and accumulators, T rows at a time.
+  // Forward only: a [B, N, D] (int8: SN1(h), then q and the heads, then SN2(h)), and over one
+  // arena the attention's buffers, then the feed-forward layer's hidden rows and accumulators,
+  // T rows at a time.
   template <size_t B, size_t N, size_t T = qtile_rows(B * N)>
   struct Work {
+    using AttentionWork = typename Attention::template Work<B, N, N, T>;
+    using FfnWork = typename QFeedForward<D, F>::template Work<T>;
     TensorOf<std::int8_t, B, N, D> a;
-    typename Attention::template Work<B, N, N, T> attention;
-    TensorOf<std::int8_t, T, F> hid;
-    TensorOf<std::int32_t, T, F> acc;
+    Phases<AttentionWork, FfnWork> phase;
   };
 
   // A step of a quantized Sequential (stformer/quantize.hpp): forward_in_place on the int16
@@ -159,11 +160,14 @@ struct QEncoderBlock {
 
   template <size_t B, size_t N, size_t T>
   void forward_in_place(TensorOf<std::int16_t, B, N, D>& h, Work<B, N, T>& w, Mask<B, N> mask = {}) const {
+    using Wk = Work<B, N, T>;
+    auto& attention = w.phase.template start<typename Wk::AttentionWork>();
     sn1.template apply<B * N>(h.data(), w.a.data());
-    attn.template prepare<B, N, N, T>(w.a.data(), w.attention);
-    attn.template forward_add<B, N, N, T>(w.a.data(), h.data(), w.attention, mask);
+    attn.template prepare<B, N, N, T>(w.a.data(), attention);
+    attn.template forward_add<B, N, N, T>(w.a.data(), h.data(), attention, mask);
     sn2.template apply<B * N>(h.data(), w.a.data());
-    ffn.template add_to<B * N, T>(w.a.data(), h.data(), w.hid.data(), w.acc.data());
+    auto& f = w.phase.template start<typename Wk::FfnWork>();
+    ffn.template add_to<B * N, T>(w.a.data(), h.data(), f.hid.data(), f.acc.data());
   }
 };
 

@@ -116,7 +116,9 @@ struct QPointerModel {
 
     // logits [B, 1, N] of the quantized input x (set it, or quantize_input): integers only.
     const TensorOf<std::int32_t, B, 1, N>& forward(const QPointerModel& p, const KeyMask<B, N>* keys = nullptr) {
-      for_tiles<B * N, T>([&]<size_t R>(size_t i) { p.proj.template add_to<R, true>(x.data() + i * In, w.acc.data(), h.data() + i * D); });
+      static_assert(D <= F, "QPointerModel: proj takes the blocks' feed-forward accumulators [T, F] for its [T, D]");
+      auto& acc = w.phase.template start<typename BlockWork::FfnWork>().acc;  // proj's accumulators, before the blocks' phases
+      for_tiles<B * N, T>([&]<size_t R>(size_t i) { p.proj.template add_to<R, true>(x.data() + i * In, acc.data(), h.data() + i * D); });
       for (size_t i = 0; i < Blocks; ++i) p.blocks[i].forward_in_place(h, w, Mask<B, N>{.keys = keys});
       p.sn_v.template apply<B * N>(h.data(), w.a.data());
       for (size_t b = 0; b < B; ++b) std::copy(p.query.begin(), p.query.end(), queries.begin() + b * D);
