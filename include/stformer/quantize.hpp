@@ -11,8 +11,8 @@
 //
 // Quantized<Model> is a Sequential of each step's integer form (Int8Of, beside each quantized
 // block), under the float model's names; its plan is made as any Sequential's. Between its steps
-// flow int16 streams; the weights are int8 (int16 for the tables of an embedding and the
-// positions). Its input and output are the float model's: a model of float rows starts with
+// flow int16 streams; the weights are int8 (the positions' table int16; a model's first and last
+// linear layers two int8 tensors each, QFineLinear). Its input and output are the float model's: a model of float rows starts with
 // QuantizeInput (`input.scale`), and ends with Dequantize (`output.scale`) unless its last step
 // gives floats itself (QPointerHead: log-probabilities); those are the pass's only float
 // arithmetic.
@@ -39,9 +39,9 @@
 
 #include "quantized/embedding.hpp"
 #include "quantized/encoder.hpp"
+#include "quantized/isab.hpp"
 #include "quantized/linear.hpp"
 #include "quantized/meanpool.hpp"
-#include "quantized/isab.hpp"
 #include "quantized/pma.hpp"
 #include "quantized/pointer.hpp"
 #include "quantized/positional.hpp"

@@ -111,7 +111,8 @@ constexpr size_t qtile_rows(size_t rows) { return rows < 64 ? rows : 64; }
 
 // Int8Of<Block>::type: the integer form of a float block, the step quantize (stformer/quantize.hpp)
 // puts in its place. Each quantized block's header gives its own. Besides the step's forward
-// (an int16 stream in, an int16 stream out), such a block has:
+// (int16 streams in and out; token ids in for an embedding, log-probabilities out for the
+// pointer's head), such a block has:
 //   using Float;                           the float block it comes from
 //   static constexpr bool same_scale;      its output at its input's scale (a residual stream)
 //   struct Ranges { observe(f, acts, x, y) };  what calibration keeps of the float block's pass
