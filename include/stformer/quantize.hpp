@@ -12,10 +12,10 @@
 // Quantized<Model> is a Sequential of each step's integer form (Int8Of, beside each quantized
 // block), under the float model's names; its plan is made as any Sequential's. Between its steps
 // flow int16 streams; the weights are int8 (the positions' table int16; a model's first and last
-// linear layers two int8 tensors each, QFineLinear). Its input and output are the float model's: a model of float rows starts with
-// QuantizeInput (`input.scale`), and ends with Dequantize (`output.scale`) unless its last step
-// gives floats itself (QPointerHead: log-probabilities); those are the pass's only float
-// arithmetic.
+// linear layers two int8 tensors each, QFineLinear). Its input and output are the float model's:
+// a model of float rows starts with QuantizeInput (`input.scale`), and every model ends with
+// Dequantize (`output.scale`) unless its last step gives floats itself (QPointerHead:
+// log-probabilities); those are the pass's only float arithmetic.
 //
 // The scales. Every step's output is a stream; a step whose output is at its input's scale
 // (same_scale: a residual block, the positions' sum, in place) continues its input's stream,
@@ -176,7 +176,6 @@ const auto& observe(const F& f, A& acts, const X& x, const Mask<B, N>& mask, Obs
   o.in = s.current;
   if (!Q::same_scale) s.current = s.next++;
   o.out = s.current;
-  s.see(o.in, max_abs_rows(x));
   s.see(o.out, max_abs(y));
   o.ranges.observe(f, acts, x, y);
   if constexpr (requires { o.ranges.residual; }) s.see(o.out, o.ranges.residual);
@@ -224,6 +223,7 @@ class Calibration {
     Chain::template check_input<B, N, X>();
     STFORMER_CHECK(quant::finite(x), "Calibration::observe: the input holds a NaN or an infinity");
     streams_.current = 0, streams_.next = 1;
+    streams_.see(0, quant::max_abs_rows(x));  // the model's input; each later step's input was seen as an output
     quant::observe_chain(static_cast<const Chain&>(model_), *acts_, x, mask, observed_, streams_);
     ++batches_;
   }
