@@ -844,8 +844,9 @@ TEST_CASE("quantize: SPEC's pointer and set models by the one walk, as close to 
     cal.observe(m.x);
     const auto g = cal.quantize();
     using G = Quantized<FloatPointer>;
-    static_assert(std::is_same_v<G::BlockAt<1>, QFineLinear<2, 16>> && std::is_same_v<G::BlockAt<4>, QPointerHead<16>>,
-                  "input, proj (the first linear layer: QFineLinear), blocks, sn_v, the pointer's head (log-probabilities: no output step)");
+    static_assert(std::is_same_v<G::BlockAt<1>, QFineLinear<2, 16>> && std::is_same_v<G::BlockAt<4>, QPointerHead<16>> &&
+                      std::is_same_v<G::BlockAt<5>, DequantizeLogits>,
+                  "input, proj (the first linear layer: QFineLinear), blocks, sn_v, the pointer's head (int32 logits), their log-softmax");
     auto fi = std::make_unique<InferOf<FloatPointer, Sets, Points>>();
     auto qi = std::make_unique<InferOf<QPointer, Sets, Points>>();
     auto gi = std::make_unique<InferOf<G, Sets, Points>>();
@@ -863,6 +864,19 @@ TEST_CASE("quantize: SPEC's pointer and set models by the one walk, as close to 
                                                                                   << sizeof(InferOf<QPointer, 1, Points>) << " B and "
                                                                                   << sizeof(InferOf<G, 1, Points>) << " B");
     CHECK(walk <= std::max(twin, 0.002));
+    // The integer steps alone (forward_steps, as a core without an FPU runs them): the quantized
+    // input, then the logits; their log-softmax by hand is the whole pass's output.
+    auto hi = std::make_unique<InferOf<G, Sets, Points>>();
+    const TensorOf<std::int16_t, Sets, Points, 2> xq = hi->template forward_steps<0, 1>(*g, m.x);
+    hi->template input<1>() = xq;
+    const TensorOf<std::int32_t, Sets, 1, Points> logits = hi->template forward_steps<1, G::steps - 1>(*g);
+    const double unit = g->template get<G::steps - 2>().pointer.logit_scale();
+    for (size_t b = 0; b < Sets; ++b) {
+      double z = 0;
+      for (size_t j = 0; j < Points; ++j) z += std::exp(unit * logits(b, 0, j));
+      for (size_t j = 0; j < Points; ++j) CHECK(std::abs(unit * logits(b, 0, j) - std::log(z) - got(b, 0, j)) < 1e-4);
+      CHECK(argmax(&logits(b, 0, 0), Points) == argmax(&got(b, 0, 0), Points));
+    }
     CHECK(sizeof(InferOf<G, 1, Points>) < sizeof(InferOf<QPointer, 1, Points>));
     CHECK(sizeof(InferOf<G, 1, Points>) <= sizeof(InferOf<FloatPointer, 1, Points>));
   }

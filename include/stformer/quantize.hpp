@@ -14,8 +14,10 @@
 // flow int16 streams; the weights are int8 (the positions' table int16; a model's first and last
 // linear layers two int8 tensors each, QFineLinear). Its input and output are the float model's:
 // a model of float rows starts with QuantizeInput (`input.scale`), and every model ends with
-// Dequantize (`output.scale`) unless its last step gives floats itself (QPointerHead:
-// log-probabilities); those are the pass's only float arithmetic.
+// Dequantize (`output.scale`), or with its last step's Finish (QPointerHead's logits:
+// DequantizeLogits, the log-softmax); those are the pass's only float arithmetic. The steps
+// between are integers only: InferOf's forward_steps<1, steps − 1> runs them alone, on a core
+// without an FPU too (for rows in; from step 0 for token ids).
 //
 // The scales. Every step's output is a stream; a step whose output is at its input's scale
 // (same_scale: a residual block, the positions' sum, in place) continues its input's stream,
@@ -99,9 +101,15 @@ struct QuantizedChain<Sequential<S...>, std::index_sequence<I...>> {
   static constexpr size_t in_width = dims<typename Float::template Input<1, 1>>.back();
   static constexpr size_t out_width = dims<typename Float::template Output<1, 1>>.back();
   using Last = typename Int8Of<typename Float::template BlockAt<Float::steps - 1>>::type;
-  static constexpr bool float_out = std::is_same_v<typename step::Output<Last, 1, 1>::value_type, float>;
+  // The float end: the last step's Finish (QPointerHead: DequantizeLogits), else Dequantize.
+  static constexpr auto finish() {
+    if constexpr (requires { typename Last::Finish; })
+      return std::type_identity<typename Last::Finish>{};
+    else
+      return std::type_identity<Dequantize<out_width>>{};
+  }
   template <class... T>
-  using Chain = std::conditional_t<float_out, Sequential<T...>, Sequential<T..., Named<"output", Dequantize<out_width>>>>;
+  using Chain = Sequential<T..., Named<"output", typename decltype(finish())::type>>;
   using type = std::conditional_t<rows_in<Float>, Chain<Named<"input", QuantizeInput<in_width>>, typename StepOf<I, sizeof...(S), S>::type...>,
                                   Chain<typename StepOf<I, sizeof...(S), S>::type...>>;
 };
@@ -244,7 +252,10 @@ class Calibration {
                          streams_),
        ...);
     }(std::make_index_sequence<Chain::steps>{});
-    if constexpr (!quant::QuantizedChain<Chain, std::make_index_sequence<Chain::steps>>::float_out)
+    auto& last = q->template get<Q::steps - 2>();  // the last integer step
+    if constexpr (requires { last.output_scale(); })
+      q->template get<Q::steps - 1>().scale(0) = last.output_scale();
+    else
       q->template get<Q::steps - 1>().scale(0) = streams_.scale(streams_.current);
     return q;
   }

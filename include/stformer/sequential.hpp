@@ -30,6 +30,8 @@
 // or, from its input into a buffer of another shape,
 //   template <size_t B, size_t N> using Output = Tensor<B, N', Out>;
 //   run(const Input& x, Output& y, [Scratch& w,] const Mask<B, N>& mask) const
+// or, taking whatever the step before gives (a quantized model's float end, stformer/quantize.hpp),
+//   template <class X> using OutputFrom = ...;   run(const X& x, OutputFrom<X>& y, const Mask<B, N>& mask) const
 // Scratch<B, N, Room> is the block's work memory when Room bytes are free beside its input and
 // output; a block may take more rows per tile there, never more than max(Room, its
 // Scratch<B, N, 0>).
@@ -43,6 +45,7 @@
 // between them. sizeof(InferOf) = S, never more than the largest sum of two neighbouring
 // steps' own InferOf. Every step runs the block's own forward-only code: the same bits as the
 // block's Infer and Acts. plan() lists the layout, phase by phase (write_plan prints it).
+// forward_steps<First, Last> runs part of the chain, from step First's input (input<First>()).
 #pragma once
 
 #include "config.hpp"
@@ -143,6 +146,22 @@ struct OutputOf<Block, B, N> {
 };
 template <class Block, size_t B, size_t N>
 using Output = typename OutputOf<Block, B, N>::type;
+
+// A step's input and output types in a chain, given the output Prev of the step before (void
+// for the first): Input<B, Len> and Output<B, Len>; or, for a block that takes whatever the step
+// before gives (it declares `template <class X> using OutputFrom = ...`: the float end of a
+// quantized model, stformer/quantize.hpp), Prev and OutputFrom<Prev>.
+template <class Block, size_t B, size_t Len, class Prev>
+struct Shapes {
+  using In = typename Block::template Input<B, Len>;
+  using Out = Output<Block, B, Len>;
+};
+template <class Block, size_t B, size_t Len, class Prev>
+  requires requires { typename Block::template OutputFrom<Prev>; }
+struct Shapes<Block, B, Len, Prev> {
+  using In = Prev;
+  using Out = typename Block::template OutputFrom<Prev>;
+};
 
 // f(args..., [w,] mask): the scratch unless the block has none, then the mask, its keys or
 // nothing, whichever the block takes.
@@ -316,16 +335,25 @@ struct Sequential {
   // The shapes of a pass over inputs of batch B and length N: step I's input length, input and
   // output types.
   template <size_t B, size_t N, size_t I>
+  static consteval auto shapes() {
+    if constexpr (I == 0) {
+      return std::type_identity<step::Shapes<BlockAt<0>, B, N, void>>{};
+    } else {
+      using Prev = typename decltype(shapes<B, N, I - 1>())::type::Out;
+      return std::type_identity<step::Shapes<BlockAt<I>, B, dims<Prev>[1], Prev>>{};
+    }
+  }
+  template <size_t B, size_t N, size_t I>
   static consteval size_t length() {
     if constexpr (I == 0)
       return N;
     else
-      return dims<step::Output<BlockAt<I - 1>, B, length<B, N, I - 1>()>>[1];
+      return dims<typename decltype(shapes<B, N, I - 1>())::type::Out>[1];
   }
   template <size_t B, size_t N, size_t I>
-  using InputAt = typename BlockAt<I>::template Input<B, length<B, N, I>()>;
+  using InputAt = typename decltype(shapes<B, N, I>())::type::In;
   template <size_t B, size_t N, size_t I>
-  using OutputAt = step::Output<BlockAt<I>, B, length<B, N, I>()>;
+  using OutputAt = typename decltype(shapes<B, N, I>())::type::Out;
   template <size_t B, size_t N>
   using Input = InputAt<B, N, 0>;
   template <size_t B, size_t N>
@@ -527,6 +555,32 @@ struct Sequential {
     template <class X>
     const Output<B, N>& forward(const Sequential& p, const X& x, const KeyMask<B, N>* keys) {
       return forward(p, x, Mask<B, N>{.keys = keys});
+    }
+
+    // Part of the pass: steps First .. Last − 1, from step First's input in the arena (input<First>(),
+    // First > 0: written by the caller, or by the steps before it in an earlier call), or from
+    // the caller's x (First = 0). A quantized model's integer steps alone, between its float ends
+    // (stformer/quantize.hpp): a core without an FPU runs them on inputs quantized elsewhere.
+    template <size_t First>
+    InputAt<B, N, First>& input() {
+      static_assert(First > 0 && First < steps, "Sequential::Infer::input: the first step's input is the caller's");
+      return *::new (arena + Layout::rows[First].in_offset) InputAt<B, N, First>;
+    }
+    template <size_t First, size_t Last = steps>
+    const OutputAt<B, N, Last - 1>& forward_steps(const Sequential& p, const Mask<B, N>& mask = {}) {
+      static_assert(First > 0 && First < Last && Last <= steps, "Sequential::Infer::forward_steps: steps First .. Last − 1 of the chain, First > 0");
+      const void* in = arena + Layout::rows[First].in_offset;
+      [&]<size_t... I>(std::index_sequence<I...>) { (run_step<First + I>(p, in, mask), ...); }(std::make_index_sequence<Last - First>{});
+      return *static_cast<const OutputAt<B, N, Last - 1>*>(in);
+    }
+    template <size_t First, size_t Last = steps, class X>
+      requires(First == 0)
+    const OutputAt<B, N, Last - 1>& forward_steps(const Sequential& p, const X& x, const Mask<B, N>& mask = {}) {
+      static_assert(Last > 0 && Last <= steps, "Sequential::Infer::forward_steps: steps 0 .. Last − 1 of the chain");
+      check_input<B, N, X>();
+      const void* in = &x;
+      [&]<size_t... I>(std::index_sequence<I...>) { (run_step<I>(p, in, mask), ...); }(std::make_index_sequence<Last>{});
+      return *static_cast<const OutputAt<B, N, Last - 1>*>(in);
     }
 
    private:

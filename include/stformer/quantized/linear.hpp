@@ -91,6 +91,13 @@ float max_abs_linear(const Linear<In, Out, K>& f, const float* x) {
   }
   return float(m);
 }
+// A float tensor of X's shape (the float end of a quantized model's integer tensor X).
+template <class X>
+struct FloatOf {};
+template <class E, size_t... S>
+struct FloatOf<TensorOf<E, S...>> {
+  using type = Tensor<S...>;
+};
 // W_q and s of a float matrix [rows, width], per row: s = max|W[r, :]|/127, W_q in [−127, 127].
 template <size_t R, size_t W>
 void quantize_rows(const Tensor<R, W>& w, TensorOf<std::int8_t, R, W>& q, Tensor<R>& scale) {

@@ -16,6 +16,7 @@
 #include <cstdint>
 
 #include "../blocks/pointer.hpp"
+#include "../sequential.hpp"
 #include "../kernels/rowwise.hpp"
 #include "linear.hpp"
 
@@ -93,13 +94,14 @@ struct QPointerAttention {
 // QPointerHead<D>: PointerHead in integers, the keys from an int16 stream x [B, N, D] at s_x:
 //   logits = QPointerAttention(query, x)       int32 [B, 1, N]   (query = sn_q(the learned query),
 //                                                                 made once and stored in int8)
-//   logp   = log_softmax(logits · logit_scale, masked keys at −∞)   float [B, 1, N]
-// The float model's output: the log-softmax is the pass's one float step after its input's
-// quantization (the arg-max is the logits'). Tensors: query I8 [1, D], query_scale F32 [1],
-// pointer.* (QPointerAttention).
+// masked keys at INT32_MIN; their arg-max is the point predicted. The quantized model ends with
+// its Finish, DequantizeLogits: the float model's log-probabilities. Tensors: query I8 [1, D],
+// query_scale F32 [1], pointer.* (QPointerAttention).
+struct DequantizeLogits;
 template <size_t D>
 struct QPointerHead {
   using Float = PointerHead<D>;
+  using Finish = DequantizeLogits;
   TensorOf<std::int8_t, 1, D> query;
   Scale query_scale;
   QPointerAttention<D, D, D> pointer;
@@ -119,8 +121,8 @@ struct QPointerHead {
     }
   };
 
-  // A step of a quantized Sequential (stformer/quantize.hpp), its last: the keys' stream at
-  // s_x in, log-probabilities out.
+  // A step of a quantized Sequential (stformer/quantize.hpp), its last integer one: the keys'
+  // stream at s_x in, the logits out at output_scale().
   static constexpr bool same_scale = false;
   void from_float(const Float& f, const Ranges& r, float s_x, float) {
     typename ScaleNorm<D>::template Infer<1> sn_q;  // sn_q(query), once
@@ -128,27 +130,47 @@ struct QPointerHead {
     quant::quantize(sn_q.out.data(), D, query_scale(0), query.data());
     pointer = QPointerAttention<D, D, D>::quantize(f.pointer, r.pointer, query_scale(0), s_x);
   }
+  float output_scale() const { return float(pointer.logit_scale()); }
   template <size_t B, size_t N>
   using Input = TensorOf<std::int16_t, B, N, D>;
   template <size_t B, size_t N>
-  using Output = Tensor<B, 1, N>;
+  using Output = TensorOf<std::int32_t, B, 1, N>;
   template <size_t B, size_t N, size_t Room>
   struct Scratch {
     TensorOf<std::int8_t, B, 1, D> queries;
     typename QPointerAttention<D, D, D>::template Infer<B, 1, N> pointer;
   };
   template <size_t B, size_t N, size_t Room>
-  void run(const Input<B, N>& x, Output<B, N>& logp, Scratch<B, N, Room>& w, const Mask<B, N>& mask) const {
+  void run(const Input<B, N>& x, Output<B, N>& logits, Scratch<B, N, Room>& w, const Mask<B, N>& mask) const {
     for (size_t b = 0; b < B; ++b) std::copy(query.begin(), query.end(), w.queries.begin() + b * D);
-    const auto& logits = w.pointer.forward(pointer, w.queries.data(), x.data(), mask.keys);
-    const float s = float(pointer.logit_scale());
-    for (size_t i = 0; i < B * N; ++i) logp.data()[i] = logits.data()[i] == INT32_MIN ? kernels::neg_inf : float(logits.data()[i]) * s;
-    for (size_t b = 0; b < B; ++b) kernels::log_softmax_row<N>(logp.data() + b * N);
+    logits = w.pointer.forward(pointer, w.queries.data(), x.data(), mask.keys);
   }
 };
 template <size_t D>
 struct Int8Of<PointerHead<D>> {
   using type = QPointerHead<D>;
+};
+
+// DequantizeLogits: the pointer's logits [B, 1, N] (int32, at `scale`) to the float model's
+// output, logp = log_softmax(scale · logits) row by row, masked keys (INT32_MIN) at −∞. It takes
+// whatever the step before gives (OutputFrom: the logits' shape, in float). Tensors: scale F32 [1].
+struct DequantizeLogits {
+  Scale scale;
+
+  template <class F, class... S>
+  static constexpr void visit(const Path& at, F& f, S&... s) {
+    f(at / "scale", Init{Init::zeros}, s.scale...);
+  }
+
+  template <class X>
+  using OutputFrom = typename quant::FloatOf<X>::type;
+  template <class X, size_t B, size_t N>
+  void run(const X& logits, OutputFrom<X>& logp, const Mask<B, N>&) const {
+    static_assert(std::is_same_v<typename X::value_type, std::int32_t>, "DequantizeLogits: int32 logits in");
+    constexpr size_t W = dims<X>.back();
+    for (size_t i = 0; i < logits.size(); ++i) logp.data()[i] = logits.data()[i] == INT32_MIN ? kernels::neg_inf : float(logits.data()[i]) * scale(0);
+    for (size_t r = 0; r < logits.size() / W; ++r) kernels::log_softmax_row<W>(logp.data() + r * W);
+  }
 };
 
 }  // namespace stformer
