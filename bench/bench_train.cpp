@@ -25,16 +25,17 @@
 //     PointerForward<pass>: max_value::PointerNet = PointerModel<2, 16, 1, 64, 2> on one set
 //       x [1, 50, 2] (randn + a shared randn offset, as the task draws them) to the
 //       log-probabilities [1, 1, 50]; `sets` per second.
-//     QPointerForward: the same with the model quantized to int8 (max_value::quantize), from the
-//       float input to the int32 logits; kernels' backend in the label.
+//     QPointerForward: the same with the model quantized to int8 (max_value::quantize:
+//       Quantized<PointerNet>), float input to float output, integers between; kernels' backend
+//       in the label.
 //     SetForward<pass>: max_value::SetNet = SetTransformer<2, 64, 4, 16, 2> on the same kind
 //       of set to the point [1, 1, 2]; `sets` per second.
-//     QSetForward: the same with the model quantized (max_value::quantize), to the int16 point.
+//     QSetForward: the same with the model quantized (max_value::quantize), to the point.
 //     LmForward<pass, B>: SPEC's language model on B windows of 32 random token ids [B, 32]
 //       to the 33,278 logits [B, 1, 33,278], B = 1 (one window) and 32 (a training batch's
 //       worth); `windows` per second.
 //     LmForwardW8<B>: the same with int8 embedding and head (LanguageModelW8, weight-only).
-//     LmForwardInteger<B>: the same with the whole model in integers (QLanguageModel).
+//     LmForwardInteger<B>: the same with the whole model in integers (Quantized<LanguageModel>).
 #include <benchmark/benchmark.h>
 
 #include <algorithm>
@@ -184,8 +185,8 @@ void BM_PointerForward(benchmark::State& state) {
 }
 
 // A set through max_value's model Net quantized (max_value::quantize: calibrated on the
-// training sets of seed 0), from the float input to the model's integer output; flops: the
-// float model's.
+// training sets of seed 0), from the float input to the float output (integers between);
+// flops: the float model's.
 template <class Net>
 void run_quantized_forward(benchmark::State& state, double flops) {
   using namespace max_value;
@@ -194,7 +195,7 @@ void run_quantized_forward(benchmark::State& state, double flops) {
   Rng rng(1);
   init_params(*model, rng);
   auto q = quantize(*model, 0);
-  auto pass = std::make_unique<InferOf<QuantizedOf<Net>, 1, N>>();
+  auto pass = std::make_unique<InferOf<Quantized<Net>, 1, N>>();
   for (auto _ : state) {
     benchmark::DoNotOptimize(pass->forward(*q, set->x).data());
     benchmark::ClobberMemory();
@@ -204,7 +205,7 @@ void run_quantized_forward(benchmark::State& state, double flops) {
   state.SetLabel(kernels::qv::name());
 }
 
-// The pointer model in int8: the input's quantization, the integer pass, the logits [1, 1, 50].
+// The pointer model in int8: the input's quantization, the integer pass, the log-softmax of the logits.
 void BM_QPointerForward(benchmark::State& state) {
   run_quantized_forward<max_value::PointerNet>(state, pointer_model_flops(1, max_value::N, 2, 16, 64, 2));
 }
@@ -216,7 +217,7 @@ void BM_SetForward(benchmark::State& state) {
   run_forward<SetNet, Pass<SetNet, 1, N>>(state, set->x, set_transformer_flops(1, N, 2, 64, 16, 2), "sets", 1);
 }
 
-// The set model in int8: int16 input, the integer pass, the point y_q [1, 1, 2] (int16).
+// The set model in int8: the input's quantization, the integer pass, the point dequantized.
 void BM_QSetForward(benchmark::State& state) {
   run_quantized_forward<max_value::SetNet>(state, set_transformer_flops(1, max_value::N, 2, 64, 16, 2));
 }
@@ -265,7 +266,7 @@ void run_lm_quantized(benchmark::State& state, Quantize quantize) {
   init_params(*model, rng);
   auto q = quantize(*model);
   model.reset();
-  auto pass = std::make_unique<InferOf<typename decltype(q)::element_type, B>>();
+  auto pass = std::make_unique<InferOf<typename decltype(q)::element_type, B, L>>();
   for (auto _ : state) {
     benchmark::DoNotOptimize(pass->forward(*q, *windows).data());
     benchmark::ClobberMemory();
@@ -284,8 +285,8 @@ void BM_LmForwardW8(benchmark::State& state) {
   });
 }
 
-// The whole model in integers (QLanguageModel, calibrated on 64 random windows): the ids to
-// the int16 logits.
+// The whole model in integers (Quantized<LanguageModel>, calibrated on 64 random windows): the
+// ids to the logits (int16, dequantized).
 template <size_t B>
 void BM_LmForwardInteger(benchmark::State& state) {
   run_lm_quantized<B>(state, [](const auto& model) { return lm::quantize_integer(model, random_stream(64 * L), 64); });

@@ -65,7 +65,7 @@ CASES = [forward_case("MHA fwd", "BM_MultiHeadAttention", "mha", *s) for s in FO
     ("LM inference, one window (Infer)", "BM_LmForward<InferOf, 1>", 1, ("lm_infer", 1)),
     ("LM inference b32 (Infer)", "BM_LmForward<InferOf, 32>", 1, ("lm_infer", 32)),
     # int8 in stformer against PyTorch's float32 model (the same PyTorch case)
-    ("pointer inference, one set, int8 (QPointerModel)", "BM_QPointerForward", 1, ("pointer_infer",)),
+    ("pointer inference, one set, int8 (Quantized<PointerModel>)", "BM_QPointerForward", 1, ("pointer_infer",)),
     ("LM inference, one window, int8 embedding and head", "BM_LmForwardW8<1>", 1, ("lm_infer", 1)),
     ("LM inference b32, int8 embedding and head", "BM_LmForwardW8<32>", 1, ("lm_infer", 32)),
 ]

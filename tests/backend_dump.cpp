@@ -5,10 +5,11 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <memory>
+#include <type_traits>
+#include <utility>
 #include <vector>
 
-#include <stformer/quantized/pointer_model.hpp>
-#include <stformer/quantized/set_transformer.hpp>
 #include <stformer/stformer.hpp>
 
 #if !STFORMER_SIMD && defined(XSIMD_VERSION_MAJOR)
@@ -29,6 +30,35 @@ void keep(const T& t) {
 template <class T>
 void fill(T& t, Rng& rng) {
   for (auto& x : t) x = rng.normal();
+}
+
+// Model quantized from fixed ranges instead of calibration (which runs the float model, whose
+// last bits differ between backends): every range of every step `range`, the input's stream at
+// int16_scale(3), every other stream at int16_scale(12). The same model on every backend.
+template <class QStep, class FStep>
+void from_fixed(QStep& q, const FStep& f, float range) {
+  if constexpr (requires { q.size(); q[0]; }) {  // a Repeat
+    for (size_t i = 0; i < q.size(); ++i) from_fixed(q[i], f[i], range);
+  } else {
+    typename QStep::Ranges r;
+    if constexpr (!std::is_empty_v<decltype(r)>) {
+      static_assert(sizeof r % sizeof(float) == 0, "the blocks' Ranges hold floats only");
+      float* v = reinterpret_cast<float*>(&r);
+      std::fill(v, v + sizeof r / sizeof(float), range);
+    }
+    q.from_float(f, r, quant::int16_scale(12), quant::int16_scale(12));
+  }
+}
+template <class Model>
+std::unique_ptr<Quantized<Model>> quantize_fixed(const Model& f) {
+  using Q = Quantized<Model>;
+  auto q = std::make_unique<Q>();
+  q->template get<0>().scale(0) = quant::int16_scale(3);
+  [&]<size_t... I>(std::index_sequence<I...>) {
+    (from_fixed(q->template get<I + 1>(), f.template get<I>(), 4.0f), ...);
+  }(std::make_index_sequence<Q::steps - 2>{});
+  q->template get<Q::steps - 1>().scale(0) = quant::int16_scale(12);
+  return q;
 }
 }  // namespace
 
@@ -60,32 +90,27 @@ int main(int argc, char** argv) {
   init_params(ptr, rng);
   keep(ptr_acts.forward(ptr, pts));
 
-  // Quantized from fixed ranges (calibration runs the float model, whose last bits differ
-  // between backends), with a query of fixed integers: the same model on every backend.
-  using QPointer = QPointerModel<2, 16, 1, 64, 2>;
-  static QPointer::Ranges ranges;
-  ranges.input = 3, ranges.residual = 12, ranges.keys = 4, ranges.pointer = {3, 5};
-  for (auto& r : ranges.blocks) r.sn1 = r.sn2 = 3, r.hidden = 6, r.attn = {4, 4, 3, 2};
-  static QPointer qptr = QPointer::quantize(ptr, ranges);
-  for (size_t i = 0; i < 16; ++i) qptr.query(0, i) = std::int8_t(int(rng.below(255)) - 127);
-  static InferOf<QPointer, B, N> qptr_infer;
+  // The two models in integers (quantize_fixed), with a query of fixed integers: their integer
+  // steps' outputs (the pointer's keys stream and logits, the set model's point y_q).
   const KeyMask<B, N>* masks[] = {nullptr, &keys};
+  static auto qptr = quantize_fixed(ptr);
+  using QPointer = std::remove_cvref_t<decltype(*qptr)>;
+  auto& head = qptr->template get<QPointer::steps - 2>();
+  for (size_t i = 0; i < 16; ++i) head.query(0, i) = std::int8_t(int(rng.below(255)) - 127);
+  static InferOf<QPointer, B, N> qptr_infer;
   for (const KeyMask<B, N>* k : masks) {
-    const auto& logits = qptr_infer.forward(qptr, pts, k);
+    const Mask<B, N> mask{.keys = k};
+    const auto& h = qptr_infer.forward_steps<0, QPointer::steps - 2>(*qptr, pts, mask);
+    integers.insert(integers.end(), h.begin(), h.end());
+    const auto& logits = qptr_infer.forward_steps<0, QPointer::steps - 1>(*qptr, pts, mask);
     integers.insert(integers.end(), logits.begin(), logits.end());
-    integers.insert(integers.end(), qptr_infer.h.begin(), qptr_infer.h.end());
   }
-
-  using QSet = QSetTransformer<2, 64, 4, 16, 2>;  // the set model the same way
-  static QSet::Ranges set_ranges;
-  set_ranges.input = 3, set_ranges.output = 3;
-  for (auto* r : {&set_ranges.isab.mab1, &set_ranges.isab.mab2, &set_ranges.pool.mab}) r->residual = 10, r->attn = {4, 4, 3, 2};
-  static QSet qset = QSet::quantize(set, set_ranges);
+  static auto qset = quantize_fixed(set);
+  using QSet = std::remove_cvref_t<decltype(*qset)>;
   static InferOf<QSet, B, N> qset_infer;
   for (const KeyMask<B, N>* k : masks) {
-    const auto& y = qset_infer.forward(qset, pts, k);
+    const auto& y = qset_infer.forward_steps<0, QSet::steps - 1>(*qset, pts, Mask<B, N>{.keys = k});
     integers.insert(integers.end(), y.begin(), y.end());
-    integers.insert(integers.end(), qset_infer.h.begin(), qset_infer.h.end());
   }
 
   static Tensor<B, 33, 40> x;

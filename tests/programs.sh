@@ -167,7 +167,7 @@ then echo "ok   predict with the int8 checkpoint: log_probs, x_q (I16), logits (
 else fail "predict with the int8 checkpoint: $(tail -2 "$tmp/out")"; fi
 refuse "pointer-int8.safetensors|already quantized" "$mv_bin" quantize --checkpoint "$q" --output "$tmp/qq.safetensors"
 if "${run[@]}" "$header_bin" "$q" "$tmp/qimage.hpp" --model pointer --namespace qw >"$tmp/out" 2>&1 &&
-  grep -qF "using Model = stformer::QPointerModel<2, 16, 1, 64, 2>;" "$tmp/qimage.hpp" && grep -q "std::int8_t p2\[" "$tmp/qimage.hpp"; then
+  grep -qF "using Model = stformer::Quantized<stformer::PointerModel<2, 16, 1, 64, 2>>;" "$tmp/qimage.hpp" && grep -q "std::int8_t p[0-9]*\[" "$tmp/qimage.hpp"; then
   echo "ok   checkpoint_header --model pointer on the int8 checkpoint: the int8 model's image"
 else fail "checkpoint_header on the int8 checkpoint: $(tail -2 "$tmp/out")"; fi
 /usr/bin/python3 - "$tmp" <<'EOF2'
@@ -175,12 +175,12 @@ import json, struct, sys
 d = sys.argv[1]
 b = open(d + '/pointer-int8.safetensors', 'rb').read(); n = struct.unpack('<Q', b[:8])[0]
 h = json.loads(b[8:8 + n]); data = bytearray(b[8 + n:])
-o = h['residual_scale']['data_offsets'][0]
+o = h['input.scale']['data_offsets'][0]
 data[o:o + 4] = struct.pack('<f', -2.0)
 j = b[8:8 + n]
 open(d + '/bad-int8.safetensors', 'wb').write(b[:8] + j + bytes(data))
 EOF2
-refuse "bad-int8.safetensors|scale 'residual_scale' is -2|finite and above 0" "$mv_bin" eval --checkpoint "$tmp/bad-int8.safetensors"
+refuse "bad-int8.safetensors|scale 'input.scale' is -2|finite and above 0" "$mv_bin" eval --checkpoint "$tmp/bad-int8.safetensors"
 # the set model: quantize, eval, predict (x_q I16, y_q I16), its int8 image
 "${run[@]}" "$mv_bin" train --model set --iterations 3 --checkpoint "$tmp/set.safetensors" >/dev/null 2>&1 || fail "train --model set"
 qs="$tmp/set-int8.safetensors"
@@ -193,7 +193,7 @@ if "${run[@]}" "$mv_bin" predict --checkpoint "$qs" --input "$tmp/sets.safetenso
 then echo "ok   predict with the int8 set checkpoint: y, x_q (I16), y_q (I16)"
 else fail "predict with the int8 set checkpoint: $(tail -2 "$tmp/out")"; fi
 if "${run[@]}" "$header_bin" "$qs" "$tmp/qsimage.hpp" --model set --namespace qs >"$tmp/out" 2>&1 &&
-  grep -qF "using Model = stformer::QSetTransformer<2, 64, 4, 16, 2>;" "$tmp/qsimage.hpp"; then
+  grep -qF "using Model = stformer::Quantized<stformer::SetTransformer<2, 64, 4, 16, 2>>;" "$tmp/qsimage.hpp"; then
   echo "ok   checkpoint_header --model set on the int8 checkpoint: the int8 model's image"
 else fail "checkpoint_header on the int8 set checkpoint: $(tail -2 "$tmp/out")"; fi
 refuse "set-int8.safetensors|holds the set model|not --model pointer" "$header_bin" "$qs" "$tmp/h.hpp" --model pointer

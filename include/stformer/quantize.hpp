@@ -12,7 +12,7 @@
 // Quantized<Model> is a Sequential of each step's integer form (Int8Of, beside each quantized
 // block), under the float model's names; its plan is made as any Sequential's. Between its steps
 // flow int16 streams; the weights are int8 (the positions' table int16; a model's first and last
-// linear layers two int8 tensors each, QFineLinear). Its input and output are the float model's:
+// linear layers, when small, two int8 tensors each, QFineLinear). Its input and output are the float model's:
 // a model of float rows starts with QuantizeInput (`input.scale`), and every model ends with
 // Dequantize (`output.scale`), or with its last step's Finish (QPointerHead's logits:
 // DequantizeLogits, the log-softmax); those are the pass's only float arithmetic. The steps
@@ -67,14 +67,16 @@ Sequential<S...> chain_of(const Sequential<S...>*);
 template <class Model>
 using ChainOf = decltype(chain_of(static_cast<const Model*>(nullptr)));
 
-// A step's integer form: Int8Of, but a linear layer at the model's edge (Edge: its first or last
-// step) takes QFineLinear, two int8 weight tensors: about 15 bits of weight where each weight's
-// rounding reaches the output directly (a regressed point, SPEC's set model).
+// A step's integer form: Int8Of, but a small linear layer at the model's edge (Edge: its first
+// or last step; at most 4,096 weights) takes QFineLinear, two int8 weight tensors: about 15 bits
+// of weight where each weight's rounding reaches the output directly (a regressed point, SPEC's
+// set model), for a few more bytes. A large one (a language model's head) stays int8.
 template <class B, bool Edge>
 struct Int8Step {
   using type = typename Int8Of<B>::type;
 };
 template <size_t In, size_t Out, Init::Kind K>
+  requires(In * Out <= 4096)
 struct Int8Step<Linear<In, Out, K>, true> {
   using type = QFineLinear<In, Out>;
 };

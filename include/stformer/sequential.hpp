@@ -476,7 +476,7 @@ struct Sequential {
       static constexpr size_t align = [] {
         size_t a = alignof(Tensor<1>);
         [&]<size_t... I>(std::index_sequence<I...>) {
-          ((a = std::max({a, alignof(OutputAt<B, N, I>), alignof(step::Scratch<BlockAt<I>, B, N, 0>)})), ...);
+          ((a = std::max({a, alignof(OutputAt<B, N, I>), alignof(step::Scratch<BlockAt<I>, B, length<B, N, I>(), 0>)})), ...);
         }(std::make_index_sequence<steps>{});
         return a;
       }();
@@ -491,11 +491,11 @@ struct Sequential {
         return std::array<size_t, steps>{(in_bytes<I> + out_bytes<I>)...};
       }(std::make_index_sequence<steps>{});
       static constexpr size_t first_size = []<size_t... I>(std::index_sequence<I...>) {
-        return std::max({size_t(1), (streams[I] + step::bytes<step::Scratch<BlockAt<I>, B, N, 0>>(align))...});
+        return std::max({size_t(1), (streams[I] + step::bytes<step::Scratch<BlockAt<I>, B, length<B, N, I>(), 0>>(align))...});
       }(std::make_index_sequence<steps>{});
       // each step's scratch, given the room the arena leaves it
       template <size_t I>
-      using ScratchAt = step::Scratch<BlockAt<I>, B, N, first_size - streams[I]>;
+      using ScratchAt = step::Scratch<BlockAt<I>, B, length<B, N, I>(), first_size - streams[I]>;
       static constexpr size_t size = []<size_t... I>(std::index_sequence<I...>) {
         return std::max({first_size, (streams[I] + step::bytes<ScratchAt<I>>(align))...});
       }(std::make_index_sequence<steps>{});

@@ -12,7 +12,7 @@
 // loaded into that model and written as its constant image (stformer/model_image.hpp):
 // `NS::model()` is the model itself, read in place from read-only memory, nothing copied. A
 // quantized checkpoint (max_value quantize) gives the image of the int8 model,
-// stformer::QPointerModel<2, 16, 1, 64, 2> or QSetTransformer<2, 64, 4, 16, 2>, after
+// stformer::Quantized<PointerModel<2, 16, 1, 64, 2>> or Quantized<SetTransformer<...>>, after
 // load_quantized's checks.
 // Another model type gets its image from stformer::model_image_source in a program of its own.
 #include <cmath>
@@ -135,14 +135,14 @@ std::string header(const stformer::safetensors::File& file, const std::string& n
 // The type names written into an image header, spelled as max_value's.
 static_assert(std::is_same_v<max_value::PointerNet, stformer::PointerModel<2, 16, 1, 64, 2>>);
 static_assert(std::is_same_v<max_value::SetNet, stformer::SetTransformer<2, 64, 4, 16, 2>>);
-static_assert(std::is_same_v<max_value::QPointerNet, stformer::QPointerModel<2, 16, 1, 64, 2>>);
-static_assert(std::is_same_v<max_value::QSetNet, stformer::QSetTransformer<2, 64, 4, 16, 2>>);
+static_assert(std::is_same_v<max_value::QPointerNet, stformer::Quantized<stformer::PointerModel<2, 16, 1, 64, 2>>>);
+static_assert(std::is_same_v<max_value::QSetNet, stformer::Quantized<stformer::SetTransformer<2, 64, 4, 16, 2>>>);
 
 // The checkpoint in `file` loaded into a Model (every parameter present with its shape).
 template <class Model>
 std::unique_ptr<Model> load(const stformer::safetensors::File& file) {
   auto model = std::make_unique<Model>();
-  if constexpr (std::is_same_v<Model, max_value::QPointerNet> || std::is_same_v<Model, max_value::QSetNet>)
+  if constexpr (stformer::quant::is_quantized<Model>)
     stformer::load_quantized(file, *model);  // its scales and multipliers checked too
   else
     stformer::load_params(file, *model);
@@ -201,7 +201,7 @@ template <class Model>
 CApi c_api(const stformer::safetensors::File& file, const std::string& type, const std::string& name, const std::string& file_name,
            const std::string& source) {
   constexpr bool pointer = std::is_same_v<Model, max_value::PointerNet> || std::is_same_v<Model, max_value::QPointerNet>;
-  constexpr bool int8 = std::is_same_v<Model, max_value::QPointerNet> || std::is_same_v<Model, max_value::QSetNet>;
+  constexpr bool int8 = stformer::quant::is_quantized<Model>;
   constexpr size_t N = 50, In = 2, Out = pointer ? N : 2;
   const auto model = load<Model>(file);
   const std::string M = upper(name), what = std::string("max_value's ") + (pointer ? "pointer" : "set") + " model";
@@ -218,12 +218,8 @@ CApi c_api(const stformer::safetensors::File& file, const std::string& type, con
     << "#define " << M << "_OUTPUT_SIZE " << Out << "   /* the output: "
     << (pointer ? "each point's log-probability of being the largest" : "the point predicted (the set's largest)") << " */\n";
   if constexpr (int8) {
-    double out_scale;
-    if constexpr (pointer)
-      out_scale = model->pointer.logit_scale();
-    else
-      out_scale = model->output_scale(0);
-    h << "#define " << M << "_INPUT_SCALE " << float_literal(model->input_scale(0)) << "  /* " << name
+    const float out_scale = model->template get<Model::steps - 1>().scale(0);  // of its float end
+    h << "#define " << M << "_INPUT_SCALE " << float_literal(model->template get<0>().scale(0)) << "  /* " << name
       << "_predict_int8's input: round(x / scale), saturated to int16 */\n"
       << "#define " << M << "_OUTPUT_SCALE " << float_literal(out_scale) << "  /* the real value of a unit of " << name
       << "_predict_int8's output */\n";
@@ -259,28 +255,25 @@ CApi c_api(const stformer::safetensors::File& file, const std::string& type, con
     << ";\n"
     << "stformer::InferOf<Model, 1, N> infer;  // the forward pass's workspace\n"
     << "stformer::Tensor<1, N, In> x;           // the float input\n"
-    << (int8 ? "stformer::Tensor<1, 1, Out> y;          // the float output\n" : "") << "\nconst Model* checked_model() {\n"
+    << "\nconst Model* checked_model() {\n"
     << "  const Model& model = " << name << "_image::model();\n"
     << "  return stformer::c_api::image_ok(model, " << name << "_image::offsets) ? &model : nullptr;\n}\n\n}  // namespace\n\n"
     << "extern \"C\" {\n\n"
     << "const std::uint32_t " << name << "_parameter_bytes = sizeof(Model);\n"
-    << "const std::uint32_t " << name << "_workspace_bytes = sizeof infer + sizeof x" << (int8 ? " + sizeof y" : "") << ";\n\n"
+    << "const std::uint32_t " << name << "_workspace_bytes = sizeof infer + sizeof x;\n\n"
     << "int " << name << "_predict(const float* in, float* out) {\n"
     << "  const Model* model = checked_model();\n"
     << "  if (!model) return stformer::c_api::bad_image;\n"
     << "  if (!stformer::c_api::finite(in, N * In)) return stformer::c_api::bad_input;\n"
     << "  std::copy_n(in, N * In, x.data());\n";
-  if constexpr (!int8)
-    c << "  std::copy_n(infer.forward(*model, x).data(), Out, out);\n";
-  else
-    c << "  infer.forward(*model, x);\n  infer." << (pointer ? "log_probs" : "output") << "(*model, y);\n  std::copy_n(y.data(), Out, out);\n";
+  c << "  std::copy_n(infer.forward(*model, x).data(), Out, out);\n";
   c << "  return stformer::c_api::ok;\n}\n";
   if constexpr (int8)
     c << "\nint " << name << "_predict_int8(const std::int16_t* in_q, " << (pointer ? "std::int32_t" : "std::int16_t") << "* out_q) {\n"
       << "  const Model* model = checked_model();\n"
       << "  if (!model) return stformer::c_api::bad_image;\n"
-      << "  std::copy_n(in_q, N * In, infer.x.data());\n"
-      << "  std::copy_n(infer.forward(*model).data(), Out, out_q);\n"
+      << "  std::copy_n(in_q, N * In, infer.input<1>().data());  // the integer steps alone, between the float ends\n"
+      << "  std::copy_n(infer.forward_steps<1, Model::steps - 1>(*model).data(), Out, out_q);\n"
       << "  return stformer::c_api::ok;\n}\n";
   c << "\n}  // extern \"C\"\n";
   return {h.str(), c.str()};
@@ -329,8 +322,8 @@ int main(int argc, char** argv) {
     if (auto it = file.metadata().find("model"); !model.empty() && it != file.metadata().end() && it->second != model)
       throw std::runtime_error("checkpoint " + in + " holds the " + it->second + " model (its metadata), not --model " + model);
     const bool int8 = !model.empty() && max_value::int8_checkpoint(file);
-    const char* type = model == "pointer" ? int8 ? "stformer::QPointerModel<2, 16, 1, 64, 2>" : "stformer::PointerModel<2, 16, 1, 64, 2>"
-                       : int8             ? "stformer::QSetTransformer<2, 64, 4, 16, 2>"
+    const char* type = model == "pointer" ? int8 ? "stformer::Quantized<stformer::PointerModel<2, 16, 1, 64, 2>>" : "stformer::PointerModel<2, 16, 1, 64, 2>"
+                       : int8             ? "stformer::Quantized<stformer::SetTransformer<2, 64, 4, 16, 2>>"
                                           : "stformer::SetTransformer<2, 64, 4, 16, 2>";
     if (c && !model.empty()) {
       const std::string stem = out_path.stem().string();

@@ -167,7 +167,7 @@ int with_checkpoint(const std::string& path, size_t threads, F&& f) {
   const auto run_with = [&]<class Net>(const char* kind) {
     auto run = std::make_unique<Run<Net>>(0, threads, forward_lanes(threads));
     if (quantized) {
-      run->quantized = std::make_unique<QuantizedOf<Net>>();
+      run->quantized = std::make_unique<Quantized<Net>>();
       load_quantized(file, *run->quantized);
     } else {
       load_params(file, *run->model);
@@ -262,26 +262,24 @@ int predict(Run<Net>& run, const char* kind, const std::string& input, const std
   w.set_metadata("model", kind);
   w.add(pointer ? "log_probs" : "y", safetensors::Dtype::F32, {count, width}, std::as_bytes(std::span(out)));
   if (run.quantized) {  // the int8 model's own integers: its quantized input and its output
-    auto pass = std::make_unique<InferOf<typename Run<Net>::Quantized, 1, N>>();
-    using Y = std::remove_cvref_t<decltype(pass->forward(*run.quantized))>;  // logits I32 [1, 1, 50] or y_q I16 [1, 1, 2]
+    using Q = typename Run<Net>::Quantized;
+    auto pass = std::make_unique<InferOf<Q, 1, N>>();
+    using Y = typename Q::template OutputAt<1, N, Q::steps - 2>;  // the last integer step's: logits I32 [1, 1, 50] or y_q I16 [1, 1, 2]
     std::vector<std::int16_t> x_q(count * N * 2);
     std::vector<typename Y::value_type> y_q(count * width);
     Tensor<1, N, 2> set;
     for (size_t b = 0; b < count; ++b) {
       std::copy_n(points.data() + b * N * 2, N * 2, set.data());
-      const auto& y = pass->forward(*run.quantized, set);
+      const auto& xq = pass->template forward_steps<0, 1>(*run.quantized, set);  // the input's quantization
+      std::copy(xq.begin(), xq.end(), x_q.begin() + b * N * 2);
+      const auto& y = pass->template forward_steps<1, Q::steps - 1>(*run.quantized);  // then integers only
       std::copy(y.begin(), y.end(), y_q.begin() + b * width);
-      std::copy(pass->x.begin(), pass->x.end(), x_q.begin() + b * N * 2);
     }
     const char* name = pointer ? "logits" : "y_q";
     w.add("x_q", safetensors::Dtype::I16, {count, N, 2}, std::as_bytes(std::span(x_q)));
     w.add(name, stformer::detail::dtype_of<Y>(), {count, width}, std::as_bytes(std::span(y_q)));
     w.set_metadata("precision", "int8");
-    double unit;
-    if constexpr (Run<Net>::pointer)
-      unit = run.quantized->pointer.logit_scale();
-    else
-      unit = run.quantized->output_scale(0);
+    const double unit = run.quantized->template get<Q::steps - 1>().scale(0);
     std::printf("%s: x_q [%zu, %zu, 2] (I16), %s [%zu, %zu] (%s, one unit = %.9g)\n", output.c_str(), count, N, name, count, width,
                 std::string(safetensors::dtype_name(stformer::detail::dtype_of<Y>())).c_str(), unit);
   }

@@ -23,9 +23,8 @@
 #include <stformer/training.hpp>
 #include <stformer/stformer.hpp>
 #include <stformer/train/parallel.hpp>
+#include <stformer/quantize.hpp>
 #include <stformer/quantized/checkpoint.hpp>
-#include <stformer/quantized/pointer_model.hpp>
-#include <stformer/quantized/set_transformer.hpp>
 
 namespace max_value {
 
@@ -34,10 +33,8 @@ using namespace stformer;
 constexpr size_t N = 50, Batch = 500;
 using PointerNet = PointerModel<2, 16, 1, 64, 2>;
 using SetNet = SetTransformer<2, 64, 4, 16, 2>;
-using QPointerNet = QPointerModel<2, 16, 1, 64, 2>;  // the models in int8 (quantize below)
-using QSetNet = QSetTransformer<2, 64, 4, 16, 2>;
-template <class Net>
-using QuantizedOf = std::conditional_t<std::is_same_v<Net, PointerNet>, QPointerNet, QSetNet>;
+using QPointerNet = Quantized<PointerNet>;  // the models in integers (quantize below)
+using QSetNet = Quantized<SetNet>;
 
 // B sets with, for each, the index and the coordinates of its largest-norm point.
 template <size_t B>
@@ -186,7 +183,7 @@ struct Run {
   static_assert(Batch % Chunk == 0);
 
   static constexpr bool pointer = std::is_same_v<Net, PointerNet>;
-  using Quantized = QuantizedOf<Net>;
+  using Quantized = stformer::Quantized<Net>;
   struct Lane {
     Net grad;
     ActsOf<Net, Chunk, N> acts;    // training
@@ -258,16 +255,8 @@ struct Run {
       Lane& lane = lanes[l];
       for (size_t c = l; c < Chunks; c += lanes.size()) {
         take_chunk(lane, c);
-        if (quantized && !float_model) {  // integers from the input's quantization to the output's
-          lane.qinfer.forward(*quantized, lane.sets.x);
-          if constexpr (pointer)
-            lane.qinfer.log_probs(*quantized, lane.dout);
-          else
-            lane.qinfer.output(*quantized, lane.dout);
-          std::copy(lane.dout.begin(), lane.dout.end(), out->begin() + c * lane.dout.size());
-          continue;
-        }
-        const auto& y = lane.infer.forward(*model, lane.sets.x);
+        const auto& y = quantized && !float_model ? lane.qinfer.forward(*quantized, lane.sets.x)  // integers between the input's
+                                                  : lane.infer.forward(*model, lane.sets.x);     // quantization and the output's
         std::copy(y.begin(), y.end(), out->begin() + c * y.size());
       }
     });
@@ -328,25 +317,21 @@ inline bool int8_checkpoint(const safetensors::File& f) {
   return false;
 }
 
-// Post-training quantization (stformer/quantized/): the ranges of the model's activations over
-// the 500 training sets of `seed` (the first batch train draws), in a float forward, then
-// QuantizedOf<Net>::quantize.
+// Post-training quantization (stformer/quantize.hpp): calibrated on the 500 training sets of
+// `seed` (the first batch train draws), 25 at a time.
 template <class Net>
-std::unique_ptr<QuantizedOf<Net>> quantize(const Net& f, std::uint64_t seed) {
-  using Q = QuantizedOf<Net>;
+std::unique_ptr<Quantized<Net>> quantize(const Net& f, std::uint64_t seed) {
   constexpr size_t C = 25;
   auto sets = std::make_unique<Sets<Batch>>();
   Rng first(seed, 1);
   sets->draw(first);
-  auto acts = std::make_unique<ActsOf<Net, C, N>>();
+  Calibration<Net, C, N> calibration(f);
   auto x = std::make_unique<Tensor<C, N, 2>>();
-  typename Q::Ranges ranges;
   for (size_t c = 0; c < Batch; c += C) {
     std::copy_n(sets->x.data() + c * N * 2, C * N * 2, x->data());
-    acts->forward(f, *x);
-    ranges.observe(f, *acts, *x);
+    calibration.observe(*x);
   }
-  return std::make_unique<Q>(Q::quantize(f, ranges));
+  return calibration.quantize();
 }
 
 }  // namespace max_value

@@ -20,7 +20,7 @@
 #include <stformer/checkpoint.hpp>
 #include <stformer/corpus.hpp>
 #include <stformer/quantized/checkpoint.hpp>
-#include <stformer/quantized/language_model.hpp>
+#include <stformer/quantize.hpp>
 #include <stformer/quantized/weight_int8.hpp>
 #include <stformer/stformer.hpp>
 #include <stformer/training.hpp>
@@ -82,12 +82,7 @@ Vocabulary load_model(const std::string& path, M& model, const std::function<con
                              " has no vocabulary (no tensor 'state.vocab', as in a model exported from PyTorch): give the corpus "
                              "it was trained on, --data WIKITEXT2_DIR, and the vocabulary is derived from it by SPEC's rule");
   }
-  using Embedding = std::remove_cvref_t<decltype([&]() -> const auto& {
-    if constexpr (requires { model.embedding; })  // the integer model (QLanguageModel)
-      return model.embedding;
-    else
-      return model.template get<"embedding">();
-  }())>;
+  using Embedding = std::remove_cvref_t<decltype(model.template get<"embedding">())>;
   check_vocabulary(vocab, Embedding::vocabulary, "checkpoint " + path);
   constexpr bool float_table = requires(const Embedding& e) { requires std::is_same_v<typename decltype(e.weight)::value_type, float>; };
   if constexpr (!float_table)
@@ -127,8 +122,8 @@ inline bool int8_weights(const safetensors::File& f) {
   const auto* e = f.find("embedding.weight");
   return e != nullptr && e->dtype == safetensors::Dtype::I8;
 }
-// Whether it holds the integer model (wikitext_lm quantize --integer): a residual_scale.
-inline bool integer_model(const safetensors::File& f) { return f.find("residual_scale") != nullptr; }
+// Whether it holds the integer model (wikitext_lm quantize --integer): an output.scale.
+inline bool integer_model(const safetensors::File& f) { return f.find("output.scale") != nullptr; }
 
 template <size_t V, size_t L, size_t D, size_t H, size_t F, size_t Blocks, size_t B, size_t LaneCount = (B % 2 == 0 ? 2 : 1)>
 struct Run {
@@ -154,15 +149,11 @@ struct Run {
   };
 
   std::unique_ptr<Model> model = std::make_unique<Model>();
-  using ModelQ = QLanguageModel<V, L, D, H, F, Blocks>;  // the whole model in integers (evaluation only)
+  using ModelQ = Quantized<Model>;  // the whole model in integers (evaluation only)
   std::unique_ptr<Model8> model8;  // set (use_int8): mean_nll evaluates it instead
   std::unique_ptr<std::array<InferOf<Model8, Chunk>, Lanes>> infer8;  // model8's passes, one per lane
-  struct IntegerPass {
-    InferOf<ModelQ, Chunk> infer;
-    Tensor<Chunk, 1, V> logits;  // dequantized
-  };
   std::unique_ptr<ModelQ> modelq;  // set (use_integer): mean_nll evaluates it instead
-  std::unique_ptr<std::array<IntegerPass, Lanes>> inferq;
+  std::unique_ptr<std::array<InferOf<ModelQ, Chunk, L>, Lanes>> inferq;
 
   // The int8-weight model for mean_nll, and its passes (allocated only then: 2 MB of logits each).
   Model8& use_int8() {
@@ -173,7 +164,7 @@ struct Run {
   // The integer model for mean_nll, and its passes.
   ModelQ& use_integer() {
     modelq = std::make_unique<ModelQ>();
-    inferq = std::make_unique<std::array<IntegerPass, Lanes>>();
+    inferq = std::make_unique<std::array<InferOf<ModelQ, Chunk, L>, Lanes>>();
     return *modelq;
   }
   std::unique_ptr<std::array<Lane, Lanes>> lanes = std::make_unique<std::array<Lane, Lanes>>();
@@ -404,15 +395,10 @@ struct Run {
         std::uint32_t positions[Chunk];
         for (size_t b = 0; b < Chunk; ++b) positions[b] = std::uint32_t(begin + std::min(b, count - 1));
         gather(lane, ids, positions, count);
-        const float* logits;
-        if (modelq) {
-          IntegerPass& q = (*inferq)[l];
-          q.infer.forward(*modelq, lane.window);
-          q.infer.output(*modelq, q.logits);
-          logits = q.logits.data();
-        } else {
-          logits = (model8 ? (*infer8)[l].forward(*model8, lane.window) : lane.infer.forward(*model, lane.window)).data();
-        }
+        const float* logits = (modelq   ? (*inferq)[l].forward(*modelq, lane.window)
+                               : model8 ? (*infer8)[l].forward(*model8, lane.window)
+                                        : lane.infer.forward(*model, lane.window))
+                                  .data();
         for (size_t b = 0; b < count; ++b) lane.loss += nll_of<V>(logits + b * V, lane.next(b), lane.dlogits.data());
       });
       for (size_t l = 0; l < Lanes; ++l) sum += (*lanes)[l].loss;
@@ -421,29 +407,24 @@ struct Run {
   }
 };
 
-// The whole model in integers (QLanguageModel::quantize): the ranges of the float model's
-// activations over `windows` training windows at positions drawn from Rng(seed, 4), 16 at a time.
+// The whole model in integers (stformer/quantize.hpp): calibrated on `windows` training windows
+// at positions drawn from Rng(seed, 4), 16 at a time.
 template <size_t V, size_t L, size_t D, size_t H, size_t F, size_t Blocks>
-std::unique_ptr<QLanguageModel<V, L, D, H, F, Blocks>> quantize_integer(const LanguageModel<V, L, D, H, F, Blocks>& f,
-                                                                       const std::vector<std::int32_t>& train, size_t windows,
-                                                                       std::uint64_t seed = 0) {
-  using Q = QLanguageModel<V, L, D, H, F, Blocks>;
+std::unique_ptr<Quantized<LanguageModel<V, L, D, H, F, Blocks>>> quantize_integer(const LanguageModel<V, L, D, H, F, Blocks>& f,
+                                                                                 const std::vector<std::int32_t>& train, size_t windows,
+                                                                                 std::uint64_t seed = 0) {
   constexpr size_t C = 16;
-  auto acts = std::make_unique<ActsOf<LanguageModel<V, L, D, H, F, Blocks>, C>>();
+  Calibration<LanguageModel<V, L, D, H, F, Blocks>, C, L> calibration(f);
   auto ids = std::make_unique<IdTensor<C, L>>();
-  typename Q::Ranges ranges;
   Rng rng(seed, 4);
   for (size_t done = 0; done < windows; done += C) {
     for (size_t b = 0; b < C; ++b) {
       const size_t t = L + size_t(rng.below(std::uint32_t(train.size() - L)));
       for (size_t i = 0; i < L; ++i) (*ids)(b, i) = train[t - L + i];
     }
-    acts->forward(f, *ids);
-    ranges.observe(f, *acts);
+    calibration.observe(*ids);
   }
-  auto q = std::make_unique<Q>();
-  Q::quantize(f, ranges, *q);
-  return q;
+  return calibration.quantize();
 }
 
 }  // namespace lm

@@ -59,7 +59,7 @@ using ModelQ = LmRun::ModelQ;
 template <class M>
 struct Inference {
   M model;
-  InferOf<M, 1> infer;
+  InferOf<M, 1, L> infer;
   IdTensor<1, L> window;
 };
 
@@ -83,12 +83,10 @@ void context_window(const Vocabulary& vocab, const std::string& text, IdTensor<1
 template <class M>
 std::vector<double> next_word(Inference<M>& run, double temperature = 1.0) {
   const auto& z = run.infer.forward(run.model, run.window);
-  double unit = 1;  // of a logit: the integer model's logit_scale
-  if constexpr (std::is_same_v<M, ModelQ>) unit = run.model.logit_scale(0);
   double m = -1e30, sum = 0;
-  for (size_t v = 0; v < V; ++v) m = std::max(m, unit * double(z(0, 0, v)));
+  for (size_t v = 0; v < V; ++v) m = std::max(m, double(z(0, 0, v)));
   std::vector<double> p(V);
-  for (size_t v = 0; v < V; ++v) sum += p[v] = std::exp((unit * double(z(0, 0, v)) - m) / temperature);
+  for (size_t v = 0; v < V; ++v) sum += p[v] = std::exp((double(z(0, 0, v)) - m) / temperature);
   for (auto& x : p) x /= sum;
   return p;
 }

@@ -5,15 +5,17 @@
 // The int8 model is a constant image in flash (checkpoint_header --model pointer on the
 // quantized checkpoint). The test sets come already quantized (x_q, I16, as the host's
 // `max_value predict` wrote them with the same checkpoint) together with the host's int32 logits:
-// the firmware runs the integer forward pass on each set and checks that it computes the same
+// the firmware runs the model's integer steps on each set (forward_steps: all but its float
+// ends, the input's quantization and the log-softmax) and checks that they compute the same
 // integers, and prints each set's chosen point. No float and no double anywhere in the image:
-// no_soft_float.sh checks its symbols. The workspace is static, TILE_ROWS rows per tile;
-// there is no heap. Also built for the Cortex-M4/M7 boards (../mps2/meson.build).
+// no_soft_float.sh checks its symbols. The workspace is static, its plan the model's
+// InferOf; there is no heap. Also built for the Cortex-M4/M7 boards (../mps2/meson.build).
 #include <type_traits>
 
 #include <stformer/model_image.hpp>
 #include <stformer/param_table.hpp>
-#include <stformer/quantized/pointer_model.hpp>
+#include <stformer/models/pointer_model.hpp>
+#include <stformer/quantize.hpp>
 #include <stformer/train/loss.hpp>
 
 #include "instructions.hpp"
@@ -22,12 +24,10 @@
 
 namespace {
 
-#ifndef TILE_ROWS
-#define TILE_ROWS 1  // rows per tile: 1 on the Cortex-M0 (the fewest instructions, the least RAM)
-#endif
-constexpr size_t N = 50, T = TILE_ROWS;
-using QPointerNet = stformer::QPointerModel<2, 16, 1, 64, 2>;  // SPEC's `pointer` configuration in int8
-using Infer = stformer::InferOf<QPointerNet, 1, N, T>;         // one set at a time, T rows per tile
+constexpr size_t N = 50;
+using QPointerNet = stformer::Quantized<stformer::PointerModel<2, 16, 1, 64, 2>>;  // SPEC's `pointer` configuration in int8
+using Infer = stformer::InferOf<QPointerNet, 1, N>;                                 // one set at a time
+constexpr size_t Logits = QPointerNet::steps - 1;  // the steps before: the integer ones, from step 1
 static_assert(std::is_same_v<qweights::Model, QPointerNet>, "qweights.hpp holds another model");
 
 constexpr const auto& x_q = stformer::table_entry(qexpected::int16_tensors, "x_q");       // [S, N, 2]
@@ -50,8 +50,8 @@ extern "C" int firmware_main() {
   instructions::Spans spans;  // counted under qemu-system-arm -icount shift=8
   size_t agree = 0;
   for (size_t s = 0; s < S; ++s) {
-    std::copy(x_q.data + s * N * 2, x_q.data + (s + 1) * N * 2, infer.x.data());
-    const std::int32_t* got = spans.count([&]() -> const auto& { return infer.forward(model); }).data();
+    std::copy(x_q.data + s * N * 2, x_q.data + (s + 1) * N * 2, infer.input<1>().data());
+    const std::int32_t* got = spans.count([&]() -> const auto& { return infer.forward_steps<1, Logits>(model); }).data();
     const std::int32_t* host = want.data + s * N;
     const bool same = std::equal(got, got + N, host);
     agree += same;
