@@ -1,6 +1,6 @@
 /* The generated C APIs of a model that is not SPEC's (seq_classifier.hpp) and of its integer
-   model, from C: the outputs bit for bit as the host's (expected.h), the mask, and the bad-input
-   statuses. */
+   model, from C: the outputs bit for bit as the host's (expected.h), the mask, the integer model's
+   integer entry, and the bad-input statuses. */
 #include <stdio.h>
 #include <string.h>
 
@@ -36,6 +36,14 @@ int main(void) {
   check(seqcls_q_predict_keys(input_a, keys, out) == SEQCLS_Q_OK && memcmp(out, expected_q_a_keys, sizeof out) == 0,
         "input a in integers, 5 rows, as the host");
   check(seqcls_q_predict(bad, out) == SEQCLS_Q_BAD_INPUT && seqcls_q_predict(NULL, out) == SEQCLS_Q_BAD_INPUT, "the integer model refuses them too");
+  /* the integer steps alone: the same outputs before their dequantization (out_q · OUTPUT_SCALE) */
+  int16_t out_q[SEQCLS_Q_OUTPUT_SIZE];
+  int same = seqcls_q_predict_int8(input_a, keys, out_q) == SEQCLS_Q_OK;
+  for (int i = 0; i < SEQCLS_Q_OUTPUT_SIZE; ++i) same = same && SEQCLS_Q_OUTPUT_SCALE * (float)out_q[i] == expected_q_a_keys[i];
+  check(same, "input a, 5 rows, in integers only: out_q times the output's scale is the host's output");
+  check(seqcls_q_predict_int8(bad, NULL, out_q) == SEQCLS_Q_BAD_INPUT && seqcls_q_predict_int8(NULL, NULL, out_q) == SEQCLS_Q_BAD_INPUT &&
+            seqcls_q_predict_int8(input_a, NULL, NULL) == SEQCLS_Q_BAD_INPUT,
+        "the integer entry refuses a bad token id and null pointers");
   printf("seqcls_q (integers): %u B of parameters, %u B of workspace\n", (unsigned)seqcls_q_parameter_bytes, (unsigned)seqcls_q_workspace_bytes);
   printf("seqcls: %u B of parameters, %u B of workspace; %s\n", (unsigned)seqcls_parameter_bytes, (unsigned)seqcls_workspace_bytes,
          failures ? "FAILED" : "outputs as the host's, bad inputs refused");

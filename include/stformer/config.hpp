@@ -62,7 +62,18 @@
 #endif
 #endif
 
+// The integer passes' row tiles: at least min(rows, STFORMER_QTILE_ROWS) rows per tile (more
+// where a plan leaves room). 64 by default; a microcontroller may take fewer, for a smaller
+// workspace (-DSTFORMER_QTILE_ROWS=1 on a Cortex-M0). It sets the passes' sizes, so a build that
+// sets it has an ABI tag of its own (abi_scalar_plain_t1, ...).
 #define STFORMER_ABI_JOIN2(k, a) abi_##k##_##a
 #define STFORMER_ABI_JOIN(k, a) STFORMER_ABI_JOIN2(k, a)
+#define STFORMER_ABI_JOIN3(k, a, t) abi_##k##_##a##_t##t
+#define STFORMER_ABI_JOIN_T(k, a, t) STFORMER_ABI_JOIN3(k, a, t)
 // The inline namespace: stformer::STFORMER_ABI.
+#ifdef STFORMER_QTILE_ROWS
+#define STFORMER_ABI STFORMER_ABI_JOIN_T(STFORMER_ABI_KERNELS, STFORMER_ABI_ARCH, STFORMER_QTILE_ROWS)
+#else
+#define STFORMER_QTILE_ROWS 64
 #define STFORMER_ABI STFORMER_ABI_JOIN(STFORMER_ABI_KERNELS, STFORMER_ABI_ARCH)
+#endif

@@ -204,13 +204,14 @@ consteval size_t largest_fitting() {
   }
 }
 
-// Work<B, N, T> with the most rows per tile T (from tile_rows(B·N) up to B·N) that fit in Room
-// bytes: a block's scratch as a step of a Sequential, in the room its arena leaves.
-template <template <size_t, size_t, size_t> class Work, size_t B, size_t N, size_t Room>
+// Work<B, N, T> with the most rows per tile T (from Lo, tile_rows(B·N) by default, up to B·N)
+// that fit in Room bytes: a block's scratch as a step of a Sequential, in the room its arena
+// leaves.
+template <template <size_t, size_t, size_t> class Work, size_t B, size_t N, size_t Room, size_t Lo = tile_rows(B * N)>
 struct TiledIn {
   template <size_t T>
   using W = Work<B, N, T>;
-  using type = W<largest_fitting<W, Room, tile_rows(B * N), B * N>()>;
+  using type = W<largest_fitting<W, Room, Lo, B * N>()>;
 };
 
 // A member that takes no room ([[no_unique_address]]), where a buffer is needed only in one

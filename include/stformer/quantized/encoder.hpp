@@ -69,7 +69,7 @@ struct QFeedForward {
     TensorOf<std::int32_t, T, F> acc;
   };
   template <size_t B, size_t N, size_t Room>
-  using Scratch = Work<rows_in_room(B * N, tile_rows(B * N), Room, F * 5)>;
+  using Scratch = Work<rows_in_room(B * N, qtile_least(B * N), Room, F * 5)>;
   template <size_t B, size_t N, size_t T>
   void forward_in_place(Input<B, N>& h, Work<T>& w) const {
     for_tiles<B * N, T>([&]<size_t R>(size_t i) {  // a tile's rows are read whole before they are written
@@ -156,7 +156,7 @@ struct QEncoderBlock {
   using Input = TensorOf<std::int16_t, B, N, D>;
   static constexpr bool in_place = true;
   template <size_t B, size_t N, size_t Room>
-  using Scratch = typename TiledIn<Work, B, N, Room>::type;
+  using Scratch = typename TiledIn<Work, B, N, Room, qtile_least(B * N)>::type;
 
   template <size_t B, size_t N, size_t T>
   void forward_in_place(TensorOf<std::int16_t, B, N, D>& h, Work<B, N, T>& w, Mask<B, N> mask = {}) const {

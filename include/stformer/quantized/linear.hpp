@@ -111,10 +111,13 @@ void quantize_rows(const Tensor<R, W>& w, TensorOf<std::int8_t, R, W>& q, Tensor
 
 }  // namespace quant
 
-// Rows per tile of the quantized forward passes by default: up to 64, so that a small model's
-// layers take their rows at once (each call of the int8 product packs its weights). A smaller T
-// (the passes' last template argument) takes less memory: a microcontroller's choice.
-constexpr size_t qtile_rows(size_t rows) { return rows < 64 ? rows : 64; }
+// Rows per tile of the quantized forward passes by default: up to STFORMER_QTILE_ROWS (64), so
+// that a small model's layers take their rows at once (each call of the int8 product packs its
+// weights). Fewer take less memory: a microcontroller's choice (stformer/config.hpp).
+constexpr size_t qtile_rows(size_t rows) { return rows < STFORMER_QTILE_ROWS ? rows : STFORMER_QTILE_ROWS; }
+// The fewest rows per tile of a quantized step's scratch in a plan: tile_rows, or fewer when
+// STFORMER_QTILE_ROWS says so.
+constexpr size_t qtile_least(size_t rows) { return std::min(tile_rows(rows), qtile_rows(rows)); }
 
 // Int8Of<Block>::type: the integer form of a float block, the step quantize (stformer/quantize.hpp)
 // puts in its place. Each quantized block's header gives its own. Besides the step's forward
