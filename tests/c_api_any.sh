@@ -4,7 +4,8 @@
 # integer model's and the host's outputs of both, stformer-c-api (src/) writes seqcls.h and
 # seqcls.cpp (float) and seqcls_q.h and seqcls_q.cpp (integers) from seq_classifier.hpp and the
 # checkpoints, the sources are compiled as C++ (-fno-exceptions -fno-rtti) and c_api_main.c as C,
-# linked by the C compiler with -lm alone, and run.
+# linked by the C compiler with -lm alone, and run; then the integer model's image alone
+# (--image, seqcls_image.hpp), read in place by c_api_image.cpp.
 set -eu
 fixture=$1 out=$2
 shift 2
@@ -25,3 +26,9 @@ done
 ${CC:-cc} -std=c99 -Wall -Wextra -Werror -c -I"$out" "$here/c_api_main.c" -o "$out/main.o"
 ${CC:-cc} "$out/main.o" "$out/seqcls.o" "$out/seqcls_q.o" -lm -o "$out/c_api_main"
 ${STFORMER_RUN:-} "$out/c_api_main"
+# the integer model's image alone (--image), read in place by a C++ program
+sh "$here/../src/stformer-c-api" --header "$here/seq_classifier.hpp" --type 'stformer::Quantized<SeqClassifier>' --image \
+  --checkpoint "$out/seqcls_int8.safetensors" --name seqcls_image --out "$out" --compile "$cxx -O1 -pthread $io"
+# shellcheck disable=SC2086
+$cxx -O1 -I"$here" -I"$out" "$here/c_api_image.cpp" -o "$out/c_api_image"
+${STFORMER_RUN:-} "$out/c_api_image"
