@@ -2,7 +2,7 @@
 """Trains SPEC's max-value `pointer` model (Example 1) in PyTorch on several processes with
 torch.distributed (DistributedDataParallel, gloo backend, CPU), and exports a safetensors
 checkpoint that stformer loads unchanged: `max_value eval/predict --checkpoint`,
-`checkpoint_header --model pointer` for firmware.
+`stformer-c-api --image` (the model's image) for firmware.
 
 usage: /usr/bin/python3 python/train_distributed.py --output pointer.safetensors
            [--processes 2] [--iterations 300] [--batch 500] [--lr 0.01] [--seed 0]

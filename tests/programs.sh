@@ -135,16 +135,13 @@ for cmd in "$mv_bin" "$mv_bin train" "$lm_bin" "$lm_bin eval" "$header_bin" "$de
   if "${run[@]}" $cmd --help >"$tmp/out" 2>&1 && grep -q "Exit codes" "$tmp/out"; then echo "ok   $cmd --help: exit 0, exit codes stated"
   else fail "$cmd --help: exit code or no 'Exit codes'"; fi
 done
-refuse "--model|transformer" "$header_bin" "$tmp/pointer.safetensors" "$tmp/h.hpp" --model transformer
-refuse "pointer.safetensors|holds the pointer model|not --model set" "$header_bin" "$tmp/pointer.safetensors" "$tmp/h.hpp" --model set
-if "${run[@]}" "$header_bin" "$tmp/pointer.safetensors" "$tmp/image.hpp" --model pointer --namespace w >"$tmp/out" 2>&1 &&
-  grep -qF "using Model = stformer::PointerModel<2, 16, 1, 64, 2>;" "$tmp/image.hpp" &&
-  grep -qF "inline const Model& model() { return stformer::model_image<Model>(image); }" "$tmp/image.hpp" &&
-  [ "$(grep -c '^  alignas(stformer::Tensor<' "$tmp/image.hpp")" -eq 37 ]; then
-  echo "ok   checkpoint_header --model pointer: the model's image, 37 parameters"
-else fail "checkpoint_header --model pointer: $(tail -2 "$tmp/out")"; fi
+refuse "--model" "$header_bin" "$tmp/pointer.safetensors" "$tmp/h.hpp" --model pointer  # images: stformer-c-api (c_api_any)
+if "${run[@]}" "$header_bin" "$tmp/pointer.safetensors" "$tmp/arrays.hpp" --namespace w >"$tmp/out" 2>&1 &&
+  grep -qF '{"proj.weight", t' "$tmp/arrays.hpp" && grep -qF "inline constexpr stformer::ConstTensorOf<float> tensors[37]" "$tmp/arrays.hpp"; then
+  echo "ok   checkpoint_header: the checkpoint's 37 tensors as arrays"
+else fail "checkpoint_header: $(tail -2 "$tmp/out")"; fi
 
-echo "== int8: max_value quantize, eval/predict of the int8 checkpoint, its image, bad int8 files"
+echo "== int8: max_value quantize, eval/predict of the int8 checkpoint, bad int8 files"
 q="$tmp/pointer-int8.safetensors"
 if "${run[@]}" "$mv_bin" quantize --checkpoint "$tmp/pointer.safetensors" --output "$q" --sets 100 >"$tmp/out" 2>&1 &&
   grep -q "the same choice on" "$tmp/out" && "${run[@]}" "$mv_bin" eval --checkpoint "$q" --sets 10 >"$tmp/out2" 2>&1 &&
@@ -166,10 +163,6 @@ if "${run[@]}" "$mv_bin" predict --checkpoint "$q" --input "$tmp/sets.safetensor
 then echo "ok   predict with the int8 checkpoint: log_probs, x_q (I16), logits (I32)"
 else fail "predict with the int8 checkpoint: $(tail -2 "$tmp/out")"; fi
 refuse "pointer-int8.safetensors|already quantized" "$mv_bin" quantize --checkpoint "$q" --output "$tmp/qq.safetensors"
-if "${run[@]}" "$header_bin" "$q" "$tmp/qimage.hpp" --model pointer --namespace qw >"$tmp/out" 2>&1 &&
-  grep -qF "using Model = stformer::Quantized<stformer::PointerModel<2, 16, 1, 64, 2>>;" "$tmp/qimage.hpp" && grep -q "std::int8_t p[0-9]*\[" "$tmp/qimage.hpp"; then
-  echo "ok   checkpoint_header --model pointer on the int8 checkpoint: the int8 model's image"
-else fail "checkpoint_header on the int8 checkpoint: $(tail -2 "$tmp/out")"; fi
 /usr/bin/python3 - "$tmp" <<'EOF2'
 import json, struct, sys
 d = sys.argv[1]
@@ -192,18 +185,12 @@ if "${run[@]}" "$mv_bin" predict --checkpoint "$qs" --input "$tmp/sets.safetenso
   has_tensors "$tmp/qsy.safetensors" y_q:I16:8,2 x_q:I16:8,50,2 y:F32:8,2
 then echo "ok   predict with the int8 set checkpoint: y, x_q (I16), y_q (I16)"
 else fail "predict with the int8 set checkpoint: $(tail -2 "$tmp/out")"; fi
-if "${run[@]}" "$header_bin" "$qs" "$tmp/qsimage.hpp" --model set --namespace qs >"$tmp/out" 2>&1 &&
-  grep -qF "using Model = stformer::Quantized<stformer::SetTransformer<2, 64, 4, 16, 2>>;" "$tmp/qsimage.hpp"; then
-  echo "ok   checkpoint_header --model set on the int8 checkpoint: the int8 model's image"
-else fail "checkpoint_header on the int8 set checkpoint: $(tail -2 "$tmp/out")"; fi
-refuse "set-int8.safetensors|holds the set model|not --model pointer" "$header_bin" "$qs" "$tmp/h.hpp" --model pointer
-# the C API (built and run by tests/consumers/run.sh): its functions declared, bad names refused
-if "${run[@]}" "$header_bin" --c --model pointer "$q" "$tmp/qp.h" >"$tmp/out" 2>&1 &&
-  grep -qF "int qp_predict_int8(const int16_t* in_q, int32_t* out_q);" "$tmp/qp.h" && grep -qF "int qp_predict(const float* in, float* out);" "$tmp/qp.h" &&
-  grep -qF '#include <stformer/c_api.hpp>' "$tmp/qp.cpp"; then echo "ok   checkpoint_header --c --model pointer on the int8 checkpoint: qp.h, qp.cpp"
-else fail "checkpoint_header --c --model pointer: $(tail -2 "$tmp/out")"; fi
-refuse "a C header|c_api.hpp does not end in .h" "$header_bin" --c --model pointer "$q" "$tmp/c_api.hpp"
-refuse "file name 2x|not a C identifier" "$header_bin" --c --model pointer "$q" "$tmp/2x.h"
+# C arrays (--c): names and sizes, bad names refused
+if "${run[@]}" "$header_bin" --c "$q" "$tmp/qp.h" >"$tmp/out" 2>&1 && grep -qF "static const int8_t qp_proj_coarse_weight[32]" "$tmp/qp.h" &&
+  grep -qF "#define QP_INPUT_SCALE_SIZE 1" "$tmp/qp.h"; then echo "ok   checkpoint_header --c on the int8 checkpoint: its tensors as C arrays"
+else fail "checkpoint_header --c: $(tail -2 "$tmp/out")"; fi
+refuse "a C header|c_api.hpp does not end in .h" "$header_bin" --c "$q" "$tmp/c_api.hpp"
+refuse "file name 2x|not a C identifier" "$header_bin" --c "$q" "$tmp/2x.h"
 
 echo "== info: the forward-only memory plans"
 # info_plan PROGRAM ARGS... -- LINES...: exit 0, and stdout holds each line

@@ -95,7 +95,7 @@ CApiSource c_api_source(const Model& model, const CApiNames& names) {
     << "   workspace. */\n"
     << "#ifndef " << M << "_H\n#define " << M << "_H\n\n#include <stdint.h>\n\n#ifdef __cplusplus\nextern \"C\" {\n#endif\n\n"
     << "#define " << M << "_ROWS " << N << "          /* rows (tokens, points) of an input */\n";
-  if (ids)
+  if constexpr (ids)
     h << "#define " << M << "_INPUT_SIZE " << in_size << "    /* the input: " << N << " token ids, each in [0, " << M << "_VOCABULARY) */\n"
       << "#define " << M << "_VOCABULARY " << Model::template BlockAt<0>::vocabulary << "\n";
   else
@@ -146,7 +146,7 @@ CApiSource c_api_source(const Model& model, const CApiNames& names) {
     << "  const Model& model = " << name << "_image::model();\n"
     << "  if (!stformer::c_api::image_ok(model, " << name << "_image::offsets)) return stformer::c_api::bad_image;\n"
     << "  if (in == nullptr || out == nullptr) return stformer::c_api::bad_input;\n";
-  if (ids)
+  if constexpr (ids)
     c << "  if (!stformer::c_api::ids_in_range(in, x.size(), " << Model::template BlockAt<0>::vocabulary << ")) return stformer::c_api::bad_input;\n";
   else
     c << "  if (!stformer::c_api::finite(in, x.size())) return stformer::c_api::bad_input;\n";
@@ -169,11 +169,11 @@ CApiSource c_api_source(const Model& model, const CApiNames& names) {
       << "  const Model& model = " << name << "_image::model();\n"
       << "  if (!stformer::c_api::image_ok(model, " << name << "_image::offsets)) return stformer::c_api::bad_image;\n"
       << "  if (in_q == nullptr || out_q == nullptr) return stformer::c_api::bad_input;\n";
-    if (ids)
+    if constexpr (ids)
       c << "  if (!stformer::c_api::ids_in_range(in_q, x.size(), " << Model::template BlockAt<0>::vocabulary << ")) return stformer::c_api::bad_input;\n";
     c << "  if (keys != nullptr)\n    for (std::size_t j = 0; j < N; ++j) key_mask(0, j) = keys[j] != 0;\n"
       << "  const stformer::Mask<1, N> mask{.keys = keys != nullptr ? &key_mask : nullptr};\n";
-    if (ids)
+    if constexpr (ids)
       c << "  std::copy_n(in_q, x.size(), x.data());\n"
         << "  const auto& y = infer.forward_steps<0, Model::steps - 1>(model, x, mask);\n";
     else

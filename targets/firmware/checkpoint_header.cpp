@@ -1,20 +1,13 @@
-// checkpoint_header IN.safetensors OUT.hpp [--namespace NS] [--model pointer|set]: a
-// safetensors checkpoint to a C++ header for programs without a file system.
+// checkpoint_header IN.safetensors OUT.hpp [--namespace NS] [--c]: a safetensors file's tensors
+// as arrays, for programs without a file system (test data, a model's parameters to copy).
 //
-// Without --model: each F32 tensor of any safetensors file becomes a constexpr float array,
-// written as exact hexadecimal literals, and `NS::tensors` a table of stformer::ConstTensor
-// entries named as in the file, for stformer::load_params (stformer/param_table.hpp), which
-// copies them into a model; I8, I16 and I32 tensors become integer arrays in the tables
-// `NS::int8_tensors`, `NS::int16_tensors`, `NS::int32_tensors`. Optimiser state and run state
-// (`optim.`, `state.`) are left out.
-//
-// With --model pointer or set (max_value's two models, SPEC Example 1): the checkpoint is
-// loaded into that model and written as its constant image (stformer/model_image.hpp):
-// `NS::model()` is the model itself, read in place from read-only memory, nothing copied. A
-// quantized checkpoint (max_value quantize) gives the image of the int8 model,
-// stformer::Quantized<PointerModel<2, 16, 1, 64, 2>> or Quantized<SetTransformer<...>>, after
-// load_quantized's checks.
-// Another model type gets its image from stformer::model_image_source in a program of its own.
+// Each F32 tensor becomes a constexpr float array, written as exact hexadecimal literals, and
+// `NS::tensors` a table of stformer::ConstTensor entries named as in the file, for
+// stformer::load_params (stformer/param_table.hpp), which copies them into a model; I8, I16 and
+// I32 tensors become integer arrays in the tables `NS::int8_tensors`, `NS::int16_tensors`,
+// `NS::int32_tensors`. Optimiser state and run state (`optim.`, `state.`) are left out. With
+// --c, C arrays instead. A model's constant image, read in place, and its C API come from the
+// generator, stformer-c-api, which takes the header that declares the model's type.
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -29,8 +22,6 @@
 #include <CLI/CLI.hpp>
 
 #include "../checks.hpp"
-#include "../max_value/max_value.hpp"
-
 #include <stformer/model_image_source.hpp>
 #include <stformer/safetensors.hpp>
 
@@ -132,28 +123,6 @@ std::string header(const stformer::safetensors::File& file, const std::string& n
   return out.str();
 }
 
-// The type names written into an image header, spelled as max_value's.
-static_assert(std::is_same_v<max_value::PointerNet, stformer::PointerModel<2, 16, 1, 64, 2>>);
-static_assert(std::is_same_v<max_value::SetNet, stformer::SetTransformer<2, 64, 4, 16, 2>>);
-static_assert(std::is_same_v<max_value::QPointerNet, stformer::Quantized<stformer::PointerModel<2, 16, 1, 64, 2>>>);
-static_assert(std::is_same_v<max_value::QSetNet, stformer::Quantized<stformer::SetTransformer<2, 64, 4, 16, 2>>>);
-
-// The checkpoint in `file` loaded into a Model (every parameter present with its shape).
-template <class Model>
-std::unique_ptr<Model> load(const stformer::safetensors::File& file) {
-  auto model = std::make_unique<Model>();
-  if constexpr (stformer::quant::is_quantized<Model>)
-    stformer::load_quantized(file, *model);  // its scales and multipliers checked too
-  else
-    stformer::load_params(file, *model);
-  return model;
-}
-
-template <class Model>
-std::string image(const stformer::safetensors::File& file, const std::string& type, const std::string& ns, const std::string& source) {
-  return stformer::model_image_source(*load<Model>(file), type, ns, source);
-}
-
 // ---- C ----
 
 std::string upper(std::string s) {
@@ -161,13 +130,7 @@ std::string upper(std::string s) {
   return s;
 }
 
-std::string float_literal(double v) {
-  char text[40];
-  std::snprintf(text, sizeof text, "%af", double(float(v)));
-  return text;
-}
-
-// Without --model, --c: each tensor as a C array `static const float NAME_x[n]` (int8_t,
+// --c: each tensor as a C array `static const float NAME_x[n]` (int8_t,
 // int16_t, int32_t for I8, I16, I32), NAME_x its name with the prefix and `_` for every
 // character that C does not allow in a name, and NAME_X_SIZE its element count.
 std::string c_arrays(const stformer::safetensors::File& file, const std::string& prefix, const std::string& source) {
@@ -190,95 +153,6 @@ std::string c_arrays(const stformer::safetensors::File& file, const std::string&
   return out.str();
 }
 
-// --c --model: max_value's model as C functions prefixed `name`: a C header and a C++ source
-// (the model's image, the forward pass's static workspace and the functions), one set of 50
-// points of 2 coordinates per call.
-struct CApi {
-  std::string header, source;
-};
-
-template <class Model>
-CApi c_api(const stformer::safetensors::File& file, const std::string& type, const std::string& name, const std::string& file_name,
-           const std::string& source) {
-  constexpr bool pointer = std::is_same_v<Model, max_value::PointerNet> || std::is_same_v<Model, max_value::QPointerNet>;
-  constexpr bool int8 = stformer::quant::is_quantized<Model>;
-  constexpr size_t N = 50, In = 2, Out = pointer ? N : 2;
-  const auto model = load<Model>(file);
-  const std::string M = upper(name), what = std::string("max_value's ") + (pointer ? "pointer" : "set") + " model";
-  std::ostringstream h, c;
-  h << "/* " << file_name << ".h: generated by checkpoint_header from " << source << ": do not edit.\n"
-    << "   " << what << " (" << type << "), " << (int8 ? "int8" : "float32") << ", forward only, one set of\n"
-    << "   " << N << " points per call. Build " << file_name << ".cpp with a C++20 compiler and stformer's flags; the\n"
-    << "   C side links its object with the C math library (-lm) and nothing else. Not reentrant:\n"
-    << "   the calls share one static workspace. */\n"
-    << "#ifndef " << M << "_H\n#define " << M << "_H\n\n#include <stdint.h>\n\n#ifdef __cplusplus\nextern \"C\" {\n#endif\n\n"
-    << "#define " << M << "_SET_SIZE " << N << "     /* points in a set */\n"
-    << "#define " << M << "_POINT_SIZE " << In << "    /* coordinates of a point */\n"
-    << "#define " << M << "_INPUT_SIZE " << N * In << "  /* the input: a set [" << N << "][" << In << "], point by point */\n"
-    << "#define " << M << "_OUTPUT_SIZE " << Out << "   /* the output: "
-    << (pointer ? "each point's log-probability of being the largest" : "the point predicted (the set's largest)") << " */\n";
-  if constexpr (int8) {
-    const float out_scale = model->template get<Model::steps - 1>().scale(0);  // of its float end
-    h << "#define " << M << "_INPUT_SCALE " << float_literal(model->template get<0>().scale(0)) << "  /* " << name
-      << "_predict_int8's input: round(x / scale), saturated to int16 */\n"
-      << "#define " << M << "_OUTPUT_SCALE " << float_literal(out_scale) << "  /* the real value of a unit of " << name
-      << "_predict_int8's output */\n";
-  }
-  h << "\n#define " << M << "_OK 0\n"
-    << "#define " << M << "_BAD_INPUT 1  /* a NaN or an infinity in the input: nothing written */\n"
-    << "#define " << M << "_BAD_IMAGE 2  /* the model's image is not laid out as the model (checked on the first\n"
-    << "                                call): nothing written */\n\n"
-    << "/* Bytes of the model's constant image (flash on a microcontroller) and of the static RAM the\n"
-    << "   calls use, as the compiler of " << file_name << ".cpp lays them out. */\n"
-    << "extern const uint32_t " << name << "_parameter_bytes;\n"
-    << "extern const uint32_t " << name << "_workspace_bytes;\n\n"
-    << "/* out[" << M << "_OUTPUT_SIZE] of in[" << M << "_INPUT_SIZE]" << (int8 ? " (quantized, run in integers, dequantized)" : "")
-    << ". */\n"
-    << "int " << name << "_predict(const float* in, float* out);\n";
-  if constexpr (int8)
-    h << "\n/* Integers only: out_q[" << M << "_OUTPUT_SIZE] of the quantized set in_q[" << M << "_INPUT_SIZE]: "
-      << (pointer ? "the int32 logits (the\n   largest is the point predicted; the log-softmax of out_q * " + M + "_OUTPUT_SCALE is " + name +
-                        "_predict's output)"
-                  : "the point predicted, in\n   units of " + M + "_OUTPUT_SCALE")
-      << ". */\n"
-      << "int " << name << "_predict_int8(const int16_t* in_q, " << (pointer ? "int32_t" : "int16_t") << "* out_q);\n";
-  h << "\n#ifdef __cplusplus\n}\n#endif\n\n#endif\n";
-
-  std::string image_text = stformer::model_image_source(*model, type, name + "_image", source);
-  image_text.erase(image_text.find("#pragma once\n"), 13);
-  c << "// " << file_name << ".cpp: generated by checkpoint_header from " << source << ": do not edit.\n"
-    << "// The C functions of " << file_name << ".h: " << what << ", " << (int8 ? "int8" : "float32") << ".\n"
-    << "#include <stformer/c_api.hpp>  // first: the object then needs nothing from libstdc++\n\n#include <algorithm>\n\n"
-    << "#include \"" << file_name << ".h\"\n\n"
-    << image_text << "\n"
-    << "namespace {\n\nusing Model = " << name << "_image::Model;\nconstexpr std::size_t N = " << N << ", In = " << In << ", Out = " << Out
-    << ";\n"
-    << "stformer::InferOf<Model, 1, N> infer;  // the forward pass's workspace\n"
-    << "stformer::Tensor<1, N, In> x;           // the float input\n"
-    << "\nconst Model* checked_model() {\n"
-    << "  const Model& model = " << name << "_image::model();\n"
-    << "  return stformer::c_api::image_ok(model, " << name << "_image::offsets) ? &model : nullptr;\n}\n\n}  // namespace\n\n"
-    << "extern \"C\" {\n\n"
-    << "const std::uint32_t " << name << "_parameter_bytes = sizeof(Model);\n"
-    << "const std::uint32_t " << name << "_workspace_bytes = sizeof infer + sizeof x;\n\n"
-    << "int " << name << "_predict(const float* in, float* out) {\n"
-    << "  const Model* model = checked_model();\n"
-    << "  if (!model) return stformer::c_api::bad_image;\n"
-    << "  if (!stformer::c_api::finite(in, N * In)) return stformer::c_api::bad_input;\n"
-    << "  std::copy_n(in, N * In, x.data());\n";
-  c << "  std::copy_n(infer.forward(*model, x).data(), Out, out);\n";
-  c << "  return stformer::c_api::ok;\n}\n";
-  if constexpr (int8)
-    c << "\nint " << name << "_predict_int8(const std::int16_t* in_q, " << (pointer ? "std::int32_t" : "std::int16_t") << "* out_q) {\n"
-      << "  const Model* model = checked_model();\n"
-      << "  if (!model) return stformer::c_api::bad_image;\n"
-      << "  std::copy_n(in_q, N * In, infer.input<1>().data());  // the integer steps alone, between the float ends\n"
-      << "  std::copy_n(infer.forward_steps<1, Model::steps - 1>(*model).data(), Out, out_q);\n"
-      << "  return stformer::c_api::ok;\n}\n";
-  c << "\n}  // extern \"C\"\n";
-  return {h.str(), c.str()};
-}
-
 // Writes text to path whole, then renames: no half-written file.
 void write_file(const std::string& path, const std::string& text) {
   const std::string tmp = path + ".tmp";
@@ -293,22 +167,18 @@ void write_file(const std::string& path, const std::string& text) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  CLI::App app{"checkpoint_header: a safetensors checkpoint to a C++ header: a model's constant image read in place (--model, "
-               "stformer/model_image.hpp) or constexpr arrays (stformer/param_table.hpp); with --c, to C: plain arrays, or "
-               "the model's C functions (a C header and the C++ source behind it)"};
+  CLI::App app{"checkpoint_header: a safetensors file's tensors as constexpr arrays in a C++ header (stformer/param_table.hpp), "
+               "or with --c as C arrays. A model's image and C API: stformer-c-api"};
   app.footer("Exit codes: 0 written; 1 a problem with the input (the message says which); 2 a bad command line.");
   std::string in, out, ns = "weights";
   app.add_option("input", in, "safetensors file")->required()->check(CLI::ExistingFile);
-  app.add_option("output", out, "header to write (with --c --model: NAME.h, and NAME.cpp beside it)")->required()->check(OutputPath);
+  app.add_option("output", out, "header to write")->required()->check(OutputPath);
   app.add_option("--namespace", ns,
-                 "namespace of the arrays and of `tensors` (or of the image); with --c, the prefix of the C names (default: "
-                 "the output's file name without .h)")
+                 "namespace of the arrays and of `tensors`; with --c, the prefix of the C names (default: the output's file name "
+                 "without .h)")
       ->capture_default_str();
-  std::string model;
-  app.add_option("--model", model, "write the checkpoint as the image of this max_value model (stformer/model_image.hpp)")
-      ->check(CLI::IsMember({"pointer", "set"}));
   bool c = false;
-  app.add_flag("--c", c, "write C: the tensors as C arrays, or with --model the model's C API (NAME_predict ...)");
+  app.add_flag("--c", c, "write C: the tensors as C arrays");
   CLI11_PARSE(app, argc, argv);
   try {
     const std::filesystem::path out_path(out);
@@ -317,29 +187,9 @@ int main(int argc, char** argv) {
     if (!is_identifier(ns))
       throw std::runtime_error((c && app.count("--namespace") == 0 ? "the output's file name " + ns + " is not a C" : "--namespace " + ns + " is not a C++") +
                                " identifier of its own (a keyword, reserved, std or stformer)");
-    auto file = stformer::safetensors::File::read(in);
+    const auto file = stformer::safetensors::File::read(in);
     const std::string source = std::filesystem::path(in).filename().string();
-    if (auto it = file.metadata().find("model"); !model.empty() && it != file.metadata().end() && it->second != model)
-      throw std::runtime_error("checkpoint " + in + " holds the " + it->second + " model (its metadata), not --model " + model);
-    const bool int8 = !model.empty() && max_value::int8_checkpoint(file);
-    const char* type = model == "pointer" ? int8 ? "stformer::Quantized<stformer::PointerModel<2, 16, 1, 64, 2>>" : "stformer::PointerModel<2, 16, 1, 64, 2>"
-                       : int8             ? "stformer::Quantized<stformer::SetTransformer<2, 64, 4, 16, 2>>"
-                                          : "stformer::SetTransformer<2, 64, 4, 16, 2>";
-    if (c && !model.empty()) {
-      const std::string stem = out_path.stem().string();
-      const CApi api = model == "pointer" ? int8 ? c_api<max_value::QPointerNet>(file, type, ns, stem, source)
-                                                 : c_api<max_value::PointerNet>(file, type, ns, stem, source)
-                       : int8             ? c_api<max_value::QSetNet>(file, type, ns, stem, source)
-                                          : c_api<max_value::SetNet>(file, type, ns, stem, source);
-      write_file(std::filesystem::path(out_path).replace_extension(".cpp").string(), api.source);
-      write_file(out, api.header);
-      return 0;
-    }
-    write_file(out, c                      ? c_arrays(file, ns, source)
-                    : model.empty()        ? header(file, ns, source)
-                    : model == "pointer"   ? int8 ? image<max_value::QPointerNet>(file, type, ns, source) : image<max_value::PointerNet>(file, type, ns, source)
-                    : int8                 ? image<max_value::QSetNet>(file, type, ns, source)
-                                           : image<max_value::SetNet>(file, type, ns, source));
+    write_file(out, c ? c_arrays(file, ns, source) : header(file, ns, source));
   } catch (const std::exception& e) {
     std::cerr << "checkpoint_header: " << e.what() << "\n";
     return 1;

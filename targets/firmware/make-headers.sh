@@ -1,13 +1,15 @@
 #!/usr/bin/env bash
 # make-headers.sh BUILD OUT [PLAIN]: the firmware's generated headers, from a native build folder
-# BUILD (its max_value and checkpoint_header programs), into the folder OUT:
+# BUILD (its max_value and checkpoint_header programs) and the generator src/stformer-c-api (as a
+# user runs it: the models' types from targets/max_value/max_value_models.hpp, copied to OUT),
+# into the folder OUT:
 #   weights.hpp   the SPEC pointer model trained with seed 0 (max_value train, about 3 s), as its
-#                 constant image (checkpoint_header --model pointer: read in place from flash)
+#                 constant image (stformer-c-api --image: read in place from flash)
 #   sets.hpp      8 fresh test sets (max_value sets --seed 7)
 #   expected.hpp  the host build's log-probabilities for them (max_value predict)
 #   qweights.hpp  the same model quantized to int8 (max_value quantize), as its constant image
 #   qexpected.hpp the int8 model's quantized inputs and int32 logits for the 8 sets (predict)
-#   max_value.h, max_value.cpp  the float model's C API (checkpoint_header --c --model pointer)
+#   max_value.h, max_value.cpp  the float model's C API (stformer-c-api --rows 50)
 #   sets.h, expected.h          the sets and the host's log-probabilities as C arrays (--c)
 #   seqcls/   a model that is not SPEC's (tests/seq_classifier.hpp) and its integer model, their
 #             C APIs as stformer-c-api writes them (seqcls.h, seqcls.cpp, seqcls_q.h,
@@ -17,22 +19,29 @@
 # the Cortex-M7's training run (its train_reference program):
 #   train_init.hpp      the initial parameters
 #   train_expected.hpp  the batch, each step's loss and the parameters after the last step
+# The generator compiles its host program with $CXX (default c++), the plain C++ kernels.
 set -euo pipefail
 build=$1 out=$2 plain=${3:-}
+src=$(cd "$(dirname "$0")/../.." && pwd)
+generate() {  # generate NAME TYPE CHECKPOINT (--image | --rows N)
+  sh "$src/src/stformer-c-api" --header "$out/max_value_models.hpp" --type "$2" --checkpoint "$3" --name "$1" --out "$out" "${@:4}" \
+    --compile "${CXX:-c++} -std=c++20 -O0 -I$src/include -DSTFORMER_SIMD=0 -ffp-contract=off -pthread $src/src/safetensors.cpp"
+}
 mkdir -p "$out"
+cp "$src/targets/max_value/max_value_models.hpp" "$out/"
 "$build/targets/max_value/max_value" train --model pointer --seed 0 --report 100 --checkpoint "$out/pointer.safetensors"
 "$build/targets/max_value/max_value" sets --seed 7 --sets 8 --output "$out/sets.safetensors"
 "$build/targets/max_value/max_value" predict --checkpoint "$out/pointer.safetensors" --input "$out/sets.safetensors" \
   --output "$out/expected.safetensors"
-"$build/targets/firmware/checkpoint_header" --model pointer --namespace weights "$out/pointer.safetensors" "$out/weights.hpp"
+generate weights max_value::PointerNet "$out/pointer.safetensors" --image
 "$build/targets/max_value/max_value" quantize --checkpoint "$out/pointer.safetensors" --output "$out/qpointer.safetensors"
 "$build/targets/max_value/max_value" predict --checkpoint "$out/qpointer.safetensors" --input "$out/sets.safetensors" \
   --output "$out/qexpected.safetensors"
-"$build/targets/firmware/checkpoint_header" --model pointer --namespace qweights "$out/qpointer.safetensors" "$out/qweights.hpp"
+generate qweights 'stformer::Quantized<max_value::PointerNet>' "$out/qpointer.safetensors" --image
 for name in sets:sets expected:expected qexpected:qexpected; do
   "$build/targets/firmware/checkpoint_header" --namespace "${name%%:*}" "$out/${name#*:}.safetensors" "$out/${name%%:*}.hpp"
 done
-"$build/targets/firmware/checkpoint_header" --c --model pointer "$out/pointer.safetensors" "$out/max_value.h"
+generate max_value max_value::PointerNet "$out/pointer.safetensors" --rows 50
 for name in sets expected; do
   "$build/targets/firmware/checkpoint_header" --c "$out/$name.safetensors" "$out/$name.h"
 done

@@ -26,13 +26,13 @@
 #include <stformer/quantize.hpp>
 #include <stformer/quantized/checkpoint.hpp>
 
+#include "max_value_models.hpp"
+
 namespace max_value {
 
 using namespace stformer;
 
 constexpr size_t N = 50, Batch = 500;
-using PointerNet = PointerModel<2, 16, 1, 64, 2>;
-using SetNet = SetTransformer<2, 64, 4, 16, 2>;
 using QPointerNet = Quantized<PointerNet>;  // the models in integers (quantize below)
 using QSetNet = Quantized<SetNet>;
 

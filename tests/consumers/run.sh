@@ -4,12 +4,13 @@
 # sets.safetensors and expected.safetensors, qpointer.safetensors and qexpected.safetensors (its
 # int8 version and predictions; targets/firmware/make-headers.sh writes them all).
 #  1. `meson install` of BUILD into a staging folder: headers, stformer_io, checkpoint_header,
-#     stformer.pc / stformer-io.pc and the CMake package; the installed checkpoint_header runs.
+#     stformer-c-api, stformer.pc / stformer-io.pc and the CMake package; the installed
+#     stformer-c-api writes the model's image from its header and a checkpoint.
 #  2. a Makefile with pkg-config, 3. a CMake project with find_package(stformer), both against
 #     that install, 4. a meson project with stformer as a subproject (only the library built).
 # Each builds tests/consumers/main.cpp, which loads the checkpoint and checks its predictions.
 #  5. C programs (tests/consumers/c) using the pointer and the set model, float and int8,
-#     through the C API that the installed checkpoint_header writes (--c --model pointer|set),
+#     through the C API that the installed stformer-c-api writes (targets/max_value's types),
 #     linked by the C compiler without libstdc++. The set model is trained here for 3
 #     iterations (BUILD's max_value), quantized and predicted on the host to compare with.
 set -euo pipefail
@@ -26,15 +27,21 @@ echo "== meson install (staged in $tmp/stage)"
 meson install -C "$build" --destdir "$tmp/stage" --no-rebuild --quiet
 prefix=$(option prefix) libdir=$(option libdir)
 root=$tmp/stage$prefix
-for f in include/stformer/stformer.hpp include/stformer/checkpoint.hpp include/stformer/safetensors.hpp bin/checkpoint_header \
+for f in include/stformer/stformer.hpp include/stformer/checkpoint.hpp include/stformer/safetensors.hpp bin/checkpoint_header bin/stformer-c-api \
   "$libdir/libstformer_io.a" "$libdir/pkgconfig/stformer.pc" "$libdir/pkgconfig/stformer-io.pc" \
   "$libdir/cmake/stformer/stformerConfig.cmake" "$libdir/cmake/stformer/stformerConfigVersion.cmake"; do
   [ -e "$root/$f" ] || { echo "FAIL: not installed: $prefix/$f"; exit 1; }
 done
-echo "ok   installed: headers, libstformer_io.a, checkpoint_header, stformer.pc, stformer-io.pc, CMake package"
-"$root/bin/checkpoint_header" --model pointer "${args[0]}" "$tmp/weights.hpp" >/dev/null
-grep -q "using Model = stformer::PointerModel<2, 16, 1, 64, 2>;" "$tmp/weights.hpp"
-echo "ok   the installed checkpoint_header writes the model's image"
+echo "ok   installed: headers, libstformer_io.a, checkpoint_header, stformer-c-api, stformer.pc, stformer-io.pc, CMake package"
+# generate NAME TYPE CHECKPOINT ARGS...: the installed generator, as a user runs it (pkg-config)
+models=$src/targets/max_value/max_value_models.hpp
+generate() {
+  PKG_CONFIG_PATH="$root/$libdir/pkgconfig" PKG_CONFIG_SYSROOT_DIR="$tmp/stage" sh "$root/bin/stformer-c-api" --header "$models" --type "$2" \
+    --checkpoint "$3" --name "$1" "${@:4}" >/dev/null
+}
+generate weights max_value::PointerNet "${args[0]}" --image --out "$tmp"
+grep -q "using Model = max_value::PointerNet;" "$tmp/weights.hpp"
+echo "ok   the installed stformer-c-api writes the model's image"
 
 echo "== a Makefile with pkg-config"
 project make
@@ -58,18 +65,20 @@ fi
 ninja -C "$tmp/meson/build" >/dev/null
 "$tmp/meson/build/consumer" "${args[@]}"
 echo "== C programs, through the models' C API"
-mkdir "$tmp/c" && cp "$src"/tests/consumers/c/* "$tmp/c/"
-"$root/bin/checkpoint_header" --c --model pointer "${args[0]}" "$tmp/c/max_value.h"
+mkdir "$tmp/c" && cp "$src"/tests/consumers/c/* "$models" "$tmp/c/"
+generate max_value max_value::PointerNet "${args[0]}" --rows 50 --out "$tmp/c"
 "$root/bin/checkpoint_header" --c "${args[1]}" "$tmp/c/sets.h"
 "$root/bin/checkpoint_header" --c "${args[2]}" "$tmp/c/expected.h"
-"$root/bin/checkpoint_header" --c --model pointer "$data/qpointer.safetensors" "$tmp/c/qmax.h"
+generate qmax 'stformer::Quantized<max_value::PointerNet>' "$data/qpointer.safetensors" --rows 50 --out "$tmp/c"
 "$root/bin/checkpoint_header" --c "$data/qexpected.safetensors" "$tmp/c/qexpected.h"
 mv=$build/targets/max_value/max_value
 "$mv" train --model set --iterations 3 --checkpoint "$tmp/set.safetensors" >/dev/null
 "$mv" quantize --checkpoint "$tmp/set.safetensors" --output "$tmp/qset.safetensors" --sets 100 >/dev/null
 for m in set qset; do
   "$mv" predict --checkpoint "$tmp/$m.safetensors" --input "${args[1]}" --output "$tmp/${m}y.safetensors" >/dev/null
-  "$root/bin/checkpoint_header" --c --model set "$tmp/$m.safetensors" "$tmp/c/$m.h"
+  type=max_value::SetNet
+  [ "$m" = qset ] && type='stformer::Quantized<max_value::SetNet>'
+  generate "$m" "$type" "$tmp/$m.safetensors" --rows 50 --out "$tmp/c"
   "$root/bin/checkpoint_header" --c "$tmp/${m}y.safetensors" "$tmp/c/${m}y.h"
 done
 PKG_CONFIG_PATH="$root/$libdir/pkgconfig" PKG_CONFIG_SYSROOT_DIR="$tmp/stage" make -s -C "$tmp/c"

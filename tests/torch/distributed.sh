@@ -2,7 +2,8 @@
 # distributed.sh MAX_VALUE CHECKPOINT_HEADER OUT_DIR: python/train_distributed.py trains SPEC's
 # pointer model on two processes (torch.distributed, gloo) for a few iterations; stformer then
 # evaluates the exported checkpoint, predicts for 8 sets as PyTorch did (every log-probability
-# within 1e-4 + 1e-4 relative, the same arg-max), and writes its firmware header.
+# within 1e-4 + 1e-4 relative, the same arg-max), and writes its tensors as a header
+# (checkpoint_header).
 # Exit 77 (skipped) only where python3-torch is not installed.
 set -e
 here=$(dirname "$0")
@@ -31,6 +32,6 @@ print(f"PyTorch against stformer on {a.shape[0]} sets: largest difference {np.ab
       f"{int(off.sum())} log-probabilities off, arg-max {'the same' if same else 'DIFFERENT'}")
 sys.exit(0 if same and not off.any() else 1)
 PY
-$run "$header_bin" --model pointer "$out/pointer.safetensors" "$out/weights.hpp"
-grep -q "using Model = stformer::PointerModel<2, 16, 1, 64, 2>;" "$out/weights.hpp"
-echo "checkpoint_header --model pointer: $out/weights.hpp"
+$run "$header_bin" "$out/pointer.safetensors" "$out/weights.hpp"
+grep -qF "inline constexpr stformer::ConstTensorOf<float> tensors[37]" "$out/weights.hpp"
+echo "checkpoint_header: $out/weights.hpp, its 37 tensors"

@@ -1,10 +1,10 @@
 /* The max-value pointer model in firmware written in C, for QEMU's netduinoplus2 (STM32F405,
    Cortex-M4F), run under qemu-system-arm -semihosting. The model comes through its C API:
-   max_value.h and max_value.cpp, written by `checkpoint_header --c --model pointer` (the
-   model's image in flash, the forward pass's static workspace, max_value_predict). The C++
+   max_value.h and max_value.cpp, written by `stformer-c-api --rows 50` (the model's image in
+   flash, the forward pass's static workspace, max_value_predict). The C++
    source is compiled with the C++ compiler; this file and the link use the C compiler, with
    no C++ runtime. The test sets and the host build's log-probabilities are C arrays (sets.h,
-   expected.h: checkpoint_header --c). Then a model that is not SPEC's, a sequence classifier
+   expected.h: checkpoint_header --c, every tensor as a C array). Then a model that is not SPEC's, a sequence classifier
    (tests/seq_classifier.hpp) and its integer model, through the C APIs stformer-c-api wrote
    (seqcls.h, seqcls_q.h; the host's outputs in seqcls/expected.h). Exit status 0 when every
    set's arg-max is the host's and every log-probability is within 1e-4 + 1e-4·|host| of it, a
@@ -48,7 +48,7 @@ static void __attribute__((noreturn)) stop(int ok) {
 
 /* ---- the checks ---- */
 
-enum { N = MAX_VALUE_SET_SIZE, S = SETS_X_SIZE / MAX_VALUE_INPUT_SIZE };
+enum { N = MAX_VALUE_ROWS, S = SETS_X_SIZE / MAX_VALUE_INPUT_SIZE };
 
 static int argmax(const float* v) {
   int best = 0;

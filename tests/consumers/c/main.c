@@ -10,7 +10,7 @@
 #include "max_value.h"
 #include "sets.h"
 
-enum { N = MAX_VALUE_SET_SIZE, S = SETS_X_SIZE / MAX_VALUE_INPUT_SIZE };
+enum { N = MAX_VALUE_ROWS, S = SETS_X_SIZE / MAX_VALUE_INPUT_SIZE };
 
 int main(void) {
   float in[MAX_VALUE_INPUT_SIZE], out[MAX_VALUE_OUTPUT_SIZE];

@@ -1,8 +1,9 @@
 /* A C program using the set model, float32 and int8, through its C API (set.h and qset.h, from
-   `checkpoint_header --c --model set`): for the sets of sets.h each must predict the point that
+   stformer-c-api): for the sets of sets.h each must predict the point that
    `max_value predict` gave on the host (sety.h: y; qsety.h: y and the int8 model's y_q, exactly).
    Exit 0 when all hold. */
 #include <math.h>
+#include <stddef.h>
 #include <stdio.h>
 
 #include "qset.h"
@@ -24,7 +25,7 @@ int main(void) {
   }
   for (int s = 0; s < S; ++s) {
     if (set_predict(sets_x + s * SET_INPUT_SIZE, y) != SET_OK || qset_predict(sets_x + s * QSET_INPUT_SIZE, qy) != QSET_OK ||
-        qset_predict_int8(qsety_x_q + s * QSET_INPUT_SIZE, y_q) != QSET_OK) {
+        qset_predict_int8(qsety_x_q + s * QSET_INPUT_SIZE, NULL, y_q) != QSET_OK) {
       fprintf(stderr, "predict_set: set %d refused\n", s);
       return 1;
     }
