@@ -1,5 +1,5 @@
-// stformer/c_api.hpp — what the C API sources written by `checkpoint_header --c --model ...` and
-// by stformer::c_api_source (stformer/c_api_source.hpp) are built on: the status codes, the
+// stformer/c_api.hpp — what the C API sources written by stformer::c_api_source
+// (stformer/c_api_source.hpp, the generator stformer-c-api) are built on: the status codes, the
 // input checks and the one-time check of the model's image.
 // Include it first, before any other header, as those sources do.
 //

@@ -10,7 +10,8 @@
 //   int NAME_predict_keys(const IN* in, const uint8_t* keys, float* out);  keys[N]: row j exists if keys[j] != 0
 //   int NAME_predict_int8(const IN_Q* in_q, const uint8_t* keys, OUT_Q* out_q);  an integer model's:
 //       its integer steps alone (no float arithmetic), the input quantized at NAME_INPUT_SCALE
-//       (int16; token ids as they are), the output at NAME_OUTPUT_SCALE (int16, or int32 logits)
+//       (int16, nearbyintf(x / scale) clamped to ±32767; token ids as they are), the output at
+//       NAME_OUTPUT_SCALE (int16, or int32 logits)
 // IN is float for rows, int32_t for token ids (a model that starts with an Embedding). Model may
 // be a float model or its integer one, Quantized<M> (stformer/quantize.hpp): the functions are
 // the same, the header says which. They
@@ -118,7 +119,7 @@ CApiSource c_api_source(const Model& model, const CApiNames& names) {
     const std::string qin_c = ids ? "int32_t" : "int16_t", qout_c = sizeof(QOut) == 4 ? "int32_t" : "int16_t";
     if constexpr (!ids)
       h << "\n#define " << M << "_INPUT_SCALE " << float_literal(model.template get<0>().scale(0)) << "  /* " << name
-        << "_predict_int8's input: round(x / scale), saturated to ±32767 */";
+        << "_predict_int8's input: nearbyintf(x / scale) (ties to even), clamped to ±32767 */";
     h << "\n#define " << M << "_OUTPUT_SCALE " << float_literal(model.template get<Model::steps - 1>().scale(0)) << "  /* the real value of a unit of "
       << name << "_predict_int8's output */\n\n"
       << "/* Integers only (no float arithmetic: for a core without an FPU): out_q[" << M << "_OUTPUT_SIZE] ("
@@ -163,6 +164,8 @@ CApiSource c_api_source(const Model& model, const CApiNames& names) {
     << "  if (keys == nullptr) return stformer::c_api::bad_input;\n"
     << "  return predict(in, keys, out);\n}\n";
   if constexpr (integers) {
+    static_assert(elements(dims<typename Model::template OutputAt<1, N, Model::steps - 2>>) == out_size,
+                  "c_api_source: the last integer step's output is the model's, element for element");
     const std::string qin = ids ? "std::int32_t" : "std::int16_t", qout = sizeof(QOut) == 4 ? "std::int32_t" : "std::int16_t";
     c << "\n// The integer steps alone: " << (ids ? "0" : "1") << " .. steps − 2 (the steps between the float ends).\n"
       << "int " << name << "_predict_int8(const " << qin << "* in_q, const std::uint8_t* keys, " << qout << "* out_q) {\n"

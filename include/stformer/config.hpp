@@ -62,10 +62,12 @@
 #endif
 #endif
 
-// The integer passes' row tiles: at least min(rows, STFORMER_QTILE_ROWS) rows per tile (more
-// where a plan leaves room). 64 by default; a microcontroller may take fewer, for a smaller
+// The integer passes' row tiles: STFORMER_QTILE_ROWS (64 by default) caps a quantized block's
+// default tile and its least tile in a plan (quantized/linear.hpp: qtile_rows, qtile_least;
+// more rows where a plan leaves room). A microcontroller may take fewer, for a smaller
 // workspace (-DSTFORMER_QTILE_ROWS=1 on a Cortex-M0). It sets the passes' sizes, so a build that
-// sets it has an ABI tag of its own (abi_scalar_plain_t1, ...).
+// sets it has an ABI tag of its own (abi_scalar_plain_t1, ...): every object, libstformer_io.a
+// too, built with the same value.
 #define STFORMER_ABI_JOIN2(k, a) abi_##k##_##a
 #define STFORMER_ABI_JOIN(k, a) STFORMER_ABI_JOIN2(k, a)
 #define STFORMER_ABI_JOIN3(k, a, t) abi_##k##_##a##_t##t
@@ -76,4 +78,7 @@
 #else
 #define STFORMER_QTILE_ROWS 64
 #define STFORMER_ABI STFORMER_ABI_JOIN(STFORMER_ABI_KERNELS, STFORMER_ABI_ARCH)
+#endif
+#if STFORMER_QTILE_ROWS < 1
+#error "STFORMER_QTILE_ROWS must be at least 1 (rows per tile)"
 #endif

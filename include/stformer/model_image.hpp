@@ -3,7 +3,7 @@
 // A model is a standard-layout, trivially copyable struct of tensors (stformer/tensor.hpp):
 // its object representation is its parameters in declaration order (= visit order), each
 // padded to the tensor alignment, and nothing else. An image is a struct of float arrays laid
-// out the same way, written by `checkpoint_header --model` or stformer::model_image_source
+// out the same way, written by `stformer-c-api --image` or stformer::model_image_source
 // (<stformer/model_image_source.hpp>, host side) as a constexpr object:
 //
 //   struct Image {

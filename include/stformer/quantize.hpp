@@ -255,8 +255,8 @@ class Calibration {
        ...);
     }(std::make_index_sequence<Chain::steps>{});
     auto& last = q->template get<Q::steps - 2>();  // the last integer step
-    if constexpr (requires { last.output_scale(); })
-      q->template get<Q::steps - 1>().scale(0) = last.output_scale();
+    if constexpr (requires { typename std::remove_cvref_t<decltype(last)>::Finish; })
+      q->template get<Q::steps - 1>().scale(0) = last.output_scale();  // its Finish at its own output's scale
     else
       q->template get<Q::steps - 1>().scale(0) = streams_.scale(streams_.current);
     return q;

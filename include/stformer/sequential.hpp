@@ -557,10 +557,12 @@ struct Sequential {
       return forward(p, x, Mask<B, N>{.keys = keys});
     }
 
-    // Part of the pass: steps First .. Last − 1, from step First's input in the arena (input<First>(),
-    // First > 0: written by the caller, or by the steps before it in an earlier call), or from
-    // the caller's x (First = 0). A quantized model's integer steps alone, between its float ends
-    // (stformer/quantize.hpp): a core without an FPU runs them on inputs quantized elsewhere.
+    // Part of the pass: steps First .. Last − 1, from step First's input in the arena (First > 0:
+    // written by the caller through input<First>(), or left there by the steps before it in an
+    // earlier call), or from the caller's x (First = 0). A quantized model's integer steps alone,
+    // between its float ends (stformer/quantize.hpp): a core without an FPU runs them on inputs
+    // quantized elsewhere. input<First>() is for writing: it begins a new tensor there, whose
+    // values are the caller's to set (a step's output is read through what forward_steps returns).
     template <size_t First>
     InputAt<B, N, First>& input() {
       static_assert(First > 0 && First < steps, "Sequential::Infer::input: the first step's input is the caller's");
@@ -569,7 +571,7 @@ struct Sequential {
     template <size_t First, size_t Last = steps>
     const OutputAt<B, N, Last - 1>& forward_steps(const Sequential& p, const Mask<B, N>& mask = {}) {
       static_assert(First > 0 && First < Last && Last <= steps, "Sequential::Infer::forward_steps: steps First .. Last − 1 of the chain, First > 0");
-      const void* in = arena + Layout::rows[First].in_offset;
+      const void* in = std::launder(reinterpret_cast<const InputAt<B, N, First>*>(arena + Layout::rows[First].in_offset));
       [&]<size_t... I>(std::index_sequence<I...>) { (run_step<First + I>(p, in, mask), ...); }(std::make_index_sequence<Last - First>{});
       return *static_cast<const OutputAt<B, N, Last - 1>*>(in);
     }

@@ -309,12 +309,11 @@ struct Run {
   }
 };
 
-// Whether a checkpoint holds an int8 model (max_value quantize's): an I8 proj.weight (pointer)
-// or proj.coarse.weight (set).
+// Whether a checkpoint holds an int8 model (max_value quantize's): an I8 proj.coarse.weight
+// (Quantized<Net>: the first linear layer, two int8 tensors).
 inline bool int8_checkpoint(const safetensors::File& f) {
-  for (const char* name : {"proj.weight", "proj.coarse.weight"})
-    if (const auto* proj = f.find(name); proj != nullptr && proj->dtype == safetensors::Dtype::I8) return true;
-  return false;
+  const auto* proj = f.find("proj.coarse.weight");
+  return proj != nullptr && proj->dtype == safetensors::Dtype::I8;
 }
 
 // Post-training quantization (stformer/quantize.hpp): calibrated on the 500 training sets of

@@ -3,9 +3,8 @@
 //   q_q = QLinear(xq_q) at q_scale,  k_q = QLinear(xk_q) at k_scale          (int8)
 //   logits[b, i, j] = q_q,i · k_q,j                                           (int32)
 // at the real scale q_scale·k_scale / √Da (logit_scale), masked keys at INT32_MIN. The
-// log-softmax is left to the output's dequantization (log_probs, in float on the host): its
-// arg-max is the logits' (kernels-free `argmax` on the integers). Tensors: wq, wk (QLinear),
-// q_scale, k_scale (F32 [1]).
+// log-softmax is left to the model's float end (DequantizeLogits, below): its arg-max is the
+// logits'. Tensors: wq, wk (QLinear), q_scale, k_scale (F32 [1]).
 #pragma once
 
 #include "../config.hpp"

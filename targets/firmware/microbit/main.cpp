@@ -2,8 +2,8 @@
 // a Cortex-M0 without a floating-point unit, QEMU's BBC micro:bit (nRF51822: 16 KB of RAM), run
 // under qemu-system-arm -semihosting.
 //
-// The int8 model is a constant image in flash (checkpoint_header --model pointer on the
-// quantized checkpoint). The test sets come already quantized (x_q, I16, as the host's
+// The int8 model is a constant image in flash (stformer-c-api --image on the quantized
+// checkpoint). The test sets come already quantized (x_q, I16, as the host's
 // `max_value predict` wrote them with the same checkpoint) together with the host's int32 logits:
 // the firmware runs the model's integer steps on each set (forward_steps: all but its float
 // ends, the input's quantization and the log-softmax) and checks that they compute the same

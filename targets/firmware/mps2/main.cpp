@@ -3,7 +3,7 @@
 // Cortex-M55 with Helium, of mps3.ld), run under qemu-system-arm -semihosting.
 //
 // The model is a constant image in flash, read in place (stformer/model_image.hpp; made by
-// `checkpoint_header --model pointer` from a checkpoint): no parameter is copied to RAM. The
+// `stformer-c-api --image` from a checkpoint): no parameter is copied to RAM. The
 // test sets and the host build's predictions for them are constexpr arrays in flash, made by
 // checkpoint_header from a `max_value sets` file and a `max_value predict` file. For each set
 // the firmware prints the predicted index and its log-probability, checks them against the
