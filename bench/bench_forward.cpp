@@ -25,7 +25,7 @@
 #include <vector>
 
 #include <stformer/kernels/int8.hpp>
-#include <stformer/quantized/encoder.hpp>
+#include <stformer/quantize.hpp>
 #include <stformer/stformer.hpp>
 
 #include "flops.hpp"
@@ -125,7 +125,7 @@ void BM_EncoderBlock(benchmark::State& state) {
 }
 
 // Forward only, in place on a residual stream: EncoderBlock::forward_in_place on floats against
-// QEncoderBlock's on an int16 stream (quantized from the float block with ranges from its
+// its integer form's (precision::int8) on an int16 stream (quantized from the float block with ranges from its
 // forward on the same input), F = 4·D.
 template <size_t B, size_t N, size_t D, size_t H>
 void BM_EncoderBlockInfer(benchmark::State& state) {
@@ -148,18 +148,19 @@ void BM_EncoderBlockInfer(benchmark::State& state) {
 template <size_t B, size_t N, size_t D, size_t H>
 void BM_QEncoderBlockInfer(benchmark::State& state) {
   using Block = EncoderBlock<D, H, 4 * D>;
-  using Q = QEncoderBlock<D, H, 4 * D>;
+  using Q = EncoderBlock<D, H, 4 * D, precision::int8>;
   auto p = std::make_unique<Block>();
   auto x = std::make_unique<Tensor<B, N, D>>();
   Rng rng(1);
   init_params(*p, rng);
   for (auto& v : *x) v = rng.normal();
   auto acts = std::make_unique<ActsOf<Block, B, N>>();
-  acts->forward(*p, *x);
+  const auto& y = acts->forward(*p, *x);
   typename Q::Ranges r;
-  r.observe(*p, *acts);
+  r.observe(*p, *acts, *x, y);
   const float sh = quant::scale_for(std::max(r.residual, quant::max_abs(*x)), 32767);
-  auto q = std::make_unique<Q>(Q::quantize(*p, r, sh));
+  auto q = std::make_unique<Q>();
+  q->from_float(*p, r, sh, sh);
   auto h0 = std::make_unique<TensorOf<std::int16_t, B, N, D>>(), h = std::make_unique<TensorOf<std::int16_t, B, N, D>>();
   quant::quantize(x->data(), x->size(), sh, h0->data());
   auto w = std::make_unique<typename Q::template Work<B, N>>();

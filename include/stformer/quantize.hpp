@@ -39,15 +39,19 @@
 #include <utility>
 #include <vector>
 
+#include "blocks/decoder.hpp"
+#include "blocks/encoder.hpp"
+#include "blocks/isab.hpp"
+#include "blocks/mab.hpp"
+#include "blocks/pma.hpp"
+#include "blocks/sab.hpp"
+#include "quantized/attention.hpp"
 #include "quantized/embedding.hpp"
-#include "quantized/encoder.hpp"
-#include "quantized/isab.hpp"
+#include "quantized/feedforward.hpp"
 #include "quantized/linear.hpp"
 #include "quantized/meanpool.hpp"
-#include "quantized/pma.hpp"
 #include "quantized/pointer.hpp"
 #include "quantized/positional.hpp"
-#include "quantized/sab.hpp"
 #include "quantized/scalenorm.hpp"
 #include "quantized/stream.hpp"
 #include "sequential.hpp"
@@ -125,12 +129,22 @@ using Quantized =
 
 namespace quant {
 
+// Whether a step is an integer form of a float block (one that is not its own Float).
+template <class Step>
+inline constexpr bool is_integer_step = [] {
+  if constexpr (requires { typename Step::Float; })
+    return !std::is_same_v<Step, typename Step::Float>;
+  else
+    return false;
+}();
+template <class Blk, size_t Count>
+inline constexpr bool is_integer_step<Repeat<Blk, Count>> = is_integer_step<Blk>;
 // Whether Model is a quantized model (its steps integer forms of float blocks).
 template <class Model>
 inline constexpr bool is_quantized = [] {
   if constexpr (requires { Model::steps; typename Model::template BlockAt<0>; })
     return []<size_t... I>(std::index_sequence<I...>) {
-      return (requires { typename Model::template BlockAt<I>::Float; } || ...);
+      return (is_integer_step<typename Model::template BlockAt<I>> || ...);
     }(std::make_index_sequence<Model::steps>{});
   else
     return false;

@@ -94,6 +94,9 @@ struct ShapeCheck<T, xt::xtensor_fixed<T, xt::xshape<G...>, xt::layout_type::row
     : DimsCheck<std::index_sequence<G...>, E...> {};
 template <class X, size_t... E>
 inline constexpr bool shape_is = ShapeCheck<float, X, E...>::ok;
+// The same for a tensor of T (a block's stream in integers: int16).
+template <class T, class X, size_t... E>
+inline constexpr bool typed_shape_is = ShapeCheck<T, X, E...>::ok;
 // The same for token ids: X is IdTensor<E...>.
 template <class X, size_t... E>
 inline constexpr bool ids_shape_is = ShapeCheck<std::int32_t, X, E...>::ok;

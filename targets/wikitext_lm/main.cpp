@@ -260,7 +260,7 @@ Vocabulary load_model(const std::string& checkpoint, M& model, const std::string
 
 // Which precision runs, said by eval, predict and generate.
 template <class M>
-const char* precision() {
+const char* precision_of() {
   if constexpr (std::is_same_v<M, ModelQ>) return "integers from the ids to the logits (int8 weights, int8 and int16 activations)";
   return std::is_same_v<M, Model8> ? "int8 embedding and head (weight-only), float32 blocks and pool" : "float32";
 }
@@ -322,7 +322,7 @@ int predict_or_generate(bool predict, const std::string& checkpoint, const std::
   auto run = std::make_unique<Inference<M>>();
   std::optional<Corpus> corpus;
   Vocabulary vocab = load_model(checkpoint, run->model, data, corpus);
-  std::fprintf(stderr, "%s: %s\n", checkpoint.c_str(), precision<M>());
+  std::fprintf(stderr, "%s: %s\n", checkpoint.c_str(), precision_of<M>());
   context_window(vocab, text, run->window);
   if (predict) {
     auto prob = next_word(*run);
@@ -450,7 +450,7 @@ int main(int argc, char** argv) {
       } else {
         vocab = load_model(checkpoint, *run->model, data, corpus);
       }
-      std::printf("%s: %s\n", checkpoint.c_str(), run->modelq ? precision<ModelQ>() : run->model8 ? precision<Model8>() : precision<Model>());
+      std::printf("%s: %s\n", checkpoint.c_str(), run->modelq ? precision_of<ModelQ>() : run->model8 ? precision_of<Model8>() : precision_of<Model>());
       const Corpus& c = read_corpus(data, corpus);
       if (c.vocab.serialize() != vocab.serialize()) throw std::runtime_error("the corpus's vocabulary differs from the checkpoint's");
       const auto& ids = split == "valid" ? c.valid : c.test;

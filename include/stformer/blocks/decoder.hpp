@@ -6,10 +6,13 @@
 //   backward: dh2 = dout + SN3ᵀ FFNᵀ dout; dh1 = dh2 + SN2ᵀ dxq(CrossMHAᵀ dh2);
 //             dx = dh1 + SN1ᵀ (dxq + dxkv of SelfMHAᵀ dh1); dm = dxkv of CrossMHAᵀ dh2;
 //             returns {dq = dx, dkv = dm}
+// In integers as DecoderBlock<D, H, F, precision::int8>: the same composition on an int16
+// residual stream, the memory an int16 stream of its own (from_float).
 // Parameters: sn1.g, self_attn.*, sn2.g, cross_attn.*, sn3.g, ffn.*.
 #pragma once
 
 #include "../config.hpp"
+#include "../precision.hpp"
 
 #include <algorithm>
 
@@ -19,14 +22,20 @@
 
 namespace stformer::inline STFORMER_ABI {
 
-template <size_t D, size_t H, size_t F>
+template <size_t D, size_t H, size_t F, class P = precision::float32>
 struct DecoderBlock {
-  ScaleNorm<D> sn1;
-  MultiHeadAttention<D, D, D, H> self_attn;
-  ScaleNorm<D> sn2;
-  MultiHeadAttention<D, D, D, H> cross_attn;
-  ScaleNorm<D> sn3;
-  FeedForward<D, F> ffn;
+  template <class Leaf>
+  using Of = typename P::template Of<Leaf>;
+  using Float = DecoderBlock<D, H, F>;
+  using Attention = Of<MultiHeadAttention<D, D, D, H>>;
+  using Ffn = Of<FeedForward<D, F>>;
+  using Stream = typename P::Stream;
+  Of<ScaleNorm<D>> sn1;
+  Attention self_attn;
+  Of<ScaleNorm<D>> sn2;
+  Attention cross_attn;
+  Of<ScaleNorm<D>> sn3;
+  Ffn ffn;
 
   template <class Fn, class... S>
   static constexpr void visit(const Path& at, Fn& f, S&... s) {
@@ -40,22 +49,23 @@ struct DecoderBlock {
 
   // Forward only, in place on the residual stream: x ← DecoderBlock(x, m), rows T at a time in
   // the projections and the feed-forward layer. Work: a [B, N, D] (each sublayer's normalised
-  // input, which becomes its output in place) and over one arena the self-attention's keys and
-  // values, then the cross-attention's (projected from m, or m itself when it folds), then the
-  // hidden rows [Tf, F], Tf ≥ T as many as the attentions' buffers leave room for. The same
-  // bits as Acts.
-  template <size_t B, size_t N, size_t M, size_t T = tile_rows(B * N)>
+  // input, which becomes its output in place; in integers int8 rows) and over one arena the
+  // self-attention's keys and values, then the cross-attention's (projected from m, or m itself
+  // when it folds), then the feed-forward layer's tile of Tf ≥ T rows, as many as the
+  // attentions' buffers leave room for. The same bits as Acts (in float).
+  template <size_t B, size_t N, size_t M, size_t T = P::tile_rows(B * N, B * M)>
   struct Work {
-    using Attention = MultiHeadAttention<D, D, D, H>;
     using SelfWork = typename Attention::template Work<B, N, N, T>;
     using CrossWork = typename Attention::template Work<B, N, M, T>;
-    static constexpr size_t Tf = rows_in_room(B * N, T, std::max(sizeof(SelfWork), sizeof(CrossWork)), F * sizeof(float));
-    Tensor<B, N, D> a;
-    Phases<SelfWork, CrossWork, Tensor<Tf, F>> phase;
+    static constexpr size_t Tf = rows_in_room(B * N, T, std::max(sizeof(SelfWork), sizeof(CrossWork)), Ffn::tile_row_bytes);
+    using FfnTile = typename Ffn::template Tile<Tf>;
+    TensorOf<typename P::template Row<8>, B, N, D> a;
+    Phases<SelfWork, CrossWork, FfnTile> phase;
   };
 
   template <size_t B, size_t N, size_t M, size_t T>
-  void forward_in_place(Tensor<B, N, D>& x, const Tensor<B, M, D>& m, Work<B, N, M, T>& w, const KeyMask<B, M>* memory_mask = nullptr) const {
+  void forward_in_place(TensorOf<Stream, B, N, D>& x, const TensorOf<Stream, B, M, D>& m, Work<B, N, M, T>& w,
+                        const KeyMask<B, M>* memory_mask = nullptr) const {
     using Wk = Work<B, N, M, T>;
     auto& self = w.phase.template start<typename Wk::SelfWork>();
     sn1.template apply<B * N>(x.data(), w.a.data());
@@ -66,23 +76,50 @@ struct DecoderBlock {
     sn2.template apply<B * N>(x.data(), w.a.data());
     cross_attn.template forward_add<B, N, M, T>(w.a.data(), x.data(), cross, Mask<B, M>{.keys = memory_mask});
     sn3.template apply<B * N>(x.data(), w.a.data());
-    ffn.template apply_tiled<B * N, Wk::Tf, true>(w.a.data(), x.data(), w.phase.template start<Tensor<Wk::Tf, F>>().data());
+    ffn.template add_tiled<B * N, Wk::Tf>(w.a.data(), x.data(), w.phase.template start<typename Wk::FfnTile>());
   }
 
   template <size_t B, size_t N, size_t M>
   struct Infer {
-    Tensor<B, N, D> out;
+    TensorOf<Stream, B, N, D> out;
     Work<B, N, M> w;
 
     template <class X, class Mem>
-    const Tensor<B, N, D>& forward(const DecoderBlock& p, const X& x, const Mem& m, const KeyMask<B, M>* memory_mask = nullptr) {
-      static_assert(shape_is<X, B, N, D>, "DecoderBlock: input rows x must be [B, N, D] (the pass's sizes, the block's width D)");
-      static_assert(shape_is<Mem, B, M, D>, "DecoderBlock: encoder memory m must be [B, M, D] (the pass's sizes, the block's width D)");
+    const TensorOf<Stream, B, N, D>& forward(const DecoderBlock& p, const X& x, const Mem& m, const KeyMask<B, M>* memory_mask = nullptr) {
+      static_assert(typed_shape_is<Stream, X, B, N, D>, "DecoderBlock: input rows x must be [B, N, D] (the pass's sizes, the block's width D)");
+      static_assert(typed_shape_is<Stream, Mem, B, M, D>, "DecoderBlock: encoder memory m must be [B, M, D] (the pass's sizes, the block's width D)");
       if (&x != &out) std::copy(x.begin(), x.end(), out.begin());
       p.forward_in_place(out, m, w, memory_mask);
       return out;
     }
   };
+
+  // In integers (P = precision::int8), made from the float block: on the residual stream at
+  // scale s_h, the memory an int16 stream at s_m (the cross-attention's keys and values are
+  // projected from it directly), the norms' int8 outputs scaled from their calibration ranges,
+  // the attentions and the feed-forward layer from theirs, each into the stream.
+  struct Ranges {
+    float sn1 = 0, sn2 = 0, sn3 = 0, residual = 0;  // residual: the stream's values (x, h1, h2, out)
+    typename Attention::Ranges self_attn, cross_attn;
+    typename Ffn::Ranges ffn;
+    template <class A, class X, class Y>
+    void observe(const Float& f, const A& acts, const X& x, const Y& y) {
+      sn1 = std::max(sn1, quant::max_abs(acts.sn1.out)), sn2 = std::max(sn2, quant::max_abs(acts.sn2.out));
+      sn3 = std::max(sn3, quant::max_abs(acts.sn3.out));
+      residual = std::max({residual, quant::max_abs(x), quant::max_abs(acts.h1), quant::max_abs(acts.h2), quant::max_abs(acts.out)});
+      self_attn.observe(f.self_attn, acts.self_attn);
+      cross_attn.observe(f.cross_attn, acts.cross_attn);
+      ffn.observe(f.ffn, acts.ffn, x, y);
+    }
+  };
+  void from_float(const Float& f, const Ranges& r, float s_h, float s_m) {
+    sn1 = Of<ScaleNorm<D>>::quantize(f.sn1, quant::scale_for(r.sn1));
+    sn2 = Of<ScaleNorm<D>>::quantize(f.sn2, quant::scale_for(r.sn2));
+    sn3 = Of<ScaleNorm<D>>::quantize(f.sn3, quant::scale_for(r.sn3));
+    self_attn = Attention::quantize(f.self_attn, r.self_attn, sn1.out_scale(0), sn1.out_scale(0), s_h);
+    cross_attn = Attention::quantize(f.cross_attn, r.cross_attn, sn2.out_scale(0), s_m, s_h);
+    ffn.from_float(f.ffn, r.ffn, sn3.out_scale(0), s_h);
+  }
 
   template <size_t B, size_t N, size_t M>
   struct Acts {
@@ -119,6 +156,12 @@ struct DecoderBlock {
       return {dx, dc.dkv};
     }
   };
+};
+
+// Its integer form (stformer/quantize.hpp): the same block at precision::int8.
+template <size_t D, size_t H, size_t F>
+struct Int8Of<DecoderBlock<D, H, F>> {
+  using type = DecoderBlock<D, H, F, precision::int8>;
 };
 
 }  // namespace stformer

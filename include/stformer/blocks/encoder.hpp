@@ -3,10 +3,15 @@
 //   out = h + FFN(SN2(h))
 //   backward: dh = dout + SN2ᵀ FFNᵀ dout;  dx = dh + SN1ᵀ (dxq + dxkv of MHAᵀ dh)
 // Forward only: Infer, or forward_in_place on a residual stream the caller keeps (models).
-// Parameters: sn1.g, attn.*, sn2.g, ffn.*.
+// In integers as EncoderBlock<D, H, F, precision::int8> (stformer/precision.hpp): the same
+// composition on an int16 residual stream, int8 rows inside; why int16 for the stream: it
+// carries every block's sum at one scale, and the pointer model's choice among 50 points turns
+// on small differences of it (docs/quantized.md).
+// Parameters: sn1.g, attn.*, sn2.g, ffn.* (in integers the leaves' integer tensors).
 #pragma once
 
 #include "../config.hpp"
+#include "../precision.hpp"
 
 #include <algorithm>
 
@@ -16,12 +21,18 @@
 
 namespace stformer::inline STFORMER_ABI {
 
-template <size_t D, size_t H, size_t F>
+template <size_t D, size_t H, size_t F, class P = precision::float32>
 struct EncoderBlock {
-  ScaleNorm<D> sn1;
-  MultiHeadAttention<D, D, D, H> attn;
-  ScaleNorm<D> sn2;
-  FeedForward<D, F> ffn;
+  template <class Leaf>
+  using Of = typename P::template Of<Leaf>;
+  using Float = EncoderBlock<D, H, F>;
+  using Attention = Of<MultiHeadAttention<D, D, D, H>>;
+  using Ffn = Of<FeedForward<D, F>>;
+  using Stream = typename P::Stream;
+  Of<ScaleNorm<D>> sn1;
+  Attention attn;
+  Of<ScaleNorm<D>> sn2;
+  Ffn ffn;
 
   template <class Fn, class... S>
   static constexpr void visit(const Path& at, Fn& f, S&... s) {
@@ -33,49 +44,72 @@ struct EncoderBlock {
 
   // Forward only, in place on the residual stream: h ← EncoderBlock(h), rows in tiles in the
   // projections and the feed-forward layer. Work: a [B, N, D] (SN1(h), which becomes the
-  // attention's output in place, then SN2(h) and the feed-forward output), and over one arena
-  // the attention's keys, values and tile, then the hidden rows [Tf, F], Tf ≥ T as many as the
-  // attention's buffers leave room for. The same bits as Acts.
-  template <size_t B, size_t N, size_t T = tile_rows(B * N)>
+  // attention's output in place, then SN2(h); in integers int8 rows), and over one arena the
+  // attention's keys, values and tile, then the feed-forward layer's tile of Tf ≥ T rows, as
+  // many as the attention's buffers leave room for. The same bits as Acts (in float).
+  template <size_t B, size_t N, size_t T = P::tile_rows(B * N, B * N)>
   struct Work {
-    using Attention = MultiHeadAttention<D, D, D, H>;
     using AttentionWork = typename Attention::template Work<B, N, N, T>;
-    static constexpr size_t Tf = rows_in_room(B * N, T, sizeof(AttentionWork), F * sizeof(float));
-    Tensor<B, N, D> a;
-    Phases<AttentionWork, Tensor<Tf, F>> phase;
+    static constexpr size_t Tf = rows_in_room(B * N, T, sizeof(AttentionWork), Ffn::tile_row_bytes);
+    using FfnTile = typename Ffn::template Tile<Tf>;
+    TensorOf<typename P::template Row<8>, B, N, D> a;
+    Phases<AttentionWork, FfnTile> phase;
   };
 
   template <size_t B, size_t N, size_t T>
-  void forward_in_place(Tensor<B, N, D>& h, Work<B, N, T>& w, Mask<B, N> mask = {}) const {
+  void forward_in_place(TensorOf<Stream, B, N, D>& h, Work<B, N, T>& w, Mask<B, N> mask = {}) const {
     using Wk = Work<B, N, T>;
     auto& attention = w.phase.template start<typename Wk::AttentionWork>();
     sn1.template apply<B * N>(h.data(), w.a.data());
     attn.template prepare<B, N, N, T>(w.a.data(), attention);
     attn.template forward_add<B, N, N, T>(w.a.data(), h.data(), attention, mask);
     sn2.template apply<B * N>(h.data(), w.a.data());
-    ffn.template apply_tiled<B * N, Wk::Tf, true>(w.a.data(), h.data(), w.phase.template start<Tensor<Wk::Tf, F>>().data());
+    ffn.template add_tiled<B * N, Wk::Tf>(w.a.data(), h.data(), w.phase.template start<typename Wk::FfnTile>());
   }
 
   // A step of a Sequential (stformer/sequential.hpp): forward_in_place, Work its scratch, with
   // as many rows per tile as Room holds (the same bits for any tile).
   template <size_t B, size_t N>
-  using Input = Tensor<B, N, D>;
+  using Input = TensorOf<Stream, B, N, D>;
   static constexpr bool in_place = true;
   template <size_t B, size_t N, size_t Room>
-  using Scratch = typename TiledIn<Work, B, N, Room>::type;
+  using Scratch = typename TiledIn<Work, B, N, Room, P::tile_least(B * N)>::type;
   template <size_t B, size_t N>
   struct Infer {
-    Tensor<B, N, D> out;
+    TensorOf<Stream, B, N, D> out;
     Work<B, N> w;
 
     template <class X>
-    const Tensor<B, N, D>& forward(const EncoderBlock& p, const X& x, Mask<B, N> mask = {}) {
-      static_assert(shape_is<X, B, N, D>, "EncoderBlock: input rows x must be [B, N, D] (the pass's sizes, the block's width D)");
+    const TensorOf<Stream, B, N, D>& forward(const EncoderBlock& p, const X& x, Mask<B, N> mask = {}) {
+      static_assert(typed_shape_is<Stream, X, B, N, D>, "EncoderBlock: input rows x must be [B, N, D] (the pass's sizes, the block's width D)");
       if (&x != &out) std::copy(x.begin(), x.end(), out.begin());
       p.forward_in_place(out, w, mask);
       return out;
     }
   };
+
+  // In integers (P = precision::int8), made from the float block: on the residual stream at
+  // scale s_h (same_scale: in place), the norms' int8 outputs scaled from their calibration
+  // ranges, the attention and the feed-forward layer from theirs, each into the stream.
+  static constexpr bool same_scale = true;
+  struct Ranges {
+    float sn1 = 0, sn2 = 0, residual = 0;  // residual: the stream's values inside (h and out)
+    typename Attention::Ranges attn;
+    typename Ffn::Ranges ffn;
+    template <class A, class X, class Y>
+    void observe(const Float& f, const A& acts, const X& x, const Y& y) {
+      sn1 = std::max(sn1, quant::max_abs(acts.sn1.out)), sn2 = std::max(sn2, quant::max_abs(acts.sn2.out));
+      residual = std::max({residual, quant::max_abs(acts.h), quant::max_abs(acts.out)});
+      attn.observe(f.attn, acts.attn);
+      ffn.observe(f.ffn, acts.ffn, x, y);
+    }
+  };
+  void from_float(const Float& f, const Ranges& r, float s_h, float) {
+    sn1 = Of<ScaleNorm<D>>::quantize(f.sn1, quant::scale_for(r.sn1));
+    sn2 = Of<ScaleNorm<D>>::quantize(f.sn2, quant::scale_for(r.sn2));
+    attn = Attention::quantize(f.attn, r.attn, sn1.out_scale(0), sn1.out_scale(0), s_h);
+    ffn.from_float(f.ffn, r.ffn, sn2.out_scale(0), s_h);
+  }
 
   template <size_t B, size_t N>
   struct Acts {
@@ -104,6 +138,12 @@ struct EncoderBlock {
       return dx;
     }
   };
+};
+
+// Its integer form (stformer/quantize.hpp): the same block at precision::int8.
+template <size_t D, size_t H, size_t F>
+struct Int8Of<EncoderBlock<D, H, F>> {
+  using type = EncoderBlock<D, H, F, precision::int8>;
 };
 
 }  // namespace stformer

@@ -37,6 +37,16 @@ struct FeedForward {
     });
   }
 
+  // In a composite block: residual [Rows, D] += FFN(x [Rows, D]) T rows at a time, x
+  // overwritten; Tile<T> its scratch, tile_row_bytes a row of it (QFeedForward's the same).
+  template <size_t T>
+  using Tile = Tensor<T, F>;
+  static constexpr size_t tile_row_bytes = F * sizeof(float);
+  template <size_t Rows, size_t T>
+  void add_tiled(float* x, float* residual, Tile<T>& hid) const {
+    apply_tiled<Rows, T, true>(x, residual, hid.data());
+  }
+
   // A step of a Sequential (stformer/sequential.hpp), in place on rows [B, N, D]; its scratch
   // the hidden rows [T, F] (T: tile_rows, or as many rows as Room holds).
   template <size_t B, size_t N>

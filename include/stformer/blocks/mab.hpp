@@ -5,24 +5,34 @@
 //   backward: dh = dout + Nffᵀ fcᵀ (dout ⊙ [relu > 0]); dX = dh + Nqᵀ dxq(MHAᵀ dh);
 //             dY = Nkvᵀ dxkv(MHAᵀ dh); returns {dq = dX, dkv = dY}
 // Norm = ScaleNorm (default) or Identity (the paper's un-normalised block, no g entries).
+// In integers as MAB<D, H, ScaleNorm, precision::int8>: the same composition on int16 streams,
+// int16 rows inside (from_float).
 // Parameters: nq.g, nkv.g, attn.*, nff.g, fc.weight [D, D] (Kaiming-normal), fc.bias.
 #pragma once
 
 #include "../config.hpp"
+#include "../precision.hpp"
 
 #include <algorithm>
+#include <iterator>
 
 #include "attention.hpp"
 #include "scalenorm.hpp"
 
 namespace stformer::inline STFORMER_ABI {
 
-template <size_t D, size_t H, template <size_t> class Norm = ScaleNorm>
+template <size_t D, size_t H, template <size_t> class Norm = ScaleNorm, class P = precision::float32>
 struct MAB {
-  Norm<D> nq, nkv;
-  MultiHeadAttention<D, D, D, H> attn;
-  Norm<D> nff;
-  Linear<D, D, Init::kaiming_normal> fc;
+  template <class Leaf, size_t Bits = 8>
+  using Of = typename P::template Of<Leaf, Bits>;
+  using Float = MAB<D, H, Norm>;
+  using Row = typename P::template Row<16>;
+  using Attention = Of<MultiHeadAttention<D, D, D, H>, 16>;
+  using Stream = typename P::Stream;
+  Of<Norm<D>> nq, nkv;
+  Attention attn;
+  Of<Norm<D>> nff;
+  Of<Linear<D, D, Init::kaiming_normal>> fc;
 
   template <class Fn, class... S>
   static constexpr void visit(const Path& at, Fn& f, S&... s) {
@@ -35,21 +45,21 @@ struct MAB {
 
   // Forward only, in place on the query set's residual stream: x ← MAB(x, y), rows T at a time
   // in the projections. Work: a, which holds Nkv(Y) until the keys and values are projected
-  // (full attention), then Nq(X), the attention's output in place, Nff(h) and ReLU(fc);
-  // y1 = Nkv(Y) when the attention folds (its keys stay); the attention's Work. The same bits
-  // as Acts.
-  template <size_t B, size_t Nq, size_t Nk, size_t T = tile_rows(B * Nq)>
+  // (full attention), then Nq(X), the attention's output in place, Nff(h) and ReLU(fc) (in
+  // integers int16 rows); y1 = Nkv(Y) when the attention folds (float: its keys stay); the
+  // attention's Work, whose tile also takes fc's rows. The same bits as Acts (in float).
+  template <size_t B, size_t Nq, size_t Nk, size_t T = P::tile_rows(B * Nq, B * Nk)>
   struct Work {
-    using Attention = MultiHeadAttention<D, D, D, H>;
     static constexpr bool folded = Attention::template folds<Nq, Nk>;
-    Tensor<B, folded || Nq >= Nk ? Nq : Nk, D> a;
+    TensorOf<Row, B, folded || Nq >= Nk ? Nq : Nk, D> a;
     [[no_unique_address]] std::conditional_t<folded, Tensor<B, Nk, D>, Nothing> y1;
     typename Attention::template Work<B, Nq, Nk, T> attn;
   };
 
   template <size_t B, size_t Nq, size_t Nk, size_t T>
-  void forward_in_place(Tensor<B, Nq, D>& x, const Tensor<B, Nk, D>& y, Work<B, Nq, Nk, T>& w, const KeyMask<B, Nk>* keys = nullptr) const {
-    float* kv;
+  void forward_in_place(TensorOf<Stream, B, Nq, D>& x, const TensorOf<Stream, B, Nk, D>& y, Work<B, Nq, Nk, T>& w,
+                        const KeyMask<B, Nk>* keys = nullptr) const {
+    Row* kv;
     if constexpr (Work<B, Nq, Nk, T>::folded)
       kv = w.y1.data();
     else
@@ -59,23 +69,46 @@ struct MAB {
     nq.template apply<B * Nq>(x.data(), w.a.data());
     attn.template forward_add<B, Nq, Nk, T>(w.a.data(), x.data(), w.attn, Mask<B, Nk>{.keys = keys});
     nff.template apply<B * Nq>(x.data(), w.a.data());
-    fc.template apply_tiled<B * Nq, decltype(w.attn)::rows, true, true>(w.a.data(), x.data(), w.attn.tile);
+    fc.template apply_tiled<B * Nq, decltype(w.attn)::rows, true, true>(w.a.data(), x.data(), std::data(w.attn.tile));
   }
 
   template <size_t B, size_t Nq, size_t Nk>
   struct Infer {
-    Tensor<B, Nq, D> out;
+    TensorOf<Stream, B, Nq, D> out;
     Work<B, Nq, Nk> w;
 
     template <class X, class Y>
-    const Tensor<B, Nq, D>& forward(const MAB& p, const X& x, const Y& y, const KeyMask<B, Nk>* keys = nullptr) {
-      static_assert(shape_is<X, B, Nq, D>, "MAB: query set X must be [B, Nq, D] (the pass's sizes, the block's width D)");
-      static_assert(shape_is<Y, B, Nk, D>, "MAB: key set Y must be [B, Nk, D] (the pass's sizes, the block's width D)");
+    const TensorOf<Stream, B, Nq, D>& forward(const MAB& p, const X& x, const Y& y, const KeyMask<B, Nk>* keys = nullptr) {
+      static_assert(typed_shape_is<Stream, X, B, Nq, D>, "MAB: query set X must be [B, Nq, D] (the pass's sizes, the block's width D)");
+      static_assert(typed_shape_is<Stream, Y, B, Nk, D>, "MAB: key set Y must be [B, Nk, D] (the pass's sizes, the block's width D)");
       if (&x != &out) std::copy(x.begin(), x.end(), out.begin());
       p.forward_in_place(out, y, w, keys);
       return out;
     }
   };
+
+  // In integers (P = precision::int8), made from the float block for a query stream at scale
+  // s_h: the norms' int16 outputs at |g|/32767 (an entry of g·x/‖x‖ is at most |g|: they never
+  // saturate), the attention (int16 rows) and fc from the attention's ranges, into the stream.
+  // Why int16 rows: the set model regresses a point, and every int8 rounding of them moves it
+  // (the keys' norm most, its outliers set the scale); int16 there halves the int8 model's
+  // distance from the float one (docs/quantized.md).
+  struct Ranges {
+    float residual = 0;  // the query set's stream: its input xq, h and out
+    typename Attention::Ranges attn;
+    template <class A, class X>
+    void observe(const Float& f, const A& acts, const X& xq) {
+      residual = std::max({residual, quant::max_abs(xq), quant::max_abs(acts.h), quant::max_abs(acts.out)});
+      attn.observe(f.attn, acts.attn);
+    }
+  };
+  void from_float(const Float& f, const Ranges& r, float s_h) {
+    nq = Of<Norm<D>>::quantize(f.nq, quant::scale_for(std::abs(f.nq.g(0)), 32767));
+    nkv = Of<Norm<D>>::quantize(f.nkv, quant::scale_for(std::abs(f.nkv.g(0)), 32767));
+    nff = Of<Norm<D>>::quantize(f.nff, quant::scale_for(std::abs(f.nff.g(0)), 32767));
+    attn = Attention::quantize(f.attn, r.attn, nq.out_scale(0), nkv.out_scale(0), s_h);
+    fc.from_float(f.fc, nff.out_scale(0), s_h);
+  }
 
   template <size_t B, size_t Nq, size_t Nk>
   struct Acts {
@@ -109,6 +142,12 @@ struct MAB {
       return {dx, dy};
     }
   };
+};
+
+// Its integer form (stformer/quantize.hpp): the same block at precision::int8.
+template <size_t D, size_t H, template <size_t> class Norm>
+struct Int8Of<MAB<D, H, Norm>> {
+  using type = MAB<D, H, Norm, precision::int8>;
 };
 
 }  // namespace stformer

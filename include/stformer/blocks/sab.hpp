@@ -1,4 +1,6 @@
-// SAB<D, H, Norm>: SAB(X) = MAB(X, X), X [B, N, D]. Permutation-equivariant. Parameters: mab.*.
+// SAB<D, H, Norm, P>: SAB(X) = MAB(X, X), X [B, N, D]. Permutation-equivariant. In integers
+// (P = precision::int8) in place on the set's int16 stream: the MAB reads its keys and values
+// from the stream before it writes it. Parameters: mab.*.
 #pragma once
 
 #include "../config.hpp"
@@ -7,9 +9,12 @@
 
 namespace stformer::inline STFORMER_ABI {
 
-template <size_t D, size_t H, template <size_t> class Norm = ScaleNorm>
+template <size_t D, size_t H, template <size_t> class Norm = ScaleNorm, class P = precision::float32>
 struct SAB {
-  MAB<D, H, Norm> mab;
+  using Float = SAB<D, H, Norm>;
+  using Mab = MAB<D, H, Norm, P>;
+  using Stream = typename P::Stream;
+  Mab mab;
 
   template <class Fn, class... S>
   static constexpr void visit(const Path& at, Fn& f, S&... s) {
@@ -17,34 +22,47 @@ struct SAB {
   }
 
   // Forward only: x ← SAB(x) in place (MAB's).
-  template <size_t B, size_t N, size_t T = tile_rows(B * N)>
-  using Work = typename MAB<D, H, Norm>::template Work<B, N, N, T>;
+  template <size_t B, size_t N, size_t T = P::tile_rows(B * N, B * N)>
+  using Work = typename Mab::template Work<B, N, N, T>;
 
   template <size_t B, size_t N, size_t T>
-  void forward_in_place(Tensor<B, N, D>& x, Work<B, N, T>& w, const KeyMask<B, N>* keys = nullptr) const {
+  void forward_in_place(TensorOf<Stream, B, N, D>& x, Work<B, N, T>& w, const KeyMask<B, N>* keys = nullptr) const {
     mab.forward_in_place(x, x, w, keys);
   }
 
   // A step of a Sequential (stformer/sequential.hpp): forward_in_place, Work its scratch.
   template <size_t B, size_t N>
-  using Input = Tensor<B, N, D>;
+  using Input = TensorOf<Stream, B, N, D>;
   static constexpr bool in_place = true;
   template <size_t B, size_t N, size_t Room>
   using Scratch = Work<B, N>;
 
   template <size_t B, size_t N>
   struct Infer {
-    Tensor<B, N, D> out;
+    TensorOf<Stream, B, N, D> out;
     Work<B, N> w;
 
     template <class X>
-    const Tensor<B, N, D>& forward(const SAB& p, const X& x, const KeyMask<B, N>* keys = nullptr) {
-      static_assert(shape_is<X, B, N, D>, "SAB: input set X must be [B, N, D] (the pass's sizes, the block's width D)");
+    const TensorOf<Stream, B, N, D>& forward(const SAB& p, const X& x, const KeyMask<B, N>* keys = nullptr) {
+      static_assert(typed_shape_is<Stream, X, B, N, D>, "SAB: input set X must be [B, N, D] (the pass's sizes, the block's width D)");
       if (&x != &out) std::copy(x.begin(), x.end(), out.begin());
       p.forward_in_place(out, w, keys);
       return out;
     }
   };
+
+  // In integers (P = precision::int8): the MAB's, in place on the set's stream at its scale.
+  static constexpr bool same_scale = true;
+  struct Ranges {
+    typename Mab::Ranges mab;
+    float residual = 0;
+    template <class A, class X, class Y>
+    void observe(const Float& f, const A& acts, const X& x, const Y&) {
+      mab.observe(f.mab, acts.mab, x);
+      residual = mab.residual;
+    }
+  };
+  void from_float(const Float& f, const Ranges& r, float s_h, float) { mab.from_float(f.mab, r.mab, s_h); }
 
   template <size_t B, size_t N>
   struct Acts {
@@ -64,6 +82,12 @@ struct SAB {
       return dx;
     }
   };
+};
+
+// Its integer form (stformer/quantize.hpp): the same block at precision::int8.
+template <size_t D, size_t H, template <size_t> class Norm>
+struct Int8Of<SAB<D, H, Norm>> {
+  using type = SAB<D, H, Norm, precision::int8>;
 };
 
 }  // namespace stformer

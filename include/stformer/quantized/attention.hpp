@@ -104,9 +104,12 @@ struct QMultiHeadAttention {
   // rows k [B, Nk, D] and every head's v_hᵀ in v [B, D, Nk], for int8 products (qmatmul_nt);
   // with int16 rows kᵀ in k [B, D, Nk] and v [B, Nk, D], for plain loops along their rows
   // (qmatmul_nn), and q [B, Nq, D] (int8: the heads take the rows' place).
+  template <size_t Nq, size_t Nk>
+  static constexpr bool folds = false;  // the float attention's folding of few queries: none here
   template <size_t B, size_t Nq, size_t Nk, size_t T>
   struct Work {
     static_assert(!wide || Nk <= 256, "QMultiHeadAttention: with int16 rows, at most 256 keys (A·V's int32 sums)");
+    static constexpr size_t rows = T;  // rows per tile of the projections
     [[no_unique_address]] std::conditional_t<wide, TensorOf<std::int8_t, B, Nq, D>, Nothing> q;
     TensorOf<Row, B, wide ? D : Nk, wide ? Nk : D> k;
     TensorOf<Row, B, wide ? Nk : D, wide ? D : Nk> v;
@@ -115,9 +118,10 @@ struct QMultiHeadAttention {
     TensorOf<std::int8_t, T, Nk> p;
   };
 
-  // k, v of xkv [B, Nk, Dkv] into w, T rows at a time (the one to transpose through `rows`).
-  template <size_t B, size_t Nq, size_t Nk, size_t T>
-  void prepare(const Row* xkv, Work<B, Nq, Nk, T>& w) const {
+  // k, v of xkv [B, Nk, Dkv] (Row, or an int16 stream: a decoder's memory) into w, T rows at a
+  // time (the one to transpose through `rows`).
+  template <size_t B, size_t Nq, size_t Nk, size_t T, class X>
+  void prepare(const X* xkv, Work<B, Nq, Nk, T>& w) const {
     for_tiles<B * Nk, T>([&]<size_t R>(size_t i) {
       Row rows[R * D];
       const auto transposed = [&](Row* t) {  // rows i … i + R − 1 into t [B, D, Nk]
@@ -188,6 +192,12 @@ struct QMultiHeadAttention {
     attend<B, Nq, Nk, T>(q, x, w, mask);
     for_tiles<B * Nq, T>([&]<size_t R>(size_t i) { wo.template add_to<R>(x + i * D, w.tile.data(), residual + i * D); });
   }
+};
+
+// In a composite block at precision::int8: int8 rows, or int16 where the block asks for 16 bits.
+template <size_t Dq, size_t Dkv, size_t D, size_t H, ScoreScale S, size_t Bits>
+struct IntegerForm<MultiHeadAttention<Dq, Dkv, D, H, S>, Bits> {
+  using type = QMultiHeadAttention<Dq, Dkv, D, H, S, precision::int8::Row<Bits>>;
 };
 
 }  // namespace stformer

@@ -28,6 +28,7 @@
 #include "../blocks/linear.hpp"
 #include "../kernels/int8.hpp"
 #include "../params.hpp"
+#include "../precision.hpp"
 
 namespace stformer::inline STFORMER_ABI {
 
@@ -51,30 +52,6 @@ struct Requant {
 // ---- host-side quantization helpers (float and double; never called by a forward pass) ----
 namespace quant {
 
-// The symmetric scale that maps max|x| to 127 (int8) or 32767 (int16); 1 for a tensor of zeros.
-inline float scale_for(float max_abs, int levels = 127) { return max_abs > 0 ? max_abs / float(levels) : 1.0f; }
-
-template <class T>
-float max_abs(const T& t) {
-  float m = 0;
-  for (float v : t) m = std::max(m, std::abs(v));
-  return m;
-}
-
-// round(x / s) clamped into [lo, hi].
-inline std::int32_t to_int(double x, double s, std::int32_t lo, std::int32_t hi) {
-  return std::int32_t(std::clamp(std::nearbyint(x / s), double(lo), double(hi)));
-}
-
-// x_q = round(x / s) in T's range (int8: [−128, 127]), element by element.
-template <class T>
-void quantize(const float* x, size_t n, float s, T* y) {
-  for (size_t i = 0; i < n; ++i) y[i] = T(to_int(x[i], s, std::numeric_limits<T>::min(), std::numeric_limits<T>::max()));
-}
-
-// The scale of an int16 activation from its calibration range: max|x| at 32767/2, so that values
-// up to twice what calibration saw still fit (int16 has bits to spare, int8 has not).
-inline float int16_scale(float max_abs) { return scale_for(2 * max_abs, 32767); }
 // x_q = round(x / s) saturated to ±32767, in float: the quantization of a model's int16 input,
 // the one float step before its integer forward pass (also on a target).
 inline void quantize_input(const float* x, size_t n, float s, std::int16_t* y) {
@@ -110,27 +87,6 @@ void quantize_rows(const Tensor<R, W>& w, TensorOf<std::int8_t, R, W>& q, Tensor
 }
 
 }  // namespace quant
-
-// Rows per tile of the quantized forward passes by default: up to STFORMER_QTILE_ROWS (64), so
-// that a small model's layers take their rows at once (each call of the int8 product packs its
-// weights). Fewer take less memory: a microcontroller's choice (stformer/config.hpp).
-constexpr size_t qtile_rows(size_t rows) { return rows < STFORMER_QTILE_ROWS ? rows : STFORMER_QTILE_ROWS; }
-// The fewest rows per tile of a quantized step's scratch in a plan: tile_rows, or fewer when
-// STFORMER_QTILE_ROWS says so.
-constexpr size_t qtile_least(size_t rows) { return std::min(tile_rows(rows), qtile_rows(rows)); }
-
-// Int8Of<Block>::type: the integer form of a float block, the step quantize (stformer/quantize.hpp)
-// puts in its place. Each quantized block's header gives its own. Besides the step's forward
-// (int16 streams in and out; token ids in for an embedding, log-probabilities out for the
-// pointer's head), such a block has:
-//   using Float;                           the float block it comes from
-//   static constexpr bool same_scale;      its output at its input's scale (a residual stream)
-//   struct Ranges { observe(f, acts, x, y) };  what calibration keeps of the float block's pass
-//   void from_float(f, ranges, s_in, s_out);   its integers for streams at those scales
-template <class Block>
-struct Int8Of {
-  static_assert(sizeof(Block) == 0, "Int8Of: this block has no integer form (quantize needs one for every step)");
-};
 
 // Nothing to observe: a step whose integers follow from its weights and its streams' scales.
 struct NoRanges {
@@ -204,6 +160,14 @@ struct QLinear {
     // range's far side): only the sum is saturated
     kernels::requantize(acc, Rows, Out, requant.multiplier.data(), requant.shift.data(), 0, Relu ? 0 : 2 * INT16_MIN, 2 * INT16_MAX + 1, acc);
     for (size_t i = 0; i < Rows * Out; ++i) h[i] = std::int16_t(std::clamp<std::int32_t>(acc[i] + (Set ? 0 : h[i]), INT16_MIN, INT16_MAX));
+  }
+
+  // residual [Rows, Out] (int16) += the layer on x [Rows, In] (or its ReLU), T rows at a time
+  // through tile [T, Out]: Linear::apply_tiled's integer form (Add only).
+  template <size_t Rows, size_t T, bool Relu = false, bool Add = false, class X>
+  void apply_tiled(const X* x, std::int16_t* residual, std::int32_t* tile) const {
+    static_assert(Add, "QLinear::apply_tiled: into a residual stream only");
+    for_tiles<Rows, T>([&]<size_t R>(size_t i) { add_to<R, false, Relu>(x + i * In, tile, residual + i * Out); });
   }
 
   // A step of a quantized Sequential: y = the layer on x, int16 streams at s_in and s_out; its
@@ -291,8 +255,6 @@ struct QFineLinear {
   }
 };
 
-// A scale tensor: F32 [1], s > 0 (named `<activation>_scale`).
-using Scale = Tensor<1>;
 
 
 }  // namespace stformer
