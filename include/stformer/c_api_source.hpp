@@ -143,17 +143,19 @@ CApiSource c_api_source(const Model& model, const CApiNames& names) {
     << "stformer::InferOf<Model, 1, N> infer;  // the forward pass's workspace\n"
     << "Model::Input<1, N> x;                  // the input\n"
     << "stformer::KeyMask<1, N> key_mask;       // the rows that exist\n\n"
-    << "int predict(const " << in_cpp << "* in, const std::uint8_t* keys, float* out) {\n"
-    << "  const Model& model = " << name << "_image::model();\n"
-    << "  if (!stformer::c_api::image_ok(model, " << name << "_image::offsets)) return stformer::c_api::bad_image;\n"
+    << "// What every entry checks first (the image, the pointers" << (ids ? ", the ids" : "") << ") and the key mask: 0 to go on.\n"
+    << "template <class In, class Out>\nint start(const In* in, const std::uint8_t* keys, const Out* out) {\n"
+    << "  if (!stformer::c_api::image_ok(" << name << "_image::model(), " << name << "_image::offsets)) return stformer::c_api::bad_image;\n"
     << "  if (in == nullptr || out == nullptr) return stformer::c_api::bad_input;\n";
   if constexpr (ids)
     c << "  if (!stformer::c_api::ids_in_range(in, x.size(), " << Model::template BlockAt<0>::vocabulary << ")) return stformer::c_api::bad_input;\n";
-  else
-    c << "  if (!stformer::c_api::finite(in, x.size())) return stformer::c_api::bad_input;\n";
+  c << "  if (keys != nullptr)\n    for (std::size_t j = 0; j < N; ++j) key_mask(0, j) = keys[j] != 0;\n"
+    << "  return stformer::c_api::ok;\n}\n\n"
+    << "int predict(const " << in_cpp << "* in, const std::uint8_t* keys, float* out) {\n"
+    << "  if (const int status = start(in, keys, out)) return status;\n";
+  if constexpr (!ids) c << "  if (!stformer::c_api::finite(in, x.size())) return stformer::c_api::bad_input;\n";
   c << "  std::copy_n(in, x.size(), x.data());\n"
-    << "  if (keys != nullptr)\n    for (std::size_t j = 0; j < N; ++j) key_mask(0, j) = keys[j] != 0;\n"
-    << "  const auto& y = infer.forward(model, x, keys != nullptr ? &key_mask : nullptr);\n"
+    << "  const auto& y = infer.forward(" << name << "_image::model(), x, keys != nullptr ? &key_mask : nullptr);\n"
     << "  std::copy_n(y.data(), y.size(), out);\n"
     << "  return stformer::c_api::ok;\n}\n\n}  // namespace\n\n"
     << "extern \"C\" {\n\n"
@@ -169,12 +171,8 @@ CApiSource c_api_source(const Model& model, const CApiNames& names) {
     const std::string qin = ids ? "std::int32_t" : "std::int16_t", qout = sizeof(QOut) == 4 ? "std::int32_t" : "std::int16_t";
     c << "\n// The integer steps alone: " << (ids ? "0" : "1") << " .. steps − 2 (the steps between the float ends).\n"
       << "int " << name << "_predict_int8(const " << qin << "* in_q, const std::uint8_t* keys, " << qout << "* out_q) {\n"
+      << "  if (const int status = start(in_q, keys, out_q)) return status;\n"
       << "  const Model& model = " << name << "_image::model();\n"
-      << "  if (!stformer::c_api::image_ok(model, " << name << "_image::offsets)) return stformer::c_api::bad_image;\n"
-      << "  if (in_q == nullptr || out_q == nullptr) return stformer::c_api::bad_input;\n";
-    if constexpr (ids)
-      c << "  if (!stformer::c_api::ids_in_range(in_q, x.size(), " << Model::template BlockAt<0>::vocabulary << ")) return stformer::c_api::bad_input;\n";
-    c << "  if (keys != nullptr)\n    for (std::size_t j = 0; j < N; ++j) key_mask(0, j) = keys[j] != 0;\n"
       << "  const stformer::Mask<1, N> mask{.keys = keys != nullptr ? &key_mask : nullptr};\n";
     if constexpr (ids)
       c << "  std::copy_n(in_q, x.size(), x.data());\n"

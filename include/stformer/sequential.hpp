@@ -547,10 +547,7 @@ struct Sequential {
 
     template <class X>
     const Output<B, N>& forward(const Sequential& p, const X& x, const Mask<B, N>& mask = {}) {
-      check_input<B, N, X>();
-      const void* in = &x;
-      [&]<size_t... I>(std::index_sequence<I...>) { (run_step<I>(p, in, mask), ...); }(std::make_index_sequence<steps>{});
-      return *static_cast<const Output<B, N>*>(in);
+      return forward_steps<0, steps>(p, x, mask);
     }
     template <class X>
     const Output<B, N>& forward(const Sequential& p, const X& x, const KeyMask<B, N>* keys) {
@@ -571,21 +568,23 @@ struct Sequential {
     template <size_t First, size_t Last = steps>
     const OutputAt<B, N, Last - 1>& forward_steps(const Sequential& p, const Mask<B, N>& mask = {}) {
       static_assert(First > 0 && First < Last && Last <= steps, "Sequential::Infer::forward_steps: steps First .. Last − 1 of the chain, First > 0");
-      const void* in = std::launder(reinterpret_cast<const InputAt<B, N, First>*>(arena + Layout::rows[First].in_offset));
-      [&]<size_t... I>(std::index_sequence<I...>) { (run_step<First + I>(p, in, mask), ...); }(std::make_index_sequence<Last - First>{});
-      return *static_cast<const OutputAt<B, N, Last - 1>*>(in);
+      return run_steps<First, Last>(p, std::launder(reinterpret_cast<const InputAt<B, N, First>*>(arena + Layout::rows[First].in_offset)), mask);
     }
     template <size_t First, size_t Last = steps, class X>
       requires(First == 0)
     const OutputAt<B, N, Last - 1>& forward_steps(const Sequential& p, const X& x, const Mask<B, N>& mask = {}) {
       static_assert(Last > 0 && Last <= steps, "Sequential::Infer::forward_steps: steps 0 .. Last − 1 of the chain");
       check_input<B, N, X>();
-      const void* in = &x;
-      [&]<size_t... I>(std::index_sequence<I...>) { (run_step<I>(p, in, mask), ...); }(std::make_index_sequence<Last>{});
-      return *static_cast<const OutputAt<B, N, Last - 1>*>(in);
+      return run_steps<0, Last>(p, &x, mask);
     }
 
    private:
+    // Steps First .. Last − 1 from the input at `in`, each from the output of the one before.
+    template <size_t First, size_t Last>
+    const OutputAt<B, N, Last - 1>& run_steps(const Sequential& p, const void* in, const Mask<B, N>& mask) {
+      [&]<size_t... I>(std::index_sequence<I...>) { (run_step<First + I>(p, in, mask), ...); }(std::make_index_sequence<Last - First>{});
+      return *static_cast<const OutputAt<B, N, Last - 1>*>(in);
+    }
     template <size_t I>
     void run_step(const Sequential& p, const void*& in, const Mask<B, N>& mask) {
       using Out = OutputAt<B, N, I>;

@@ -52,12 +52,13 @@ struct DecoderBlock {
   // input, which becomes its output in place; in integers int8 rows) and over one arena the
   // self-attention's keys and values, then the cross-attention's (projected from m, or m itself
   // when it folds), then the feed-forward layer's tile of Tf ≥ T rows, as many as the
-  // attentions' buffers leave room for. The same bits as Acts (in float).
+  // attentions' buffers leave room for (in integers Tf = T: one tile size for every product,
+  // fewer kernels in a firmware image). The same bits as Acts (in float).
   template <size_t B, size_t N, size_t M, size_t T = P::tile_rows(B * N, B * M)>
   struct Work {
     using SelfWork = typename Attention::template Work<B, N, N, T>;
     using CrossWork = typename Attention::template Work<B, N, M, T>;
-    static constexpr size_t Tf = rows_in_room(B * N, T, std::max(sizeof(SelfWork), sizeof(CrossWork)), Ffn::tile_row_bytes);
+    static constexpr size_t Tf = P::integer ? T : rows_in_room(B * N, T, std::max(sizeof(SelfWork), sizeof(CrossWork)), Ffn::tile_row_bytes);
     using FfnTile = typename Ffn::template Tile<Tf>;
     TensorOf<typename P::template Row<8>, B, N, D> a;
     Phases<SelfWork, CrossWork, FfnTile> phase;

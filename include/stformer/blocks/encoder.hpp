@@ -46,11 +46,12 @@ struct EncoderBlock {
   // projections and the feed-forward layer. Work: a [B, N, D] (SN1(h), which becomes the
   // attention's output in place, then SN2(h); in integers int8 rows), and over one arena the
   // attention's keys, values and tile, then the feed-forward layer's tile of Tf ≥ T rows, as
-  // many as the attention's buffers leave room for. The same bits as Acts (in float).
+  // many as the attention's buffers leave room for (in integers Tf = T: one tile size for every
+  // product, fewer kernels in a firmware image). The same bits as Acts (in float).
   template <size_t B, size_t N, size_t T = P::tile_rows(B * N, B * N)>
   struct Work {
     using AttentionWork = typename Attention::template Work<B, N, N, T>;
-    static constexpr size_t Tf = rows_in_room(B * N, T, sizeof(AttentionWork), Ffn::tile_row_bytes);
+    static constexpr size_t Tf = P::integer ? T : rows_in_room(B * N, T, sizeof(AttentionWork), Ffn::tile_row_bytes);
     using FfnTile = typename Ffn::template Tile<Tf>;
     TensorOf<typename P::template Row<8>, B, N, D> a;
     Phases<AttentionWork, FfnTile> phase;

@@ -60,31 +60,42 @@ struct QPointerAttention {
   // The real value of one unit of the logits (host side).
   double logit_scale() const { return double(q_scale(0)) * k_scale(0) / std::sqrt(double(Da)); }
 
-  // Forward only: q [B, Nq, Da] (int8), the logits [B, Nq, Nk] (int32), and T rows at a time
-  // the projections' accumulators and the keys k [T, Da] (int8), each tile of keys scored as
-  // soon as it is projected, so that the keys are never all held at once.
+  // Forward only: logits [B, Nq, Nk] (int32) of the queries' rows xq [B, Nq, Dq] (int8) and the
+  // keys' rows xk [B, Nk, Dk]. Work: q [B, Nq, Da] (int8), and T rows at a time the
+  // projections' accumulators and the keys k [T, Da] (int8), each tile of keys scored as soon
+  // as it is projected, so that the keys are never all held at once.
   template <size_t B, size_t Nq, size_t Nk, size_t T = qtile_rows(B * Nk)>
-  struct Infer {
+  struct Work {
     TensorOf<std::int8_t, B, Nq, Da> q;
     TensorOf<std::int8_t, T, Da> k;
-    TensorOf<std::int32_t, B, Nq, Nk> logits;
     TensorOf<std::int32_t, T, Da> acc;
+  };
+
+  template <size_t B, size_t Nq, size_t Nk, size_t T, class XK>
+  void score(const std::int8_t* xq, const XK* xk, std::int32_t* logits, Work<B, Nq, Nk, T>& w, const KeyMask<B, Nk>* keys = nullptr) const {
+    for_tiles<B * Nq, T>([&]<size_t R>(size_t i) { wq.template apply<R>(xq + i * Dq, w.acc.data(), w.q.data() + i * Da); });
+    for (size_t b = 0; b < B; ++b) {
+      std::int32_t* l = logits + b * Nq * Nk;
+      for_tiles<Nk, T>([&]<size_t R>(size_t j) {
+        wk.template apply<R>(xk + (b * Nk + j) * Dk, w.acc.data(), w.k.data());
+        kernels::qmatmul_nt<Nq, R, Da>(w.q.data() + b * Nq * Da, Da, w.k.data(), Da, l + j, Nk);
+      });
+      if (keys)
+        for (size_t i = 0; i < Nq; ++i)
+          for (size_t j = 0; j < Nk; ++j)
+            if (!(*keys)(b, j)) l[i * Nk + j] = INT32_MIN;
+    }
+  }
+
+  template <size_t B, size_t Nq, size_t Nk>
+  struct Infer {
+    TensorOf<std::int32_t, B, Nq, Nk> logits;
+    Work<B, Nq, Nk> w;
 
     template <class XK>
     const TensorOf<std::int32_t, B, Nq, Nk>& forward(const QPointerAttention& p, const std::int8_t* xq, const XK* xk,
                                                       const KeyMask<B, Nk>* keys = nullptr) {
-      for_tiles<B * Nq, T>([&]<size_t R>(size_t i) { p.wq.template apply<R>(xq + i * Dq, acc.data(), q.data() + i * Da); });
-      for (size_t b = 0; b < B; ++b) {
-        std::int32_t* l = logits.data() + b * Nq * Nk;
-        for_tiles<Nk, T>([&]<size_t R>(size_t j) {
-          p.wk.template apply<R>(xk + (b * Nk + j) * Dk, acc.data(), k.data());
-          kernels::qmatmul_nt<Nq, R, Da>(q.data() + b * Nq * Da, Da, k.data(), Da, l + j, Nk);
-        });
-        if (keys)
-          for (size_t i = 0; i < Nq; ++i)
-            for (size_t j = 0; j < Nk; ++j)
-              if (!(*keys)(b, j)) l[i * Nk + j] = INT32_MIN;
-      }
+      p.score(xq, xk, logits.data(), w, keys);
       return logits;
     }
   };
@@ -137,12 +148,12 @@ struct QPointerHead {
   template <size_t B, size_t N, size_t Room>
   struct Scratch {
     TensorOf<std::int8_t, B, 1, D> queries;
-    typename QPointerAttention<D, D, D>::template Infer<B, 1, N> pointer;
+    typename QPointerAttention<D, D, D>::template Work<B, 1, N> pointer;
   };
   template <size_t B, size_t N, size_t Room>
   void run(const Input<B, N>& x, Output<B, N>& logits, Scratch<B, N, Room>& w, const Mask<B, N>& mask) const {
     for (size_t b = 0; b < B; ++b) std::copy(query.begin(), query.end(), w.queries.begin() + b * D);
-    logits = w.pointer.forward(pointer, w.queries.data(), x.data(), mask.keys);
+    pointer.score(w.queries.data(), x.data(), logits.data(), w.pointer, mask.keys);
   }
 };
 template <size_t D>
