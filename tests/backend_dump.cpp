@@ -35,30 +35,27 @@ void fill(T& t, Rng& rng) {
 // Model quantized from fixed ranges instead of calibration (which runs the float model, whose
 // last bits differ between backends): every range of every step `range`, the input's stream at
 // int16_scale(3), every other stream at int16_scale(12). The same model on every backend.
-template <class QStep, class FStep>
-void from_fixed(QStep& q, const FStep& f, float range) {
-  if constexpr (requires { q.size(); q[0]; }) {  // a Repeat
-    for (size_t i = 0; i < q.size(); ++i) from_fixed(q[i], f[i], range);
+template <class O>
+void fill_ranges(O& o, float range) {
+  if constexpr (requires { o.blocks; }) {  // a Repeat's
+    for (auto& block : o.blocks) fill_ranges(block, range);
   } else {
-    typename QStep::Ranges r;
-    if constexpr (!std::is_empty_v<decltype(r)>) {
-      static_assert(sizeof r % sizeof(float) == 0, "the blocks' Ranges hold floats only");
-      float* v = reinterpret_cast<float*>(&r);
-      std::fill(v, v + sizeof r / sizeof(float), range);
+    if constexpr (!std::is_empty_v<decltype(o.ranges)>) {
+      static_assert(sizeof o.ranges % sizeof(float) == 0, "the blocks' Ranges hold floats only");
+      float* v = reinterpret_cast<float*>(&o.ranges);
+      std::fill(v, v + sizeof o.ranges / sizeof(float), range);
     }
-    q.from_float(f, r, quant::int16_scale(12), quant::int16_scale(12));
+    o.in = o.out = 1;
   }
 }
 template <class Model>
 std::unique_ptr<Quantized<Model>> quantize_fixed(const Model& f) {
-  using Q = Quantized<Model>;
-  auto q = std::make_unique<Q>();
-  q->template get<0>().scale(0) = quant::int16_scale(3);
-  [&]<size_t... I>(std::index_sequence<I...>) {
-    (from_fixed(q->template get<I + 1>(), f.template get<I>(), 4.0f), ...);
-  }(std::make_index_sequence<Q::steps - 2>{});
-  q->template get<Q::steps - 1>().scale(0) = quant::int16_scale(12);
-  return q;
+  using Chain = quant::ChainOf<Model>;
+  quant::Observed<Chain> observed;
+  [&]<size_t... I>(std::index_sequence<I...>) { (fill_ranges(step::get<I>(observed.steps), 4.0f), ...); }(std::make_index_sequence<Chain::steps>{});
+  quant::Streams streams;
+  streams.see(0, 3), streams.see(1, 12), streams.current = 1;
+  return quant::integer_model(f, observed, streams);
 }
 }  // namespace
 

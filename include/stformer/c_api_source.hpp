@@ -144,14 +144,14 @@ CApiSource c_api_source(const Model& model, const CApiNames& names) {
     << "Model::Input<1, N> x;                  // the input\n"
     << "stformer::KeyMask<1, N> key_mask;       // the rows that exist\n\n"
     << "// What every entry checks first (the image, the pointers" << (ids ? ", the ids" : "") << ") and the key mask: 0 to go on.\n"
-    << "template <class In, class Out>\nint start(const In* in, const std::uint8_t* keys, const Out* out) {\n"
+    << "int start(const " << (ids ? "std::int32_t" : "void") << "* in, const std::uint8_t* keys, const void* out) {\n"
     << "  if (!stformer::c_api::image_ok(" << name << "_image::model(), " << name << "_image::offsets)) return stformer::c_api::bad_image;\n"
     << "  if (in == nullptr || out == nullptr) return stformer::c_api::bad_input;\n";
   if constexpr (ids)
     c << "  if (!stformer::c_api::ids_in_range(in, x.size(), " << Model::template BlockAt<0>::vocabulary << ")) return stformer::c_api::bad_input;\n";
   c << "  if (keys != nullptr)\n    for (std::size_t j = 0; j < N; ++j) key_mask(0, j) = keys[j] != 0;\n"
     << "  return stformer::c_api::ok;\n}\n\n"
-    << "int predict(const " << in_cpp << "* in, const std::uint8_t* keys, float* out) {\n"
+    << "[[gnu::noinline]] int predict(const " << in_cpp << "* in, const std::uint8_t* keys, float* out) {  // one copy for both entries\n"
     << "  if (const int status = start(in, keys, out)) return status;\n";
   if constexpr (!ids) c << "  if (!stformer::c_api::finite(in, x.size())) return stformer::c_api::bad_input;\n";
   c << "  std::copy_n(in, x.size(), x.data());\n"

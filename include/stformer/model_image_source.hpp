@@ -27,20 +27,10 @@
 #include <string_view>
 #include <type_traits>
 
+#include <stformer/literals.hpp>
 #include <stformer/params.hpp>
 
 namespace stformer::inline STFORMER_ABI {
-
-// n floats as exact hexadecimal literals ("0x1.8p-2f"), six to a line, each followed by a
-// comma; throws for a value that is not finite (`what` names the tensor).
-inline void write_float_literals(std::ostream& out, const float* v, size_t n, const std::string& what) {
-  for (size_t i = 0; i < n; ++i) {
-    if (!std::isfinite(v[i])) throw std::runtime_error(what + " holds a value that is not finite");
-    char text[32];
-    std::snprintf(text, sizeof text, "%af", double(v[i]));
-    out << (i % 6 == 0 ? "\n    " : " ") << text << ",";
-  }
-}
 
 namespace detail {
 // The element type's name in the generated source ("float", "std::int8_t" ...).
@@ -51,12 +41,6 @@ constexpr const char* element_name() {
   else if constexpr (std::is_same_v<E, std::int16_t>) return "std::int16_t";
   else if constexpr (std::is_same_v<E, std::int32_t>) return "std::int32_t";
   else static_assert(sizeof(E) == 0, "model_image_source: a parameter of an element type it cannot write");
-}
-
-// n integers as decimal literals, twelve to a line, each followed by a comma.
-template <class E>
-void write_integer_literals(std::ostream& out, const E* v, size_t n) {
-  for (size_t i = 0; i < n; ++i) out << (i % 12 == 0 ? "\n    " : " ") << std::int64_t(v[i]) << ",";
 }
 }  // namespace detail
 
@@ -85,7 +69,7 @@ std::string model_image_source(const Model& model, std::string_view type, std::s
         if constexpr (std::is_same_v<E, float>)
           write_float_literals(values, t.data(), t.size(), "parameter " + std::string(path.name().view()));
         else
-          detail::write_integer_literals(values, t.data(), t.size());
+          write_integer_literals(values, t.data(), t.size());
         values << "\n  },\n";
         offsets << (count == 1 ? "" : ", ") << "offsetof(Image, " << p << ")";
       },

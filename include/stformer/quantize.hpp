@@ -114,6 +114,14 @@ struct QuantizedChain<Sequential<S...>, std::index_sequence<I...>> {
     else
       return std::type_identity<Dequantize<out_width>>{};
   }
+  // Its scale: the last step's own output scale (the logits'), else its stream's.
+  template <class L>
+  static float finish_scale(const L& last, float stream_scale) {
+    if constexpr (requires { typename L::Finish; })
+      return last.output_scale();
+    else
+      return stream_scale;
+  }
   template <class... T>
   using Chain = Sequential<T..., Named<"output", typename decltype(finish())::type>>;
   using type = std::conditional_t<rows_in<Float>, Chain<Named<"input", QuantizeInput<in_width>>, typename StepOf<I, sizeof...(S), S>::type...>,
@@ -229,6 +237,23 @@ void from_float(Q& q, const Repeat<Blk, Count>& f, const Observed<Repeat<Blk, Co
   for (size_t i = 0; i < Count; ++i) from_float(q[i], f[i], o.blocks[i], s);
 }
 
+// The integer model of a float model from what calibration kept of it: each step's ranges and
+// streams, the streams' scales.
+template <class Model>
+std::unique_ptr<Quantized<Model>> integer_model(const Model& model, const Observed<ChainOf<Model>>& observed, const Streams& streams) {
+  using Chain = ChainOf<Model>;
+  using Q = Quantized<Model>;
+  auto q = std::make_unique<Q>();
+  constexpr size_t first = rows_in<Chain> ? 1 : 0;
+  if constexpr (first == 1) q->template get<0>().scale(0) = streams.scale(0);
+  [&]<size_t... I>(std::index_sequence<I...>) {
+    (from_float(q->template get<first + I>(), static_cast<const Chain&>(model).template get<I>(), step::get<I>(observed.steps), streams), ...);
+  }(std::make_index_sequence<Chain::steps>{});
+  using QC = QuantizedChain<Chain, std::make_index_sequence<Chain::steps>>;
+  q->template get<Q::steps - 1>().scale(0) = QC::finish_scale(q->template get<Q::steps - 2>(), streams.scale(streams.current));
+  return q;
+}
+
 }  // namespace quant
 
 // Post-training quantization of Model from calibration batches of B inputs of N rows (or ids):
@@ -260,20 +285,7 @@ class Calibration {
   // The integer model (on the heap: a model's weights may not fit a stack).
   std::unique_ptr<Q> quantize() const {
     STFORMER_CHECK(batches_ > 0, "Calibration::quantize: no calibration batch observed");
-    auto q = std::make_unique<Q>();
-    constexpr size_t first = quant::rows_in<Chain> ? 1 : 0;
-    if constexpr (first == 1) q->template get<0>().scale(0) = streams_.scale(0);
-    [&]<size_t... I>(std::index_sequence<I...>) {
-      (quant::from_float(q->template get<first + I>(), static_cast<const Chain&>(model_).template get<I>(), step::get<I>(observed_.steps),
-                         streams_),
-       ...);
-    }(std::make_index_sequence<Chain::steps>{});
-    auto& last = q->template get<Q::steps - 2>();  // the last integer step
-    if constexpr (requires { typename std::remove_cvref_t<decltype(last)>::Finish; })
-      q->template get<Q::steps - 1>().scale(0) = last.output_scale();  // its Finish at its own output's scale
-    else
-      q->template get<Q::steps - 1>().scale(0) = streams_.scale(streams_.current);
-    return q;
+    return quant::integer_model(model_, observed_, streams_);
   }
 
  private:

@@ -14,7 +14,6 @@
 #include <filesystem>
 #include <fstream>
 #include <iostream>
-#include <memory>
 #include <set>
 #include <sstream>
 #include <vector>
@@ -22,7 +21,7 @@
 #include <CLI/CLI.hpp>
 
 #include "../checks.hpp"
-#include <stformer/model_image_source.hpp>
+#include <stformer/literals.hpp>
 #include <stformer/safetensors.hpp>
 
 namespace {
@@ -85,11 +84,11 @@ void write_elements(std::ostream& out, const Array& a) {
   if (a.k == 0)
     stformer::write_float_literals(out, elements<float>(a.t).data(), a.n, "tensor " + a.t.name);
   else if (a.k == 1)
-    stformer::detail::write_integer_literals(out, elements<std::int8_t>(a.t).data(), a.n);
+    stformer::write_integer_literals(out, elements<std::int8_t>(a.t).data(), a.n);
   else if (a.k == 2)
-    stformer::detail::write_integer_literals(out, elements<std::int16_t>(a.t).data(), a.n);
+    stformer::write_integer_literals(out, elements<std::int16_t>(a.t).data(), a.n);
   else
-    stformer::detail::write_integer_literals(out, elements<std::int32_t>(a.t).data(), a.n);
+    stformer::write_integer_literals(out, elements<std::int32_t>(a.t).data(), a.n);
 }
 
 std::string header(const stformer::safetensors::File& file, const std::string& ns, const std::string& source) {
