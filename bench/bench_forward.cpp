@@ -6,7 +6,7 @@
 //   EncoderBlock adds the feed-forward layers:              B · 4·N·D·F
 // Counters (printed per second): GFLOP, and tokens (B·N per iteration).
 //
-// EncoderBlockInfer / QEncoderBlockInfer<B, N, D, H>: forward only, in place, on floats and on
+// EncoderBlockInfer / EncoderBlockInferInt8<B, N, D, H>: forward only, in place, on floats and on
 // the int8 block (int16 residual stream); the same FLOP count.
 //
 // Products of one layer, float against int8, C[M,N] = A[M,K]·B[N,K]ᵀ + bias, FLOP 2·M·N·K:
@@ -146,7 +146,7 @@ void BM_EncoderBlockInfer(benchmark::State& state) {
 }
 
 template <size_t B, size_t N, size_t D, size_t H>
-void BM_QEncoderBlockInfer(benchmark::State& state) {
+void BM_EncoderBlockInferInt8(benchmark::State& state) {
   using Block = EncoderBlock<D, H, 4 * D>;
   using Q = EncoderBlock<D, H, 4 * D, precision::int8>;
   auto p = std::make_unique<Block>();
@@ -178,11 +178,11 @@ void BM_QEncoderBlockInfer(benchmark::State& state) {
 
 // Template arguments: batch B, tokens N, width D, heads H.
 BENCHMARK(BM_EncoderBlockInfer<1, 50, 16, 1>);
-BENCHMARK(BM_QEncoderBlockInfer<1, 50, 16, 1>);
+BENCHMARK(BM_EncoderBlockInferInt8<1, 50, 16, 1>);
 BENCHMARK(BM_EncoderBlockInfer<1, 64, 64, 4>);
-BENCHMARK(BM_QEncoderBlockInfer<1, 64, 64, 4>);
+BENCHMARK(BM_EncoderBlockInferInt8<1, 64, 64, 4>);
 BENCHMARK(BM_EncoderBlockInfer<1, 128, 128, 8>);
-BENCHMARK(BM_QEncoderBlockInfer<1, 128, 128, 8>);
+BENCHMARK(BM_EncoderBlockInferInt8<1, 128, 128, 8>);
 BENCHMARK(BM_MultiHeadAttention<1, 16, 64, 4>);
 BENCHMARK(BM_MultiHeadAttention<1, 64, 64, 4>);
 BENCHMARK(BM_MultiHeadAttention<1, 128, 128, 8>);

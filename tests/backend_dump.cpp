@@ -33,8 +33,9 @@ void fill(T& t, Rng& rng) {
 }
 
 // Model quantized from fixed ranges instead of calibration (which runs the float model, whose
-// last bits differ between backends): every range of every step `range`, the input's stream at
-// int16_scale(3), every other stream at int16_scale(12). The same model on every backend.
+// last bits differ between backends): every range of every step `range`, the input quantized at
+// int16_scale(3), every step's streams at int16_scale(12) (the first step's input too: a
+// mismatch that changes nothing in a comparison of backends). The same model on every backend.
 template <class O>
 void fill_ranges(O& o, float range) {
   if constexpr (requires { o.blocks; }) {  // a Repeat's

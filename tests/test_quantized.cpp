@@ -1,8 +1,9 @@
-// The quantized blocks (stformer/quantized/) against the float blocks they come from, on the
-// float block's own inputs dequantized (so that only the block's quantization is measured), with
-// the documented bounds (docs/quantized.md, "The arithmetic"): QLinear and the attention's
-// projections 1.5% rms of the output, QScaleNorm one output step, QMultiHeadAttention and
-// EncoderBlock in integers 3% rms, MAB 1% (what it adds 1.5%), the pointer's log-probabilities 0.05.
+// The blocks in integers (stformer/quantized/, and the composite blocks at precision::int8)
+// against the float blocks they come from, on the float block's own inputs dequantized (so that
+// only the block's quantization is measured), with the documented bounds (docs/quantized.md,
+// "How it computes"): QLinear and the attention's projections 1.5% rms of the output,
+// QScaleNorm one output step, QMultiHeadAttention and the encoder and decoder blocks 3% rms, MAB
+// 1% (what it adds 1.5%), the pointer's log-probabilities 0.05.
 // Then the quantized models: the pointer and set models and the integer language model close
 // to the float ones, quantize → save → load gives the same integers, bad quantized checkpoints
 // are refused; the language model with int8 embedding and head (weight-only) within 1%.

@@ -63,7 +63,7 @@
 #endif
 
 // The integer passes' row tiles: STFORMER_QTILE_ROWS (64 by default) caps a quantized block's
-// default tile and its least tile in a plan (quantized/linear.hpp: qtile_rows, qtile_least;
+// default tile and its least tile in a plan (precision.hpp: qtile_rows, qtile_least;
 // more rows where a plan leaves room). A microcontroller may take fewer, for a smaller
 // workspace (-DSTFORMER_QTILE_ROWS=1 on a Cortex-M0). It sets the passes' sizes, so a build that
 // sets it has an ABI tag of its own (abi_scalar_plain_t1, ...): every object, libstformer_io.a

@@ -18,9 +18,7 @@
 
 #include "config.hpp"
 
-#include <cmath>
 #include <cstdint>
-#include <cstdio>
 #include <sstream>
 #include <stdexcept>
 #include <string>

@@ -9,8 +9,8 @@
 //   std::unique_ptr<Quantized<Model>> q = cal.quantize();
 //   InferOf<Quantized<Model>, 1, N> pass;  pass.forward(*q, ids, &keys);     // integers
 //
-// Quantized<Model> is a Sequential of each step's integer form (Int8Of, beside each quantized
-// block), under the float model's names; its plan is made as any Sequential's. Between its steps
+// Quantized<Model> is a Sequential of each step's integer form (Int8Of: beside each quantized
+// leaf; a composite block at precision::int8), under the float model's names; its plan is made as any Sequential's. Between its steps
 // flow int16 streams; the weights are int8 (the positions' table int16; a model's first and last
 // linear layers, when small, two int8 tensors each, QFineLinear). Its input and output are the float model's:
 // a model of float rows starts with QuantizeInput (`input.scale`), and every model ends with

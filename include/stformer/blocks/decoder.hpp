@@ -159,10 +159,4 @@ struct DecoderBlock {
   };
 };
 
-// Its integer form (stformer/quantize.hpp): the same block at precision::int8.
-template <size_t D, size_t H, size_t F>
-struct Int8Of<DecoderBlock<D, H, F>> {
-  using type = DecoderBlock<D, H, F, precision::int8>;
-};
-
 }  // namespace stformer

@@ -53,7 +53,7 @@ struct FeedForward {
   using Input = Tensor<B, N, D>;
   static constexpr bool in_place = true;
   template <size_t B, size_t N, size_t Room>
-  using Scratch = Tensor<rows_in_room(B * N, tile_rows(B * N), Room, F * sizeof(float)), F>;
+  using Scratch = Tensor<rows_in_room(B * N, tile_rows(B * N), Room, tile_row_bytes), F>;
   template <size_t B, size_t N, size_t T>
   void forward_in_place(Tensor<B, N, D>& h, Tensor<T, F>& hid) const {
     apply_tiled<B * N, T>(h.data(), h.data(), hid.data());

@@ -26,7 +26,7 @@ struct ISAB {
 
   template <class Fn, class... S>
   static constexpr void visit(const Path& at, Fn& f, S&... s) {
-    f(at / "inducing", Init{Init::xavier_normal}, s.inducing...);
+    f(at / "inducing", Init{P::integer ? Init::zeros : Init::xavier_normal}, s.inducing...);
     if constexpr (P::integer) f(at / "hm_scale", Init{Init::zeros}, s.hm_scale...);
     stformer::visit(at / "mab1", f, s.mab1...);
     stformer::visit(at / "mab2", f, s.mab2...);

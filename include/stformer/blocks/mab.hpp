@@ -144,10 +144,4 @@ struct MAB {
   };
 };
 
-// Its integer form (stformer/quantize.hpp): the same block at precision::int8.
-template <size_t D, size_t H, template <size_t> class Norm>
-struct Int8Of<MAB<D, H, Norm>> {
-  using type = MAB<D, H, Norm, precision::int8>;
-};
-
 }  // namespace stformer

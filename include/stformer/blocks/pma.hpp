@@ -24,7 +24,7 @@ struct PMA {
 
   template <class Fn, class... S>
   static constexpr void visit(const Path& at, Fn& f, S&... s) {
-    f(at / "seeds", Init{Init::xavier_normal}, s.seeds...);
+    f(at / "seeds", Init{P::integer ? Init::zeros : Init::xavier_normal}, s.seeds...);
     if constexpr (P::integer) f(at / "out_scale", Init{Init::zeros}, s.out_scale...);
     stformer::visit(at / "mab", f, s.mab...);
   }

@@ -4,6 +4,9 @@
 #pragma once
 
 #include "../config.hpp"
+#include "../precision.hpp"
+
+#include <algorithm>
 
 #include "mab.hpp"
 

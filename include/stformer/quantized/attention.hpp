@@ -25,6 +25,7 @@
 #include <type_traits>
 
 #include "../blocks/attention.hpp"
+#include "../precision.hpp"
 #include "linear.hpp"
 
 namespace stformer::inline STFORMER_ABI {
@@ -75,7 +76,7 @@ struct QMultiHeadAttention {
     }
   };
 
-  // Inputs at scales s_xq, s_xkv, the output at s_out (host side; also the check of a loaded model).
+  // Inputs at scales s_xq, s_xkv, the output at s_out (host side).
   void set_multipliers(float s_xq, float s_xkv, float s_out) {
     wq.set_multipliers(s_xq, q_scale(0));
     wk.set_multipliers(s_xkv, k_scale(0));

@@ -10,6 +10,7 @@
 #include <cstdint>
 
 #include "../blocks/feedforward.hpp"
+#include "../precision.hpp"
 #include "linear.hpp"
 
 namespace stformer::inline STFORMER_ABI {

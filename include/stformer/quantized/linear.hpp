@@ -8,12 +8,12 @@
 // for real values x ≈ s_x·x_q, W[c, :] ≈ s_w[c]·W_q[c, :] with W_q in [−127, 127] (symmetric),
 // b_q[c] = round(b[c] / (s_x·s_w[c])), and M_c ≈ s_x·s_w[c] / s_y the fixed-point multiplier of
 // the output's scale s_y. The input's and the output's scales belong to the blocks that own
-// those activations, which make the bias and the multipliers for them (quantize,
-// set_multipliers). Tensors: weight I8 [Out, In], bias I32 [Out], weight_scale F32 [Out],
-// requant.multiplier and requant.shift I32 [Out].
+// those activations, which make the bias and the multipliers for them (from_float).
+// Tensors: weight I8 [Out, In], bias I32 [Out], weight_scale F32 [Out], requant.multiplier and
+// requant.shift I32 [Out].
 //
 // Also here, for every quantized block: Requant<C> (C fixed-point multipliers as two I32
-// tensors), scale tensors (F32 [1], > 0), and the host-side helpers of quantization.
+// tensors) and host-side helpers of quantization (the basic ones, and Scale, in precision.hpp).
 #pragma once
 
 #include "../config.hpp"
@@ -109,7 +109,7 @@ struct QLinear {
     stformer::visit(at / "requant", f, s.requant...);
   }
 
-  // M_c = s_in·s_w[c] / s_out (host side; also the check of a loaded model).
+  // M_c = s_in·s_w[c] / s_out (host side).
   void set_multipliers(float s_in, float s_out) {
     for (size_t c = 0; c < Out; ++c) requant.set(c, double(s_in) * weight_scale(c) / s_out);
   }
@@ -213,8 +213,6 @@ struct QFineLinear {
     stformer::visit(at / "fine", f, s.fine...);
   }
 
-  void set_multipliers(float s_in, float s_out) { coarse.set_multipliers(s_in, s_out), fine.set_multipliers(s_in, s_out); }
-
   template <Init::Kind K>
   static QFineLinear quantize(const Linear<In, Out, K>& f, float s_in, float s_out) {
     QFineLinear q;
@@ -254,7 +252,5 @@ struct QFineLinear {
     for_tiles<B * N, T>([&]<size_t R>(size_t i) { add_to<R, true>(x.data() + i * In, acc.data(), y.data() + i * Out); });
   }
 };
-
-
 
 }  // namespace stformer

@@ -44,11 +44,6 @@ struct QPointerAttention {
     }
   };
 
-  void set_multipliers(float s_xq, float s_xk) {
-    wq.set_multipliers(s_xq, q_scale(0));
-    wk.set_multipliers(s_xk, k_scale(0));
-  }
-
   static QPointerAttention quantize(const Float& f, const Ranges& r, float s_xq, float s_xk) {
     QPointerAttention q;
     q.q_scale(0) = quant::scale_for(r.q), q.k_scale(0) = quant::scale_for(r.k);
