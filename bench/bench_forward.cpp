@@ -126,10 +126,11 @@ void BM_EncoderBlock(benchmark::State& state) {
 
 // Forward only, in place on a residual stream: EncoderBlock::forward_in_place on floats against
 // its integer form's (precision::int8) on an int16 stream (quantized from the float block with ranges from its
-// forward on the same input), F = 4·D.
-template <size_t B, size_t N, size_t D, size_t H>
+// forward on the same input), F = 4·D; in another form (Fm: blocks/form.hpp, PostNorm<Act>: PyTorch's
+// nn.TransformerEncoderLayer) on floats.
+template <size_t B, size_t N, size_t D, size_t H, class Fm = SpecForm>
 void BM_EncoderBlockInfer(benchmark::State& state) {
-  using Block = EncoderBlock<D, H, 4 * D>;
+  using Block = EncoderBlock<D, H, 4 * D, Fm>;
   auto p = std::make_unique<Block>();
   auto h = std::make_unique<Tensor<B, N, D>>(), x = std::make_unique<Tensor<B, N, D>>();
   auto w = std::make_unique<typename Block::template Work<B, N>>();
@@ -148,7 +149,7 @@ void BM_EncoderBlockInfer(benchmark::State& state) {
 template <size_t B, size_t N, size_t D, size_t H>
 void BM_EncoderBlockInferInt8(benchmark::State& state) {
   using Block = EncoderBlock<D, H, 4 * D>;
-  using Q = EncoderBlock<D, H, 4 * D, precision::int8>;
+  using Q = EncoderBlock<D, H, 4 * D, SpecForm, precision::int8>;
   auto p = std::make_unique<Block>();
   auto x = std::make_unique<Tensor<B, N, D>>();
   Rng rng(1);
@@ -183,6 +184,10 @@ BENCHMARK(BM_EncoderBlockInfer<1, 64, 64, 4>);
 BENCHMARK(BM_EncoderBlockInferInt8<1, 64, 64, 4>);
 BENCHMARK(BM_EncoderBlockInfer<1, 128, 128, 8>);
 BENCHMARK(BM_EncoderBlockInferInt8<1, 128, 128, 8>);
+BENCHMARK(BM_EncoderBlockInfer<1, 64, 64, 4, PostNorm<>>);
+BENCHMARK(BM_EncoderBlockInfer<1, 64, 64, 4, PostNorm<act::GELU>>);
+BENCHMARK(BM_EncoderBlockInfer<1, 128, 128, 8, PostNorm<>>);
+BENCHMARK(BM_EncoderBlockInfer<1, 128, 128, 8, PostNorm<act::GELU>>);
 BENCHMARK(BM_MultiHeadAttention<1, 16, 64, 4>);
 BENCHMARK(BM_MultiHeadAttention<1, 64, 64, 4>);
 BENCHMARK(BM_MultiHeadAttention<1, 128, 128, 8>);

@@ -4,6 +4,8 @@
 
 #include <cmath>
 #include <limits>
+#include <stdexcept>
+#include <string>
 #include <vector>
 
 #include <doctest/doctest.h>
@@ -64,12 +66,47 @@ inline Mat scalenorm(const Mat& x, double g) {
   }
   return y;
 }
+// LayerNorm: w (x − μ)/√(σ² + 1e-5) + b, σ² biased; RMSNorm: w x/√(mean x² + ε) (no bias)
+template <class N>
+Mat rownorm(const Mat& x, const N& p, bool centred, double eps) {
+  Mat y = x;
+  for (size_t i = 0; i < x.r; ++i) {
+    double mu = 0, var = 0;
+    if (centred) {
+      for (size_t j = 0; j < x.c; ++j) mu += x(i, j);
+      mu /= double(x.c);
+    }
+    for (size_t j = 0; j < x.c; ++j) var += (x(i, j) - mu) * (x(i, j) - mu);
+    const double rs = 1.0 / std::sqrt(var / double(x.c) + eps);
+    for (size_t j = 0; j < x.c; ++j) y(i, j) = (x(i, j) - mu) * rs * double(p.weight(j));
+    if constexpr (requires { p.bias(0); })
+      for (size_t j = 0; j < x.c; ++j) y(i, j) += p.bias(j);
+  }
+  return y;
+}
 template <class N>
 Mat norm(const Mat& x, const N& p) {
   if constexpr (requires { p.g; })
     return scalenorm(x, p.g(0));
+  else if constexpr (requires { p.bias(0); })
+    return rownorm(x, p, true, 1e-5);
+  else if constexpr (requires { p.weight; })
+    return rownorm(x, p, false, double(1.1920929e-7f));
   else
     return x;
+}
+// The activations of blocks/activation.hpp in double, by their definitions.
+inline double activation(double x, const char* kind) {
+  const std::string k = kind;
+  if (k == "relu") return x > 0 ? x : 0;
+  if (k == "gelu") return 0.5 * x * (1 + std::erf(x / std::sqrt(2.0)));
+  if (k == "gelu_tanh") return 0.5 * x * (1 + std::tanh(std::sqrt(2 / M_PI) * (x + 0.044715 * x * x * x)));
+  if (k == "silu") return x / (1 + std::exp(-x));
+  throw std::invalid_argument(k);
+}
+inline Mat activation(Mat x, const char* kind) {
+  for (auto& e : x.v) e = activation(e, kind);
+  return x;
 }
 // softmax over the keys j with sees(j); unseen get 0, all unseen -> zero row.
 template <class Sees>
@@ -110,8 +147,8 @@ Mat mha(const Mat& xq, const Mat& xkv, const P& p, size_t H, double scale, bool 
   return linear(o, p.wo);
 }
 template <class P>
-Mat ffn(const Mat& x, const P& p) {
-  return linear(relu(linear(x, p.fc1)), p.fc2);
+Mat ffn(const Mat& x, const P& p, const char* act = "relu") {
+  return linear(activation(linear(x, p.fc1), act), p.fc2);
 }
 template <class P>
 Mat encoder(const Mat& x, const P& p, size_t H, bool causal = false, const std::vector<bool>& keys = {}) {

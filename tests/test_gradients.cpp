@@ -130,6 +130,82 @@ TEST_CASE("gradients: Linear, ScaleNorm (and a clamped row), FeedForward") {
   check_fd("x", xs.data(), fdx.data(), xs.size(), floss);
 }
 
+namespace {
+
+// A norm's weight and bias away from their initial ones and zeros, so that each gradient counts.
+template <class Norm>
+void check_rownorm(Rng& rng) {
+  constexpr size_t B = 2, N = 3, D = 7;
+  auto p = random_block<Norm>(rng);
+  auto g = zero_grads<Norm>();
+  Tensor<B, N, D> x, c;
+  fill(x, rng);
+  fill(c, rng);
+  ActsOf<Norm, B, N> a;
+  a.forward(*p, x);
+  a.backward(*p, *g, c);
+  auto loss = [&] { return project(c, B, [&](size_t b) { return ref::norm(ref::row(x, b), *p); }); };
+  check_params(*p, *g, loss);
+  check_fd("x", x.data(), a.dx.data(), x.size(), loss);
+  // a row of constant value (LayerNorm: x − μ = 0 exactly, y = b) or of zeros (RMSNorm: y = 0)
+  const float v = requires { p->bias(0); } ? 2.5f : 0.0f;
+  for (size_t j = 0; j < D; ++j) x(1, 2, j) = v;
+  zero_grad(*g);
+  ref::check_close(a.forward(*p, x), 1, ref::norm(ref::row(x, 1), *p));
+  a.backward(*p, *g, c);
+  for (size_t j = 0; j < D; ++j) CHECK(std::isfinite(a.dx(1, 2, j)));
+  check_params(*p, *g, loss);
+}
+
+template <class Step>
+void check_activation(Rng& rng, const char* kind) {
+  constexpr size_t B = 2, N = 3, D = 9;
+  Step s;
+  Tensor<B, N, D> x, c;
+  fill(x, rng, 3.0f);
+  fill(c, rng);
+  ActsOf<Step, B, N> a;
+  for (size_t b = 0; b < B; ++b) ref::check_close(a.forward(s, x), b, ref::activation(ref::row(x, b), kind));
+  a.backward(s, s, c);
+  auto loss = [&] { return project(c, B, [&](size_t b) { return ref::activation(ref::row(x, b), kind); }); };
+  INFO(kind);
+  check_fd("x", x.data(), a.dx.data(), x.size(), loss);
+}
+
+}  // namespace
+
+TEST_CASE("gradients: LayerNorm and RMSNorm (and rows of constant value), the activations, FeedForward with each") {
+  Rng rng(12);
+  check_rownorm<LayerNorm<7>>(rng);
+  check_rownorm<RMSNorm<7>>(rng);
+  check_activation<ReLU<9>>(rng, "relu");
+  check_activation<GELU<9>>(rng, "gelu");
+  check_activation<GELUTanh<9>>(rng, "gelu_tanh");
+  check_activation<SiLU<9>>(rng, "silu");
+  constexpr size_t B = 2, N = 3;
+  Tensor<B, N, 6> x, c;
+  fill(x, rng);
+  fill(c, rng);
+  auto each = [&]<class Act>(const char* kind) {
+    using FF = FeedForward<6, 10, Act>;
+    auto ff = random_block<FF>(rng);
+    auto gff = zero_grads<FF>();
+    ActsOf<FF, B, N> fa;
+    for (size_t b = 0; b < B; ++b) ref::check_close(fa.forward(*ff, x), b, ref::ffn(ref::row(x, b), *ff, kind));
+    const auto& dx = fa.backward(*ff, *gff, c);
+    auto loss = [&] { return project(c, B, [&](size_t b) { return ref::ffn(ref::row(x, b), *ff, kind); }); };
+    INFO(kind);
+    check_params(*ff, *gff, loss);
+    check_fd("x", x.data(), dx.data(), x.size(), loss);
+    // Infer: the same bits as Acts
+    InferOf<FF, B, N> inf;
+    CHECK(inf.forward(*ff, x) == fa.forward(*ff, x));
+  };
+  each.template operator()<act::GELU>("gelu");
+  each.template operator()<act::GELUTanh>("gelu_tanh");
+  each.template operator()<act::SiLU>("silu");
+}
+
 template <size_t B_, size_t Nq_, size_t Nk_, size_t Dq_, size_t Dkv_, size_t D_, size_t H_>
 struct MhaShape {
   static constexpr size_t B = B_, Nq = Nq_, Nk = Nk_, Dq = Dq_, Dkv = Dkv_, D = D_, H = H_;

@@ -49,6 +49,13 @@ template <class X, class Q>
 void dequantize(const Q& q, float s, X& x) {
   for (size_t i = 0; i < x.size(); ++i) x.data()[i] = s * float(q.data()[i]);
 }
+// q ← round(x / s), then x ← s·q: x holds the values its integers stand for (a block's own error
+// measured apart from its input's rounding).
+template <class X, class Q>
+void round_through(X& x, float s, Q& q) {
+  quantize_to(x, s, q);
+  dequantize(q, s, x);
+}
 
 }  // namespace
 
@@ -60,8 +67,7 @@ TEST_CASE("QLinear: the float layer within 1.5% rms, as int8 rows, after ReLU (z
   test::fill(x, rng);
   const float sx = quant::scale_for(quant::max_abs(x));
   TensorOf<std::int8_t, 30, 24> xq;
-  quantize_to(x, sx, xq);
-  dequantize(xq, sx, x);  // the layer's own error only
+  round_through(x, sx, xq);  // the layer's own error only
   Tensor<30, 40> y;
   f.apply<30>(x.data(), y.data());
   TensorOf<std::int32_t, 30, 40> acc;
@@ -88,8 +94,7 @@ TEST_CASE("QLinear: the float layer within 1.5% rms, as int8 rows, after ReLU (z
   const float sh = quant::scale_for(quant::max_abs(h0) + quant::max_abs(y), 32767);
   auto qh = QLinear<24, 40>::quantize(f, sx, sh);
   TensorOf<std::int16_t, 30, 40> h;
-  quantize_to(h0, sh, h);
-  dequantize(h, sh, h0);
+  round_through(h0, sh, h);
   qh.add_to<30>(xq.data(), acc.data(), h.data());
   Tensor<30, 40> want = h0 + y;
   CHECK(rel_rms(want, h, sh) < 0.01);
@@ -139,8 +144,7 @@ TEST_CASE("QFineLinear: its two int8 weight tensors hold W within 1/50 of QLinea
   test::fill(x, rng, 3.0f);
   const float sx = quant::int16_scale(quant::max_abs(x));
   TensorOf<std::int16_t, 20, 32> xq;
-  quantize_to(x, sx, xq);
-  dequantize(xq, sx, x);
+  round_through(x, sx, xq);
   Tensor<20, 6> y;
   f.apply<20>(x.data(), y.data());
   const float sy = quant::int16_scale(quant::max_abs(y));
@@ -188,8 +192,7 @@ template <size_t B, size_t N, size_t D>
 float int8_rows(Rng& rng, Tensor<B, N, D>& x, TensorOf<std::int8_t, B, N, D>& xq) {
   test::fill(x, rng, 0.8f);
   const float s = quant::scale_for(quant::max_abs(x));
-  quantize_to(x, s, xq);
-  dequantize(xq, s, x);
+  round_through(x, s, xq);
   return s;
 }
 
@@ -231,7 +234,7 @@ TEST_CASE("QMultiHeadAttention: the float block within 3% rms, causal and key-pa
 TEST_CASE("EncoderBlock in integers: the float block within 3% rms on an int16 residual stream") {
   constexpr size_t B = 2, N = 30, D = 32, H = 4, Fw = 48;
   using F = EncoderBlock<D, H, Fw>;
-  using Q = EncoderBlock<D, H, Fw, precision::int8>;
+  using Q = EncoderBlock<D, H, Fw, SpecForm, precision::int8>;
   Rng rng(34, 0);
   auto f = std::make_unique<F>();
   test::randomize(*f, rng);
@@ -243,8 +246,7 @@ TEST_CASE("EncoderBlock in integers: the float block within 3% rms on an int16 r
   r.observe(*f, *acts, x, want0);
   const float sh = quant::scale_for(std::max(r.residual, quant::max_abs(x)), 32767);
   TensorOf<std::int16_t, B, N, D> h;
-  quantize_to(x, sh, h);
-  dequantize(h, sh, x);
+  round_through(x, sh, h);
   const Tensor<B, N, D> want = acts->forward(*f, x);
   CHECK(rel_rms(want, want0, 1.0) < 1e-3);  // the int16 stream's own rounding is small
   auto q = std::make_unique<Q>();
@@ -257,7 +259,7 @@ TEST_CASE("EncoderBlock in integers: the float block within 3% rms on an int16 r
 TEST_CASE("DecoderBlock in integers: the float block within 3% rms on an int16 residual stream, the memory an int16 stream, key-padded") {
   constexpr size_t B = 2, N = 20, M = 12, D = 32, H = 4, Fw = 48;
   using F = DecoderBlock<D, H, Fw>;
-  using Q = DecoderBlock<D, H, Fw, precision::int8>;
+  using Q = DecoderBlock<D, H, Fw, SpecForm, precision::int8>;
   Rng rng(36, 0);
   auto f = std::make_unique<F>();
   test::randomize(*f, rng);
@@ -276,8 +278,8 @@ TEST_CASE("DecoderBlock in integers: the float block within 3% rms on an int16 r
     TensorOf<std::int16_t, B, M, D> mq;
     Tensor<B, N, D> xd = x;
     Tensor<B, M, D> md = m;
-    quantize_to(x, sh, h), dequantize(h, sh, xd);
-    quantize_to(m, sm, mq), dequantize(mq, sm, md);
+    round_through(xd, sh, h);
+    round_through(md, sm, mq);
     const Tensor<B, N, D> want = acts->forward(*f, xd, md, mask);  // on the streams' own values
     auto q = std::make_unique<Q>();
     q->from_float(*f, r, sh, sm);
@@ -318,8 +320,8 @@ TEST_CASE("MAB in integers: the float block within 1% rms on int16 streams, what
     TensorOf<std::int16_t, B, Nk, D> yq;
     Tensor<B, Nq, D> xd = x;
     Tensor<B, Nk, D> yd = y;
-    quantize_to(x, sh, h), dequantize(h, sh, xd);
-    quantize_to(y, sy, yq), dequantize(yq, sy, yd);
+    round_through(xd, sh, h);
+    round_through(yd, sy, yq);
     const Tensor<B, Nq, D> want = acts->forward(*f, xd, yd, mask);  // on the streams' own values
     auto q = std::make_unique<Q>();
     q->from_float(*f, r, sh);
@@ -342,7 +344,7 @@ TEST_CASE("MAB in integers: the float block within 1% rms on int16 streams, what
     const float sh = quant::scale_for(r.residual, 32767);
     TensorOf<std::int16_t, B, Nk, D> h;
     Tensor<B, Nk, D> yd = y;
-    quantize_to(y, sh, h), dequantize(h, sh, yd);
+    round_through(yd, sh, h);
     const Tensor<B, Nk, D> want = acts->forward(*f, yd, yd);
     auto q = std::make_unique<Q>();
     q->from_float(*f, r, sh);
@@ -866,7 +868,7 @@ TEST_CASE("quantize: SPEC's pointer and set models close to the float models, in
   {
     PointerFixture m;
     using G = QPointer;
-    static_assert(std::is_same_v<G::BlockAt<1>, QFineLinear<2, 16>> && std::is_same_v<G::BlockAt<4>, QPointerHead<16>> &&
+    static_assert(std::is_same_v<G::BlockAt<1>, QFineLinear<2, 16>> && std::is_same_v<G::BlockAt<4>, PointerHead<16, precision::int8>> &&
                       std::is_same_v<G::BlockAt<5>, DequantizeLogits>,
                   "input, proj (the first linear layer: QFineLinear), blocks, sn_v, the pointer's head (int32 logits), their log-softmax");
     auto fi = std::make_unique<InferOf<FloatPointer, Sets, Points>>();

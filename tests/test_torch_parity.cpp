@@ -136,6 +136,17 @@ void run_case(const char* file, Forward&& forward, Loss&& loss_of) {
   MESSAGE(std::string(file) << ": weights after 10 AdamW steps, largest relative difference " << worst);
 }
 
+// PyTorch's mse_loss: mean((out − y)²), and its gradient dy = 2(out − y)/n.
+template <class T>
+float mse(const T& out, const T& y, T& dy) {
+  double l = 0;
+  for (size_t i = 0; i < y.size(); ++i) {
+    const float d = out.data()[i] - y.data()[i];
+    l += double(d) * d, dy.data()[i] = 2 * d / float(y.size());
+  }
+  return float(l / double(y.size()));
+}
+
 }  // namespace
 
 TEST_CASE("PyTorch parity: pointer model (encoder blocks, key padding, NLL)") {
@@ -191,4 +202,92 @@ TEST_CASE("PyTorch parity: language model (embedding, positions, encoder blocks,
         a.backward(p, g, dlogits);
         return l;
       });
+}
+
+TEST_CASE("PyTorch parity: PyTorch's LayerNorm, GELU (erf and tanh), SiLU, Linear in nn.Sequential; RMSNorm; a GELU feed-forward layer") {
+  using M = Sequential<LayerNorm<6>, Linear<6, 24>, GELU<24>, Linear<24, 24>, SiLU<24>, RMSNorm<24>, GELUTanh<24>,
+                       FeedForward<24, 48, act::GELU>, LayerNorm<24>, Linear<24, 3>>;
+  using A = ActsOf<M, 4, 12>;
+  auto f = safetensors::File::read(parity_file("layers.safetensors"));
+  Tensor<4, 12, 6> x;
+  Tensor<4, 12, 3> y, dy;
+  read(f, "input.x", x);
+  read(f, "input.y", y);
+  const Tensor<4, 12, 3>* out = nullptr;
+  run_case<M, A>(
+      "layers.safetensors", [&](A& a, const M& p) -> const auto& { return *(out = &a.forward(p, x)); },
+      [&](A& a, const M& p, M& g) {
+        const float l = mse(*out, y, dy);
+        a.backward(p, g, dy);
+        return l;
+      });
+}
+
+// nn.TransformerEncoderLayer(16, 2, 32, dropout=0, batch_first=True) in its four forms, its
+// packed in_proj split into attn.wq, wk, wv by tests/torch/make_parity.py.
+template <class Form>
+void encoder_layer_case(const char* file, bool causal) {
+  using M = EncoderBlock<16, 2, 32, Form>;
+  using A = ActsOf<M, 4, 12>;
+  auto f = safetensors::File::read(parity_file(file));
+  Tensor<4, 12, 16> x, y, dy;
+  KeyMask<4, 12> keys;
+  read(f, "input.x", x);
+  read(f, "input.y", y);
+  read(f, "input.keys", keys);
+  const Tensor<4, 12, 16>* out = nullptr;
+  run_case<M, A>(
+      file, [&](A& a, const M& p) -> const auto& { return *(out = &a.forward(p, x, Mask<4, 12>{.causal = causal, .keys = &keys})); },
+      [&](A& a, const M& p, M& g) {
+        const float l = mse(*out, y, dy);
+        a.backward(p, g, dy);
+        return l;
+      });
+  // Infer: the same bits as Acts
+  auto p = test::make<M>();
+  load_params(f, *p, "param.");
+  auto a = test::make<A>();
+  auto inf = test::make<InferOf<M, 4, 12>>();
+  CHECK(inf->forward(*p, x, Mask<4, 12>{.causal = causal, .keys = &keys}) == a->forward(*p, x, Mask<4, 12>{.causal = causal, .keys = &keys}));
+}
+
+TEST_CASE("PyTorch parity: nn.TransformerEncoderLayer, post-norm and norm_first, ReLU and GELU, key-padded (and causal)") {
+  encoder_layer_case<PostNorm<>>("encoder_post_relu.safetensors", false);
+  encoder_layer_case<PostNorm<act::GELU>>("encoder_post_gelu.safetensors", true);
+  encoder_layer_case<PreNorm<>>("encoder_pre_relu.safetensors", false);
+  encoder_layer_case<PreNorm<act::GELU>>("encoder_pre_gelu.safetensors", false);
+}
+
+// nn.TransformerDecoderLayer(16, 2, 32, dropout=0, batch_first=True) with a causal tgt_mask and a
+// key-padded memory [4, 10, 16], its attentions' in_proj split by tests/torch/make_parity.py.
+template <class Form>
+void decoder_layer_case(const char* file) {
+  using M = DecoderBlock<16, 2, 32, Form>;
+  using A = ActsOf<M, 4, 12, 10>;
+  auto f = safetensors::File::read(parity_file(file));
+  Tensor<4, 12, 16> x, y, dy;
+  Tensor<4, 10, 16> m;
+  KeyMask<4, 10> keys;
+  read(f, "input.x", x);
+  read(f, "input.y", y);
+  read(f, "input.m", m);
+  read(f, "input.keys", keys);
+  const Tensor<4, 12, 16>* out = nullptr;
+  run_case<M, A>(
+      file, [&](A& a, const M& p) -> const auto& { return *(out = &a.forward(p, x, m, &keys)); },
+      [&](A& a, const M& p, M& g) {
+        const float l = mse(*out, y, dy);
+        a.backward(p, g, dy);
+        return l;
+      });
+  auto p = test::make<M>();
+  load_params(f, *p, "param.");
+  auto a = test::make<A>();
+  auto inf = test::make<InferOf<M, 4, 12, 10>>();
+  CHECK(inf->forward(*p, x, m, &keys) == a->forward(*p, x, m, &keys));  // Infer: the same bits as Acts
+}
+
+TEST_CASE("PyTorch parity: nn.TransformerDecoderLayer, post-norm GELU and norm_first ReLU, causal, the memory key-padded") {
+  decoder_layer_case<PostNorm<act::GELU>>("decoder_post_gelu.safetensors");
+  decoder_layer_case<PreNorm<>>("decoder_pre_relu.safetensors");
 }

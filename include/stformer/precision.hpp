@@ -1,7 +1,7 @@
 // A composite block's precision, its last template parameter: what its leaves are and what flows
-// between them. The composite blocks (EncoderBlock, DecoderBlock, MAB, SAB, ISAB, PMA) are
-// written once over it; only the leaves (Linear, the norms, attention, the feed-forward layer,
-// embeddings) have an integer form of their own. A block at precision::int8 needs the leaves'
+// between them. The composite blocks (FeedForward, EncoderBlock, DecoderBlock, MAB, SAB, ISAB,
+// PMA, PointerHead) are written once over it; only the leaves (Linear, the norms, the attention
+// cores, embeddings, positions, pooling) have an integer form of their own. A block at precision::int8 needs the leaves'
 // forms: include <stformer/quantize.hpp> (else "Int8Of: this block has no integer form", naming
 // the leaf).
 //   precision::float32 (the default): the float leaves on float rows; training (Acts) and
@@ -27,9 +27,10 @@ namespace stformer::inline STFORMER_ABI {
 
 // Int8Of<Block>::type: the integer form of a float block, the step quantize (stformer/quantize.hpp)
 // puts in its place. Each quantized leaf's header gives its own; a composite block that can be a
-// step's (EncoderBlock, SAB, ISAB, PMA) is itself at precision::int8. (MAB and DecoderBlock take
-// two inputs: not steps; they are used at precision::int8 directly.) Besides the step's forward (int16 streams in and out; token ids in for an
-// embedding, int32 logits out for the pointer's head), such a block has:
+// step (FeedForward, EncoderBlock, SAB, ISAB, PMA, PointerHead) is itself at precision::int8.
+// (MAB and DecoderBlock take two inputs: not steps; they are used at precision::int8 directly.)
+// Besides the step's forward (int16 streams in and out; token ids in for an embedding, int32
+// logits out for the pointer's head), such a block has:
 //   using Float;                           the float block it comes from
 //   static constexpr bool same_scale;      its output at its input's scale (a residual stream)
 //   struct Ranges { observe(f, acts, x, y) };  what calibration keeps of the float block's pass

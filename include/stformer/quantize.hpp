@@ -10,11 +10,12 @@
 //   InferOf<Quantized<Model>, 1, N> pass;  pass.forward(*q, ids, &keys);     // integers
 //
 // Quantized<Model> is a Sequential of each step's integer form (Int8Of: beside each quantized
-// leaf; a composite block at precision::int8), under the float model's names; its plan is made as any Sequential's. Between its steps
-// flow int16 streams; the weights are int8 (the positions' table int16; a model's first and last
-// linear layers, when small, two int8 tensors each, QFineLinear). Its input and output are the float model's:
+// leaf; a composite block at precision::int8), under the float model's names; its plan is made
+// as any Sequential's. Between its steps flow int16 streams; the weights are int8 (the
+// positions' table int16; a model's first and last linear layers, when small, two int8 tensors
+// each, QFineLinear). Its input and output are the float model's:
 // a model of float rows starts with QuantizeInput (`input.scale`), and every model ends with
-// Dequantize (`output.scale`), or with its last step's Finish (QPointerHead's logits:
+// Dequantize (`output.scale`), or with its last step's Finish (the pointer head's logits:
 // DequantizeLogits, the log-softmax); those are the pass's only float arithmetic. The steps
 // between are integers only: InferOf's forward_steps<1, steps − 1> runs them alone, on a core
 // without an FPU too (for rows in; from step 0 for token ids).
@@ -40,14 +41,15 @@
 #include <vector>
 
 #include "blocks/decoder.hpp"
+#include "blocks/feedforward.hpp"
 #include "blocks/encoder.hpp"
 #include "blocks/isab.hpp"
 #include "blocks/mab.hpp"
 #include "blocks/pma.hpp"
+#include "blocks/pointer.hpp"
 #include "blocks/sab.hpp"
 #include "quantized/attention.hpp"
 #include "quantized/embedding.hpp"
-#include "quantized/feedforward.hpp"
 #include "quantized/linear.hpp"
 #include "quantized/meanpool.hpp"
 #include "quantized/pointer.hpp"
@@ -107,7 +109,7 @@ struct QuantizedChain<Sequential<S...>, std::index_sequence<I...>> {
   static constexpr size_t in_width = dims<typename Float::template Input<1, 1>>.back();
   static constexpr size_t out_width = dims<typename Float::template Output<1, 1>>.back();
   using Last = typename Int8Of<typename Float::template BlockAt<Float::steps - 1>>::type;
-  // The float end: the last step's Finish (QPointerHead: DequantizeLogits), else Dequantize.
+  // The float end: the last step's Finish (PointerHead: DequantizeLogits), else Dequantize.
   static constexpr auto finish() {
     if constexpr (requires { typename Last::Finish; })
       return std::type_identity<typename Last::Finish>{};

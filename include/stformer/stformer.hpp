@@ -1,12 +1,15 @@
 // stformer — attention models whose shapes live in the type system. Umbrella header.
 #pragma once
 
+#include "blocks/activation.hpp"
 #include "blocks/attention.hpp"
 #include "blocks/decoder.hpp"
 #include "blocks/embedding.hpp"
 #include "blocks/encoder.hpp"
+#include "blocks/form.hpp"
 #include "blocks/feedforward.hpp"
 #include "blocks/isab.hpp"
+#include "blocks/layernorm.hpp"
 #include "blocks/linear.hpp"
 #include "blocks/mab.hpp"
 #include "blocks/meanpool.hpp"

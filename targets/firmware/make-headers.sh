@@ -25,7 +25,7 @@ build=$1 out=$2 plain=${3:-}
 src=$(cd "$(dirname "$0")/../.." && pwd)
 generate() {  # generate NAME TYPE CHECKPOINT (--image | --rows N)
   sh "$src/src/stformer-c-api" --header "$out/max_value_models.hpp" --type "$2" --checkpoint "$3" --name "$1" --out "$out" "${@:4}" \
-    --compile "${CXX:-c++} -std=c++20 -O0 -I$src/include -DSTFORMER_SIMD=0 -ffp-contract=off -pthread $src/src/safetensors.cpp"
+    --compile "${CXX:-c++} -std=c++20 -O0 -I$(printf %q "$src/include") -DSTFORMER_SIMD=0 -ffp-contract=off -pthread $(printf %q "$src/src/safetensors.cpp")"
 }
 mkdir -p "$out"
 cp "$src/targets/max_value/max_value_models.hpp" "$out/"

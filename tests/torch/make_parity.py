@@ -3,7 +3,9 @@
 outputs, loss, every parameter gradient, and the losses and parameters after 10 AdamW steps.
 
 usage: /usr/bin/python3 tests/torch/make_parity.py OUT_DIR
-writes OUT_DIR/{pointer,set,lm}.safetensors with tensors
+writes OUT_DIR/{pointer,set,lm}.safetensors with tensors (and layers.safetensors: PyTorch's own
+LayerNorm, GELU, SiLU and Linear modules, an RMSNorm and a feed-forward layer, in an
+nn.Sequential)
   param.<name>   initial weights (SPEC names)        input.*   inputs and targets
   output         model output                        loss      [1]
   grad.<name>    dL/d<name> at the initial weights
@@ -21,8 +23,32 @@ torch.set_num_threads(1)
 LR, WD, STEPS = 0.01, 0.01, 10
 
 
-def case(path, model, inputs, loss_fn):
-    params = {f"param.{n}": p.detach().clone() for n, p in model.named_parameters()}
+def layer_names(attentions):
+    """nn.TransformerEncoderLayer's or DecoderLayer's names to stformer's EncoderBlock's or
+    DecoderBlock's: each attention's in_proj_* split into wq, wk, wv, its out_proj -> wo (the
+    attention renamed by `attentions`); linear1, linear2 -> ffn.fc1, fc2."""
+    def rename(name, t):
+        for a, b in (("linear1.", "ffn.fc1."), ("linear2.", "ffn.fc2.")):
+            if name.startswith(a):
+                return {b + name[len(a):]: t}
+        for torch_name, ours in attentions.items():
+            if name.startswith(torch_name + ".out_proj."):
+                return {f"{ours}.wo.{name.rsplit('.', 1)[1]}": t}
+            if name.startswith(torch_name + ".in_proj_"):
+                kind = name[len(torch_name + ".in_proj_"):]
+                return {f"{ours}.{w}.{kind}": part for w, part in zip(("wq", "wk", "wv"), t.chunk(3))}
+        return {name: t}
+    return rename
+
+
+def case(path, model, inputs, loss_fn, rename=lambda name, t: {name: t}):
+    def named(prefix, pairs):
+        out = {}
+        for n, t in pairs:
+            out.update({f"{prefix}{k}": v.detach().clone().contiguous() for k, v in rename(n, t).items()})
+        return out
+
+    params = named("param.", model.named_parameters())
     out = model(*inputs["args"])
     loss = loss_fn(out)
     loss.backward()
@@ -30,7 +56,7 @@ def case(path, model, inputs, loss_fn):
     tensors.update({f"input.{k}": v for k, v in inputs["save"].items()})
     tensors["output"] = out.detach()
     tensors["loss"] = loss.detach().reshape(1)
-    tensors.update({f"grad.{n}": p.grad.detach().clone() for n, p in model.named_parameters()})
+    tensors.update(named("grad.", ((n, p.grad) for n, p in model.named_parameters())))
     opt = torch.optim.AdamW(model.parameters(), lr=LR, weight_decay=WD)
     losses = []
     for _ in range(STEPS):
@@ -40,8 +66,29 @@ def case(path, model, inputs, loss_fn):
         loss.backward()
         opt.step()
     tensors["step_losses"] = torch.tensor(losses, dtype=torch.float32)
-    tensors.update({f"final.{n}": p.detach().clone() for n, p in model.named_parameters()})
+    tensors.update(named("final.", model.named_parameters()))
     st.save_safetensors(path, tensors, {"torch": torch.__version__})
+
+
+class RMSNorm(torch.nn.Module):
+    """nn.RMSNorm(d) of later PyTorch versions: x / sqrt(mean x² + eps) * weight, eps float's."""
+
+    def __init__(self, d):
+        super().__init__()
+        self.weight = torch.nn.Parameter(1 + torch.rand(d))
+
+    def forward(self, x):
+        eps = torch.finfo(x.dtype).eps
+        return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps) * self.weight
+
+
+class FeedForward(torch.nn.Module):
+    def __init__(self, d, f, act):
+        super().__init__()
+        self.fc1, self.act, self.fc2 = torch.nn.Linear(d, f), act, torch.nn.Linear(f, d)
+
+    def forward(self, x):
+        return self.fc2(self.act(self.fc1(x)))
 
 
 def main(out_dir):
@@ -76,6 +123,61 @@ def main(out_dir):
     case(os.path.join(out_dir, "lm.safetensors"), model,
          {"args": (ids,), "save": {"ids": ids.int(), "target": nxt.int()}},
          lambda logits: torch.nn.functional.cross_entropy(logits[:, 0, :], nxt))
+
+    # PyTorch's layers in an nn.Sequential (names 0.weight, 7.fc1.weight, ...), the norms'
+    # weights and biases away from ones and zeros, a row of constant value into the first
+    # LayerNorm; mean squared error against a random target.
+    nn = torch.nn
+    model = nn.Sequential(nn.LayerNorm(6), nn.Linear(6, 24), nn.GELU(), nn.Linear(24, 24), nn.SiLU(), RMSNorm(24),
+                          nn.GELU(approximate="tanh"), FeedForward(24, 48, nn.GELU()), nn.LayerNorm(24), nn.Linear(24, 3))
+    with torch.no_grad():
+        for i in (0, 8):
+            model[i].weight.uniform_(0.5, 1.5)
+            model[i].bias.normal_()
+    x = torch.randn(b, n, 6)
+    x[1, 3, :] = 2.5
+    y = torch.randn(b, n, 3)
+    case(os.path.join(out_dir, "layers.safetensors"), model,
+         {"args": (x,), "save": {"x": x, "y": y}},
+         lambda out: (out - y).pow(2).mean())
+
+    # PyTorch's own nn.TransformerEncoderLayer in its four forms (post-norm and norm_first, ReLU
+    # and GELU), dropout 0, key-padded; the GELU post-norm one causal too (src_mask: −∞ above
+    # the diagonal). Each layer's LayerNorms away from ones and zeros.
+    d, heads, f = 16, 2, 32
+    x = torch.randn(b, n, d)
+    y = torch.randn(b, n, d)
+    lengths = torch.tensor([12, 9, 12, 5])
+    pad = torch.arange(n)[None, :] >= lengths[:, None]  # PyTorch's key_padding_mask: true = ignore
+    causal = torch.triu(torch.full((n, n), float("-inf")), 1)
+    for act in ("relu", "gelu"):
+        for first in (False, True):
+            layer = nn.TransformerEncoderLayer(d, heads, f, dropout=0.0, activation=act, batch_first=True, norm_first=first)
+            with torch.no_grad():
+                for norm in (layer.norm1, layer.norm2):
+                    norm.weight.uniform_(0.5, 1.5)
+                    norm.bias.normal_(0, 0.5)
+            mask = causal if (act, first) == ("gelu", False) else None
+            name = f"encoder_{'pre' if first else 'post'}_{act}.safetensors"
+            case(os.path.join(out_dir, name), layer,
+                 {"args": (x, mask, pad), "save": {"x": x, "y": y, "keys": ~pad}},
+                 lambda out: (out - y).pow(2).mean(), layer_names({"self_attn": "attn"}))
+
+    # nn.TransformerDecoderLayer, post-norm with GELU and norm_first with ReLU: a causal tgt_mask,
+    # the memory key-padded.
+    mem_len = 10
+    memory = torch.randn(b, mem_len, d)
+    mem_pad = torch.arange(mem_len)[None, :] >= torch.tensor([10, 4, 7, 10])[:, None]
+    for act, first in (("gelu", False), ("relu", True)):
+        layer = nn.TransformerDecoderLayer(d, heads, f, dropout=0.0, activation=act, batch_first=True, norm_first=first)
+        with torch.no_grad():
+            for norm in (layer.norm1, layer.norm2, layer.norm3):
+                norm.weight.uniform_(0.5, 1.5)
+                norm.bias.normal_(0, 0.5)
+        name = f"decoder_{'pre' if first else 'post'}_{act}.safetensors"
+        case(os.path.join(out_dir, name), layer,
+             {"args": (x, memory, causal, None, None, mem_pad), "save": {"x": x, "y": y, "m": memory, "keys": ~mem_pad}},
+             lambda out: (out - y).pow(2).mean(), layer_names({"self_attn": "self_attn", "multihead_attn": "cross_attn"}))
 
 
 if __name__ == "__main__":

@@ -1,14 +1,22 @@
-// DecoderBlock<D, H, F> (pre-norm Transformer decoder layer), rows x [B, N, D], encoder
-// memory m [B, M, D]:
-//   h1  = x  + SelfMHA(SN1(x), SN1(x))     causal
-//   h2  = h1 + CrossMHA(SN2(h1), m)        (optionally key-padded over m)
-//   out = h2 + FFN(SN3(h2))
-//   backward: dh2 = dout + SN3ᵀ FFNᵀ dout; dh1 = dh2 + SN2ᵀ dxq(CrossMHAᵀ dh2);
-//             dx = dh1 + SN1ᵀ (dxq + dxkv of SelfMHAᵀ dh1); dm = dxkv of CrossMHAᵀ dh2;
-//             returns {dq = dx, dkv = dm}
-// In integers as DecoderBlock<D, H, F, precision::int8>: the same composition on an int16
-// residual stream, the memory an int16 stream of its own (from_float).
-// Parameters: sn1.g, self_attn.*, sn2.g, cross_attn.*, sn3.g, ffn.*.
+// DecoderBlock<D, H, F, Form> (Transformer decoder layer), rows x [B, N, D], encoder memory
+// m [B, M, D]; Form (blocks/form.hpp) its norms N1, N2, N3, its feed-forward activation and their
+// placement:
+//   pre-norm (SpecForm: ScaleNorm and ReLU; PreNorm<Act>: LayerNorm):
+//     h1  = x  + SelfMHA(N1(x), N1(x))     causal
+//     h2  = h1 + CrossMHA(N2(h1), m)       (optionally key-padded over m)
+//     out = h2 + FFN(N3(h2))
+//     backward: dh2 = dout + N3ᵀ FFNᵀ dout; dh1 = dh2 + N2ᵀ dxq(CrossMHAᵀ dh2);
+//               dx = dh1 + N1ᵀ (dxq + dxkv of SelfMHAᵀ dh1); dm = dxkv of CrossMHAᵀ dh2
+//   post-norm (PostNorm<Act>: PyTorch's nn.TransformerDecoderLayer with a causal tgt_mask):
+//     h1 = N1(x + SelfMHA(x, x)),  h2 = N2(h1 + CrossMHA(h1, m)),  out = N3(h2 + FFN(h2))
+//     backward: ds3 = N3ᵀ dout, dh2 = ds3 + FFNᵀ ds3; ds2 = N2ᵀ dh2, dh1 = ds2 + dxq(CrossMHAᵀ ds2);
+//               ds1 = N1ᵀ dh1, dx = ds1 + dxq + dxkv of SelfMHAᵀ ds1; dm = dxkv of CrossMHAᵀ ds2
+//   returns {dq = dx, dkv = dm}
+// In integers as DecoderBlock<D, H, F, SpecForm, precision::int8>: the same composition on an
+// int16 residual stream, the memory an int16 stream of its own (from_float). (SpecForm's only,
+// so far.)
+// Parameters: sn1.g, self_attn.*, sn2.g, cross_attn.*, sn3.g, ffn.* (LayerNorm forms: norm1.*,
+// norm2.*, norm3.*).
 #pragma once
 
 #include "../config.hpp"
@@ -18,32 +26,36 @@
 
 #include "attention.hpp"
 #include "feedforward.hpp"
-#include "scalenorm.hpp"
+#include "form.hpp"
 
 namespace stformer::inline STFORMER_ABI {
 
-template <size_t D, size_t H, size_t F, class P = precision::float32>
+template <size_t D, size_t H, size_t F, class Fm = SpecForm, class P = precision::float32>
 struct DecoderBlock {
+  static_assert(requires { Fm::norm_first; }, "DecoderBlock<D, H, F, Form, P>: its fourth parameter is a Form (SpecForm, PostNorm<Act>, PreNorm<Act>)");
+  static_assert(!P::integer || std::is_same_v<Fm, SpecForm>, "DecoderBlock in integers: SpecForm's only, so far");
   template <class Leaf>
   using Of = typename P::template Of<Leaf>;
-  using Float = DecoderBlock<D, H, F>;
+  using Float = DecoderBlock<D, H, F, Fm>;
+  using Norm = typename Fm::template Norm<D>;
   using Attention = Of<MultiHeadAttention<D, D, D, H>>;
-  using Ffn = Of<FeedForward<D, F>>;
+  using Ffn = Of<FeedForward<D, F, typename Fm::Act>>;
   using Stream = typename P::Stream;
-  Of<ScaleNorm<D>> sn1;
+  static constexpr bool pre = Fm::norm_first;
+  Of<Norm> sn1;
   Attention self_attn;
-  Of<ScaleNorm<D>> sn2;
+  Of<Norm> sn2;
   Attention cross_attn;
-  Of<ScaleNorm<D>> sn3;
+  Of<Norm> sn3;
   Ffn ffn;
 
   template <class Fn, class... S>
   static constexpr void visit(const Path& at, Fn& f, S&... s) {
-    stformer::visit(at / "sn1", f, s.sn1...);
+    stformer::visit(at / Fm::norm_name(1), f, s.sn1...);
     stformer::visit(at / "self_attn", f, s.self_attn...);
-    stformer::visit(at / "sn2", f, s.sn2...);
+    stformer::visit(at / Fm::norm_name(2), f, s.sn2...);
     stformer::visit(at / "cross_attn", f, s.cross_attn...);
-    stformer::visit(at / "sn3", f, s.sn3...);
+    stformer::visit(at / Fm::norm_name(3), f, s.sn3...);
     stformer::visit(at / "ffn", f, s.ffn...);
   }
 
@@ -69,15 +81,18 @@ struct DecoderBlock {
                         const KeyMask<B, M>* memory_mask = nullptr) const {
     using Wk = Work<B, N, M, T>;
     auto& self = w.phase.template start<typename Wk::SelfWork>();
-    sn1.template apply<B * N>(x.data(), w.a.data());
+    Fm::template branch_input<B * N, D>(sn1, x.data(), w.a.data());
     self_attn.template prepare<B, N, N, T>(w.a.data(), self);
     self_attn.template forward_add<B, N, N, T>(w.a.data(), x.data(), self, Mask<B, N>{.causal = true});
+    Fm::template branch_output<B * N>(sn1, x.data());
     auto& cross = w.phase.template start<typename Wk::CrossWork>();
     cross_attn.template prepare<B, N, M, T>(m.data(), cross);
-    sn2.template apply<B * N>(x.data(), w.a.data());
+    Fm::template branch_input<B * N, D>(sn2, x.data(), w.a.data());
     cross_attn.template forward_add<B, N, M, T>(w.a.data(), x.data(), cross, Mask<B, M>{.keys = memory_mask});
-    sn3.template apply<B * N>(x.data(), w.a.data());
+    Fm::template branch_output<B * N>(sn2, x.data());
+    Fm::template branch_input<B * N, D>(sn3, x.data(), w.a.data());
     ffn.template add_tiled<B * N, Wk::Tf>(w.a.data(), x.data(), w.phase.template start<typename Wk::FfnTile>());
+    Fm::template branch_output<B * N>(sn3, x.data());
   }
 
   template <size_t B, size_t N, size_t M>
@@ -124,14 +139,14 @@ struct DecoderBlock {
 
   template <size_t B, size_t N, size_t M>
   struct Acts {
-    ActsOf<ScaleNorm<D>, B, N> sn1;
+    ActsOf<Norm, B, N> sn1;
     ActsOf<MultiHeadAttention<D, D, D, H>, B, N, N> self_attn;
-    Tensor<B, N, D> h1;
-    ActsOf<ScaleNorm<D>, B, N> sn2;
+    Tensor<B, N, D> h1;  // post-norm: each of h1, h2, out the sum before its norm
+    ActsOf<Norm, B, N> sn2;
     ActsOf<MultiHeadAttention<D, D, D, H>, B, N, M> cross_attn;
     Tensor<B, N, D> h2;
-    ActsOf<ScaleNorm<D>, B, N> sn3;
-    ActsOf<FeedForward<D, F>, B, N> ffn;
+    ActsOf<Norm, B, N> sn3;
+    ActsOf<FeedForward<D, F, typename Fm::Act>, B, N> ffn;
     Tensor<B, N, D> out;
     Tensor<B, N, D> dh2, dh1, dn1, dx;
 
@@ -139,22 +154,46 @@ struct DecoderBlock {
     const Tensor<B, N, D>& forward(const DecoderBlock& p, const X& x, const Mem& m, const KeyMask<B, M>* memory_mask = nullptr) {
       static_assert(shape_is<X, B, N, D>, "DecoderBlock: input rows x must be [B, N, D] (the pass's sizes, the block's width D)");
       static_assert(shape_is<Mem, B, M, D>, "DecoderBlock: encoder memory m must be [B, M, D] (the pass's sizes, the block's width D)");
-      const auto& n1 = sn1.forward(p.sn1, x);
-      kernels::add<B * N * D>(x.data(), self_attn.forward(p.self_attn, n1, n1, Mask<B, N>{.causal = true}).data(), h1.data());
-      const auto& n2 = sn2.forward(p.sn2, h1);
-      kernels::add<B * N * D>(h1.data(), cross_attn.forward(p.cross_attn, n2, m, Mask<B, M>{.keys = memory_mask}).data(), h2.data());
-      kernels::add<B * N * D>(h2.data(), ffn.forward(p.ffn, sn3.forward(p.sn3, h2)).data(), out.data());
-      return out;
+      const Mask<B, N> causal{.causal = true};
+      const Mask<B, M> memory{.keys = memory_mask};
+      if constexpr (pre) {
+        const auto& n1 = sn1.forward(p.sn1, x);
+        kernels::add<B * N * D>(x.data(), self_attn.forward(p.self_attn, n1, n1, causal).data(), h1.data());
+        const auto& n2 = sn2.forward(p.sn2, h1);
+        kernels::add<B * N * D>(h1.data(), cross_attn.forward(p.cross_attn, n2, m, memory).data(), h2.data());
+        kernels::add<B * N * D>(h2.data(), ffn.forward(p.ffn, sn3.forward(p.sn3, h2)).data(), out.data());
+        return out;
+      } else {
+        kernels::add<B * N * D>(x.data(), self_attn.forward(p.self_attn, x, x, causal).data(), h1.data());
+        const auto& n1 = sn1.forward(p.sn1, h1);
+        kernels::add<B * N * D>(n1.data(), cross_attn.forward(p.cross_attn, n1, m, memory).data(), h2.data());
+        const auto& n2 = sn2.forward(p.sn2, h2);
+        kernels::add<B * N * D>(n2.data(), ffn.forward(p.ffn, n2).data(), out.data());
+        return sn3.forward(p.sn3, out);
+      }
     }
 
     InputGrads<Tensor<B, N, D>, Tensor<B, M, D>> backward(const DecoderBlock& p, DecoderBlock& grad, const Tensor<B, N, D>& dout) {
-      kernels::add<B * N * D>(dout.data(), sn3.backward(p.sn3, grad.sn3, ffn.backward(p.ffn, grad.ffn, dout)).data(), dh2.data());
-      const auto dc = cross_attn.backward(p.cross_attn, grad.cross_attn, dh2);
-      kernels::add<B * N * D>(dh2.data(), sn2.backward(p.sn2, grad.sn2, dc.dq).data(), dh1.data());
-      const auto ds = self_attn.backward(p.self_attn, grad.self_attn, dh1);
-      kernels::add<B * N * D>(ds.dq.data(), ds.dkv.data(), dn1.data());
-      kernels::add<B * N * D>(dh1.data(), sn1.backward(p.sn1, grad.sn1, dn1).data(), dx.data());
-      return {dx, dc.dkv};
+      if constexpr (pre) {
+        kernels::add<B * N * D>(dout.data(), sn3.backward(p.sn3, grad.sn3, ffn.backward(p.ffn, grad.ffn, dout)).data(), dh2.data());
+        const auto dc = cross_attn.backward(p.cross_attn, grad.cross_attn, dh2);
+        kernels::add<B * N * D>(dh2.data(), sn2.backward(p.sn2, grad.sn2, dc.dq).data(), dh1.data());
+        const auto ds = self_attn.backward(p.self_attn, grad.self_attn, dh1);
+        kernels::add<B * N * D>(ds.dq.data(), ds.dkv.data(), dn1.data());
+        kernels::add<B * N * D>(dh1.data(), sn1.backward(p.sn1, grad.sn1, dn1).data(), dx.data());
+        return {dx, dc.dkv};
+      } else {
+        const auto& ds3 = sn3.backward(p.sn3, grad.sn3, dout);
+        kernels::add<B * N * D>(ds3.data(), ffn.backward(p.ffn, grad.ffn, ds3).data(), dh2.data());
+        const auto& ds2 = sn2.backward(p.sn2, grad.sn2, dh2);
+        const auto dc = cross_attn.backward(p.cross_attn, grad.cross_attn, ds2);
+        kernels::add<B * N * D>(ds2.data(), dc.dq.data(), dh1.data());
+        const auto& ds1 = sn1.backward(p.sn1, grad.sn1, dh1);
+        const auto ds = self_attn.backward(p.self_attn, grad.self_attn, ds1);
+        kernels::add<B * N * D>(ds.dq.data(), ds.dkv.data(), dn1.data());
+        kernels::add<B * N * D>(ds1.data(), dn1.data(), dx.data());
+        return {dx, dc.dkv};
+      }
     }
   };
 };

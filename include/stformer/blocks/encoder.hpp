@@ -1,13 +1,20 @@
-// EncoderBlock<D, H, F> (pre-norm Transformer encoder layer), rows x [B, N, D]:
-//   h   = x + MHA(SN1(x), SN1(x))        (optionally causal / key-padded)
-//   out = h + FFN(SN2(h))
-//   backward: dh = dout + SN2ᵀ FFNᵀ dout;  dx = dh + SN1ᵀ (dxq + dxkv of MHAᵀ dh)
+// EncoderBlock<D, H, F, Form> (Transformer encoder layer), rows x [B, N, D]; Form (blocks/form.hpp)
+// its norms N1, N2, its feed-forward activation and their placement:
+//   pre-norm (SpecForm, SPEC's, ScaleNorm and ReLU; PreNorm<Act>, LayerNorm):
+//     h   = x + MHA(N1(x), N1(x))        (optionally causal / key-padded)
+//     out = h + FFN(N2(h))
+//     backward: dh = dout + N2ᵀ FFNᵀ dout;  dx = dh + N1ᵀ (dxq + dxkv of MHAᵀ dh)
+//   post-norm (PostNorm<Act>: Vaswani et al., PyTorch's nn.TransformerEncoderLayer by default):
+//     h   = N1(x + MHA(x, x))
+//     out = N2(h + FFN(h))
+//     backward: ds2 = N2ᵀ dout, dh = ds2 + FFNᵀ ds2;  ds1 = N1ᵀ dh, dx = ds1 + dxq + dxkv of MHAᵀ ds1
 // Forward only: Infer, or forward_in_place on a residual stream the caller keeps (models).
-// In integers as EncoderBlock<D, H, F, precision::int8> (stformer/precision.hpp): the same
-// composition on an int16 residual stream, int8 rows inside; why int16 for the stream: it
+// In integers as EncoderBlock<D, H, F, SpecForm, precision::int8> (stformer/precision.hpp): the
+// same composition on an int16 residual stream, int8 rows inside; why int16 for the stream: it
 // carries every block's sum at one scale, and the pointer model's choice among 50 points turns
-// on small differences of it (docs/quantized.md).
-// Parameters: sn1.g, attn.*, sn2.g, ffn.* (in integers the leaves' integer tensors).
+// on small differences of it (docs/quantized.md). (SpecForm's only, so far.)
+// Parameters: sn1.g, attn.*, sn2.g, ffn.* (LayerNorm forms: norm1.*, norm2.*; in integers the
+// leaves' integer tensors).
 #pragma once
 
 #include "../config.hpp"
@@ -17,34 +24,38 @@
 
 #include "attention.hpp"
 #include "feedforward.hpp"
-#include "scalenorm.hpp"
+#include "form.hpp"
 
 namespace stformer::inline STFORMER_ABI {
 
-template <size_t D, size_t H, size_t F, class P = precision::float32>
+template <size_t D, size_t H, size_t F, class Fm = SpecForm, class P = precision::float32>
 struct EncoderBlock {
+  static_assert(requires { Fm::norm_first; }, "EncoderBlock<D, H, F, Form, P>: its fourth parameter is a Form (SpecForm, PostNorm<Act>, PreNorm<Act>)");
+  static_assert(!P::integer || std::is_same_v<Fm, SpecForm>, "EncoderBlock in integers: SpecForm's only, so far");
   template <class Leaf>
   using Of = typename P::template Of<Leaf>;
-  using Float = EncoderBlock<D, H, F>;
+  using Float = EncoderBlock<D, H, F, Fm>;
+  using Norm = typename Fm::template Norm<D>;
   using Attention = Of<MultiHeadAttention<D, D, D, H>>;
-  using Ffn = Of<FeedForward<D, F>>;
+  using Ffn = Of<FeedForward<D, F, typename Fm::Act>>;
   using Stream = typename P::Stream;
-  Of<ScaleNorm<D>> sn1;
+  static constexpr bool pre = Fm::norm_first;
+  Of<Norm> sn1;
   Attention attn;
-  Of<ScaleNorm<D>> sn2;
+  Of<Norm> sn2;
   Ffn ffn;
 
   template <class Fn, class... S>
   static constexpr void visit(const Path& at, Fn& f, S&... s) {
-    stformer::visit(at / "sn1", f, s.sn1...);
+    stformer::visit(at / Fm::norm_name(1), f, s.sn1...);
     stformer::visit(at / "attn", f, s.attn...);
-    stformer::visit(at / "sn2", f, s.sn2...);
+    stformer::visit(at / Fm::norm_name(2), f, s.sn2...);
     stformer::visit(at / "ffn", f, s.ffn...);
   }
 
   // Forward only, in place on the residual stream: h ← EncoderBlock(h), rows in tiles in the
-  // projections and the feed-forward layer. Work: a [B, N, D] (SN1(h), which becomes the
-  // attention's output in place, then SN2(h); in integers int8 rows), and over one arena the
+  // projections and the feed-forward layer. Work: a [B, N, D] (N1(h), which becomes the
+  // attention's output in place, then N2(h); post-norm: h itself; in integers int8 rows), and over one arena the
   // attention's keys, values and tile, then the feed-forward layer's tile of Tf ≥ T rows, as
   // many as the attention's buffers leave room for (in integers Tf = T: one tile size for every
   // product, fewer kernels in a firmware image). The same bits as Acts (in float).
@@ -61,11 +72,13 @@ struct EncoderBlock {
   void forward_in_place(TensorOf<Stream, B, N, D>& h, Work<B, N, T>& w, Mask<B, N> mask = {}) const {
     using Wk = Work<B, N, T>;
     auto& attention = w.phase.template start<typename Wk::AttentionWork>();
-    sn1.template apply<B * N>(h.data(), w.a.data());
+    Fm::template branch_input<B * N, D>(sn1, h.data(), w.a.data());
     attn.template prepare<B, N, N, T>(w.a.data(), attention);
     attn.template forward_add<B, N, N, T>(w.a.data(), h.data(), attention, mask);
-    sn2.template apply<B * N>(h.data(), w.a.data());
+    Fm::template branch_output<B * N>(sn1, h.data());
+    Fm::template branch_input<B * N, D>(sn2, h.data(), w.a.data());
     ffn.template add_tiled<B * N, Wk::Tf>(w.a.data(), h.data(), w.phase.template start<typename Wk::FfnTile>());
+    Fm::template branch_output<B * N>(sn2, h.data());
   }
 
   // A step of a Sequential (stformer/sequential.hpp): forward_in_place, Work its scratch, with
@@ -114,37 +127,53 @@ struct EncoderBlock {
 
   template <size_t B, size_t N>
   struct Acts {
-    ActsOf<ScaleNorm<D>, B, N> sn1;
+    ActsOf<Norm, B, N> sn1;
     ActsOf<MultiHeadAttention<D, D, D, H>, B, N, N> attn;
-    Tensor<B, N, D> h;
-    ActsOf<ScaleNorm<D>, B, N> sn2;
-    ActsOf<FeedForward<D, F>, B, N> ffn;
-    Tensor<B, N, D> out;
+    Tensor<B, N, D> h;  // post-norm: s1 = x + MHA(x, x) here, h = N1(s1) in sn1
+    ActsOf<Norm, B, N> sn2;
+    ActsOf<FeedForward<D, F, typename Fm::Act>, B, N> ffn;
+    Tensor<B, N, D> out;  // post-norm: s2 = h + FFN(h) here, out = N2(s2) in sn2
     Tensor<B, N, D> dh, dn1, dx;
 
     template <class X>
     const Tensor<B, N, D>& forward(const EncoderBlock& p, const X& x, Mask<B, N> mask = {}) {
       static_assert(shape_is<X, B, N, D>, "EncoderBlock: input rows x must be [B, N, D] (the pass's sizes, the block's width D)");
-      const auto& n1 = sn1.forward(p.sn1, x);
-      kernels::add<B * N * D>(x.data(), attn.forward(p.attn, n1, n1, mask).data(), h.data());
-      kernels::add<B * N * D>(h.data(), ffn.forward(p.ffn, sn2.forward(p.sn2, h)).data(), out.data());
-      return out;
+      if constexpr (pre) {
+        const auto& n1 = sn1.forward(p.sn1, x);
+        kernels::add<B * N * D>(x.data(), attn.forward(p.attn, n1, n1, mask).data(), h.data());
+        kernels::add<B * N * D>(h.data(), ffn.forward(p.ffn, sn2.forward(p.sn2, h)).data(), out.data());
+        return out;
+      } else {
+        kernels::add<B * N * D>(x.data(), attn.forward(p.attn, x, x, mask).data(), h.data());
+        const auto& hn = sn1.forward(p.sn1, h);
+        kernels::add<B * N * D>(hn.data(), ffn.forward(p.ffn, hn).data(), out.data());
+        return sn2.forward(p.sn2, out);
+      }
     }
 
     const Tensor<B, N, D>& backward(const EncoderBlock& p, EncoderBlock& grad, const Tensor<B, N, D>& dout) {
-      kernels::add<B * N * D>(dout.data(), sn2.backward(p.sn2, grad.sn2, ffn.backward(p.ffn, grad.ffn, dout)).data(), dh.data());
-      const auto da = attn.backward(p.attn, grad.attn, dh);
-      kernels::add<B * N * D>(da.dq.data(), da.dkv.data(), dn1.data());
-      kernels::add<B * N * D>(dh.data(), sn1.backward(p.sn1, grad.sn1, dn1).data(), dx.data());
+      if constexpr (pre) {
+        kernels::add<B * N * D>(dout.data(), sn2.backward(p.sn2, grad.sn2, ffn.backward(p.ffn, grad.ffn, dout)).data(), dh.data());
+        const auto da = attn.backward(p.attn, grad.attn, dh);
+        kernels::add<B * N * D>(da.dq.data(), da.dkv.data(), dn1.data());
+        kernels::add<B * N * D>(dh.data(), sn1.backward(p.sn1, grad.sn1, dn1).data(), dx.data());
+      } else {
+        const auto& ds2 = sn2.backward(p.sn2, grad.sn2, dout);
+        kernels::add<B * N * D>(ds2.data(), ffn.backward(p.ffn, grad.ffn, ds2).data(), dh.data());
+        const auto& ds1 = sn1.backward(p.sn1, grad.sn1, dh);
+        const auto da = attn.backward(p.attn, grad.attn, ds1);
+        kernels::add<B * N * D>(da.dq.data(), da.dkv.data(), dn1.data());
+        kernels::add<B * N * D>(ds1.data(), dn1.data(), dx.data());
+      }
       return dx;
     }
   };
 };
 
 // Its integer form (stformer/quantize.hpp): the same block at precision::int8.
-template <size_t D, size_t H, size_t F>
-struct Int8Of<EncoderBlock<D, H, F>> {
-  using type = EncoderBlock<D, H, F, precision::int8>;
+template <size_t D, size_t H, size_t F, class Fm>
+struct Int8Of<EncoderBlock<D, H, F, Fm>> {
+  using type = EncoderBlock<D, H, F, Fm, precision::int8>;
 };
 
 }  // namespace stformer

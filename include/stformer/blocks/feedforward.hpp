@@ -1,97 +1,161 @@
-// FeedForward<D, F>: y = ReLU(x W1ᵀ + b1) W2ᵀ + b2, rows [L..., D] -> [L..., D].
-// Parameters: fc1 (Linear<D, F>), fc2 (Linear<F, D>), Kaiming-normal weights.
+// FeedForward<D, F, Act>: y = Act(x W1ᵀ + b1) W2ᵀ + b2, rows [L..., D] -> [L..., D]; Act one of
+// act::ReLU (the default), act::GELU, act::GELUTanh, act::SiLU (blocks/activation.hpp).
+// In integers (P = precision::int8, stformer/precision.hpp) on an int16 stream: fc1 to int8
+// hidden rows at hidden_scale with zero point −128 (ReLU's outputs are ≥ 0: all 256 steps for
+// them; the ReLU is the clamp at −128), fc2 (whose bias holds the zero point's 128·Σ W_q) into
+// the stream (ReLU's only, so far).
+// Parameters: fc1.*, fc2.* (Kaiming-normal weights); in integers the layers' integer tensors and
+// hidden_scale (F32 [1]).
 #pragma once
 
 #include "../config.hpp"
+#include "../precision.hpp"
 
 #include <algorithm>
+#include <cstdint>
+#include <type_traits>
 
+#include "activation.hpp"
 #include "linear.hpp"
 
 namespace stformer::inline STFORMER_ABI {
 
-template <size_t D, size_t F>
+template <size_t D, size_t F, class Act = act::ReLU, class P = precision::float32>
 struct FeedForward {
-  Linear<D, F, Init::kaiming_normal> fc1;
-  Linear<F, D, Init::kaiming_normal> fc2;
+  static_assert(!P::integer || std::is_same_v<Act, act::ReLU>, "FeedForward in integers: only act::ReLU has an integer form so far");
+  static constexpr bool relu = std::is_same_v<Act, act::ReLU>;
+  using Float = FeedForward<D, F, Act>;
+  using Stream = typename P::Stream;
+  typename P::template Of<Linear<D, F, Init::kaiming_normal>> fc1;
+  typename P::template Of<Linear<F, D, Init::kaiming_normal>> fc2;
+  [[no_unique_address]] std::conditional_t<P::integer, Scale, Nothing> hidden_scale;
 
   template <class Fn, class... S>
   static constexpr void visit(const Path& at, Fn& f, S&... s) {
     stformer::visit(at / "fc1", f, s.fc1...);
     stformer::visit(at / "fc2", f, s.fc2...);
+    if constexpr (P::integer) f(at / "hidden_scale", Init{Init::zeros}, s.hidden_scale...);
   }
 
-  // FFN on Rows rows of x, T rows at a time: hid [T, F] = ReLU(x_t W1ᵀ + b1), then x_t ← hid W2ᵀ
-  // + b2 (in place), and y_t += x_t when Add (a residual connection) (the same bits as the
-  // whole rows at once; small weights are packed once for all the tiles: Linear::with_panels).
-  template <size_t Rows, size_t T, bool Add = false>
-  void apply_tiled(float* x, float* y, float* hid) const {
-    fc1.template with_panels<Rows, T>([&](const auto* panels1) {
-      fc2.template with_panels<Rows, T>([&](const auto* panels2) {
-        for_tiles<Rows, T>([&]<size_t R>(size_t i) {
-          fc1.template apply<R, true, Rows>(x + i * D, hid, panels1);
-          fc2.template apply<R, false, Rows>(hid, x + i * D, panels2);
-          if constexpr (Add) kernels::add_to<R * D>(x + i * D, y + i * D);
+  // The scratch of T rows: the hidden rows [T, F] (in integers int8, and the products' int32
+  // accumulators); tile_row_bytes a row of it.
+  template <size_t T>
+  struct Tile {
+    TensorOf<typename P::template Row<8>, T, F> hid;
+    [[no_unique_address]] std::conditional_t<P::integer, TensorOf<std::int32_t, T, F>, Nothing> acc;
+  };
+  static constexpr size_t tile_row_bytes = P::integer ? F * 5 : F * sizeof(float);
+
+  // FFN on Rows rows of x, T rows at a time: hid [T, F] = Act(x_t W1ᵀ + b1), then y_t ← hid W2ᵀ
+  // + b2, in place (y = x: a tile's rows are read whole before they are written), or y_t += it
+  // when Add (a residual connection; in float x_t holds it, overwritten; in integers the
+  // stream's sum saturates). The same bits as the whole rows at once (in float small weights are
+  // packed once for all the tiles: Linear::with_panels).
+  template <size_t Rows, size_t T, bool Add = false, class X>
+  void apply_tiled(X* x, Stream* y, Tile<T>& w) const {
+    if constexpr (P::integer) {
+      for_tiles<Rows, T>([&]<size_t R>(size_t i) {
+        fc1.template apply<R, true>(x + i * D, w.acc.data(), w.hid.data());
+        fc2.template add_to<R, !Add>(w.hid.data(), w.acc.data(), y + i * D);
+      });
+    } else {
+      fc1.template with_panels<Rows, T>([&](const auto* panels1) {
+        fc2.template with_panels<Rows, T>([&](const auto* panels2) {
+          for_tiles<Rows, T>([&]<size_t R>(size_t i) {
+            fc1.template apply<R, relu, Rows>(x + i * D, w.hid.data(), panels1);
+            if constexpr (!relu) act::apply<Act, R * F>(w.hid.data());
+            fc2.template apply<R, false, Rows>(w.hid.data(), x + i * D, panels2);
+            if constexpr (Add) kernels::add_to<R * D>(x + i * D, y + i * D);
+          });
         });
       });
-    });
+    }
   }
 
-  // In a composite block: residual [Rows, D] += FFN(x [Rows, D]) T rows at a time, x
-  // overwritten; Tile<T> its scratch, tile_row_bytes a row of it (QFeedForward's the same).
-  template <size_t T>
-  using Tile = Tensor<T, F>;
-  static constexpr size_t tile_row_bytes = F * sizeof(float);
-  template <size_t Rows, size_t T>
-  void add_tiled(float* x, float* residual, Tile<T>& hid) const {
-    apply_tiled<Rows, T, true>(x, residual, hid.data());
+  // In a composite block: residual [Rows, D] += FFN(x [Rows, D]) T rows at a time (x int8 rows
+  // in integers; overwritten in float).
+  template <size_t Rows, size_t T, class X>
+  void add_tiled(X* x, Stream* residual, Tile<T>& w) const {
+    apply_tiled<Rows, T, true>(x, residual, w);
   }
 
-  // A step of a Sequential (stformer/sequential.hpp), in place on rows [B, N, D]; its scratch
-  // the hidden rows [T, F] (T: tile_rows, or as many rows as Room holds).
+  // A step of a Sequential (stformer/sequential.hpp), in place on rows [B, N, D] (in integers its
+  // output a stream of its own); its scratch a tile of as many rows as Room holds.
   template <size_t B, size_t N>
-  using Input = Tensor<B, N, D>;
+  using Input = TensorOf<Stream, B, N, D>;
   static constexpr bool in_place = true;
   template <size_t B, size_t N, size_t Room>
-  using Scratch = Tensor<rows_in_room(B * N, tile_rows(B * N), Room, tile_row_bytes), F>;
+  using Scratch = Tile<rows_in_room(B * N, P::tile_least(B * N), Room, tile_row_bytes)>;
   template <size_t B, size_t N, size_t T>
-  void forward_in_place(Tensor<B, N, D>& h, Tensor<T, F>& hid) const {
-    apply_tiled<B * N, T>(h.data(), h.data(), hid.data());
+  void forward_in_place(Input<B, N>& h, Tile<T>& w) const {
+    apply_tiled<B * N, T>(h.data(), h.data(), w);
+  }
+
+  // In integers, made from the float layer: the hidden rows' scale from their calibration range
+  // (ReLU's outputs), the input's and the output's from the streams'.
+  static constexpr bool same_scale = false;
+  struct Ranges {
+    float hidden = 0;
+    template <class A, class X, class Y>
+    void observe(const Float&, const A& acts, const X&, const Y&) {
+      hidden = std::max(hidden, quant::max_abs(acts.fc1.out));
+    }
+  };
+  void from_float(const Float& f, const Ranges& r, float s_in, float s_out) {
+    hidden_scale(0) = quant::scale_for(r.hidden, 255);
+    fc1.from_float(f.fc1, s_in, hidden_scale(0));
+    fc2.from_float(f.fc2, hidden_scale(0), s_out, -128);
   }
 
   template <size_t... L>
   struct Acts {
     static constexpr size_t rows = (L * ... * 1);
-    ActsOf<Linear<D, F, Init::kaiming_normal>, L...> fc1;  // fc1.out holds ReLU(x W1ᵀ + b1)
+    ActsOf<Linear<D, F, Init::kaiming_normal>, L...> fc1;  // fc1.out: ReLU(x W1ᵀ + b1), or x W1ᵀ + b1
+    [[no_unique_address]] std::conditional_t<relu, Nothing, Tensor<L..., F>> hid;  // Act(fc1.out)
     ActsOf<Linear<F, D, Init::kaiming_normal>, L...> fc2;
 
     template <class X>
     const Tensor<L..., D>& forward(const FeedForward& p, const X& x) {
       static_assert(shape_is<X, L..., D>, "FeedForward: input rows x must be [..., D] (the pass's sizes, the layer's width D)");
-      return fc2.forward(p.fc2, fc1.template forward<true>(p.fc1, x));
+      if constexpr (relu) {
+        return fc2.forward(p.fc2, fc1.template forward<true>(p.fc1, x));
+      } else {
+        hid = fc1.forward(p.fc1, x);
+        act::apply<Act, rows * F>(hid.data());
+        return fc2.forward(p.fc2, hid);
+      }
     }
 
     const Tensor<L..., D>& backward(const FeedForward& p, FeedForward& grad, const Tensor<L..., D>& dout) {
       fc2.backward(p.fc2, grad.fc2, dout);
-      kernels::relu_backward<rows * F>(fc1.out.data(), fc2.dx.data());
+      if constexpr (relu)
+        kernels::relu_backward<rows * F>(fc1.out.data(), fc2.dx.data());
+      else
+        act::backward<Act, rows * F>(fc1.out.data(), fc2.dx.data());
       return fc1.backward(p.fc1, grad.fc1, fc2.dx);
     }
   };
 
   template <size_t... L>
   struct Infer {
-    static constexpr size_t rows = (L * ... * 1), T = tile_rows(rows);
-    Tensor<L..., D> out;
-    Tensor<T, F> hid;  // T rows of the hidden layer
+    static constexpr size_t rows = (L * ... * 1), T = P::tile_least(rows);
+    TensorOf<Stream, L..., D> out;
+    Tile<T> w;
 
     template <class X>
-    const Tensor<L..., D>& forward(const FeedForward& p, const X& x) {
-      static_assert(shape_is<X, L..., D>, "FeedForward: input rows x must be [..., D] (the pass's sizes, the layer's width D)");
+    const TensorOf<Stream, L..., D>& forward(const FeedForward& p, const X& x) {
+      static_assert(typed_shape_is<Stream, X, L..., D>, "FeedForward: input rows x must be [..., D] (the pass's sizes, the layer's width D)");
       std::copy(x.begin(), x.end(), out.begin());
-      p.template apply_tiled<rows, T>(out.data(), out.data(), hid.data());
+      p.template apply_tiled<rows, T>(out.data(), out.data(), w);
       return out;
     }
   };
+};
+
+// Its integer form (stformer/quantize.hpp): the same layer at precision::int8.
+template <size_t D, size_t F, class Act>
+struct Int8Of<FeedForward<D, F, Act>> {
+  using type = FeedForward<D, F, Act, precision::int8>;
 };
 
 }  // namespace stformer

@@ -8,8 +8,11 @@
 #pragma once
 
 #include "../config.hpp"
+#include "../precision.hpp"
 
 #include <algorithm>
+#include <cstdint>
+#include <type_traits>
 
 #include "../kernels/matmul.hpp"
 #include "../kernels/rowwise.hpp"
@@ -38,7 +41,7 @@ struct PointerAttention {
   // logp[b] ← log_softmax(s · q[b] k[b]ᵀ, masked keys at −∞) from the projected q [B, Nq, Da]
   // and k [B, Nk, Da]: the one scoring step of Acts and Infer.
   template <size_t B, size_t Nq, size_t Nk>
-  static void score(const float* q, const float* k, float* logp, const KeyMask<B, Nk>* keys) {
+  static void score_projected(const float* q, const float* k, float* logp, const KeyMask<B, Nk>* keys) {
     for (size_t b = 0; b < B; ++b) {
       float* l = logp + b * Nq * Nk;
       kernels::matmul_nt<Nq, Nk, Da>(q + b * Nq * Da, Da, k + b * Nk * Da, Da, l, Nk, inv_sqrt(Da));
@@ -51,19 +54,30 @@ struct PointerAttention {
     }
   }
 
-  // Forward only: q, k projected, logp [B, Nq, Nk] (the same bits as Acts).
-  template <size_t B, size_t Nq, size_t Nk>
-  struct Infer {
+  // Forward only: logp [B, Nq, Nk] of the queries' rows xq [B, Nq, Dq] and the keys' xk
+  // [B, Nk, Dk] (the same bits as Acts); Work: q, k projected (QPointerAttention's interface: T
+  // is its tile).
+  template <size_t B, size_t Nq, size_t Nk, size_t T = 0>
+  struct Work {
     Tensor<B, Nq, Da> q;
     Tensor<B, Nk, Da> k;
+  };
+  template <size_t B, size_t Nq, size_t Nk, size_t T>
+  void score(const float* xq, const float* xk, float* logp, Work<B, Nq, Nk, T>& w, const KeyMask<B, Nk>* keys = nullptr) const {
+    wq.template apply<B * Nq>(xq, w.q.data());
+    wk.template apply<B * Nk>(xk, w.k.data());
+    score_projected<B, Nq, Nk>(w.q.data(), w.k.data(), logp, keys);
+  }
+
+  template <size_t B, size_t Nq, size_t Nk>
+  struct Infer {
     Tensor<B, Nq, Nk> logp;
+    Work<B, Nq, Nk> w;
 
     template <class XQ, class XK>
     const Tensor<B, Nq, Nk>& forward(const PointerAttention& p, const XQ& xq, const XK& xk, const KeyMask<B, Nk>* keys = nullptr) {
       check_inputs<B, Nq, Nk, XQ, XK>();
-      p.wq.template apply<B * Nq>(xq.data(), q.data());
-      p.wk.template apply<B * Nk>(xk.data(), k.data());
-      score<B, Nq, Nk>(q.data(), k.data(), logp.data(), keys);
+      p.score(xq.data(), xk.data(), logp.data(), w, keys);
       return logp;
     }
   };
@@ -82,7 +96,7 @@ struct PointerAttention {
       check_inputs<B, Nq, Nk, XQ, XK>();
       q.forward(p.wq, xq);
       k.forward(p.wk, xk);
-      score<B, Nq, Nk>(q.out.data(), k.out.data(), logp.data(), keys);
+      score_projected<B, Nq, Nk>(q.out.data(), k.out.data(), logp.data(), keys);
       return logp;
     }
 
@@ -105,38 +119,68 @@ struct PointerAttention {
 // PointerHead<D>: the head of SPEC's pointer model, a learned query pointing at the rows,
 //   q = ScaleNorm(query) [1, D] for every batch row,  logp = PointerAttention<D, D, D>(q, x)
 // x [B, N, D] -> logp [B, 1, N]. A step of a Sequential (stformer/sequential.hpp); its scratch
-// holds q and the projections. Parameters: query [1, D] (Xavier-normal), sn_q.g, pointer.*.
-template <size_t D>
+// holds the queries and the pointer's work. Parameters: query [1, D] (Xavier-normal), sn_q.g,
+// pointer.*.
+// In integers (P = precision::int8) from an int16 stream x: logits = QPointerAttention(q, x),
+// int32 [B, 1, N], masked keys at INT32_MIN (their arg-max is the point predicted); q =
+// ScaleNorm(query) is made once and stored in int8 at query_scale (no sn_q). The quantized model
+// ends with its Finish, DequantizeLogits: the float model's log-probabilities. Parameters: query
+// I8 [1, D], query_scale F32 [1], pointer.* (QPointerAttention's).
+struct DequantizeLogits;
+template <size_t D, class P = precision::float32>
 struct PointerHead {
-  Tensor<1, D> query;
-  ScaleNorm<D> sn_q;
-  PointerAttention<D, D, D> pointer;
+  using Float = PointerHead<D>;
+  using Pointer = typename P::template Of<PointerAttention<D, D, D>>;
+  using Logit = std::conditional_t<P::integer, std::int32_t, float>;
+  using Finish = DequantizeLogits;  // the float end of the integer head (stformer/quantize.hpp)
+  TensorOf<typename P::template Row<8>, 1, D> query;
+  [[no_unique_address]] std::conditional_t<P::integer, Nothing, ScaleNorm<D>> sn_q;
+  [[no_unique_address]] std::conditional_t<P::integer, Scale, Nothing> query_scale;
+  Pointer pointer;
 
   template <class Fn, class... S>
   static constexpr void visit(const Path& at, Fn& f, S&... s) {
-    f(at / "query", Init{Init::xavier_normal}, s.query...);
-    stformer::visit(at / "sn_q", f, s.sn_q...);
+    f(at / "query", Init{P::integer ? Init::zeros : Init::xavier_normal}, s.query...);
+    if constexpr (P::integer)
+      f(at / "query_scale", Init{Init::zeros}, s.query_scale...);
+    else
+      stformer::visit(at / "sn_q", f, s.sn_q...);
     stformer::visit(at / "pointer", f, s.pointer...);
   }
 
   template <size_t B, size_t N>
-  using Input = Tensor<B, N, D>;
+  using Input = TensorOf<typename P::Stream, B, N, D>;
   template <size_t B, size_t N>
-  using Output = Tensor<B, 1, N>;
+  using Output = TensorOf<Logit, B, 1, N>;
   template <size_t B, size_t N, size_t Room>
   struct Scratch {
-    Tensor<B, 1, D> query;  // ScaleNorm(query) for every batch row
-    Tensor<B, 1, D> q;
-    Tensor<B, N, D> k;
+    TensorOf<typename P::template Row<8>, B, 1, D> queries;  // q for every batch row
+    typename Pointer::template Work<B, 1, N> pointer;
   };
   template <size_t B, size_t N, size_t Room>
   void run(const Input<B, N>& x, Output<B, N>& logp, Scratch<B, N, Room>& w, const Mask<B, N>& mask) const {
-    for (size_t b = 0; b < B; ++b) std::copy(query.begin(), query.end(), w.query.begin() + b * D);
-    sn_q.template apply<B>(w.query.data(), w.query.data());
-    pointer.wq.template apply<B>(w.query.data(), w.q.data());
-    pointer.wk.template apply<B * N>(x.data(), w.k.data());
-    PointerAttention<D, D, D>::template score<B, 1, N>(w.q.data(), w.k.data(), logp.data(), mask.keys);
+    for (size_t b = 0; b < B; ++b) std::copy(query.begin(), query.end(), w.queries.begin() + b * D);
+    if constexpr (!P::integer) sn_q.template apply<B>(w.queries.data(), w.queries.data());
+    pointer.score(w.queries.data(), x.data(), logp.data(), w.pointer, mask.keys);
   }
+
+  // In integers, made from the float head: the keys' stream at s_x in, the logits out at
+  // output_scale().
+  static constexpr bool same_scale = false;
+  struct Ranges {
+    typename Pointer::Ranges pointer;
+    template <class A, class X, class Y>
+    void observe(const Float& f, const A& acts, const X&, const Y&) {
+      pointer.observe(f.pointer, acts.pointer);
+    }
+  };
+  void from_float(const Float& f, const Ranges& r, float s_x, float) {
+    typename ScaleNorm<D>::template Infer<1> q;  // sn_q(query), once
+    query_scale(0) = quant::scale_for(quant::max_abs(q.forward(f.sn_q, f.query)));
+    quant::quantize(q.out.data(), D, query_scale(0), query.data());
+    pointer = Pointer::quantize(f.pointer, r.pointer, query_scale(0), s_x);
+  }
+  float output_scale() const { return float(pointer.logit_scale()); }
 
   template <size_t B, size_t N>
   struct Acts {
@@ -159,6 +203,12 @@ struct PointerHead {
       return dp.dkv;
     }
   };
+};
+
+// Its integer form (stformer/quantize.hpp): the same head at precision::int8.
+template <size_t D>
+struct Int8Of<PointerHead<D>> {
+  using type = PointerHead<D, precision::int8>;
 };
 
 }  // namespace stformer

@@ -6,12 +6,19 @@
 //   softmax_step:    one tile of keys of the online softmax (running max and sum per row).
 //   log_softmax_row: s ← s − max s − log Σ exp(s − max s); an all −∞ row stays −∞.
 //   scalenorm_rows:  y[r] = g · x[r] · rnorm[r], rnorm[r] = 1 / max(‖x[r]‖₂, 1e-5).
+//   layernorm_rows:  y[r] = w ⊙ (x[r] − μ[r])·rstd[r] + b, μ[r] = mean x[r],
+//                    rstd[r] = 1/√(mean (x[r] − μ[r])² + ε) (the variance biased, as PyTorch's;
+//                    two passes: no cancellation in E[x²] − μ²). rmsnorm_rows: y[r] = w ⊙ x[r]·
+//                    rstd[r], rstd[r] = 1/√(mean x[r]² + ε).
 //   relu, add:       y = max(x, 0), y = a + b; add_to: y += a.
 // Backward (d = dL/d(output) in, dL/d(input) out, where in place):
 //   softmax_backward_row:     d ← scale · a ⊙ (d − Σ_j a_j d_j)         (a: the softmax output)
 //   log_softmax_backward_row: d ← d − exp(logp) Σ_j d_j; masked (−∞) entries get 0
 //   scalenorm_backward_rows:  dx = g·rnorm·(dy − x·(x·dy)·rnorm²) (dx = g·rnorm·dy where the
 //                             norm was clamped); dg += Σ_r (x·dy)·rnorm
+//   norm_backward_rows:       LayerNorm: x̂ = (x − μ)·rstd, g = dy ⊙ w, dx = rstd·(g − mean g − x̂·mean(g ⊙ x̂));
+//                             dw += Σ_r dy ⊙ x̂, db += Σ_r dy; RMSNorm: x̂ = x·rstd,
+//                             dx = rstd·(g − x̂·mean(g ⊙ x̂)), dw += Σ_r dy ⊙ x̂
 //   relu_backward:            d ← d ⊙ [y > 0]
 #pragma once
 
@@ -203,6 +210,58 @@ inline void scalenorm_rows(const float* x, float* y, float g, float* rnorm) {
 }
 
 template <size_t N>
+inline float sum(const float* a) {
+  vf acc = splat(0.0f);
+  constexpr size_t full = N / W * W;
+  for (size_t j = 0; j < full; j += W) acc = acc + load(a + j);
+  float s = hsum(acc);
+  for (size_t j = full; j < N; ++j) s += a[j];
+  return s;
+}
+
+// y = (x − μ)·rstd ⊙ w + b on one row (b may be null: no bias)
+template <size_t D>
+inline void normalize_row(const float* x, float* y, float mu, float rs, const float* w, const float* b) {
+  constexpr size_t full = D / W * W;
+  const vf mv = splat(mu), rv = splat(rs);
+  for (size_t j = 0; j < full; j += W) {
+    vf v = (load(x + j) - mv) * rv * load(w + j);
+    store(y + j, b ? v + load(b + j) : v);
+  }
+  for (size_t j = full; j < D; ++j) y[j] = (x[j] - mu) * rs * w[j] + (b ? b[j] : 0.0f);
+}
+
+// (mean and rstd may be nullptr: a forward-only pass keeps neither; y may be x: in place)
+template <size_t Rows, size_t D>
+inline void layernorm_rows(const float* x, float* y, const float* w, const float* b, float eps, float* mean, float* rstd) {
+  constexpr size_t full = D / W * W;
+  for (size_t r = 0; r < Rows; ++r, x += D, y += D) {
+    const float mu = sum<D>(x) / float(D);
+    const vf mv = splat(mu);
+    vf acc = splat(0.0f);
+    for (size_t j = 0; j < full; j += W) {
+      vf d = load(x + j) - mv;
+      acc = fma(d, d, acc);
+    }
+    float var = hsum(acc);
+    for (size_t j = full; j < D; ++j) var += (x[j] - mu) * (x[j] - mu);
+    const float rs = 1.0f / std::sqrt(var / float(D) + eps);
+    if (mean) mean[r] = mu;
+    if (rstd) rstd[r] = rs;
+    normalize_row<D>(x, y, mu, rs, w, b);
+  }
+}
+
+template <size_t Rows, size_t D>
+inline void rmsnorm_rows(const float* x, float* y, const float* w, float eps, float* rstd) {
+  for (size_t r = 0; r < Rows; ++r, x += D, y += D) {
+    const float rs = 1.0f / std::sqrt(dot<D>(x, x) / float(D) + eps);
+    if (rstd) rstd[r] = rs;
+    normalize_row<D>(x, y, 0.0f, rs, w, nullptr);
+  }
+}
+
+template <size_t N>
 inline void relu(float* x) {
   vf z = splat(0.0f);
   constexpr size_t full = N / W * W;
@@ -250,6 +309,24 @@ inline void scalenorm_backward_rows(const float* x, const float* dy, float g, co
     dg += xdy * rn;
     for (size_t j = 0; j < D; ++j) dx[j] = g * rn * dy[j];
     if (!clamped) axpy<D>(-g * xdy * rn * rn * rn, x, dx);
+  }
+}
+
+// (mean null: RMSNorm's, x̂ = x·rstd and no mean g; db null: no bias)
+template <size_t Rows, size_t D>
+inline void norm_backward_rows(const float* x, const float* dy, const float* w, const float* mean, const float* rstd, float* dx,
+                               float* dw, float* db) {
+  for (size_t r = 0; r < Rows; ++r, x += D, dy += D, dx += D) {
+    const float mu = mean ? mean[r] : 0.0f, rs = rstd[r];
+    float g_sum = 0, gx_sum = 0;
+    for (size_t j = 0; j < D; ++j) {
+      const float xh = (x[j] - mu) * rs, g = dy[j] * w[j];
+      g_sum += g, gx_sum += g * xh;
+      dw[j] += dy[j] * xh;
+      if (db) db[j] += dy[j];
+    }
+    const float g_mean = mean ? g_sum / float(D) : 0.0f, gx_mean = gx_sum / float(D);
+    for (size_t j = 0; j < D; ++j) dx[j] = rs * (dy[j] * w[j] - g_mean - (x[j] - mu) * rs * gx_mean);
   }
 }
 

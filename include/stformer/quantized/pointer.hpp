@@ -96,64 +96,9 @@ struct QPointerAttention {
   };
 };
 
-// QPointerHead<D>: PointerHead in integers, the keys from an int16 stream x [B, N, D] at s_x:
-//   logits = QPointerAttention(query, x)       int32 [B, 1, N]   (query = sn_q(the learned query),
-//                                                                 made once and stored in int8)
-// masked keys at INT32_MIN; their arg-max is the point predicted. The quantized model ends with
-// its Finish, DequantizeLogits: the float model's log-probabilities. Tensors: query I8 [1, D],
-// query_scale F32 [1], pointer.* (QPointerAttention).
-struct DequantizeLogits;
-template <size_t D>
-struct QPointerHead {
-  using Float = PointerHead<D>;
-  using Finish = DequantizeLogits;
-  TensorOf<std::int8_t, 1, D> query;
-  Scale query_scale;
-  QPointerAttention<D, D, D> pointer;
-
-  template <class Fn, class... S>
-  static constexpr void visit(const Path& at, Fn& f, S&... s) {
-    f(at / "query", Init{Init::zeros}, s.query...);
-    f(at / "query_scale", Init{Init::zeros}, s.query_scale...);
-    stformer::visit(at / "pointer", f, s.pointer...);
-  }
-
-  struct Ranges {
-    typename QPointerAttention<D, D, D>::Ranges pointer;
-    template <class A, class X, class Y>
-    void observe(const Float& f, const A& acts, const X&, const Y&) {
-      pointer.observe(f.pointer, acts.pointer);
-    }
-  };
-
-  // A step of a quantized Sequential (stformer/quantize.hpp), its last integer one: the keys'
-  // stream at s_x in, the logits out at output_scale().
-  static constexpr bool same_scale = false;
-  void from_float(const Float& f, const Ranges& r, float s_x, float) {
-    typename ScaleNorm<D>::template Infer<1> sn_q;  // sn_q(query), once
-    query_scale(0) = quant::scale_for(quant::max_abs(sn_q.forward(f.sn_q, f.query)));
-    quant::quantize(sn_q.out.data(), D, query_scale(0), query.data());
-    pointer = QPointerAttention<D, D, D>::quantize(f.pointer, r.pointer, query_scale(0), s_x);
-  }
-  float output_scale() const { return float(pointer.logit_scale()); }
-  template <size_t B, size_t N>
-  using Input = TensorOf<std::int16_t, B, N, D>;
-  template <size_t B, size_t N>
-  using Output = TensorOf<std::int32_t, B, 1, N>;
-  template <size_t B, size_t N, size_t Room>
-  struct Scratch {
-    TensorOf<std::int8_t, B, 1, D> queries;
-    typename QPointerAttention<D, D, D>::template Work<B, 1, N> pointer;
-  };
-  template <size_t B, size_t N, size_t Room>
-  void run(const Input<B, N>& x, Output<B, N>& logits, Scratch<B, N, Room>& w, const Mask<B, N>& mask) const {
-    for (size_t b = 0; b < B; ++b) std::copy(query.begin(), query.end(), w.queries.begin() + b * D);
-    pointer.score(w.queries.data(), x.data(), logits.data(), w.pointer, mask.keys);
-  }
-};
-template <size_t D>
-struct Int8Of<PointerHead<D>> {
-  using type = QPointerHead<D>;
+template <size_t Dq, size_t Dk, size_t Da>
+struct Int8Of<PointerAttention<Dq, Dk, Da>> {
+  using type = QPointerAttention<Dq, Dk, Da>;
 };
 
 // DequantizeLogits: the pointer's logits [B, 1, N] (int32, at `scale`) to the float model's

@@ -1,0 +1,140 @@
+// Activations, element by element: the kinds a FeedForward takes (act::ReLU, ...) and, as steps
+// of a Sequential without parameters, ReLU<D>, GELU<D>, GELUTanh<D>, SiLU<D> (Activation<Kind, D>):
+//   act::ReLU      y = max(x, 0)                                     nn.ReLU()
+//   act::GELU      y = x·Φ(x) = ½x·(1 + erf(x/√2))                   nn.GELU()
+//   act::GELUTanh  y = ½x·(1 + tanh(u)), u = √(2/π)·(x + 0.044715x³) nn.GELU(approximate='tanh')
+//   act::SiLU      y = x·σ(x) = x / (1 + e^(−x))                     nn.SiLU()
+//   backward, from the input x: dx = dy·f'(x),
+//     GELU f' = Φ(x) + x·φ(x);  GELUTanh f' = ½(1 + t) + ½x(1 − t²)·√(2/π)(1 + 3·0.044715x²),
+//     t = tanh(u);  SiLU f' = σ(x)·(1 + x(1 − σ(x)));  ReLU f' = [x > 0]
+#pragma once
+
+#include "../config.hpp"
+
+#include <cmath>
+#include <type_traits>
+
+#include "../kernels/rowwise.hpp"
+#include "../params.hpp"
+
+namespace stformer::inline STFORMER_ABI {
+
+namespace act {
+
+struct ReLU {
+  static float f(float x) { return x > 0.0f ? x : 0.0f; }
+  static float df(float x) { return x > 0.0f ? 1.0f : 0.0f; }
+};
+struct GELU {
+  static float f(float x) { return 0.5f * x * (1.0f + std::erf(x * 0.70710678118654752f)); }
+  static float df(float x) {
+    const float cdf = 0.5f * (1.0f + std::erf(x * 0.70710678118654752f));
+    return cdf + x * 0.39894228040143268f * std::exp(-0.5f * x * x);
+  }
+};
+struct GELUTanh {
+  static constexpr float k = 0.79788456080286536f, c = 0.044715f;  // √(2/π)
+  static float f(float x) { return 0.5f * x * (1.0f + std::tanh(k * (x + c * x * x * x))); }
+  static float df(float x) {
+    const float t = std::tanh(k * (x + c * x * x * x));
+    return 0.5f * (1.0f + t) + 0.5f * x * (1.0f - t * t) * k * (1.0f + 3.0f * c * x * x);
+  }
+};
+struct SiLU {
+  static float f(float x) { return x / (1.0f + std::exp(-x)); }
+  static float df(float x) {
+    const float s = 1.0f / (1.0f + std::exp(-x));
+    return s * (1.0f + x * (1.0f - s));
+  }
+};
+
+// x ← f(x) on N entries: ReLU by the vector kernel; with xsimd the others by its vector erf, tanh
+// and exp (within a few ulp of the scalar functions), else entry by entry.
+template <class Act, size_t N>
+inline void apply(float* x) {
+  if constexpr (std::is_same_v<Act, ReLU>) {
+    kernels::relu<N>(x);
+  } else {
+    size_t i = 0;
+#if STFORMER_SIMD
+    using kernels::vf, kernels::W, kernels::splat;
+    for (; i + W <= N; i += W) {
+      const vf v = kernels::load(x + i);
+      vf y;
+      if constexpr (std::is_same_v<Act, GELU>)
+        y = splat(0.5f) * v * (splat(1.0f) + xsimd::erf(v * splat(0.70710678118654752f)));
+      else if constexpr (std::is_same_v<Act, GELUTanh>)
+        y = splat(0.5f) * v * (splat(1.0f) + xsimd::tanh(splat(GELUTanh::k) * (v + splat(GELUTanh::c) * v * v * v)));
+      else
+        y = v / (splat(1.0f) + xsimd::exp(-v));
+      kernels::store(x + i, y);
+    }
+#endif
+    for (; i < N; ++i) x[i] = Act::f(x[i]);
+  }
+}
+// d ← d ⊙ f'(x)
+template <class Act, size_t N>
+inline void backward(const float* x, float* d) {
+  for (size_t i = 0; i < N; ++i) d[i] *= Act::df(x[i]);
+}
+
+}  // namespace act
+
+template <class Kind, size_t D>
+struct Activation {
+  template <class F, class... S>
+  static constexpr void visit(const Path&, F&, S&...) {}
+
+  // A step of a Sequential (stformer/sequential.hpp), in place on rows [B, N, D].
+  template <size_t B, size_t N>
+  using Input = Tensor<B, N, D>;
+  static constexpr bool in_place = true;
+  template <size_t B, size_t N>
+  void forward_in_place(Tensor<B, N, D>& h) const {
+    act::apply<Kind, B * N * D>(h.data());
+  }
+
+  template <size_t... L>
+  struct Acts {
+    const Tensor<L..., D>* x = nullptr;  // the input of the last forward
+    Tensor<L..., D> out, dx;
+
+    template <class X>
+    const Tensor<L..., D>& forward(const Activation&, const X& in) {
+      static_assert(shape_is<X, L..., D>, "activation: input rows x must be [..., D] (the pass's sizes, the step's width D)");
+      x = &in;
+      out = in;
+      act::apply<Kind, (L * ... * 1) * D>(out.data());
+      return out;
+    }
+    const Tensor<L..., D>& backward(const Activation&, Activation&, const Tensor<L..., D>& dout) {
+      dx = dout;
+      act::backward<Kind, (L * ... * 1) * D>(x->data(), dx.data());
+      return dx;
+    }
+  };
+
+  template <size_t... L>
+  struct Infer {
+    Tensor<L..., D> out;
+    template <class X>
+    const Tensor<L..., D>& forward(const Activation&, const X& in) {
+      static_assert(shape_is<X, L..., D>, "activation: input rows x must be [..., D] (the pass's sizes, the step's width D)");
+      out = in;
+      act::apply<Kind, (L * ... * 1) * D>(out.data());
+      return out;
+    }
+  };
+};
+
+template <size_t D>
+struct ReLU : Activation<act::ReLU, D> {};
+template <size_t D>
+struct GELU : Activation<act::GELU, D> {};
+template <size_t D>
+struct GELUTanh : Activation<act::GELUTanh, D> {};
+template <size_t D>
+struct SiLU : Activation<act::SiLU, D> {};
+
+}  // namespace stformer

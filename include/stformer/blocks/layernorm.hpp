@@ -1,0 +1,105 @@
+// LayerNorm<D> (Ba et al. 2016; PyTorch's nn.LayerNorm(D)) and RMSNorm<D> (Zhang & Sennrich 2019;
+// PyTorch's nn.RMSNorm(D)) per row x of width D:
+//   LayerNorm: y = w ⊙ (x − μ) / √(σ² + ε) + b,  μ = mean x, σ² = mean (x − μ)² (biased), ε = 1e-5
+//   RMSNorm:   y = w ⊙ x / √(mean x² + ε),       ε = 1.1920929e-7 (PyTorch's default: float's
+//                                                epsilon)
+// A row of constant value gives y = b (LayerNorm); a row of zeros y = 0 (RMSNorm): ε keeps both
+// finite.
+//   backward (x̂ the normalised row, rstd = 1/√(·), g = dy ⊙ w):
+//     LayerNorm: dx = rstd·(g − mean g − x̂·mean(g ⊙ x̂)),  dw += Σ_rows dy ⊙ x̂,  db += Σ_rows dy
+//     RMSNorm:   dx = rstd·(g − x̂·mean(g ⊙ x̂)),          dw += Σ_rows dy ⊙ x̂
+// Parameters (PyTorch's names and initial values): weight [D] (ones), bias [D] (zeros; LayerNorm).
+#pragma once
+
+#include "../config.hpp"
+
+#include <type_traits>
+
+#include "../kernels/rowwise.hpp"
+#include "../params.hpp"
+
+namespace stformer::inline STFORMER_ABI {
+
+template <size_t D, bool Centred>
+struct RowNorm {
+  static constexpr float eps = Centred ? 1e-5f : 1.1920929e-7f;
+  Tensor<D> weight;
+  [[no_unique_address]] std::conditional_t<Centred, Tensor<D>, Nothing> bias;
+
+  template <class F, class... S>
+  static constexpr void visit(const Path& at, F& f, S&... s) {
+    f(at / "weight", Init{Init::constant, 1.0f}, s.weight...);
+    if constexpr (Centred) f(at / "bias", Init{Init::zeros}, s.bias...);
+  }
+
+  // y = the norm of Rows rows x [Rows, D] (y may be x); mean and rstd of each row kept when not null.
+  template <size_t Rows>
+  void apply(const float* x, float* y, float* mean = nullptr, float* rstd = nullptr) const {
+    if constexpr (Centred)
+      kernels::layernorm_rows<Rows, D>(x, y, weight.data(), bias.data(), eps, mean, rstd);
+    else
+      kernels::rmsnorm_rows<Rows, D>(x, y, weight.data(), eps, rstd);
+  }
+
+  // A step of a Sequential (stformer/sequential.hpp), in place on rows [B, N, D].
+  template <size_t B, size_t N>
+  using Input = Tensor<B, N, D>;
+  static constexpr bool in_place = true;
+  template <size_t B, size_t N>
+  void forward_in_place(Tensor<B, N, D>& h) const {
+    apply<B * N>(h.data(), h.data());
+  }
+
+  // Rows of shape [L..., D].
+  template <size_t... L>
+  struct Acts {
+    static constexpr size_t rows = (L * ... * 1);
+    const Tensor<L..., D>* x = nullptr;  // the input of the last forward
+    Tensor<L..., D> out, dx;
+    [[no_unique_address]] std::conditional_t<Centred, Tensor<rows>, Nothing> mean;
+    Tensor<rows> rstd;
+
+    template <class X>
+    const Tensor<L..., D>& forward(const RowNorm& p, const X& in) {
+      static_assert(shape_is<X, L..., D>, "LayerNorm, RMSNorm: input rows x must be [..., D] (the pass's sizes, the norm's width D)");
+      x = &in;
+      p.template apply<rows>(in.data(), out.data(), Centred ? mean_data() : nullptr, rstd.data());
+      return out;
+    }
+
+    const Tensor<L..., D>& backward(const RowNorm& p, RowNorm& grad, const Tensor<L..., D>& dout) {
+      kernels::norm_backward_rows<rows, D>(x->data(), dout.data(), p.weight.data(), Centred ? mean_data() : nullptr, rstd.data(), dx.data(),
+                                           grad.weight.data(), bias_data(grad));
+      return dx;
+    }
+
+   private:
+    float* mean_data() {
+      if constexpr (Centred) return mean.data();
+      else return nullptr;
+    }
+    static float* bias_data(RowNorm& grad) {
+      if constexpr (Centred) return grad.bias.data();
+      else return nullptr;
+    }
+  };
+
+  template <size_t... L>
+  struct Infer {
+    Tensor<L..., D> out;
+
+    template <class X>
+    const Tensor<L..., D>& forward(const RowNorm& p, const X& x) {
+      static_assert(shape_is<X, L..., D>, "LayerNorm, RMSNorm: input rows x must be [..., D] (the pass's sizes, the norm's width D)");
+      p.template apply<(L * ... * 1)>(x.data(), out.data());
+      return out;
+    }
+  };
+};
+
+template <size_t D>
+struct LayerNorm : RowNorm<D, true> {};
+template <size_t D>
+struct RMSNorm : RowNorm<D, false> {};
+
+}  // namespace stformer
