@@ -53,6 +53,10 @@ LINEAR_SHAPES = [(256, 128, 128), (256, 512, 128), (256, 128, 512)]  # M, N, K
 CASES = [forward_case("MHA fwd", "BM_MultiHeadAttention", "mha", *s) for s in FORWARD_SHAPES] + [
     forward_case("MHA inference (Infer)", "BM_MultiHeadAttentionInfer", "mha", *s) for s in FORWARD_SHAPES] + [
     forward_case("Encoder fwd", "BM_EncoderBlock", "encoder", *s) for s in FORWARD_SHAPES + [(32, 64, 64, 4)]] + [
+    # PyTorch's own nn.TransformerEncoderLayer (post-norm LayerNorm, ReLU, F = 4·D, its fast path
+    # in eval mode) against the same layer in stformer, forward only
+    (f"nn.TransformerEncoderLayer inference b{b} N{n} D{d} H{h}", f"BM_EncoderBlockInfer<{b}, {n}, {d}, {h}, PostNorm<>>", 1,
+     ("torch_encoder_layer", b, n, d, h)) for b, n, d, h in FORWARD_SHAPES] + [
     (f"Linear x·Wᵀ + b, {m} × {n} × {k}", f"BM_Matmul<{m}, {n}, {k}>", 1, ("linear", m, n, k)) for m, n, k in LINEAR_SHAPES] + [
     ("max-value step, pointer, 1 thread", "BM_MaxValueStep<max_value::PointerNet>/threads:1/lanes:2/real_time", 1, ("pointer_step",)),
     ("max-value step, pointer, 2 threads", "BM_MaxValueStep<max_value::PointerNet>/threads:2/lanes:2/real_time", 2, ("pointer_step",)),
@@ -129,6 +133,9 @@ def torch_case(kind, *args):
     if kind == "encoder":
         b, n, d, h = args
         return inference(st.EncoderBlock(d, h, 4 * d), torch.randn(b, n, d))
+    if kind == "torch_encoder_layer":
+        b, n, d, h = args
+        return inference(torch.nn.TransformerEncoderLayer(d, h, 4 * d, dropout=0.0, batch_first=True), torch.randn(b, n, d))
     if kind in ("pointer_infer", "set_infer"):
         x = torch.randn(1, 50, 2) + torch.randn(1, 1, 2)
         return inference(st.PointerModel(2, 16, 1, 64, 2) if kind == "pointer_infer" else st.SetTransformer(2, 64, 4, 16, 2), x)

@@ -39,12 +39,12 @@ double project(const C& c, size_t batch, Ref&& ref) {
 // the largest gradient of the tensor (at least 1e-2: exact zeros, such as the key bias's
 // gradient under softmax's shift invariance, come out of float arithmetic as ~1e-7).
 template <class Loss>
-void check_fd(const std::string& what, float* values, const float* analytic, size_t n, Loss&& loss, double tol = 2e-4) {
+void check_fd(const std::string& what, float* values, const float* analytic, size_t n, Loss&& loss, double tol = 2e-4, float step = 1e-5f) {
   std::vector<double> fd(n);
   double scale = 1e-2;
   for (size_t i = 0; i < n; ++i) {
     float old = values[i];
-    float h = 1e-5f * std::max(1.0f, std::abs(old));
+    float h = step * std::max(1.0f, std::abs(old));
     values[i] = old + h;
     double up = loss(), hp = double(values[i]) - old;
     values[i] = old - h;
@@ -446,4 +446,87 @@ TEST_CASE("gradients: the SPEC models (pointer, set, language model)") {
     };
     check_params(*p, *g, loss);
   }
+}
+
+TEST_CASE("gradients: PositionEmbedding, ClassToken, FirstToken; a ViT-style classifier of them and PyTorch's layers") {
+  Rng rng(13);
+  constexpr size_t B = 2, N = 3, D = 5;
+  Tensor<B, N, D> x;
+  fill(x, rng);
+  {
+    auto p = random_block<PositionEmbedding<4, D>>(rng);
+    auto g = zero_grads<PositionEmbedding<4, D>>();
+    Tensor<B, N, D> c;
+    fill(c, rng);
+    ActsOf<PositionEmbedding<4, D>, B, N> a;
+    a.forward(*p, x);
+    const auto& dx = a.backward(*p, *g, c);
+    auto loss = [&] {  // Σ c ⊙ (x + weight[n])
+      double s = 0;
+      for (size_t b = 0; b < B; ++b)
+        for (size_t n = 0; n < N; ++n)
+          for (size_t j = 0; j < D; ++j) s += double(c(b, n, j)) * (double(x(b, n, j)) + p->weight(n, j));
+      return s;
+    };
+    check_params(*p, *g, loss);
+    check_fd("x", x.data(), dx.data(), x.size(), loss);
+  }
+  {
+    auto p = random_block<ClassToken<D>>(rng);
+    auto g = zero_grads<ClassToken<D>>();
+    Tensor<B, N + 1, D> c;
+    fill(c, rng);
+    ActsOf<ClassToken<D>, B, N> a;
+    const auto& y = a.forward(*p, x);
+    for (size_t j = 0; j < D; ++j) CHECK((y(1, 0, j) == p->cls_token(0, 0, j) && y(1, 3, j) == x(1, 2, j)));
+    const auto& dx = a.backward(*p, *g, c);
+    auto loss = [&] {  // Σ_b c[b, 0]·cls_token + Σ c[b, 1 + n]·x[b, n]
+      double s = 0;
+      for (size_t b = 0; b < B; ++b)
+        for (size_t j = 0; j < D; ++j) {
+          s += double(c(b, 0, j)) * p->cls_token(0, 0, j);
+          for (size_t n = 0; n < N; ++n) s += double(c(b, 1 + n, j)) * x(b, n, j);
+        }
+      return s;
+    };
+    check_params(*p, *g, loss);
+    check_fd("x", x.data(), dx.data(), x.size(), loss);
+  }
+  {
+    FirstToken<D> p;
+    Tensor<B, 1, D> c;
+    fill(c, rng);
+    ActsOf<FirstToken<D>, B, N> a;
+    a.forward(p, x);
+    const auto& dx = a.backward(p, p, c);
+    auto loss = [&] {
+      double s = 0;
+      for (size_t b = 0; b < B; ++b)
+        for (size_t j = 0; j < D; ++j) s += double(c(b, 0, j)) * x(b, 0, j);
+      return s;
+    };
+    check_fd("x", x.data(), dx.data(), x.size(), loss);
+  }
+  // composed: PyTorch's names by index, the forward-only pass the same bits as training's
+  using M = Sequential<Linear<D, 8>, ClassToken<8>, PositionEmbedding<4, 8>, Repeat<EncoderBlock<8, 2, 16, PostNorm<act::GELU>>, 2>,
+                       FirstToken<8>, Named<"head", Linear<8, 2>>>;
+  auto m = random_block<M>(rng);
+  const auto names = test::param_names(*m);
+  for (const char* n : {"1.cls_token", "2.weight", "3.0.self_attn.in_proj_weight", "3.1.linear2.bias", "3.1.norm2.weight", "head.weight"})
+    CHECK_MESSAGE(std::find(names.begin(), names.end(), n) != names.end(), n);
+  ActsOf<M, B, N> a;
+  InferOf<M, B, N> inf;
+  const Tensor<B, 1, 2> want = a.forward(*m, x);
+  CHECK(inf.forward(*m, x) == want);
+  Tensor<B, 1, 2> c;
+  fill(c, rng);
+  auto g = zero_grads<M>();
+  const auto& dx = a.backward(*m, *g, c);
+  auto loss = [&] {  // the float model itself (steps of 1e-2: above its rounding): a coarser check of the chain
+    const auto& y = inf.forward(*m, x);
+    double s = 0;
+    for (size_t i = 0; i < y.size(); ++i) s += double(c.data()[i]) * y.data()[i];
+    return s;
+  };
+  check_fd("x", x.data(), dx.data(), x.size(), loss, 2e-3, 1e-2f);
 }

@@ -6,8 +6,14 @@
 // The namespaces "optim." and "state." are reserved for optimiser and RNG state.
 //
 // load_params is all-or-nothing: it first checks every parameter (present, F32, same shape) and
-// throws the first problem as std::runtime_error, e.g.
+// throws every problem in one std::runtime_error, e.g.
 //   checkpoint x.safetensors: tensor 'blocks.0.attn.wq.weight' has shape [16, 8], the model expects [16, 16]
+// or, for a file written for another block (a LayerNorm's norm1.weight where a ScaleNorm's
+// sn1.g is expected), each on a line of its own:
+//   checkpoint x.safetensors: 3 problems:
+//     tensor 'sn1.g' is missing
+//     ...
+//     2 unexpected tensors that the model does not have: 'norm1.weight', 'norm1.bias'
 // and only then copies, so a failed load leaves the model unchanged.
 //
 // Unexpected tensors are an error by default (Unexpected::reject): a tensor whose name starts
@@ -78,40 +84,48 @@ void add_params(safetensors::Writer& w, const M& model, std::string_view prefix 
       model);
 }
 
-// Throws the first problem that would stop load_params (see top); changes nothing.
+// Throws every problem that would stop load_params (see top; at most 50 listed); changes nothing.
 template <class M>
 void check_params(const safetensors::File& f, const M& model, std::string_view prefix = "", Unexpected unexpected = Unexpected::reject) {
   std::set<std::string, std::less<>> expected;
-  std::string problem;
+  std::vector<std::string> problems;
   for_each_param(
       [&](const Path& path, Init, const auto& t) {
         std::string name = std::string(prefix) + path.name().c_str();
         const safetensors::TensorView* v = f.find(name);
         const std::vector<size_t> shape = detail::shape_of(t);
-        if (!problem.empty()) {  // keep the first
-        } else if (v == nullptr) {
-          problem = "tensor '" + name + "' is missing";
+        if (v == nullptr) {
+          problems.push_back("tensor '" + name + "' is missing");
         } else if (constexpr auto dtype = detail::dtype_of<std::remove_cvref_t<decltype(t)>>(); v->dtype != dtype) {
-          problem = "tensor '" + name + "' has dtype " + std::string(dtype_name(v->dtype)) + ", the model expects " + std::string(dtype_name(dtype));
+          problems.push_back("tensor '" + name + "' has dtype " + std::string(dtype_name(v->dtype)) + ", the model expects " +
+                             std::string(dtype_name(dtype)));
         } else if (v->shape != shape) {
-          problem = "tensor '" + name + "' has shape " + safetensors::shape_string(v->shape) + ", the model expects " +
-                    safetensors::shape_string(shape);
+          problems.push_back("tensor '" + name + "' has shape " + safetensors::shape_string(v->shape) + ", the model expects " +
+                             safetensors::shape_string(shape));
         }
         expected.insert(std::move(name));
       },
       model);
-  if (problem.empty() && unexpected == Unexpected::reject) {
+  constexpr size_t most = 50;
+  if (unexpected == Unexpected::reject) {
     std::vector<std::string_view> extra;
     for (const auto& v : f.tensors())
       if (v.name.starts_with(prefix) && !expected.contains(v.name) && !(detail::reserved_name(v.name) && !detail::reserved_name(prefix)))
         extra.push_back(v.name);
     if (!extra.empty()) {
-      problem = std::to_string(extra.size()) + " unexpected tensor" + (extra.size() == 1 ? "" : "s") + " that the model does not have:";
-      for (size_t i = 0; i < extra.size() && i < 10; ++i) problem += (i ? ", '" : " '") + std::string(extra[i]) + "'";
-      if (extra.size() > 10) problem += " ...";
+      std::string p = std::to_string(extra.size()) + " unexpected tensor" + (extra.size() == 1 ? "" : "s") + " that the model does not have:";
+      for (size_t i = 0; i < extra.size() && i < most; ++i) p += (i ? ", '" : " '") + std::string(extra[i]) + "'";
+      if (extra.size() > most) p += " ...";
+      problems.push_back(std::move(p));
     }
   }
-  if (!problem.empty()) throw std::runtime_error("checkpoint " + f.label() + ": " + problem);
+  if (problems.size() == 1) throw std::runtime_error("checkpoint " + f.label() + ": " + problems[0]);
+  if (!problems.empty()) {
+    std::string all = "checkpoint " + f.label() + ": " + std::to_string(problems.size()) + " problems:";
+    for (size_t i = 0; i < problems.size() && i < most; ++i) all += "\n  " + problems[i];
+    if (problems.size() > most) all += "\n  ... and " + std::to_string(problems.size() - most) + " more";
+    throw std::runtime_error(all);
+  }
 }
 
 // Copies every parameter of model from f, after check_params: all or nothing.

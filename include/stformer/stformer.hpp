@@ -17,6 +17,7 @@
 #include "blocks/pointer.hpp"
 #include "blocks/positional.hpp"
 #include "blocks/sab.hpp"
+#include "blocks/tokens.hpp"
 #include "blocks/scalenorm.hpp"
 #include "models/language_model.hpp"
 #include "models/pointer_model.hpp"

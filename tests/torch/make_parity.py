@@ -23,30 +23,9 @@ torch.set_num_threads(1)
 LR, WD, STEPS = 0.01, 0.01, 10
 
 
-def layer_names(attentions):
-    """nn.TransformerEncoderLayer's or DecoderLayer's names to stformer's EncoderBlock's or
-    DecoderBlock's: each attention's in_proj_* split into wq, wk, wv, its out_proj -> wo (the
-    attention renamed by `attentions`); linear1, linear2 -> ffn.fc1, fc2."""
-    def rename(name, t):
-        for a, b in (("linear1.", "ffn.fc1."), ("linear2.", "ffn.fc2.")):
-            if name.startswith(a):
-                return {b + name[len(a):]: t}
-        for torch_name, ours in attentions.items():
-            if name.startswith(torch_name + ".out_proj."):
-                return {f"{ours}.wo.{name.rsplit('.', 1)[1]}": t}
-            if name.startswith(torch_name + ".in_proj_"):
-                kind = name[len(torch_name + ".in_proj_"):]
-                return {f"{ours}.{w}.{kind}": part for w, part in zip(("wq", "wk", "wv"), t.chunk(3))}
-        return {name: t}
-    return rename
-
-
-def case(path, model, inputs, loss_fn, rename=lambda name, t: {name: t}):
+def case(path, model, inputs, loss_fn):
     def named(prefix, pairs):
-        out = {}
-        for n, t in pairs:
-            out.update({f"{prefix}{k}": v.detach().clone().contiguous() for k, v in rename(n, t).items()})
-        return out
+        return {f"{prefix}{n}": t.detach().clone() for n, t in pairs}
 
     params = named("param.", model.named_parameters())
     out = model(*inputs["args"])
@@ -161,7 +140,7 @@ def main(out_dir):
             name = f"encoder_{'pre' if first else 'post'}_{act}.safetensors"
             case(os.path.join(out_dir, name), layer,
                  {"args": (x, mask, pad), "save": {"x": x, "y": y, "keys": ~pad}},
-                 lambda out: (out - y).pow(2).mean(), layer_names({"self_attn": "attn"}))
+                 lambda out: (out - y).pow(2).mean())
 
     # nn.TransformerDecoderLayer, post-norm with GELU and norm_first with ReLU: a causal tgt_mask,
     # the memory key-padded.
@@ -177,7 +156,7 @@ def main(out_dir):
         name = f"decoder_{'pre' if first else 'post'}_{act}.safetensors"
         case(os.path.join(out_dir, name), layer,
              {"args": (x, memory, causal, None, None, mem_pad), "save": {"x": x, "y": y, "m": memory, "keys": ~mem_pad}},
-             lambda out: (out - y).pow(2).mean(), layer_names({"self_attn": "self_attn", "multihead_attn": "cross_attn"}))
+             lambda out: (out - y).pow(2).mean())
 
 
 if __name__ == "__main__":

@@ -55,10 +55,11 @@ inline void apply(float* x) {
   if constexpr (std::is_same_v<Act, ReLU>) {
     kernels::relu<N>(x);
   } else {
-    size_t i = 0;
+    size_t full = 0;
 #if STFORMER_SIMD
     using kernels::vf, kernels::W, kernels::splat;
-    for (; i + W <= N; i += W) {
+    full = N / W * W;
+    for (size_t i = 0; i < full; i += W) {
       const vf v = kernels::load(x + i);
       vf y;
       if constexpr (std::is_same_v<Act, GELU>)
@@ -70,7 +71,7 @@ inline void apply(float* x) {
       kernels::store(x + i, y);
     }
 #endif
-    for (; i < N; ++i) x[i] = Act::f(x[i]);
+    for (size_t i = full; i < N; ++i) x[i] = Act::f(x[i]);
   }
 }
 // d ← d ⊙ f'(x)

@@ -24,7 +24,9 @@
 // Score scale s: ScoreScale::head_width gives 1/sqrt(Dh) (the default), ScoreScale::model_width
 // gives 1/sqrt(D) (the seed project's choice). A masked key gets weight exactly 0; a query
 // whose keys are all masked gets o_h = 0, so its output row is bo. Parameters: wq, wk, wv, wo
-// (Xavier-normal weights, zero biases).
+// (Xavier-normal weights, zero biases); with Projections::packed PyTorch's nn.MultiheadAttention's
+// names: in_proj_weight [3D, D] (Wq, Wk, Wv's rows in that order), in_proj_bias [3D],
+// out_proj.weight, out_proj.bias (Dq = Dkv = D).
 #pragma once
 
 #include "../config.hpp"
@@ -41,12 +43,13 @@ namespace stformer::inline STFORMER_ABI {
 
 enum class ScoreScale { head_width, model_width };
 
-template <size_t Dq, size_t Dkv, size_t D, size_t H, ScoreScale S = ScoreScale::head_width>
-struct MultiHeadAttention {
-  static_assert(D % H == 0, "MultiHeadAttention: model width D must be divisible by the number of heads H");
-  static constexpr size_t Dh = D / H;
-  static constexpr float score_scale = S == ScoreScale::head_width ? inv_sqrt(Dh) : inv_sqrt(D);
-
+// Where an attention's projections are: four linear layers wq, wk, wv, wo (separate), or
+// PyTorch's nn.MultiheadAttention's in_proj_weight [3D, D] and in_proj_bias [3D] (Wq, Wk, Wv
+// packed) and out_proj (packed). Either way q_proj(), k_proj(), v_proj() give the three as
+// linear layers (Linear, or LinearRef into the packed rows) and wo is the output's.
+enum class Projections { separate, packed };
+template <size_t Dq, size_t Dkv, size_t D, Projections Pr>
+struct AttentionProjections {
   Linear<Dq, D> wq;
   Linear<Dkv, D> wk, wv;
   Linear<D, D> wo;
@@ -58,6 +61,41 @@ struct MultiHeadAttention {
     stformer::visit(at / "wv", f, p.wv...);
     stformer::visit(at / "wo", f, p.wo...);
   }
+  const Linear<Dq, D>& q_proj() const { return wq; }
+  const Linear<Dkv, D>& k_proj() const { return wk; }
+  const Linear<Dkv, D>& v_proj() const { return wv; }
+  Linear<Dq, D>& q_proj() { return wq; }
+  Linear<Dkv, D>& k_proj() { return wk; }
+  Linear<Dkv, D>& v_proj() { return wv; }
+};
+template <size_t Dq, size_t Dkv, size_t D>
+struct AttentionProjections<Dq, Dkv, D, Projections::packed> {
+  static_assert(Dq == D && Dkv == D, "MultiHeadAttention: PyTorch packs the projections (in_proj_weight) only when kdim = vdim = embed_dim");
+  Tensor<3 * D, D> in_proj_weight;
+  Tensor<3 * D> in_proj_bias;
+  Linear<D, D> wo;
+
+  template <class F, class... P>
+  static constexpr void visit(const Path& at, F& f, P&... p) {
+    f(at / "in_proj_weight", Init{Init::xavier_normal}, p.in_proj_weight...);
+    f(at / "in_proj_bias", Init{Init::zeros}, p.in_proj_bias...);
+    stformer::visit(at / "out_proj", f, p.wo...);
+  }
+  LinearRef<D, D> q_proj() const { return {in_proj_weight.data(), in_proj_bias.data()}; }
+  LinearRef<D, D> k_proj() const { return {in_proj_weight.data() + D * D, in_proj_bias.data() + D}; }
+  LinearRef<D, D> v_proj() const { return {in_proj_weight.data() + 2 * D * D, in_proj_bias.data() + 2 * D}; }
+  LinearRef<D, D, float> q_proj() { return {in_proj_weight.data(), in_proj_bias.data()}; }
+  LinearRef<D, D, float> k_proj() { return {in_proj_weight.data() + D * D, in_proj_bias.data() + D}; }
+  LinearRef<D, D, float> v_proj() { return {in_proj_weight.data() + 2 * D * D, in_proj_bias.data() + 2 * D}; }
+};
+
+template <size_t Dq, size_t Dkv, size_t D, size_t H, ScoreScale S = ScoreScale::head_width, Projections Pr = Projections::separate>
+struct MultiHeadAttention : AttentionProjections<Dq, Dkv, D, Pr> {
+  static_assert(D % H == 0, "MultiHeadAttention: model width D must be divisible by the number of heads H");
+  static constexpr size_t Dh = D / H;
+  static constexpr float score_scale = S == ScoreScale::head_width ? inv_sqrt(Dh) : inv_sqrt(D);
+  using Base = AttentionProjections<Dq, Dkv, D, Pr>;
+  using Base::visit, Base::q_proj, Base::k_proj, Base::v_proj, Base::wo;
 
   template <size_t B, size_t Nq, size_t Nk, class XQ, class XKV>
   static constexpr void check_inputs() {
@@ -114,9 +152,9 @@ struct MultiHeadAttention {
     template <class XQ, class XKV>
     const Tensor<B, Nq, D>& forward(const MultiHeadAttention& p, const XQ& xq, const XKV& xkv, Mask<B, Nk> mask = {}) {
       check_inputs<B, Nq, Nk, XQ, XKV>();
-      q.forward(p.wq, xq);
-      k.forward(p.wk, xkv);
-      v.forward(p.wv, xkv);
+      q.forward(p.q_proj(), xq);
+      k.forward(p.k_proj(), xkv);
+      v.forward(p.v_proj(), xkv);
       for (size_t b = 0; b < B; ++b)
         for (size_t h = 0; h < H; ++h) {
           const size_t qo = b * Nq * D + h * Dh;
@@ -142,8 +180,8 @@ struct MultiHeadAttention {
           kernels::matmul_nn<Nq, Dh, Nk>(ds.data(), Nk, k.out.data() + ko, D, dq.data() + qo, D);
           kernels::matmul_tn<Nk, Dh, Nq, false>(ds.data(), Nk, q.out.data() + qo, D, dk.data() + ko, D);
         }
-      kernels::add<B * Nk * Dkv>(k.backward(p.wk, grad.wk, dk).data(), v.backward(p.wv, grad.wv, dv).data(), dxkv.data());
-      return {q.backward(p.wq, grad.wq, dq), dxkv};
+      kernels::add<B * Nk * Dkv>(k.backward(p.k_proj(), grad.k_proj(), dk).data(), v.backward(p.v_proj(), grad.v_proj(), dv).data(), dxkv.data());
+      return {q.backward(p.q_proj(), grad.q_proj(), dq), dxkv};
     }
   };
 
@@ -158,12 +196,12 @@ struct MultiHeadAttention {
   void fold(const float* q, const float* x, float* qk, float* a, float* ax, float* heads, size_t b, const Mask<B, Nk>& mask) const {
     constexpr size_t R = H * Nq;
     for (size_t h = 0; h < H; ++h)
-      kernels::matmul_nn<Nq, Dkv, Dh>(q + h * Dh, D, wk.weight.data() + h * Dh * Dkv, Dkv, qk + h * Nq * Dkv, Dkv);
+      kernels::matmul_nn<Nq, Dkv, Dh>(q + h * Dh, D, k_proj().weight.data() + h * Dh * Dkv, Dkv, qk + h * Nq * Dkv, Dkv);
     kernels::matmul_nt<R, Nk, Dkv>(qk, Dkv, x, Dkv, a, Nk);
     for (size_t h = 0; h < H; ++h) masked_softmax<Nq>(a + h * Nq * Nk, b, 0, mask);
     kernels::matmul_nn<R, Dkv, Nk>(a, Nk, x, Dkv, ax, Dkv);
     for (size_t h = 0; h < H; ++h)
-      kernels::matmul_nt<Nq, Dh, Dkv>(ax + h * Nq * Dkv, Dkv, wv.weight.data() + h * Dh * Dkv, Dkv, heads + h * Dh, D, 1.0f, wv.bias.data() + h * Dh);
+      kernels::matmul_nt<Nq, Dh, Dkv>(ax + h * Nq * Dkv, Dkv, v_proj().weight.data() + h * Dh * Dkv, Dkv, heads + h * Dh, D, 1.0f, v_proj().bias.data() + h * Dh);
     for (size_t i = 0; i < Nq; ++i)
       if (!sees_a_key<Nk>(a + i * Nk)) std::fill_n(heads + i * D, D, 0.0f);
   }
@@ -193,7 +231,7 @@ struct MultiHeadAttention {
     const Tensor<B, Nq, D>& forward(const MultiHeadAttention& p, const XQ& xq, const XKV& x_kv, Mask<B, Nk> mask = {}) {
       check_inputs<B, Nq, Nk, XQ, XKV>();
       xkv = &x_kv;
-      q.forward(p.wq, xq);
+      q.forward(p.q_proj(), xq);
       for (size_t b = 0; b < B; ++b)
         p.template fold<B, Nq, Nk>(q.out.data() + b * Nq * D, x_kv.data() + b * Nk * Dkv, qk.data() + b * R * Dkv, attn.data() + b * R * Nk,
                                    ax.data() + b * R * Dkv, heads.data() + b * Nq * D, b, mask);
@@ -207,11 +245,11 @@ struct MultiHeadAttention {
         const float* a = attn.data() + b * R * Nk;
         for (size_t h = 0; h < H; ++h) {
           const float* doh = dheads.data() + b * Nq * D + h * Dh;
-          kernels::matmul_nn<Nq, Dkv, Dh>(doh, D, p.wv.weight.data() + h * Dh * Dkv, Dkv, dax.data() + h * Nq * Dkv, Dkv);
-          kernels::matmul_tn<Dh, Dkv, Nq>(doh, D, ax.data() + (b * R + h * Nq) * Dkv, Dkv, grad.wv.weight.data() + h * Dh * Dkv, Dkv);
+          kernels::matmul_nn<Nq, Dkv, Dh>(doh, D, p.v_proj().weight.data() + h * Dh * Dkv, Dkv, dax.data() + h * Nq * Dkv, Dkv);
+          kernels::matmul_tn<Dh, Dkv, Nq>(doh, D, ax.data() + (b * R + h * Nq) * Dkv, Dkv, grad.v_proj().weight.data() + h * Dh * Dkv, Dkv);
         }
         for (size_t i = 0; i < Nq; ++i)
-          if (sees_a_key<Nk>(a + i * Nk)) kernels::add_to<D>(dheads.data() + (b * Nq + i) * D, grad.wv.bias.data());
+          if (sees_a_key<Nk>(a + i * Nk)) kernels::add_to<D>(dheads.data() + (b * Nq + i) * D, grad.v_proj().bias.data());
         kernels::matmul_nt<R, Nk, Dkv>(dax.data(), Dkv, x, Dkv, ds.data(), Nk);
         for (size_t r = 0; r < R; ++r) kernels::softmax_backward_row<Nk>(a + r * Nk, ds.data() + r * Nk, score_scale);
         float* dx = dxkv.data() + b * Nk * Dkv;
@@ -220,11 +258,11 @@ struct MultiHeadAttention {
         kernels::matmul_nn<R, Dkv, Nk>(ds.data(), Nk, x, Dkv, dqk.data(), Dkv);
         for (size_t h = 0; h < H; ++h) {
           const float* dqkh = dqk.data() + h * Nq * Dkv;
-          kernels::matmul_nt<Nq, Dh, Dkv>(dqkh, Dkv, p.wk.weight.data() + h * Dh * Dkv, Dkv, dq.data() + b * Nq * D + h * Dh, D);
-          kernels::matmul_tn<Dh, Dkv, Nq>(q.out.data() + b * Nq * D + h * Dh, D, dqkh, Dkv, grad.wk.weight.data() + h * Dh * Dkv, Dkv);
+          kernels::matmul_nt<Nq, Dh, Dkv>(dqkh, Dkv, p.k_proj().weight.data() + h * Dh * Dkv, Dkv, dq.data() + b * Nq * D + h * Dh, D);
+          kernels::matmul_tn<Dh, Dkv, Nq>(q.out.data() + b * Nq * D + h * Dh, D, dqkh, Dkv, grad.k_proj().weight.data() + h * Dh * Dkv, Dkv);
         }
       }
-      return {q.backward(p.wq, grad.wq, dq), dxkv};
+      return {q.backward(p.q_proj(), grad.q_proj(), dq), dxkv};
     }
   };
 
@@ -277,9 +315,9 @@ struct MultiHeadAttention {
     if constexpr (folds<Nq, Nk>) {
       w.xkv = xkv;
     } else {
-      wk.template apply<B * Nk>(xkv, w.v.data());
+      k_proj().template apply<B * Nk>(xkv, w.v.data());
       for (size_t b = 0; b < B; ++b) kernels::transpose<D>(w.v.data() + b * Nk * D, D, Nk, w.kt.data() + b * D * Nk, Nk);
-      wv.template apply<B * Nk>(xkv, w.v.data());
+      v_proj().template apply<B * Nk>(xkv, w.v.data());
     }
   }
 
@@ -340,7 +378,7 @@ struct MultiHeadAttention {
   template <size_t B, size_t Nq, size_t Nk, size_t T>
   void forward_add(float* x, float* residual, Work<B, Nq, Nk, T>& w, const Mask<B, Nk>& mask) const {
     using Wk = Work<B, Nq, Nk, T>;
-    wq.template apply_tiled<B * Nq, Wk::rows>(x, x, w.tile);
+    q_proj().template apply_tiled<B * Nq, Wk::rows>(x, x, w.tile);
     attend<B, Nq, Nk, T>(x, w, mask);
     wo.template apply_tiled<B * Nq, Wk::rows, false, true>(x, residual, w.tile);
   }
@@ -356,7 +394,7 @@ struct MultiHeadAttention {
     template <class XQ, class XKV>
     const Tensor<B, Nq, D>& forward(const MultiHeadAttention& p, const XQ& xq, const XKV& xkv, Mask<B, Nk> mask = {}) {
       check_inputs<B, Nq, Nk, XQ, XKV>();
-      p.wq.template apply<B * Nq>(xq.data(), q.data());
+      p.q_proj().template apply<B * Nq>(xq.data(), q.data());
       p.template prepare<B, Nq, Nk, 0>(xkv.data(), w);
       p.template attend<B, Nq, Nk, 0>(q.data(), w, mask);
       p.wo.template apply<B * Nq>(q.data(), out.data());

@@ -15,8 +15,9 @@
 // In integers as DecoderBlock<D, H, F, SpecForm, precision::int8>: the same composition on an
 // int16 residual stream, the memory an int16 stream of its own (from_float). (SpecForm's only,
 // so far.)
-// Parameters: sn1.g, self_attn.*, sn2.g, cross_attn.*, sn3.g, ffn.* (LayerNorm forms: norm1.*,
-// norm2.*, norm3.*).
+// Parameters: sn1.g, self_attn.*, sn2.g, cross_attn.*, sn3.g, ffn.*; the LayerNorm forms
+// PyTorch's (nn.TransformerDecoderLayer): norm1.*, self_attn.*, norm2.*, multihead_attn.* (each
+// attention packed: in_proj_weight, in_proj_bias, out_proj.*), norm3.*, linear1.*, linear2.*.
 #pragma once
 
 #include "../config.hpp"
@@ -38,7 +39,8 @@ struct DecoderBlock {
   using Of = typename P::template Of<Leaf>;
   using Float = DecoderBlock<D, H, F, Fm>;
   using Norm = typename Fm::template Norm<D>;
-  using Attention = Of<MultiHeadAttention<D, D, D, H>>;
+  using FloatAttention = typename Fm::template Attention<D, H>;
+  using Attention = Of<FloatAttention>;
   using Ffn = Of<FeedForward<D, F, typename Fm::Act>>;
   using Stream = typename P::Stream;
   static constexpr bool pre = Fm::norm_first;
@@ -54,9 +56,9 @@ struct DecoderBlock {
     stformer::visit(at / Fm::norm_name(1), f, s.sn1...);
     stformer::visit(at / "self_attn", f, s.self_attn...);
     stformer::visit(at / Fm::norm_name(2), f, s.sn2...);
-    stformer::visit(at / "cross_attn", f, s.cross_attn...);
+    Fm::visit_attention(at, "cross_attn", "multihead_attn", f, s.cross_attn...);
     stformer::visit(at / Fm::norm_name(3), f, s.sn3...);
-    stformer::visit(at / "ffn", f, s.ffn...);
+    Fm::visit_ffn(at, f, s.ffn...);
   }
 
   // Forward only, in place on the residual stream: x ← DecoderBlock(x, m), rows T at a time in
@@ -140,10 +142,10 @@ struct DecoderBlock {
   template <size_t B, size_t N, size_t M>
   struct Acts {
     ActsOf<Norm, B, N> sn1;
-    ActsOf<MultiHeadAttention<D, D, D, H>, B, N, N> self_attn;
+    ActsOf<FloatAttention, B, N, N> self_attn;
     Tensor<B, N, D> h1;  // post-norm: each of h1, h2, out the sum before its norm
     ActsOf<Norm, B, N> sn2;
-    ActsOf<MultiHeadAttention<D, D, D, H>, B, N, M> cross_attn;
+    ActsOf<FloatAttention, B, N, M> cross_attn;
     Tensor<B, N, D> h2;
     ActsOf<Norm, B, N> sn3;
     ActsOf<FeedForward<D, F, typename Fm::Act>, B, N> ffn;

@@ -13,8 +13,9 @@
 // same composition on an int16 residual stream, int8 rows inside; why int16 for the stream: it
 // carries every block's sum at one scale, and the pointer model's choice among 50 points turns
 // on small differences of it (docs/quantized.md). (SpecForm's only, so far.)
-// Parameters: sn1.g, attn.*, sn2.g, ffn.* (LayerNorm forms: norm1.*, norm2.*; in integers the
-// leaves' integer tensors).
+// Parameters: sn1.g, attn.*, sn2.g, ffn.* (in integers the leaves' integer tensors); the
+// LayerNorm forms PyTorch's: norm1.*, self_attn.* (packed: in_proj_weight, in_proj_bias,
+// out_proj.*), norm2.*, linear1.*, linear2.*.
 #pragma once
 
 #include "../config.hpp"
@@ -36,7 +37,8 @@ struct EncoderBlock {
   using Of = typename P::template Of<Leaf>;
   using Float = EncoderBlock<D, H, F, Fm>;
   using Norm = typename Fm::template Norm<D>;
-  using Attention = Of<MultiHeadAttention<D, D, D, H>>;
+  using FloatAttention = typename Fm::template Attention<D, H>;
+  using Attention = Of<FloatAttention>;
   using Ffn = Of<FeedForward<D, F, typename Fm::Act>>;
   using Stream = typename P::Stream;
   static constexpr bool pre = Fm::norm_first;
@@ -48,9 +50,9 @@ struct EncoderBlock {
   template <class Fn, class... S>
   static constexpr void visit(const Path& at, Fn& f, S&... s) {
     stformer::visit(at / Fm::norm_name(1), f, s.sn1...);
-    stformer::visit(at / "attn", f, s.attn...);
+    Fm::visit_attention(at, "attn", "self_attn", f, s.attn...);
     stformer::visit(at / Fm::norm_name(2), f, s.sn2...);
-    stformer::visit(at / "ffn", f, s.ffn...);
+    Fm::visit_ffn(at, f, s.ffn...);
   }
 
   // Forward only, in place on the residual stream: h ← EncoderBlock(h), rows in tiles in the
@@ -128,7 +130,7 @@ struct EncoderBlock {
   template <size_t B, size_t N>
   struct Acts {
     ActsOf<Norm, B, N> sn1;
-    ActsOf<MultiHeadAttention<D, D, D, H>, B, N, N> attn;
+    ActsOf<FloatAttention, B, N, N> attn;
     Tensor<B, N, D> h;  // post-norm: s1 = x + MHA(x, x) here, h = N1(s1) in sn1
     ActsOf<Norm, B, N> sn2;
     ActsOf<FeedForward<D, F, typename Fm::Act>, B, N> ffn;

@@ -2,10 +2,13 @@
 // feed-forward layer's activation and where the norms sit, each residual branch as
 //   pre-norm:   x = x + Branch(N(x))          (SPEC's blocks with ScaleNorm; PyTorch's norm_first=True)
 //   post-norm:  x = N(x + Branch(x))          (Vaswani et al. 2017; PyTorch's default)
-//   SpecForm            ScaleNorm, ReLU, pre-norm; the norms named sn1, sn2, ...
-//   PostNorm<Act>       LayerNorm, Act (act::ReLU by default), post-norm; norms norm1, norm2, ...
+//   SpecForm            ScaleNorm, ReLU, pre-norm, SPEC's names (sn1, attn.wq, ffn.fc1, ...)
+//   PostNorm<Act>       LayerNorm, Act (act::ReLU by default), post-norm
 //   PreNorm<Act>        LayerNorm, Act, pre-norm
 //   Form<Norm, Act, norm_first>  any other (Norm: ScaleNorm, LayerNorm, RMSNorm)
+// A form with another norm than ScaleNorm has PyTorch's names (torch_names) and its attention
+// PyTorch's packed projections: nn.TransformerEncoderLayer's self_attn.in_proj_weight, ...,
+// linear1, linear2, norm1, norm2 (the decoder layer's multihead_attn and norm3 too).
 #pragma once
 
 #include "../config.hpp"
@@ -15,6 +18,7 @@
 #include <type_traits>
 
 #include "activation.hpp"
+#include "attention.hpp"
 #include "layernorm.hpp"
 #include "scalenorm.hpp"
 
@@ -26,11 +30,28 @@ struct Form {
   using Norm = NormT<D>;
   using Act = ActT;
   static constexpr bool norm_first = NormFirst;
-  // The i-th norm's name (1-based): SPEC's sn1, sn2, sn3 for ScaleNorm, PyTorch's norm1, ... else.
+  static constexpr bool torch_names = !std::is_same_v<NormT<1>, ScaleNorm<1>>;
+  template <size_t D, size_t H>
+  using Attention = MultiHeadAttention<D, D, D, H, ScoreScale::head_width, torch_names ? Projections::packed : Projections::separate>;
+  // The i-th norm's name (1-based): SPEC's sn1, sn2, sn3, or PyTorch's norm1, norm2, norm3.
   static constexpr std::string_view norm_name(size_t i) {
-    constexpr bool scale = std::is_same_v<NormT<1>, ScaleNorm<1>>;
     constexpr std::string_view sn[] = {"sn1", "sn2", "sn3"}, norm[] = {"norm1", "norm2", "norm3"};
-    return scale ? sn[i - 1] : norm[i - 1];
+    return torch_names ? norm[i - 1] : sn[i - 1];
+  }
+  // A block's self-attention and feed-forward layer under their names: attn (PyTorch's
+  // self_attn) and ffn.fc1, ffn.fc2 (PyTorch's linear1, linear2, at the layer's level).
+  template <class Fn, class... A>
+  static constexpr void visit_attention(const Path& at, std::string_view ours, std::string_view torch, Fn& f, A&... a) {
+    stformer::visit(at / (torch_names ? torch : ours), f, a...);
+  }
+  template <class Fn, class... S>
+  static constexpr void visit_ffn(const Path& at, Fn& f, S&... ffn) {
+    if constexpr (torch_names) {
+      stformer::visit(at / "linear1", f, ffn.fc1...);
+      stformer::visit(at / "linear2", f, ffn.fc2...);
+    } else {
+      stformer::visit(at / "ffn", f, ffn...);
+    }
   }
   // A residual branch's input a [Rows, D]: N(h) (pre-norm) or h itself (post-norm).
   template <size_t Rows, size_t D, class Norm, class X, class A>

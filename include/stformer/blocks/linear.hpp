@@ -14,17 +14,10 @@
 
 namespace stformer::inline STFORMER_ABI {
 
-template <size_t In, size_t Out, Init::Kind WeightInit = Init::xavier_normal>
-struct Linear {
-  Tensor<Out, In> weight;
-  Tensor<Out> bias;
-
-  template <class F, class... S>
-  static constexpr void visit(const Path& at, F& f, S&... s) {
-    f(at / "weight", Init{WeightInit}, s.weight...);
-    f(at / "bias", Init{Init::zeros}, s.bias...);
-  }
-
+// The calls of a linear layer on its weight [Out, In] and bias [Out] wherever they are (Self's
+// weight.data() and bias.data()): Linear's own tensors, or LinearRef's.
+template <class Self, size_t In, size_t Out>
+struct LinearCalls {
   // y = x Wᵀ + b (max(·, 0) when Relu) for Rows rows x [Rows, In] -> y [Rows, Out]: the one
   // call of the layer. Of: the rows of the whole layer when these are a tile of it (the kernel's
   // path follows Of, so a tile gives the same bits as the whole); panels: the weight packed
@@ -32,7 +25,7 @@ struct Linear {
   using Panels = kernels::PanelsNT<Out, In>;
   template <size_t Rows, bool Relu = false, size_t Of = Rows>
   void apply(const float* x, float* y, const Panels* panels = nullptr) const {
-    kernels::matmul_nt<Rows, Out, In, Relu, Of>(x, In, weight.data(), In, y, Out, 1.0f, bias.data(), panels);
+    kernels::matmul_nt<Rows, Out, In, Relu, Of>(x, In, self().weight.data(), In, y, Out, 1.0f, self().bias.data(), panels);
   }
 
   // fn(panels) for a layer of Rows rows taken T at a time: panels is the weight packed once (on
@@ -43,7 +36,7 @@ struct Linear {
   void with_panels(Fn&& fn) const {
     if constexpr (T < Rows && kernels::packs<Rows> && !kernels::transposes<Rows, Out, In> && sizeof(Panels) <= 8192 && !STFORMER_HELIUM) {
       Panels panels;
-      panels.pack(weight.data(), In);
+      panels.pack(self().weight.data(), In);
       fn(&panels);
     } else {
       fn(static_cast<const Panels*>(nullptr));
@@ -66,6 +59,34 @@ struct Linear {
     });
   }
 
+ private:
+  const Self& self() const { return static_cast<const Self&>(*this); }
+};
+
+// A linear layer whose weight [Out, In] and bias [Out] lie elsewhere, T* each (const float or
+// float): rows of a packed projection (PyTorch's in_proj_weight, in_proj_bias).
+template <class T>
+struct DataOf {
+  T* p;
+  T* data() const { return p; }
+};
+template <size_t In, size_t Out, class T = const float>
+struct LinearRef : LinearCalls<LinearRef<In, Out, T>, In, Out> {
+  DataOf<T> weight, bias;
+  LinearRef(T* w, T* b) : weight{w}, bias{b} {}
+};
+
+template <size_t In, size_t Out, Init::Kind WeightInit = Init::xavier_normal>
+struct Linear : LinearCalls<Linear<In, Out, WeightInit>, In, Out> {
+  Tensor<Out, In> weight;
+  Tensor<Out> bias;
+
+  template <class F, class... S>
+  static constexpr void visit(const Path& at, F& f, S&... s) {
+    f(at / "weight", Init{WeightInit}, s.weight...);
+    f(at / "bias", Init{Init::zeros}, s.bias...);
+  }
+
   // A step of a Sequential (stformer/sequential.hpp): rows [B, N, In] -> [B, N, Out].
   template <size_t B, size_t N>
   using Input = Tensor<B, N, In>;
@@ -73,7 +94,7 @@ struct Linear {
   using Output = Tensor<B, N, Out>;
   template <size_t B, size_t N>
   void run(const Input<B, N>& x, Output<B, N>& y, const Mask<B, N>&) const {
-    apply<B * N>(x.data(), y.data());
+    this->template apply<B * N>(x.data(), y.data());
   }
 
   template <size_t... L>
@@ -83,16 +104,18 @@ struct Linear {
     Tensor<L..., Out> out;
     Tensor<L..., In> dx;
 
-    // Relu: out = max(x Wᵀ + b, 0) in the same pass (FeedForward's first layer)
-    template <bool Relu = false, class X>
-    const Tensor<L..., Out>& forward(const Linear& p, const X& in) {
+    // Relu: out = max(x Wᵀ + b, 0) in the same pass (FeedForward's first layer). p: a Linear, or
+    // a LinearRef (and grad: the gradients' Linear or LinearRef<In, Out, float>).
+    template <bool Relu = false, class Lin, class X>
+    const Tensor<L..., Out>& forward(const Lin& p, const X& in) {
       static_assert(shape_is<X, L..., In>, "Linear: input rows x must be [L..., In] (L... of Acts<L...>, In of the weight [Out, In])");
       x = &in;
       p.template apply<rows, Relu>(in.data(), out.data());
       return out;
     }
 
-    const Tensor<L..., In>& backward(const Linear& p, Linear& grad, const Tensor<L..., Out>& dout) {
+    template <class Lin, class Grad>
+    const Tensor<L..., In>& backward(const Lin& p, Grad&& grad, const Tensor<L..., Out>& dout) {
       kernels::matmul_tn<Out, In, rows>(dout.data(), Out, x->data(), In, grad.weight.data(), In);
       kernels::add_column_sums<rows, Out>(dout.data(), grad.bias.data());
       kernels::matmul_nn<rows, In, Out>(dout.data(), Out, p.weight.data(), In, dx.data(), In);

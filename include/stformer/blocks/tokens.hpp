@@ -1,0 +1,140 @@
+// The pieces of a ViT- or BERT-style classifier around its encoder, each a step of a Sequential:
+//   PositionEmbedding<L, D>  learned positions: y[b, n] = x[b, n] + weight[n], n < N ≤ L
+//                            backward: dweight[n] += Σ_b dy[b, n], dx = dy
+//                            Parameter: weight [L, D] (nn.Embedding(L, D)'s name; N(0, 1))
+//   ClassToken<D>            a learned token before the rows, [B, N, D] -> [B, N + 1, D]:
+//                            y[b, 0] = cls_token, y[b, 1 + n] = x[b, n]
+//                            backward: dcls_token += Σ_b dy[b, 0], dx[b, n] = dy[b, 1 + n]
+//                            Parameter: cls_token [1, 1, D] (ViT's name; zeros)
+//   FirstToken<D>            the first row (the class token's output), [B, N, D] -> [B, 1, D]
+//                            backward: dx[b, 0] = dy[b], the other rows 0
+// (A step after ClassToken sees no key-padding mask: the sequence is no longer the input's.)
+#pragma once
+
+#include "../config.hpp"
+
+#include <algorithm>
+
+#include "../kernels/rowwise.hpp"
+#include "../params.hpp"
+
+namespace stformer::inline STFORMER_ABI {
+
+template <size_t L, size_t D>
+struct PositionEmbedding {
+  Tensor<L, D> weight;
+
+  template <class F, class... S>
+  static constexpr void visit(const Path& at, F& f, S&... s) {
+    f(at / "weight", Init{Init::normal}, s.weight...);
+  }
+
+  template <size_t B, size_t N>
+  using Input = Tensor<B, N, D>;
+  static constexpr bool in_place = true;
+  template <size_t B, size_t N>
+  void forward_in_place(Tensor<B, N, D>& x) const {
+    static_assert(N <= L, "PositionEmbedding: the sequence is longer than the L positions it has");
+    for (size_t b = 0; b < B; ++b) kernels::add_to<N * D>(weight.data(), x.data() + b * N * D);
+  }
+
+  template <size_t B, size_t N>
+  struct Infer {
+    Tensor<B, N, D> out;
+    template <class X>
+    const Tensor<B, N, D>& forward(const PositionEmbedding& p, const X& x) {
+      static_assert(shape_is<X, B, N, D>, "PositionEmbedding: input rows x must be [B, N, D] (the pass's sizes, the block's width D)");
+      out = x;
+      p.forward_in_place(out);
+      return out;
+    }
+  };
+  template <size_t B, size_t N>
+  struct Acts : Infer<B, N> {
+    const Tensor<B, N, D>& backward(const PositionEmbedding&, PositionEmbedding& grad, const Tensor<B, N, D>& dout) {
+      for (size_t b = 0; b < B; ++b) kernels::add_to<N * D>(dout.data() + b * N * D, grad.weight.data());
+      return dout;
+    }
+  };
+};
+
+template <size_t D>
+struct ClassToken {
+  Tensor<1, 1, D> cls_token;
+
+  template <class F, class... S>
+  static constexpr void visit(const Path& at, F& f, S&... s) {
+    f(at / "cls_token", Init{Init::zeros}, s.cls_token...);
+  }
+
+  template <size_t B, size_t N>
+  using Input = Tensor<B, N, D>;
+  template <size_t B, size_t N>
+  using Output = Tensor<B, N + 1, D>;
+  template <size_t B, size_t N>
+  void run(const Input<B, N>& x, Output<B, N>& y, const Mask<B, N>&) const {
+    for (size_t b = 0; b < B; ++b) {
+      std::copy_n(cls_token.data(), D, y.data() + b * (N + 1) * D);
+      std::copy_n(x.data() + b * N * D, N * D, y.data() + (b * (N + 1) + 1) * D);
+    }
+  }
+
+  template <size_t B, size_t N>
+  struct Infer {
+    Tensor<B, N + 1, D> out;
+    template <class X>
+    const Tensor<B, N + 1, D>& forward(const ClassToken& p, const X& x) {
+      static_assert(shape_is<X, B, N, D>, "ClassToken: input rows x must be [B, N, D] (the pass's sizes, the block's width D)");
+      p.run(x, out, Mask<B, N>{});
+      return out;
+    }
+  };
+  template <size_t B, size_t N>
+  struct Acts : Infer<B, N> {
+    Tensor<B, N, D> dx;
+    const Tensor<B, N, D>& backward(const ClassToken&, ClassToken& grad, const Tensor<B, N + 1, D>& dout) {
+      for (size_t b = 0; b < B; ++b) {
+        kernels::add_to<D>(dout.data() + b * (N + 1) * D, grad.cls_token.data());
+        std::copy_n(dout.data() + (b * (N + 1) + 1) * D, N * D, dx.data() + b * N * D);
+      }
+      return dx;
+    }
+  };
+};
+
+template <size_t D>
+struct FirstToken {
+  template <class F, class... S>
+  static constexpr void visit(const Path&, F&, S&...) {}
+
+  template <size_t B, size_t N>
+  using Input = Tensor<B, N, D>;
+  template <size_t B, size_t N>
+  using Output = Tensor<B, 1, D>;
+  template <size_t B, size_t N>
+  void run(const Input<B, N>& x, Output<B, N>& y, const Mask<B, N>&) const {
+    for (size_t b = 0; b < B; ++b) std::copy_n(x.data() + b * N * D, D, y.data() + b * D);
+  }
+
+  template <size_t B, size_t N>
+  struct Infer {
+    Tensor<B, 1, D> out;
+    template <class X>
+    const Tensor<B, 1, D>& forward(const FirstToken& p, const X& x) {
+      static_assert(shape_is<X, B, N, D>, "FirstToken: input rows x must be [B, N, D] (the pass's sizes, the block's width D)");
+      p.run(x, out, Mask<B, N>{});
+      return out;
+    }
+  };
+  template <size_t B, size_t N>
+  struct Acts : Infer<B, N> {
+    Tensor<B, N, D> dx;
+    const Tensor<B, N, D>& backward(const FirstToken&, FirstToken&, const Tensor<B, 1, D>& dout) {
+      std::fill(dx.begin(), dx.end(), 0.0f);
+      for (size_t b = 0; b < B; ++b) std::copy_n(dout.data() + b * D, D, dx.data() + b * N * D);
+      return dx;
+    }
+  };
+};
+
+}  // namespace stformer
