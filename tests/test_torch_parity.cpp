@@ -294,6 +294,25 @@ TEST_CASE("PyTorch parity: nn.TransformerDecoderLayer, post-norm GELU and norm_f
   decoder_layer_case<PreNorm<>>("decoder_pre_relu.safetensors");
 }
 
+TEST_CASE("PyTorch parity: nn.TransformerEncoder of two post-norm GELU layers and a final LayerNorm, as a Sequential") {
+  using M = Sequential<Named<"layers", Repeat<EncoderBlock<16, 2, 32, PostNorm<act::GELU>>, 2>>, Named<"norm", LayerNorm<16>>>;
+  using A = ActsOf<M, 4, 12>;
+  auto f = safetensors::File::read(parity_file("encoder_stack.safetensors"));
+  Tensor<4, 12, 16> x, y, dy;
+  KeyMask<4, 12> keys;
+  read(f, "input.x", x);
+  read(f, "input.y", y);
+  read(f, "input.keys", keys);
+  const Tensor<4, 12, 16>* out = nullptr;
+  run_case<M, A>(
+      "encoder_stack.safetensors", [&](A& a, const M& p) -> const auto& { return *(out = &a.forward(p, x, &keys)); },
+      [&](A& a, const M& p, M& g) {
+        const float l = mse(*out, y, dy);
+        a.backward(p, g, dy);
+        return l;
+      });
+}
+
 TEST_CASE("A PyTorch encoder layer's file into SPEC's block: refused with every mismatch listed") {
   auto f = safetensors::File::read(parity_file("encoder_post_relu.safetensors"));
   auto spec = test::make<EncoderBlock<16, 2, 32>>();

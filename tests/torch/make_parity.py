@@ -142,6 +142,17 @@ def main(out_dir):
                  {"args": (x, mask, pad), "save": {"x": x, "y": y, "keys": ~pad}},
                  lambda out: (out - y).pow(2).mean())
 
+    # nn.TransformerEncoder: two post-norm GELU layers (layers.0.*, layers.1.*) and a final norm.
+    layer = nn.TransformerEncoderLayer(d, heads, f, dropout=0.0, activation="gelu", batch_first=True)
+    model = nn.TransformerEncoder(layer, 2, norm=nn.LayerNorm(d), enable_nested_tensor=False)
+    with torch.no_grad():
+        for norm in [m for m in model.modules() if isinstance(m, nn.LayerNorm)]:
+            norm.weight.uniform_(0.5, 1.5)
+            norm.bias.normal_(0, 0.5)
+    case(os.path.join(out_dir, "encoder_stack.safetensors"), model,
+         {"args": (x, None, pad), "save": {"x": x, "y": y, "keys": ~pad}},
+         lambda out: (out - y).pow(2).mean())
+
     # nn.TransformerDecoderLayer, post-norm with GELU and norm_first with ReLU: a causal tgt_mask,
     # the memory key-padded.
     mem_len = 10
