@@ -294,6 +294,40 @@ TEST_CASE("PyTorch parity: nn.TransformerDecoderLayer, post-norm GELU and norm_f
   decoder_layer_case<PreNorm<>>("decoder_pre_relu.safetensors");
 }
 
+// nn.MultiheadAttention(16, 2) as the test's module holds it: attn.in_proj_weight, ...
+using PackedAttention = MultiHeadAttention<16, 16, 16, 2, ScoreScale::head_width, Projections::packed>;
+struct InAttn {
+  PackedAttention attn;
+  template <class F, class... S>
+  static constexpr void visit(const Path& at, F& f, S&... s) {
+    stformer::visit(at / "attn", f, s.attn...);
+  }
+};
+
+TEST_CASE("PyTorch parity: nn.MultiheadAttention (packed projections) against a key-padded memory") {
+  using MHA = PackedAttention;
+  using M = InAttn;
+  struct Acts {
+    ActsOf<MHA, 4, 12, 10> a;
+  };
+  auto f = safetensors::File::read(parity_file("mha.safetensors"));
+  Tensor<4, 12, 16> x, y, dy;
+  Tensor<4, 10, 16> m;
+  KeyMask<4, 10> keys;
+  read(f, "input.x", x);
+  read(f, "input.y", y);
+  read(f, "input.m", m);
+  read(f, "input.keys", keys);
+  const Tensor<4, 12, 16>* out = nullptr;
+  run_case<M, Acts>(
+      "mha.safetensors", [&](Acts& a, const M& p) -> const auto& { return *(out = &a.a.forward(p.attn, x, m, Mask<4, 10>{.keys = &keys})); },
+      [&](Acts& a, const M& p, M& g) {
+        const float l = mse(*out, y, dy);
+        a.a.backward(p.attn, g.attn, dy);
+        return l;
+      });
+}
+
 TEST_CASE("PyTorch parity: nn.TransformerEncoder of two post-norm GELU layers and a final LayerNorm, as a Sequential") {
   using M = Sequential<Named<"layers", Repeat<EncoderBlock<16, 2, 32, PostNorm<act::GELU>>, 2>>, Named<"norm", LayerNorm<16>>>;
   using A = ActsOf<M, 4, 12>;

@@ -142,6 +142,21 @@ def main(out_dir):
                  {"args": (x, mask, pad), "save": {"x": x, "y": y, "keys": ~pad}},
                  lambda out: (out - y).pow(2).mean())
 
+    # nn.MultiheadAttention alone, queries against a key-padded memory (cross-attention).
+    class Cross(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.attn = nn.MultiheadAttention(d, heads, batch_first=True)
+
+        def forward(self, q, kv, pad):
+            return self.attn(q, kv, kv, key_padding_mask=pad, need_weights=False)[0]
+
+    kv = torch.randn(b, 10, d)
+    kv_pad = torch.arange(10)[None, :] >= torch.tensor([10, 4, 7, 10])[:, None]
+    case(os.path.join(out_dir, "mha.safetensors"), Cross(),
+         {"args": (x, kv, kv_pad), "save": {"x": x, "y": y, "m": kv, "keys": ~kv_pad}},
+         lambda out: (out - y).pow(2).mean())
+
     # nn.TransformerEncoder: two post-norm GELU layers (layers.0.*, layers.1.*) and a final norm.
     layer = nn.TransformerEncoderLayer(d, heads, f, dropout=0.0, activation="gelu", batch_first=True)
     model = nn.TransformerEncoder(layer, 2, norm=nn.LayerNorm(d), enable_nested_tensor=False)
