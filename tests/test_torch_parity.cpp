@@ -76,7 +76,8 @@ void check_params(const char* what, const M& got, const M& want, double tol) {
         // normalises to steps of ±lr in both implementations alike. It changes no output, so
         // after the optimiser steps it is only checked for size, and its gradient against the
         // true value 0 instead of PyTorch's noise (both are sums of ±1e-8 roundings).
-        const auto name = p.name().view();
+        const auto path = p.name();  // the view below points into it
+        const auto name = path.view();
         const size_t n = g.size(), lo = name.ends_with("wk.bias") ? 0 : name.ends_with("in_proj_bias") ? n / 3 : n,
                      hi = lo == n ? n : name.ends_with("wk.bias") ? n : 2 * n / 3;
         auto rest = g;  // the other entries, checked as every tensor
