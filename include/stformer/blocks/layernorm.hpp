@@ -63,12 +63,12 @@ struct RowNorm {
     const Tensor<L..., D>& forward(const RowNorm& p, const X& in) {
       static_assert(shape_is<X, L..., D>, "LayerNorm, RMSNorm: input rows x must be [..., D] (the pass's sizes, the norm's width D)");
       x = &in;
-      p.template apply<rows>(in.data(), out.data(), Centred ? mean_data() : nullptr, rstd.data());
+      p.template apply<rows>(in.data(), out.data(), mean_data(), rstd.data());
       return out;
     }
 
     const Tensor<L..., D>& backward(const RowNorm& p, RowNorm& grad, const Tensor<L..., D>& dout) {
-      kernels::norm_backward_rows<rows, D>(x->data(), dout.data(), p.weight.data(), Centred ? mean_data() : nullptr, rstd.data(), dx.data(),
+      kernels::norm_backward_rows<rows, D>(x->data(), dout.data(), p.weight.data(), mean_data(), rstd.data(), dx.data(),
                                            grad.weight.data(), bias_data(grad));
       return dx;
     }
