@@ -101,6 +101,18 @@ TEST_CASE("gradients: Linear, ScaleNorm (and a clamped row), FeedForward") {
   check_params(*lin, *glin, loss);
   check_fd("x", x.data(), a.dx.data(), x.size(), loss);
 
+  // without a bias (nn.Linear(5, 7, bias=False)): weight alone
+  using NoBiasLinear = Linear<5, 7, Init::xavier_normal, Bias::no>;
+  static_assert(sizeof(NoBiasLinear) == sizeof(Tensor<7, 5>));
+  auto nb = random_block<NoBiasLinear>(rng);
+  auto gnb = zero_grads<NoBiasLinear>();
+  ActsOf<NoBiasLinear, B, N> na;
+  na.forward(*nb, x);
+  na.backward(*nb, *gnb, c);
+  auto nloss = [&] { return project(c, B, [&](size_t b) { return ref::linear(ref::row(x, b), *nb); }); };
+  check_params(*nb, *gnb, nloss);
+  check_fd("x", x.data(), na.dx.data(), x.size(), nloss);
+
   ScaleNorm<6> sn, gsn;
   sn.g(0) = 1.7f;
   zero_grad(gsn);
@@ -509,11 +521,12 @@ TEST_CASE("gradients: PositionEmbedding, ClassToken, FirstToken; a ViT-style cla
   }
   // composed: PyTorch's names by index, the forward-only pass the same bits as training's
   using M = Sequential<Linear<D, 8>, ClassToken<8>, PositionEmbedding<4, 8>, Repeat<EncoderBlock<8, 2, 16, PostNorm<act::GELU>>, 2>,
-                       FirstToken<8>, Named<"head", Linear<8, 2>>>;
+                       FirstToken<8>, Linear<8, 8, Init::xavier_normal, Bias::no>, Named<"head", Linear<8, 2>>>;
   auto m = random_block<M>(rng);
   const auto names = test::param_names(*m);
-  for (const char* n : {"1.cls_token", "2.weight", "3.0.self_attn.in_proj_weight", "3.1.linear2.bias", "3.1.norm2.weight", "head.weight"})
+  for (const char* n : {"1.cls_token", "2.weight", "3.0.self_attn.in_proj_weight", "3.1.linear2.bias", "3.1.norm2.weight", "5.weight", "head.weight"})
     CHECK_MESSAGE(std::find(names.begin(), names.end(), n) != names.end(), n);
+  CHECK(std::find(names.begin(), names.end(), "5.bias") == names.end());  // Bias::no: no bias tensor
   ActsOf<M, B, N> a;
   InferOf<M, B, N> inf;
   const Tensor<B, 1, 2> want = a.forward(*m, x);

@@ -843,9 +843,10 @@ TEST_CASE("quantize: a model of float rows (QuantizeInput first), its outputs cl
   CHECK(gap < 0.03);
 }
 
-TEST_CASE("quantize: a set model of SAB, ISAB, PMA, ScaleNorm and FeedForward steps, key-padded, close to the float model") {
+TEST_CASE("quantize: a set model of SAB, ISAB, PMA, ScaleNorm and FeedForward steps and a head without bias, key-padded, close to the float model") {
   constexpr size_t B = 4, N = 12;
-  using M = Sequential<Linear<2, 16>, SAB<16, 2>, ISAB<16, 2, 4>, PMA<16, 2, 2>, ScaleNorm<16>, FeedForward<16, 32>, Linear<16, 3>>;
+  using M = Sequential<Linear<2, 16>, SAB<16, 2>, ISAB<16, 2, 4>, PMA<16, 2, 2>, ScaleNorm<16>, FeedForward<16, 32>,
+                       Linear<16, 3, Init::xavier_normal, Bias::no>>;
   auto p = test::make<M>();
   Rng rng(75);
   init_params(*p, rng);

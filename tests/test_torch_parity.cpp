@@ -207,8 +207,8 @@ TEST_CASE("PyTorch parity: language model (embedding, positions, encoder blocks,
       });
 }
 
-TEST_CASE("PyTorch parity: PyTorch's LayerNorm, GELU (erf and tanh), SiLU, Linear in nn.Sequential; RMSNorm; a GELU feed-forward layer") {
-  using M = Sequential<LayerNorm<6>, Linear<6, 24>, GELU<24>, Linear<24, 24>, SiLU<24>, RMSNorm<24>, GELUTanh<24>,
+TEST_CASE("PyTorch parity: PyTorch's LayerNorm, GELU (erf and tanh), SiLU, Linear (with and without bias) in nn.Sequential; RMSNorm; a GELU feed-forward layer") {
+  using M = Sequential<LayerNorm<6>, Linear<6, 24>, GELU<24>, Linear<24, 24, Init::xavier_normal, Bias::no>, SiLU<24>, RMSNorm<24>, GELUTanh<24>,
                        FeedForward<24, 48, act::GELU>, LayerNorm<24>, Linear<24, 3>>;
   using A = ActsOf<M, 4, 12>;
   auto f = safetensors::File::read(parity_file("layers.safetensors"));

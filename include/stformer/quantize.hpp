@@ -81,9 +81,9 @@ template <class B, bool Edge>
 struct Int8Step {
   using type = typename Int8Of<B>::type;
 };
-template <size_t In, size_t Out, Init::Kind K>
+template <size_t In, size_t Out, Init::Kind K, Bias Bi>
   requires(In * Out <= 4096)
-struct Int8Step<Linear<In, Out, K>, true> {
+struct Int8Step<Linear<In, Out, K, Bi>, true> {
   using type = QFineLinear<In, Out>;
 };
 

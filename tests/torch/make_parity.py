@@ -103,11 +103,11 @@ def main(out_dir):
          {"args": (ids,), "save": {"ids": ids.int(), "target": nxt.int()}},
          lambda logits: torch.nn.functional.cross_entropy(logits[:, 0, :], nxt))
 
-    # PyTorch's layers in an nn.Sequential (names 0.weight, 7.fc1.weight, ...), the norms'
+    # PyTorch's layers in an nn.Sequential (names 0.weight, 7.fc1.weight, ...; 3 has no bias), the norms'
     # weights and biases away from ones and zeros, a row of constant value into the first
     # LayerNorm; mean squared error against a random target.
     nn = torch.nn
-    model = nn.Sequential(nn.LayerNorm(6), nn.Linear(6, 24), nn.GELU(), nn.Linear(24, 24), nn.SiLU(), RMSNorm(24),
+    model = nn.Sequential(nn.LayerNorm(6), nn.Linear(6, 24), nn.GELU(), nn.Linear(24, 24, bias=False), nn.SiLU(), RMSNorm(24),
                           nn.GELU(approximate="tanh"), FeedForward(24, 48, nn.GELU()), nn.LayerNorm(24), nn.Linear(24, 3))
     with torch.no_grad():
         for i in (0, 8):

@@ -1,13 +1,15 @@
 // Linear<In, Out>: y = x Wᵀ + b over rows [L..., In] -> [L..., Out].
 //   backward: dW += dyᵀ x, db += Σ_rows dy, dx = dy W
-// Parameters: weight [Out, In], bias [Out] (PyTorch's layout). The Init kind is part of the
-// type because it depends on the role: Xavier-normal for attention projections, input
-// projections and heads; Kaiming-normal (fan-in, gain √2) in feed-forward layers.
+// Parameters: weight [Out, In], bias [Out] (PyTorch's layout); Bias::no: weight alone, b = 0
+// (nn.Linear(In, Out, bias=False)). The Init kind is part of the type because it depends on the
+// role: Xavier-normal for attention projections, input projections and heads; Kaiming-normal
+// (fan-in, gain √2) in feed-forward layers.
 #pragma once
 
 #include "../config.hpp"
 
 #include <algorithm>
+#include <type_traits>
 
 #include "../kernels/matmul.hpp"
 #include "../params.hpp"
@@ -76,15 +78,23 @@ struct LinearRef : LinearCalls<LinearRef<In, Out, T>, In, Out> {
   LinearRef(T* w, T* b) : weight{w}, bias{b} {}
 };
 
-template <size_t In, size_t Out, Init::Kind WeightInit = Init::xavier_normal>
-struct Linear : LinearCalls<Linear<In, Out, WeightInit>, In, Out> {
+enum class Bias : bool { no, yes };
+
+// The bias of a layer without one: b = 0, no storage, a null data().
+struct NoBias {
+  constexpr float* data() const { return nullptr; }
+  constexpr float operator()(size_t) const { return 0.0f; }
+};
+
+template <size_t In, size_t Out, Init::Kind WeightInit = Init::xavier_normal, Bias HasBias = Bias::yes>
+struct Linear : LinearCalls<Linear<In, Out, WeightInit, HasBias>, In, Out> {
   Tensor<Out, In> weight;
-  Tensor<Out> bias;
+  [[no_unique_address]] std::conditional_t<HasBias == Bias::yes, Tensor<Out>, NoBias> bias;
 
   template <class F, class... S>
   static constexpr void visit(const Path& at, F& f, S&... s) {
     f(at / "weight", Init{WeightInit}, s.weight...);
-    f(at / "bias", Init{Init::zeros}, s.bias...);
+    if constexpr (HasBias == Bias::yes) f(at / "bias", Init{Init::zeros}, s.bias...);
   }
 
   // A step of a Sequential (stformer/sequential.hpp): rows [B, N, In] -> [B, N, Out].
@@ -117,7 +127,7 @@ struct Linear : LinearCalls<Linear<In, Out, WeightInit>, In, Out> {
     template <class Lin, class Grad>
     const Tensor<L..., In>& backward(const Lin& p, Grad&& grad, const Tensor<L..., Out>& dout) {
       kernels::matmul_tn<Out, In, rows>(dout.data(), Out, x->data(), In, grad.weight.data(), In);
-      kernels::add_column_sums<rows, Out>(dout.data(), grad.bias.data());
+      if (float* db = grad.bias.data()) kernels::add_column_sums<rows, Out>(dout.data(), db);
       kernels::matmul_nn<rows, In, Out>(dout.data(), Out, p.weight.data(), In, dx.data(), In);
       return dx;
     }

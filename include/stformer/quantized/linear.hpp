@@ -58,8 +58,8 @@ inline void quantize_input(const float* x, size_t n, float s, std::int16_t* y) {
   for (size_t i = 0; i < n; ++i) y[i] = std::int16_t(std::clamp(std::nearbyint(x[i] / s), -32767.0f, 32767.0f));
 }
 // max_c |b_c + Σ_k W[c, k]·x_k|: the largest output of a linear layer on one row x [In].
-template <size_t In, size_t Out, Init::Kind K>
-float max_abs_linear(const Linear<In, Out, K>& f, const float* x) {
+template <size_t In, size_t Out, Init::Kind K, Bias Bi>
+float max_abs_linear(const Linear<In, Out, K, Bi>& f, const float* x) {
   double m = 0;
   for (size_t c = 0; c < Out; ++c) {
     double y = f.bias(c);
@@ -117,14 +117,14 @@ struct QLinear {
   // The layer f for inputs at scale s_in and outputs at scale s_out (host side); inputs with
   // zero point z_in (x = s_in·(x_q − z_in)) have −z_in·Σ_k W_q[c, k] in the bias.
   // (from_float fills this layer in place: for a layer too large to return on the stack.)
-  template <Init::Kind K>
-  static QLinear quantize(const Linear<In, Out, K>& f, float s_in, float s_out, std::int32_t z_in = 0) {
+  template <Init::Kind K, Bias Bi>
+  static QLinear quantize(const Linear<In, Out, K, Bi>& f, float s_in, float s_out, std::int32_t z_in = 0) {
     QLinear q;
     q.from_float(f, s_in, s_out, z_in);
     return q;
   }
-  template <Init::Kind K>
-  void from_float(const Linear<In, Out, K>& f, float s_in, float s_out, std::int32_t z_in = 0) {
+  template <Init::Kind K, Bias Bi>
+  void from_float(const Linear<In, Out, K, Bi>& f, float s_in, float s_out, std::int32_t z_in = 0) {
     quant::quantize_rows(f.weight, weight, weight_scale);
     for (size_t c = 0; c < Out; ++c) {
       std::int32_t w_sum = 0;
@@ -175,8 +175,8 @@ struct QLinear {
   using Float = Linear<In, Out>;
   static constexpr bool same_scale = false;
   using Ranges = NoRanges;
-  template <Init::Kind K>
-  void from_float(const Linear<In, Out, K>& f, const Ranges&, float s_in, float s_out) {
+  template <Init::Kind K, Bias Bi>
+  void from_float(const Linear<In, Out, K, Bi>& f, const Ranges&, float s_in, float s_out) {
     from_float(f, s_in, s_out);
   }
   template <size_t B, size_t N>
@@ -190,8 +190,8 @@ struct QLinear {
     for_tiles<B * N, T>([&]<size_t R>(size_t i) { add_to<R, true>(x.data() + i * In, acc.data(), y.data() + i * Out); });
   }
 };
-template <size_t In, size_t Out, Init::Kind K>
-struct Int8Of<Linear<In, Out, K>> {
+template <size_t In, size_t Out, Init::Kind K, Bias Bi>
+struct Int8Of<Linear<In, Out, K, Bi>> {
   using type = QLinear<In, Out>;
 };
 
@@ -213,8 +213,8 @@ struct QFineLinear {
     stformer::visit(at / "fine", f, s.fine...);
   }
 
-  template <Init::Kind K>
-  static QFineLinear quantize(const Linear<In, Out, K>& f, float s_in, float s_out) {
+  template <Init::Kind K, Bias Bi>
+  static QFineLinear quantize(const Linear<In, Out, K, Bi>& f, float s_in, float s_out) {
     QFineLinear q;
     q.coarse = QLinear<In, Out>::quantize(f, s_in, s_out);
     Linear<In, Out, K> rest;
@@ -237,8 +237,8 @@ struct QFineLinear {
   // model's first and last linear layers this form.
   static constexpr bool same_scale = false;
   using Ranges = NoRanges;
-  template <Init::Kind K>
-  void from_float(const Linear<In, Out, K>& f, const Ranges&, float s_in, float s_out) {
+  template <Init::Kind K, Bias Bi>
+  void from_float(const Linear<In, Out, K, Bi>& f, const Ranges&, float s_in, float s_out) {
     *this = quantize(f, s_in, s_out);
   }
   template <size_t B, size_t N>

@@ -95,10 +95,10 @@ struct Int8Linear {
     apply<B * N>(x.data(), y.data());
   }
 
-  template <Init::Kind K>
-  static void quantize(const Linear<In, Out, K>& f, Int8Linear& q) {
+  template <Init::Kind K, Bias Bi>
+  static void quantize(const Linear<In, Out, K, Bi>& f, Int8Linear& q) {
     quant::quantize_rows(f.weight, q.weight, q.weight_scale);
-    q.bias = f.bias;
+    for (size_t c = 0; c < Out; ++c) q.bias(c) = f.bias(c);
   }
 
   // Output rows dequantized per panel: C·In floats (16 KB at In = 128) on the stack.
