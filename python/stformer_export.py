@@ -1,0 +1,343 @@
+"""stformer_export: a PyTorch model built from PyTorch's standard layers, as an stformer model.
+
+    import stformer_export as sx
+    model = nn.Sequential(nn.Linear(8, 32), sx.PositionEmbedding(32, 32),
+                          nn.TransformerEncoder(nn.TransformerEncoderLayer(32, 4, 64, activation="gelu",
+                                                                           batch_first=True), 2),
+                          sx.MeanPool(), nn.Linear(32, 5))
+    ...                                                  # train as usual
+    sx.export(model, (1, 32, 8), "classifier", "out")   # out/classifier.hpp, out/classifier.safetensors
+
+classifier.hpp declares the model's type, `using classifier = stformer::Sequential<...>;`, and
+classifier.safetensors holds its state_dict under PyTorch's names, so that
+
+    #include "classifier.hpp"
+    #include <stformer/checkpoint.hpp>                   // load_params (links stformer_io)
+    auto model = std::make_unique<classifier>();
+    stformer::load_params("out/classifier.safetensors", *model);
+    stformer::InferOf<classifier, 1, 32> pass;
+    const auto& y = pass.forward(*model, x);             // x: stformer::Tensor<1, 32, 8>
+
+computes what model(x) computes in eval mode.
+
+The model is read as a chain: an nn.Sequential (or an nn.ModuleList, read as its modules applied
+in order) of these modules, nested to any depth:
+
+    nn.Linear                       Linear<In, Out> (bias=False: Linear<In, Out, Init::xavier_normal, Bias::no>)
+    nn.LayerNorm(D)                 LayerNorm<D> (elementwise_affine, eps 1e-5)
+    nn.ReLU, nn.GELU, nn.SiLU       ReLU<D>, GELU<D> (approximate='tanh': GELUTanh<D>), SiLU<D>
+    nn.Dropout, nn.Identity         nothing (eval mode)
+    nn.Embedding(V, D)              Embedding<V, D>, first only: the input is token ids (B, N)
+    nn.TransformerEncoderLayer      EncoderBlock<D, H, F, PostNorm<A>> (norm_first: PreNorm<A>), batch_first=True,
+                                    activation relu, gelu, or an nn.ReLU/GELU/SiLU module
+    nn.TransformerEncoder           its layers as Repeat<EncoderBlock<...>, n>, and its norm (a LayerNorm)
+    PositionEmbedding(L, D)         PositionEmbedding<L, D>: x + weight[:N]            (this module's)
+    ClassToken(D)                   ClassToken<D>: a learned row before the others    (this module's)
+    MeanPool()                      MeanPool<D>: the rows' mean, (B, N, D) -> (B, 1, D) (this module's)
+    FirstToken()                    FirstToken<D>: the first row, (B, N, D) -> (B, 1, D) (this module's)
+
+Anything else is refused by its class and its path in the module tree, every such module listed
+at once (ExportError); a module class of one's own is refused too, since its forward is not
+read: write the model as an nn.Sequential of the modules above.
+"""
+import os
+import sys
+
+import torch
+import torch.nn as nn
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from stformer_torch import save_safetensors  # noqa: E402
+
+
+# The poolings, heads and tokens stformer has and PyTorch has not as modules.
+class PositionEmbedding(nn.Module):
+    """Learned positions: y[:, n] = x[:, n] + weight[n] for n < N <= L (weight [L, D], N(0, 1))."""
+
+    def __init__(self, length, d):
+        super().__init__()
+        self.weight = nn.Parameter(torch.randn(length, d))
+
+    def forward(self, x):
+        return x + self.weight[: x.shape[1]]
+
+
+class ClassToken(nn.Module):
+    """A learned row before the others: (B, N, D) -> (B, N + 1, D), row 0 = cls_token [1, 1, D]."""
+
+    def __init__(self, d):
+        super().__init__()
+        self.cls_token = nn.Parameter(torch.zeros(1, 1, d))
+
+    def forward(self, x):
+        return torch.cat([self.cls_token.expand(x.shape[0], -1, -1), x], dim=1)
+
+
+class MeanPool(nn.Module):
+    """The mean of the rows: (B, N, D) -> (B, 1, D)."""
+
+    def forward(self, x):
+        return x.mean(dim=1, keepdim=True)
+
+
+class FirstToken(nn.Module):
+    """The first row (a class token's output): (B, N, D) -> (B, 1, D)."""
+
+    def forward(self, x):
+        return x[:, :1]
+
+
+class ExportError(ValueError):
+    """A model stformer cannot run as it stands: every reason, one per line."""
+
+
+_ACTS = {"ReLU": "act::ReLU", "GELU": "act::GELU", "GELUTanh": "act::GELUTanh", "SiLU": "act::SiLU"}
+
+
+def _activation_name(a):
+    """relu, gelu (either form), silu as a function, a string or a module; None otherwise."""
+    if isinstance(a, str):
+        return {"relu": "ReLU", "gelu": "GELU"}.get(a)
+    if isinstance(a, nn.ReLU) or a is torch.nn.functional.relu:
+        return "ReLU"
+    if isinstance(a, nn.GELU):
+        return "GELUTanh" if a.approximate == "tanh" else "GELU"
+    if a is torch.nn.functional.gelu:
+        return "GELU"
+    if isinstance(a, nn.SiLU) or a is torch.nn.functional.silu:
+        return "SiLU"
+    return None
+
+
+class _Chain:
+    """The steps found so far: (PyTorch path, stformer type, what it is) and the stream's shape."""
+
+    def __init__(self, input_shape):
+        self.steps, self.errors = [], []
+        self.ids = len(input_shape) == 2  # token ids (B, N) until an Embedding
+        self.vocabulary = None  # the Embedding's, for token ids
+        self.batch, self.tokens = input_shape[0], input_shape[1]
+        self.width = None if self.ids else input_shape[2]
+
+    def fail(self, path, module, why):
+        self.errors.append(f"'{path or '(the model)'}' ({type(module).__name__}): {why}")
+
+    def add(self, path, cpp, what):
+        self.steps.append((path, cpp, what))
+
+    def rows(self, path, module, width=None):
+        """The stream is rows [B, N, D] here (and D = width when given); False after an error."""
+        if self.ids:
+            self.fail(path, module, "takes rows [B, N, D], but the input is token ids [B, N]: an nn.Embedding comes first")
+            return False
+        if width is not None and width != self.width:
+            self.fail(path, module, f"takes rows of width {width}, but the step before gives width {self.width}")
+            self.width = None  # unknown from here on: no more width errors that follow from this one
+            return False
+        return True
+
+
+def _encoder_layer(chain, path, layer):
+    """nn.TransformerEncoderLayer as EncoderBlock<D, H, F, Form>, or None with the reasons in chain."""
+    attn = layer.self_attn
+    d, h, f = attn.embed_dim, attn.num_heads, layer.linear1.out_features
+    problems = []
+    if not layer.self_attn.batch_first:
+        problems.append("batch_first=False: stformer's rows are [B, N, D], construct it with batch_first=True")
+    if not attn._qkv_same_embed_dim or attn.bias_k is not None or attn.add_zero_attn:
+        problems.append("its self_attn has kdim/vdim, add_bias_kv or add_zero_attn, which stformer has not")
+    if attn.in_proj_bias is None:
+        problems.append("its self_attn has no bias, which stformer's packed attention needs")
+    if layer.norm1.eps != 1e-5 or layer.norm2.eps != 1e-5:
+        problems.append(f"layer_norm_eps={layer.norm1.eps}: stformer's LayerNorm has PyTorch's default, 1e-5")
+    act = _activation_name(layer.activation)
+    if act is None:
+        problems.append(f"activation {getattr(layer.activation, '__name__', type(layer.activation).__name__)} is not relu, gelu or silu")
+    for p in problems:
+        chain.fail(path, layer, p)
+    if problems or not chain.rows(path, layer, d):
+        return None
+    form = "PreNorm" if layer.norm_first else "PostNorm"
+    return f"stformer::EncoderBlock<{d}, {h}, {f}, stformer::{form}<stformer::{_ACTS[act]}>>"
+
+
+def _layer_norm(chain, path, m):
+    problems = []
+    if len(m.normalized_shape) != 1 or not m.elementwise_affine:
+        problems.append("stformer's LayerNorm normalises the last dimension, with weight and bias")
+    if m.eps != 1e-5:
+        problems.append(f"eps={m.eps}: stformer's LayerNorm has PyTorch's default, 1e-5")
+    for p in problems:
+        chain.fail(path, m, p)
+    if problems or not chain.rows(path, m, m.normalized_shape[0]):
+        return None
+    return f"stformer::LayerNorm<{m.normalized_shape[0]}>"
+
+
+_SUPPORTED = (nn.Sequential, nn.ModuleList, nn.Dropout, nn.Identity, nn.Linear, nn.LayerNorm, nn.ReLU, nn.GELU, nn.SiLU,
+              nn.Embedding, nn.TransformerEncoderLayer, nn.TransformerEncoder, PositionEmbedding, ClassToken, MeanPool, FirstToken)
+
+
+def _forward(m, x):
+    """m(x), a ModuleList (which has no forward of its own) as its modules in order."""
+    if isinstance(m, (nn.Sequential, nn.ModuleList)):
+        for child in m.children():
+            x = _forward(child, x)
+        return x
+    return m(x)
+
+
+def _walk(chain, path, m):
+    """Appends module m (at path) to the chain, or its reasons to chain.errors."""
+    at = (lambda name: f"{path}.{name}" if path else name)
+    base = next((c for c in _SUPPORTED if isinstance(m, c)), None)
+    if base is not None and type(m) is not base and getattr(type(m), "forward", None) is not getattr(base, "forward", None):
+        chain.fail(path, m, f"a subclass of {base.__name__} with a forward of its own, which is not read: "
+                            "write the model as an nn.Sequential of supported modules")
+    elif isinstance(m, (nn.Sequential, nn.ModuleList)):
+        for name, child in m.named_children():
+            _walk(chain, at(name), child)
+    elif isinstance(m, (nn.Dropout, nn.Identity)):
+        pass
+    elif isinstance(m, nn.Linear):
+        if chain.rows(path, m, m.in_features):
+            bias = "" if m.bias is not None else ", stformer::Init::xavier_normal, stformer::Bias::no"
+            chain.add(path, f"stformer::Linear<{m.in_features}, {m.out_features}{bias}>", f"nn.Linear({m.in_features}, {m.out_features})")
+            chain.width = m.out_features
+    elif isinstance(m, nn.LayerNorm):
+        cpp = _layer_norm(chain, path, m)
+        if cpp:
+            chain.add(path, cpp, f"nn.LayerNorm({chain.width})")
+    elif _activation_name(m) is not None and isinstance(m, nn.Module):
+        if chain.rows(path, m):
+            chain.add(path, f"stformer::{_activation_name(m)}<{chain.width}>", f"nn.{type(m).__name__}")
+    elif isinstance(m, nn.Embedding):
+        if not chain.ids:
+            chain.fail(path, m, "an nn.Embedding takes token ids: it can only be the first step")
+        elif m.max_norm is not None:
+            chain.fail(path, m, "max_norm renormalises rows as it looks them up, which stformer does not")
+        else:
+            chain.add(path, f"stformer::Embedding<{m.num_embeddings}, {m.embedding_dim}>", f"nn.Embedding({m.num_embeddings}, {m.embedding_dim})")
+            chain.ids, chain.width, chain.vocabulary = False, m.embedding_dim, m.num_embeddings
+    elif isinstance(m, nn.TransformerEncoderLayer):
+        cpp = _encoder_layer(chain, path, m)
+        if cpp:
+            chain.add(path, cpp, "nn.TransformerEncoderLayer")
+    elif isinstance(m, nn.TransformerEncoder):
+        blocks = [_encoder_layer(chain, at(f"layers.{i}"), layer) for i, layer in enumerate(m.layers)]
+        if all(blocks):
+            if len(set(blocks)) != 1:
+                chain.fail(path, m, "its layers differ in shape or form: stformer repeats one block")
+            else:
+                chain.add(at("layers"), f"stformer::Repeat<{blocks[0]}, {len(blocks)}>", f"nn.TransformerEncoder, {len(blocks)} layers")
+        if m.norm is not None:
+            if isinstance(m.norm, nn.LayerNorm):
+                cpp = _layer_norm(chain, at("norm"), m.norm)
+                if cpp:
+                    chain.add(at("norm"), cpp, "its final nn.LayerNorm")
+            else:
+                chain.fail(at("norm"), m.norm, "an encoder's final norm must be an nn.LayerNorm")
+    elif isinstance(m, PositionEmbedding):
+        length, d = m.weight.shape
+        if chain.rows(path, m, d):
+            if chain.tokens > length:
+                chain.fail(path, m, f"{chain.tokens} rows, but positions for {length} only")
+            chain.add(path, f"stformer::PositionEmbedding<{length}, {d}>", f"PositionEmbedding({length}, {d})")
+    elif isinstance(m, ClassToken):
+        d = m.cls_token.shape[-1]
+        if chain.rows(path, m, d):
+            chain.add(path, f"stformer::ClassToken<{d}>", f"ClassToken({d})")
+            chain.tokens += 1
+    elif isinstance(m, (MeanPool, FirstToken)):
+        if chain.rows(path, m):
+            chain.add(path, f"stformer::{type(m).__name__}<{chain.width}>", f"{type(m).__name__}()")
+            chain.tokens = 1
+    elif isinstance(m, nn.MultiheadAttention):
+        chain.fail(path, m, "attention takes queries, keys and values, not one stream: "
+                            "use nn.TransformerEncoderLayer, or stformer's MultiHeadAttention<..., Projections::packed> in C++")
+    elif type(m).__module__.startswith("torch.nn"):
+        chain.fail(path, m, "not a module stformer_export supports (see its documentation)")
+    else:
+        chain.fail(path, m, "a module of your own: its forward is not read; "
+                            "write the model as an nn.Sequential of supported modules")
+
+
+def plan(module, input_shape):
+    """The chain stformer_export reads in module: [(PyTorch path, stformer type, what)] and the
+    output's shape; raises ExportError listing every module it cannot take."""
+    chain = _read(module, input_shape)
+    return chain.steps, (chain.batch, chain.tokens, chain.width)
+
+
+def _read(module, input_shape):
+    if len(input_shape) not in (2, 3):
+        raise ExportError(f"input_shape {tuple(input_shape)}: (B, N, In) for rows, (B, N) for token ids")
+    chain = _Chain(tuple(int(s) for s in input_shape))
+    _walk(chain, "", module)
+    if chain.errors:
+        raise ExportError("stformer_export: the model cannot be exported as it stands:\n  " + "\n  ".join(chain.errors))
+    if not chain.steps:
+        raise ExportError("stformer_export: the model has no step stformer computes (only Dropout or Identity)")
+    if chain.ids:
+        raise ExportError("stformer_export: the input is token ids, but the model does not start with an nn.Embedding")
+    bad = [k for k, v in module.state_dict().items() if v.is_floating_point() and not torch.isfinite(v).all()]
+    if bad:
+        raise ExportError("stformer_export: parameters hold a NaN or an infinity: " + ", ".join(bad))
+    return chain
+
+
+def _cpp_string(path):
+    if any(c in path for c in '"\\'):
+        raise ExportError(f"stformer_export: the module path {path!r} has a quote or a backslash")
+    return path
+
+
+def export(module, input_shape, name, folder, example=None):
+    """Writes folder/name.safetensors (module's state_dict) and folder/name.hpp (`using name =
+    stformer::Sequential<...>;`) for inputs of input_shape: (B, N, In) rows or (B, N) token ids.
+    With example (a tensor of input_shape), also folder/name.example.safetensors: `input` and
+    the eval-mode `output`, to check the C++ side against. Returns the header's path."""
+    if not name.isidentifier():
+        raise ExportError(f"stformer_export: name {name!r} is not a C++ identifier")
+    chain = _read(module, input_shape)
+    steps, out_shape = chain.steps, (chain.batch, chain.tokens, chain.width)
+    was_training = module.training
+    module.eval()
+    try:
+        with torch.no_grad():
+            probe = example if example is not None else (
+                torch.randint(0, chain.vocabulary, tuple(input_shape)) if len(input_shape) == 2 else torch.randn(*input_shape))
+            got = _forward(module, probe)
+    finally:
+        module.train(was_training)
+    if not torch.is_tensor(got) or tuple(got.shape) != out_shape:
+        raise ExportError(f"stformer_export: the model's forward gives {tuple(got.shape) if torch.is_tensor(got) else type(got).__name__}, "
+                          f"but its modules in order give {out_shape}: its forward is not the chain of its modules")
+    os.makedirs(folder, exist_ok=True)
+    cpp = "stformer::Sequential<\n" + ",\n".join(f'    stformer::Named<"{_cpp_string(p)}", {t}>' for p, t, _ in steps) + ">"
+    state = {k: v.detach().float().contiguous() for k, v in module.state_dict().items()}
+    save_safetensors(os.path.join(folder, f"{name}.safetensors"), state,
+                     {"stformer.type": cpp.replace("\n", "").replace("    ", " "), "torch": torch.__version__})
+    if example is not None:
+        save_safetensors(os.path.join(folder, f"{name}.example.safetensors"),
+                         {"input": example.int() if len(input_shape) == 2 else example.float(), "output": got.float()})
+    b, n = input_shape[0], input_shape[1]
+    x_type = f"stformer::IdTensor<{b}, {n}>" if len(input_shape) == 2 else f"stformer::Tensor<{b}, {n}, {input_shape[2]}>"
+    lines = [f"// {name}: written by python/stformer_export.py from a {type(module).__name__} (PyTorch {torch.__version__}).",
+             f"// Input {x_type} x, output stformer::Tensor<{', '.join(map(str, out_shape))}>:",
+             f"//   auto model = std::make_unique<{name}>();              // load_params: <stformer/checkpoint.hpp>",
+             f'//   stformer::load_params("{name}.safetensors", *model);',
+             f"//   stformer::InferOf<{name}, {b}, {n}> pass;",
+             "//   const auto& y = pass.forward(*model, x);",
+             "// Its steps, by PyTorch's path:"]
+    lines += [f"//   {p or '(the model)':<24} {what}" for p, _, what in steps]
+    lines += ["#pragma once", "", "#include <type_traits>", "", "#include <stformer/stformer.hpp>", "",
+              f"using {name} = {cpp};", "",
+              f"static_assert(std::is_same_v<{name}::Input<{b}, {n}>, {x_type}> &&",
+              f"              std::is_same_v<{name}::Output<{b}, {n}>, stformer::Tensor<{', '.join(map(str, out_shape))}>>,",
+              f'              "{name}: the shapes PyTorch gave");', ""]
+    path = os.path.join(folder, f"{name}.hpp")
+    with open(path, "w") as f:
+        f.write("\n".join(lines))
+    return path
+

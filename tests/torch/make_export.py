@@ -1,0 +1,110 @@
+#!/usr/bin/python3
+"""The exporter's side of its round trip (tests/test_torch_export.cpp): five models built from
+PyTorch's own modules, exported by python/stformer_export.py with an example input and PyTorch's
+output for it; and its refusals, checked here.
+
+usage: /usr/bin/python3 tests/torch/make_export.py OUT_DIR
+writes OUT_DIR/{classifier,tagger,tokens,listed,encoder}.{hpp,safetensors,example.safetensors}
+"""
+import os
+import sys
+
+import torch
+import torch.nn as nn
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "python"))
+import stformer_export as sx  # noqa: E402
+
+torch.manual_seed(5)
+torch.set_num_threads(1)
+out = sys.argv[1]
+
+
+def spread_norms(model):
+    """LayerNorm weights and biases away from ones and zeros, as a trained model's are."""
+    with torch.no_grad():
+        for m in model.modules():
+            if isinstance(m, nn.LayerNorm):
+                m.weight.uniform_(0.5, 1.5)
+                m.bias.normal_(0, 0.3)
+            if isinstance(m, sx.ClassToken):
+                m.cls_token.normal_()
+    return model
+
+
+def layer(d, h, f, **kw):
+    return nn.TransformerEncoderLayer(d, h, f, batch_first=True, **kw)
+
+
+# The issue's classifier: 2 post-norm GELU layers, D 32, 4 heads, F 64, 32 tokens.
+classifier = nn.Sequential(nn.Linear(8, 32), sx.PositionEmbedding(32, 32),
+                           nn.TransformerEncoder(layer(32, 4, 64, activation="gelu"), 2), sx.MeanPool(), nn.Linear(32, 5))
+# A class token read back by FirstToken; a pre-norm layer in a nested Sequential beside a
+# Dropout; an encoder of one SiLU layer with its final norm; a head without bias.
+tagger = nn.Sequential(nn.Linear(6, 16), sx.ClassToken(16), nn.Sequential(layer(16, 2, 32, norm_first=True), nn.Dropout(0.2)),
+                       nn.TransformerEncoder(layer(16, 2, 32, activation=nn.SiLU()), 1, norm=nn.LayerNorm(16)),
+                       sx.FirstToken(), nn.Linear(16, 3, bias=False))
+# Token ids in, a language model's logits out.
+tokens = nn.Sequential(nn.Embedding(50, 16), sx.PositionEmbedding(12, 16), layer(16, 2, 32), nn.LayerNorm(16), nn.Linear(16, 50))
+# An nn.ModuleList read as its modules in order, of the pointwise layers.
+listed = nn.ModuleList([nn.Linear(4, 12), nn.GELU(approximate="tanh"), nn.SiLU(), nn.Identity(), nn.LayerNorm(12),
+                        nn.ReLU(), nn.GELU(), nn.Linear(12, 2)])
+# nn.TransformerEncoder itself as the model: names layers.0..., no final norm.
+encoder = nn.TransformerEncoder(layer(16, 4, 48, activation="gelu", norm_first=True), 2)
+
+for name, model, x in [("classifier", classifier, torch.randn(1, 32, 8)), ("tagger", tagger, torch.randn(2, 7, 6)),
+                       ("tokens", tokens, torch.randint(0, 50, (3, 12))), ("listed", listed, torch.randn(2, 5, 4)),
+                       ("encoder", encoder, torch.randn(2, 5, 16))]:
+    sx.export(spread_norms(model), tuple(x.shape), name, out, example=x)
+    assert model.training, "export leaves the model's mode as it was"
+
+
+# The refusals: every module the exporter cannot take, by its path and class, in one error.
+def refused(model, shape, *wanted, name="bad"):
+    try:
+        sx.export(model, shape, name, out)
+    except sx.ExportError as e:
+        for w in wanted:
+            assert w in str(e), f"{w!r} not in:\n{e}"
+        return str(e)
+    raise AssertionError(f"exported: {model}")
+
+
+class Mine(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(8, 8)
+
+    def forward(self, x):
+        return x + self.fc(x)
+
+
+class Residual(nn.Sequential):
+    def forward(self, x):
+        return x + super().forward(x)
+
+
+message = refused(nn.Sequential(nn.Linear(8, 16), nn.BatchNorm1d(16), nn.TransformerEncoderLayer(16, 4, 64), Mine(),
+                                nn.MultiheadAttention(16, 2), Residual(nn.Linear(16, 16)), nn.Linear(3, 4),
+                                nn.LayerNorm(16, eps=1e-6)),
+                  (1, 4, 8),
+                  "'1' (BatchNorm1d): not a module stformer_export supports",
+                  "'2' (TransformerEncoderLayer): batch_first=False",
+                  "'3' (Mine): a module of your own",
+                  "'4' (MultiheadAttention): attention takes queries, keys and values",
+                  "'5' (Residual): a subclass of Sequential with a forward of its own",
+                  "'6' (Linear): takes rows of width 3, but the step before gives width 16",
+                  "'7' (LayerNorm): eps=1e-06")
+assert message.count("\n") == 7, message
+refused(nn.Sequential(nn.Linear(8, 8), nn.Embedding(10, 8)), (1, 4, 8), "'1' (Embedding): an nn.Embedding takes token ids")
+refused(nn.Sequential(nn.Linear(8, 8)), (1, 4), "'0' (Linear): takes rows [B, N, D], but the input is token ids")
+refused(nn.Sequential(sx.PositionEmbedding(4, 8)), (1, 6, 8), "'0' (PositionEmbedding): 6 rows, but positions for 4 only")
+refused(nn.TransformerEncoder(layer(8, 2, 16, activation=torch.tanh), 1), (1, 4, 8), "'layers.0' (TransformerEncoderLayer): activation tanh")
+refused(nn.Dropout(), (1, 4, 8), "no step stformer computes")
+refused(nn.Linear(8, 8), (1, 4, 8), "not a C++ identifier", name="two words")
+nan = nn.Linear(8, 8)
+with torch.no_grad():
+    nan.weight[2, 3] = float("nan")
+refused(nan, (1, 4, 8), "parameters hold a NaN or an infinity: weight")
+assert not os.path.exists(os.path.join(out, "bad.hpp")), "a refused model writes nothing"
+print(f"stformer_export: 5 models written to {out}; 8 refusals checked")
