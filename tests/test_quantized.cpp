@@ -198,6 +198,96 @@ float int8_rows(Rng& rng, Tensor<B, N, D>& x, TensorOf<std::int8_t, B, N, D>& xq
 
 }  // namespace
 
+template <class Act>
+const char* act_name() {
+  if constexpr (std::is_same_v<Act, act::ReLU>) return "ReLU";
+  if constexpr (std::is_same_v<Act, act::GELU>) return "GELU";
+  if constexpr (std::is_same_v<Act, act::GELUTanh>) return "GELU (tanh)";
+  if constexpr (std::is_same_v<Act, act::SiLU>) return "SiLU";
+}
+
+// y_q within `steps` output steps of the float norm f of x_q's values (s_x·x_q), row by row.
+template <class Norm, size_t R, size_t D, class X>
+double norm_steps(const Norm& f, const X& xq, float sx, float sy) {
+  Tensor<R, D> x, y;
+  dequantize(xq, sx, x);
+  f.template apply<R>(x.data(), y.data());
+  const auto q = QLayerNorm<D, std::is_same_v<Norm, LayerNorm<D>>>::quantize(f, sx, sy);
+  TensorOf<std::int8_t, R, D> yq;
+  q.template apply<R>(xq.data(), yq.data());
+  double worst = 0;
+  for (size_t i = 0; i < y.size(); ++i) worst = std::max(worst, std::abs(double(y.data()[i]) - sy * yq.data()[i]) / sy);
+  return worst;
+}
+
+TEST_CASE("QLayerNorm: LayerNorm and RMSNorm in integers within one output step, from int16 and int8 rows; a constant row gives the bias") {
+  Rng rng(35, 0);
+  constexpr size_t R = 12, D = 48;
+  LayerNorm<D> ln;
+  RMSNorm<D> rms;
+  for (size_t i = 0; i < D; ++i) ln.weight(i) = rng.normal(), ln.bias(i) = 0.5f * rng.normal(), rms.weight(i) = rng.normal();
+  TensorOf<std::int16_t, R, D> x16;
+  TensorOf<std::int8_t, R, D> x8;
+  for (size_t r = 0; r < R; ++r) {
+    const float spread = std::ldexp(1.0f, int(r)), mean = r % 3 == 0 ? 0.0f : spread * rng.normal();  // spreads from 1 to 2048, shifted rows
+    for (size_t i = 0; i < D; ++i) {
+      x16(r, i) = std::int16_t(std::clamp(std::nearbyint(mean + spread * rng.normal()), -32767.0f, 32767.0f));
+      x8(r, i) = std::int8_t(std::clamp(std::nearbyint(std::min(spread, 30.0f) * rng.normal()), -127.0f, 127.0f));
+    }
+  }
+  for (size_t i = 0; i < D; ++i) x16(0, i) = 1234, x8(0, i) = -7;  // row 0 constant
+  // outputs |y| up to about |w|·√D + |b|
+  const float sy_ln = quant::scale_for(4.5f * quant::max_abs(ln.weight) + quant::max_abs(ln.bias));
+  const float sy_rms = quant::scale_for(4.5f * quant::max_abs(rms.weight));
+  for (float sx : {1e-3f, 0.02f}) {
+    INFO("input scale " << sx);
+    CHECK(norm_steps<LayerNorm<D>, R, D>(ln, x16, sx, sy_ln) <= 1.0);
+    CHECK(norm_steps<LayerNorm<D>, R, D>(ln, x8, sx, sy_ln) <= 1.0);
+    CHECK(norm_steps<RMSNorm<D>, R, D>(rms, x16, sx, sy_rms) <= 1.0);
+    CHECK(norm_steps<RMSNorm<D>, R, D>(rms, x8, sx, sy_rms) <= 1.0);
+  }
+  // the constant row: y = bias, rounded
+  const auto q = QLayerNorm<D, true>::quantize(ln, 0.02f, sy_ln);
+  TensorOf<std::int16_t, 1, D> y;
+  q.apply<1>(x16.data(), y.data());
+  for (size_t i = 0; i < D; ++i) CHECK(y(0, i) == q.bias(i));
+}
+
+TEST_CASE("FeedForward in integers with GELU, GELU (tanh) and SiLU tables: the float layer within 3% rms") {
+  constexpr size_t B = 2, N = 16, D = 24, Fw = 64;
+  auto check = [&]<class Act>(Act) {
+    using F = FeedForward<D, Fw, Act>;
+    using Q = FeedForward<D, Fw, Act, precision::int8>;
+    Rng rng(36, 0);
+    auto f = std::make_unique<F>();
+    test::randomize(*f, rng);
+    Tensor<B, N, D> x;
+    TensorOf<std::int8_t, B, N, D> xq;
+    const float sx = int8_rows(rng, x, xq);
+    auto acts = std::make_unique<ActsOf<F, B, N>>();
+    const auto& want = acts->forward(*f, x);
+    typename Q::Ranges r;
+    r.observe(*f, *acts, x, want);
+    const float so = quant::int16_scale(quant::max_abs(want));
+    auto q = std::make_unique<Q>();
+    q->from_float(*f, r, sx, so);
+    TensorOf<std::int16_t, B, N, D> out;
+    out.fill(0);
+    typename Q::template Tile<8> w;
+    q->template add_tiled<B * N, 8>(xq.data(), out.data(), w);
+    const double gap = rel_rms(want, out, so);
+    MESSAGE(std::string(act_name<Act>()) << ": int8 within " << 100 * gap << "% rms");
+    CHECK(gap < 0.03);
+    // the table is the activation on the 256 inputs, at the hidden scale and zero point
+    const float s_a = q->act.act_scale(0), s_g = q->hidden_scale(0);
+    const double z = double(q->act.values(128));  // Act(0) = 0
+    for (int a = -128; a < 128; ++a) CHECK(std::abs(s_g * (q->act.values(size_t(a + 128)) - z) - Act::f(s_a * a)) <= 0.51 * s_g + 1e-6);
+  };
+  check(act::GELU{});
+  check(act::GELUTanh{});
+  check(act::SiLU{});
+}
+
 TEST_CASE("QMultiHeadAttention: the float block within 3% rms, causal and key-padded; a query that sees no key adds bo alone") {
   constexpr size_t B = 2, N = 20, D = 24, H = 3;
   using F = MultiHeadAttention<D, D, D, H>;
@@ -231,13 +321,17 @@ TEST_CASE("QMultiHeadAttention: the float block within 3% rms, causal and key-pa
   }
 }
 
-TEST_CASE("EncoderBlock in integers: the float block within 3% rms on an int16 residual stream") {
+TEST_CASE_TEMPLATE("EncoderBlock in integers: the float block within 3% rms on an int16 residual stream, in SPEC's form and PyTorch's", Fm,
+                   SpecForm, PostNorm<act::GELU>, PreNorm<act::ReLU>, PostNorm<act::SiLU>) {
   constexpr size_t B = 2, N = 30, D = 32, H = 4, Fw = 48;
-  using F = EncoderBlock<D, H, Fw>;
-  using Q = EncoderBlock<D, H, Fw, SpecForm, precision::int8>;
+  using F = EncoderBlock<D, H, Fw, Fm>;
+  using Q = EncoderBlock<D, H, Fw, Fm, precision::int8>;
   Rng rng(34, 0);
   auto f = std::make_unique<F>();
   test::randomize(*f, rng);
+  if constexpr (Fm::torch_names)  // the norms' weights and biases away from ones and zeros
+    for (auto* n : {&f->sn1, &f->sn2})
+      for (size_t i = 0; i < D; ++i) n->weight(i) = 0.5f + rng.uniform(), n->bias(i) = 0.3f * rng.normal();
   Tensor<B, N, D> x;
   test::fill(x, rng, 2.0f);
   auto acts = std::make_unique<ActsOf<F, B, N>>();
@@ -253,7 +347,10 @@ TEST_CASE("EncoderBlock in integers: the float block within 3% rms on an int16 r
   q->from_float(*f, r, sh, sh);
   auto w = std::make_unique<typename Q::template Work<B, N>>();
   q->forward_in_place(h, *w);
-  CHECK(rel_rms(want, h, sh) < 0.03);
+  const double gap = rel_rms(want, h, sh);
+  MESSAGE(std::string(Fm::torch_names ? Fm::norm_first ? "pre-norm LayerNorm, " : "post-norm LayerNorm, " : "SPEC's form, ") << act_name<typename Fm::Act>()
+                                                                                                   << ": int8 within " << 100 * gap << "% rms");
+  CHECK(gap < 0.03);
 }
 
 TEST_CASE("DecoderBlock in integers: the float block within 3% rms on an int16 residual stream, the memory an int16 stream, key-padded") {
@@ -740,7 +837,10 @@ double rms_gap(const M& p, const Q& q, Tensor<B, N, W>& x, const KeyMask<B, N>& 
 }
 }  // namespace
 
-TEST_CASE("quantize: a sequence classifier of the library's blocks, trained, in integers within 1 point of its float accuracy") {
+// Trains Classifier (a model of ids [B, kL] -> 2 logits), quantizes it, and checks the integer
+// model: accuracy within 1 point, the float model's names (`names`), saved and loaded the same.
+template <class Classifier>
+void trained_classifier(const char* what, std::initializer_list<const char*> names_wanted) {
   constexpr size_t B = 16;
   auto p = test::make<Classifier>();
   Rng rng(71);
@@ -768,11 +868,11 @@ TEST_CASE("quantize: a sequence classifier of the library's blocks, trained, in 
   }
   const auto q = cal.quantize();
   using Q = Quantized<Classifier>;
-  static_assert(std::is_same_v<Q::Input<B, kL>, IdTensor<B, kL>> && std::is_same_v<Q::Output<B, kL>, Tensor<B, 1, 2>>,
+  static_assert(std::is_same_v<typename Q::template Input<B, kL>, IdTensor<B, kL>> && std::is_same_v<typename Q::template Output<B, kL>, Tensor<B, 1, 2>>,
                 "the quantized model takes and gives what the float one does");
   // the float model's names, the integer tensors of each step, and the output's scale
   const auto names = test::param_names(*q);
-  for (const char* n : {"embedding.weight", "1.table", "blocks.0.sn1.g", "blocks.1.ffn.fc2.weight", "3.requant.multiplier", "head.coarse.weight", "head.fine.weight", "output.scale"})
+  for (const char* n : names_wanted)
     CHECK_MESSAGE(std::find(names.begin(), names.end(), n) != names.end(), n);
 
   auto fi = test::make<InferOf<Classifier, B, kL>>();
@@ -788,7 +888,7 @@ TEST_CASE("quantize: a sequence classifier of the library's blocks, trained, in 
     acc_f += accuracy(yf, batch.label) / batches, acc_q += accuracy(yq, batch.label) / batches;
     for (size_t k = 0; k < yf.size(); ++k) worst = std::max(worst, double(std::abs(yf.data()[k] - yq.data()[k])));
   }
-  MESSAGE("sequence classifier, " << batches * B << " sequences: float accuracy " << acc_f << ", int8 " << acc_q << "; largest logit difference "
+  MESSAGE(std::string(what) << ", " << batches * B << " sequences: float accuracy " << acc_f << ", int8 " << acc_q << "; largest logit difference "
                                   << worst << "; plans: float " << sizeof(InferOf<Classifier, 1, kL>) << " B, int8 " << sizeof(InferOf<Q, 1, kL>)
                                   << " B");
   if (!test::slow()) CHECK(acc_f >= 0.9);
@@ -806,6 +906,20 @@ TEST_CASE("quantize: a sequence classifier of the library's blocks, trained, in 
   batch.draw(fresh);
   const Tensor<B, 1, 2> before = qi->forward(*q, batch.ids, &batch.keys);
   CHECK(test::same_bits(before, qi->forward(*back, batch.ids, &batch.keys)));
+}
+
+TEST_CASE("quantize: a sequence classifier of the library's blocks, trained, in integers within 1 point of its float accuracy") {
+  trained_classifier<Classifier>("sequence classifier (SPEC's blocks)", {"embedding.weight", "1.table", "blocks.0.sn1.g", "blocks.1.ffn.fc2.weight",
+                                                                        "3.requant.multiplier", "head.coarse.weight", "head.fine.weight", "output.scale"});
+}
+
+TEST_CASE("quantize: the classifier of PyTorch's layers (learned positions, post-norm LayerNorm and GELU, a final LayerNorm), trained, in integers within 1 point") {
+  using TorchClassifier = Sequential<Named<"embedding", Embedding<kV, kD>>, PositionEmbedding<kL, kD>,
+                                     Named<"layers", Repeat<EncoderBlock<kD, 4, 64, PostNorm<act::GELU>>, 2>>, Named<"norm", LayerNorm<kD>>,
+                                     MeanPool<kD>, Named<"head", Linear<kD, 2>>>;
+  trained_classifier<TorchClassifier>("sequence classifier (PyTorch's layers)",
+                                      {"embedding.weight", "1.table", "layers.0.norm1.weight", "layers.0.self_attn.wq.weight", "layers.1.ffn.table",
+                                       "norm.eps", "head.fine.weight", "output.scale"});
 }
 
 TEST_CASE("quantize: a model of float rows (QuantizeInput first), its outputs close to the float model's, unnamed steps by their index") {

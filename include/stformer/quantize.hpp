@@ -50,6 +50,7 @@
 #include "blocks/sab.hpp"
 #include "quantized/attention.hpp"
 #include "quantized/embedding.hpp"
+#include "quantized/layernorm.hpp"
 #include "quantized/linear.hpp"
 #include "quantized/meanpool.hpp"
 #include "quantized/pointer.hpp"

@@ -9,10 +9,11 @@
 //     out = N2(h + FFN(h))
 //     backward: ds2 = N2ᵀ dout, dh = ds2 + FFNᵀ ds2;  ds1 = N1ᵀ dh, dx = ds1 + dxq + dxkv of MHAᵀ ds1
 // Forward only: Infer, or forward_in_place on a residual stream the caller keeps (models).
-// In integers as EncoderBlock<D, H, F, SpecForm, precision::int8> (stformer/precision.hpp): the
+// In integers as EncoderBlock<D, H, F, Form, precision::int8> (stformer/precision.hpp): the
 // same composition on an int16 residual stream, int8 rows inside; why int16 for the stream: it
 // carries every block's sum at one scale, and the pointer model's choice among 50 points turns
-// on small differences of it (docs/quantized.md). (SpecForm's only, so far.)
+// on small differences of it (docs/quantized.md). Post-norm, the branches read the stream itself
+// as int16 rows (no norm before them to make int8 rows), and the norms write it in place.
 // Parameters: sn1.g, attn.*, sn2.g, ffn.* (in integers the leaves' integer tensors); the
 // LayerNorm forms PyTorch's: norm1.*, self_attn.* (packed: in_proj_weight, in_proj_bias,
 // out_proj.*), norm2.*, linear1.*, linear2.*.
@@ -32,16 +33,16 @@ namespace stformer::inline STFORMER_ABI {
 template <size_t D, size_t H, size_t F, class Fm = SpecForm, class P = precision::float32>
 struct EncoderBlock {
   static_assert(requires { Fm::norm_first; }, "EncoderBlock<D, H, F, Form, P>: its fourth parameter is a Form (SpecForm, PostNorm<Act>, PreNorm<Act>)");
-  static_assert(!P::integer || std::is_same_v<Fm, SpecForm>, "EncoderBlock in integers: SpecForm's only, so far");
   template <class Leaf>
   using Of = typename P::template Of<Leaf>;
   using Float = EncoderBlock<D, H, F, Fm>;
   using Norm = typename Fm::template Norm<D>;
   using FloatAttention = typename Fm::template Attention<D, H>;
-  using Attention = Of<FloatAttention>;
+  static constexpr bool pre = Fm::norm_first;
+  static constexpr size_t row_bits = pre ? 8 : 16;  // the branches' input rows in integers
+  using Attention = typename P::template Of<FloatAttention, row_bits>;
   using Ffn = Of<FeedForward<D, F, typename Fm::Act>>;
   using Stream = typename P::Stream;
-  static constexpr bool pre = Fm::norm_first;
   Of<Norm> sn1;
   Attention attn;
   Of<Norm> sn2;
@@ -66,7 +67,7 @@ struct EncoderBlock {
     using AttentionWork = typename Attention::template Work<B, N, N, T>;
     static constexpr size_t Tf = P::integer ? T : rows_in_room(B * N, T, sizeof(AttentionWork), Ffn::tile_row_bytes);
     using FfnTile = typename Ffn::template Tile<Tf>;
-    TensorOf<typename P::template Row<8>, B, N, D> a;
+    TensorOf<typename P::template Row<row_bits>, B, N, D> a;
     Phases<AttentionWork, FfnTile> phase;
   };
 
@@ -105,24 +106,27 @@ struct EncoderBlock {
   };
 
   // In integers (P = precision::int8), made from the float block: on the residual stream at
-  // scale s_h (same_scale: in place), the norms' int8 outputs scaled from their calibration
-  // ranges, the attention and the feed-forward layer from theirs, each into the stream.
+  // scale s_h (same_scale: in place), pre-norm the norms' int8 outputs scaled from their
+  // calibration ranges; post-norm the norms' outputs on the stream, at s_h, and the branches'
+  // inputs the stream's int16 values; the attention and the feed-forward layer from their ranges,
+  // each into the stream.
   static constexpr bool same_scale = true;
   struct Ranges {
-    float sn1 = 0, sn2 = 0, residual = 0;  // residual: the stream's values inside (h and out)
+    float sn1 = 0, sn2 = 0, residual = 0;  // residual: the stream's values inside (h and out; post-norm N1(h) too)
     typename Attention::Ranges attn;
     typename Ffn::Ranges ffn;
     template <class A, class X, class Y>
     void observe(const Float& f, const A& acts, const X& x, const Y& y) {
       sn1 = std::max(sn1, quant::max_abs(acts.sn1.out)), sn2 = std::max(sn2, quant::max_abs(acts.sn2.out));
       residual = std::max({residual, quant::max_abs(acts.h), quant::max_abs(acts.out)});
+      if constexpr (!pre) residual = std::max({residual, sn1, sn2});
       attn.observe(f.attn, acts.attn);
       ffn.observe(f.ffn, acts.ffn, x, y);
     }
   };
   void from_float(const Float& f, const Ranges& r, float s_h, float) {
-    sn1 = Of<ScaleNorm<D>>::quantize(f.sn1, quant::scale_for(r.sn1));
-    sn2 = Of<ScaleNorm<D>>::quantize(f.sn2, quant::scale_for(r.sn2));
+    sn1.from_float(f.sn1, {}, s_h, pre ? quant::scale_for(r.sn1) : s_h);
+    sn2.from_float(f.sn2, {}, s_h, pre ? quant::scale_for(r.sn2) : s_h);
     attn = Attention::quantize(f.attn, r.attn, sn1.out_scale(0), sn1.out_scale(0), s_h);
     ffn.from_float(f.ffn, r.ffn, sn2.out_scale(0), s_h);
   }

@@ -1,11 +1,16 @@
 // FeedForward<D, F, Act>: y = Act(x W1ᵀ + b1) W2ᵀ + b2, rows [L..., D] -> [L..., D]; Act one of
 // act::ReLU (the default), act::GELU, act::GELUTanh, act::SiLU (blocks/activation.hpp).
-// In integers (P = precision::int8, stformer/precision.hpp) on an int16 stream: fc1 to int8
-// hidden rows at hidden_scale with zero point −128 (ReLU's outputs are ≥ 0: all 256 steps for
-// them; the ReLU is the clamp at −128), fc2 (whose bias holds the zero point's 128·Σ W_q) into
-// the stream (ReLU's only, so far).
-// Parameters: fc1.*, fc2.* (Kaiming-normal weights); in integers the layers' integer tensors and
-// hidden_scale (F32 [1]).
+// In integers (P = precision::int8, stformer/precision.hpp) on an int16 stream (or int16 or int8
+// rows x): fc1 to int8 hidden rows at hidden_scale, fc2 (whose bias holds the hidden rows' zero
+// point z: −z·Σ W_q) into the stream.
+//   ReLU: fc1's outputs with z = −128 (ReLU's outputs are ≥ 0: all 256 steps for them; the ReLU
+//     is the clamp at −128).
+//   GELU, GELUTanh, SiLU: fc1's outputs a_q symmetric at s_a (from calibration), then a table of
+//     the 256 values: hid = table[a_q] = round(Act(s_a·a_q) / s_g) + z, s_g = (max − min)/255 of
+//     Act over the table, z its zero point. Exact for the int8 input: the one rounding is the
+//     output's (half a step, s_g/2).
+// Parameters: fc1.*, fc2.* (Kaiming-normal weights); in integers the layers' integer tensors,
+// hidden_scale (F32 [1]: s_g, or ReLU's) and, but for ReLU, table (I8 [256]) and act_scale (s_a).
 #pragma once
 
 #include "../config.hpp"
@@ -22,19 +27,29 @@ namespace stformer::inline STFORMER_ABI {
 
 template <size_t D, size_t F, class Act = act::ReLU, class P = precision::float32>
 struct FeedForward {
-  static_assert(!P::integer || std::is_same_v<Act, act::ReLU>, "FeedForward in integers: only act::ReLU has an integer form so far");
   static constexpr bool relu = std::is_same_v<Act, act::ReLU>;
   using Float = FeedForward<D, F, Act>;
   using Stream = typename P::Stream;
   typename P::template Of<Linear<D, F, Init::kaiming_normal>> fc1;
   typename P::template Of<Linear<F, D, Init::kaiming_normal>> fc2;
   [[no_unique_address]] std::conditional_t<P::integer, Scale, Nothing> hidden_scale;
+  static constexpr bool tabled = P::integer && !relu;  // the activation by a table
+  struct Table {
+    TensorOf<std::int8_t, 256> values;
+    Scale act_scale;
+  };
+  struct NoTable {};  // (not Nothing: two empty members of one type would take a byte each)
+  [[no_unique_address]] std::conditional_t<tabled, Table, NoTable> act;
 
   template <class Fn, class... S>
   static constexpr void visit(const Path& at, Fn& f, S&... s) {
     stformer::visit(at / "fc1", f, s.fc1...);
     stformer::visit(at / "fc2", f, s.fc2...);
     if constexpr (P::integer) f(at / "hidden_scale", Init{Init::zeros}, s.hidden_scale...);
+    if constexpr (tabled) {
+      f(at / "table", Init{Init::zeros}, s.act.values...);
+      f(at / "act_scale", Init{Init::zeros}, s.act.act_scale...);
+    }
   }
 
   // The scratch of T rows: the hidden rows [T, F] (in integers int8, and the products' int32
@@ -55,7 +70,9 @@ struct FeedForward {
   void apply_tiled(X* x, Stream* y, Tile<T>& w) const {
     if constexpr (P::integer) {
       for_tiles<Rows, T>([&]<size_t R>(size_t i) {
-        fc1.template apply<R, true>(x + i * D, w.acc.data(), w.hid.data());
+        fc1.template apply<R, relu>(x + i * D, w.acc.data(), w.hid.data());
+        if constexpr (tabled)
+          for (size_t j = 0; j < R * F; ++j) w.hid.data()[j] = act.values(size_t(w.hid.data()[j] + 128));
         fc2.template add_to<R, !Add>(w.hid.data(), w.acc.data(), y + i * D);
       });
     } else {
@@ -92,7 +109,7 @@ struct FeedForward {
   }
 
   // In integers, made from the float layer: the hidden rows' scale from their calibration range
-  // (ReLU's outputs), the input's and the output's from the streams'.
+  // (ReLU's outputs, or the activation's inputs), the input's and the output's from the streams'.
   static constexpr bool same_scale = false;
   struct Ranges {
     float hidden = 0;
@@ -102,9 +119,23 @@ struct FeedForward {
     }
   };
   void from_float(const Float& f, const Ranges& r, float s_in, float s_out) {
-    hidden_scale(0) = quant::scale_for(r.hidden, 255);
-    fc1.from_float(f.fc1, s_in, hidden_scale(0));
-    fc2.from_float(f.fc2, hidden_scale(0), s_out, -128);
+    if constexpr (relu) {
+      hidden_scale(0) = quant::scale_for(r.hidden, 255);
+      fc1.from_float(f.fc1, s_in, hidden_scale(0));
+      fc2.from_float(f.fc2, hidden_scale(0), s_out, -128);
+    } else {
+      const float s_a = act.act_scale(0) = quant::scale_for(r.hidden);
+      fc1.from_float(f.fc1, s_in, s_a);
+      double lo = 0, hi = 0, value[256];
+      for (int a = -128; a < 128; ++a) {
+        value[a + 128] = Act::f(s_a * float(a));
+        lo = std::min(lo, value[a + 128]), hi = std::max(hi, value[a + 128]);
+      }
+      hidden_scale(0) = float(hi > lo ? (hi - lo) / 255 : 1.0);
+      const std::int32_t z = -128 - std::int32_t(std::nearbyint(lo / hidden_scale(0)));
+      for (size_t i = 0; i < 256; ++i) act.values(i) = std::int8_t(std::clamp(quant::to_int(value[i], hidden_scale(0), -32768, 32767) + z, -128, 127));
+      fc2.from_float(f.fc2, hidden_scale(0), s_out, z);
+    }
   }
 
   template <size_t... L>

@@ -39,18 +39,19 @@ struct Form {
     return torch_names ? norm[i - 1] : sn[i - 1];
   }
   // A block's self-attention and feed-forward layer under their names: attn (PyTorch's
-  // self_attn) and ffn.fc1, ffn.fc2 (PyTorch's linear1, linear2, at the layer's level).
+  // self_attn) and ffn.fc1, ffn.fc2 (PyTorch's linear1, linear2, at the layer's level; in
+  // integers, whose layer has more tensors than the two, ffn.*).
   template <class Fn, class... A>
   static constexpr void visit_attention(const Path& at, std::string_view ours, std::string_view torch, Fn& f, A&... a) {
     stformer::visit(at / (torch_names ? torch : ours), f, a...);
   }
-  template <class Fn, class... S>
-  static constexpr void visit_ffn(const Path& at, Fn& f, S&... ffn) {
-    if constexpr (torch_names) {
-      stformer::visit(at / "linear1", f, ffn.fc1...);
-      stformer::visit(at / "linear2", f, ffn.fc2...);
+  template <class Fn, class S0, class... S>
+  static constexpr void visit_ffn(const Path& at, Fn& f, S0& ffn0, S&... ffn) {
+    if constexpr (torch_names && std::is_same_v<decltype(S0::hidden_scale), Nothing>) {
+      stformer::visit(at / "linear1", f, ffn0.fc1, ffn.fc1...);
+      stformer::visit(at / "linear2", f, ffn0.fc2, ffn.fc2...);
     } else {
-      stformer::visit(at / "ffn", f, ffn...);
+      stformer::visit(at / "ffn", f, ffn0, ffn...);
     }
   }
   // A residual branch's input a [Rows, D]: N(h) (pre-norm) or h itself (post-norm).

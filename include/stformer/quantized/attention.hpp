@@ -30,10 +30,11 @@
 
 namespace stformer::inline STFORMER_ABI {
 
-template <size_t Dq, size_t Dkv, size_t D, size_t H, ScoreScale S = ScoreScale::head_width, class Row = std::int8_t>
+template <size_t Dq, size_t Dkv, size_t D, size_t H, ScoreScale S = ScoreScale::head_width, class Row = std::int8_t,
+          Projections Pr = Projections::separate>
 struct QMultiHeadAttention {
   static_assert(std::is_same_v<Row, std::int8_t> || std::is_same_v<Row, std::int16_t>, "QMultiHeadAttention: int8 or int16 rows");
-  using Float = MultiHeadAttention<Dq, Dkv, D, H, S>;
+  using Float = MultiHeadAttention<Dq, Dkv, D, H, S, Pr>;
   static constexpr size_t Dh = D / H;
   static constexpr bool wide = std::is_same_v<Row, std::int16_t>;
   static constexpr int row_levels = wide ? 32767 : 127;
@@ -71,7 +72,8 @@ struct QMultiHeadAttention {
       } else {
         const auto& x = *acts.xkv;
         for (size_t r = 0; r < x.size() / Dkv; ++r)
-          k = std::max(k, quant::max_abs_linear(f.wk, x.data() + r * Dkv)), v = std::max(v, quant::max_abs_linear(f.wv, x.data() + r * Dkv));
+          k = std::max(k, quant::max_abs_linear<Dkv, D>(f.k_proj(), x.data() + r * Dkv)),
+          v = std::max(v, quant::max_abs_linear<Dkv, D>(f.v_proj(), x.data() + r * Dkv));
       }
     }
   };
@@ -91,9 +93,9 @@ struct QMultiHeadAttention {
     QMultiHeadAttention q;
     q.q_scale(0) = quant::scale_for(r.q), q.k_scale(0) = row_scale(r.k);
     q.v_scale(0) = row_scale(r.v), q.heads_scale(0) = row_scale(r.heads);
-    q.wq = QLinear<Dq, D>::quantize(f.wq, s_xq, q.q_scale(0));
-    q.wk = QLinear<Dkv, D>::quantize(f.wk, s_xkv, q.k_scale(0));
-    q.wv = QLinear<Dkv, D>::quantize(f.wv, s_xkv, q.v_scale(0));
+    q.wq = QLinear<Dq, D>::quantize(f.q_proj(), s_xq, q.q_scale(0));
+    q.wk = QLinear<Dkv, D>::quantize(f.k_proj(), s_xkv, q.k_scale(0));
+    q.wv = QLinear<Dkv, D>::quantize(f.v_proj(), s_xkv, q.v_scale(0));
     q.wo = QLinear<D, D>::quantize(f.wo, q.heads_scale(0), s_out);
     q.set_multipliers(s_xq, s_xkv, s_out);
     return q;
@@ -196,9 +198,9 @@ struct QMultiHeadAttention {
 };
 
 // In a composite block at precision::int8: int8 rows, or int16 where the block asks for 16 bits.
-template <size_t Dq, size_t Dkv, size_t D, size_t H, ScoreScale S, size_t Bits>
-struct IntegerForm<MultiHeadAttention<Dq, Dkv, D, H, S>, Bits> {
-  using type = QMultiHeadAttention<Dq, Dkv, D, H, S, precision::int8::Row<Bits>>;
+template <size_t Dq, size_t Dkv, size_t D, size_t H, ScoreScale S, Projections Pr, size_t Bits>
+struct IntegerForm<MultiHeadAttention<Dq, Dkv, D, H, S, Pr>, Bits> {
+  using type = QMultiHeadAttention<Dq, Dkv, D, H, S, precision::int8::Row<Bits>, Pr>;
 };
 
 }  // namespace stformer

@@ -58,12 +58,14 @@ inline void quantize_input(const float* x, size_t n, float s, std::int16_t* y) {
   for (size_t i = 0; i < n; ++i) y[i] = std::int16_t(std::clamp(std::nearbyint(x[i] / s), -32767.0f, 32767.0f));
 }
 // max_c |b_c + Σ_k W[c, k]·x_k|: the largest output of a linear layer on one row x [In].
-template <size_t In, size_t Out, Init::Kind K, Bias Bi>
-float max_abs_linear(const Linear<In, Out, K, Bi>& f, const float* x) {
+// (Lin: a Linear<In, Out>, or a LinearRef into packed projections.)
+template <size_t In, size_t Out, class Lin>
+float max_abs_linear(const Lin& f, const float* x) {
+  const float *w = f.weight.data(), *b = f.bias.data();
   double m = 0;
   for (size_t c = 0; c < Out; ++c) {
-    double y = f.bias(c);
-    for (size_t k = 0; k < In; ++k) y += double(f.weight(c, k)) * x[k];
+    double y = b ? b[c] : 0.0;
+    for (size_t k = 0; k < In; ++k) y += double(w[c * In + k]) * x[k];
     m = std::max(m, std::abs(y));
   }
   return float(m);
@@ -77,13 +79,17 @@ struct FloatOf<TensorOf<E, S...>> {
 };
 // W_q and s of a float matrix [rows, width], per row: s = max|W[r, :]|/127, W_q in [−127, 127].
 template <size_t R, size_t W>
-void quantize_rows(const Tensor<R, W>& w, TensorOf<std::int8_t, R, W>& q, Tensor<R>& scale) {
+void quantize_rows(const float* w, TensorOf<std::int8_t, R, W>& q, Tensor<R>& scale) {
   for (size_t r = 0; r < R; ++r) {
     float m = 0;
-    for (size_t k = 0; k < W; ++k) m = std::max(m, std::abs(w(r, k)));
+    for (size_t k = 0; k < W; ++k) m = std::max(m, std::abs(w[r * W + k]));
     scale(r) = scale_for(m);
-    for (size_t k = 0; k < W; ++k) q(r, k) = std::int8_t(to_int(w(r, k), scale(r), -127, 127));
+    for (size_t k = 0; k < W; ++k) q(r, k) = std::int8_t(to_int(w[r * W + k], scale(r), -127, 127));
   }
+}
+template <size_t R, size_t W>
+void quantize_rows(const Tensor<R, W>& w, TensorOf<std::int8_t, R, W>& q, Tensor<R>& scale) {
+  quantize_rows(w.data(), q, scale);
 }
 
 }  // namespace quant
@@ -117,19 +123,21 @@ struct QLinear {
   // The layer f for inputs at scale s_in and outputs at scale s_out (host side); inputs with
   // zero point z_in (x = s_in·(x_q − z_in)) have −z_in·Σ_k W_q[c, k] in the bias.
   // (from_float fills this layer in place: for a layer too large to return on the stack.)
-  template <Init::Kind K, Bias Bi>
-  static QLinear quantize(const Linear<In, Out, K, Bi>& f, float s_in, float s_out, std::int32_t z_in = 0) {
+  // (f: a Linear<In, Out>, or a LinearRef into packed projections.)
+  template <class Lin>
+  static QLinear quantize(const Lin& f, float s_in, float s_out, std::int32_t z_in = 0) {
     QLinear q;
     q.from_float(f, s_in, s_out, z_in);
     return q;
   }
-  template <Init::Kind K, Bias Bi>
-  void from_float(const Linear<In, Out, K, Bi>& f, float s_in, float s_out, std::int32_t z_in = 0) {
-    quant::quantize_rows(f.weight, weight, weight_scale);
+  template <class Lin>
+  void from_float(const Lin& f, float s_in, float s_out, std::int32_t z_in = 0) {
+    quant::quantize_rows<Out, In>(f.weight.data(), weight, weight_scale);
+    const float* b = f.bias.data();
     for (size_t c = 0; c < Out; ++c) {
       std::int32_t w_sum = 0;
       for (size_t k = 0; k < In; ++k) w_sum += weight(c, k);
-      bias(c) = quant::to_int(f.bias(c), double(s_in) * weight_scale(c), INT32_MIN / 2, INT32_MAX / 2) - z_in * w_sum;
+      bias(c) = quant::to_int(b ? b[c] : 0.0f, double(s_in) * weight_scale(c), INT32_MIN / 2, INT32_MAX / 2) - z_in * w_sum;
     }
     set_multipliers(s_in, s_out);
   }

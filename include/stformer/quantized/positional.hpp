@@ -1,6 +1,7 @@
-// QPositionalEncoding<L, D>: PositionalEncoding<L, D> on an int16 stream at scale s, in place:
+// QPositionalEncoding<L, D, Fl>: PositionalEncoding<L, D> (or Fl = PositionEmbedding<L, D>, the
+// learned positions) on an int16 stream at scale s, in place:
 // h[b, p] = clamp(h[b, p] + table[p], int16), table = round(PE / s) made once from the float
-// table at the stream's scale. Tensors: table I16 [L, D].
+// table (PositionEmbedding's weight) at the stream's scale. Tensors: table I16 [L, D].
 #pragma once
 
 #include "../config.hpp"
@@ -9,11 +10,12 @@
 #include <cstdint>
 
 #include "../blocks/positional.hpp"
+#include "../blocks/tokens.hpp"
 #include "linear.hpp"
 
 namespace stformer::inline STFORMER_ABI {
 
-template <size_t L, size_t D>
+template <size_t L, size_t D, class Fl = PositionalEncoding<L, D>>
 struct QPositionalEncoding {
   TensorOf<std::int16_t, L, D> table;
 
@@ -22,10 +24,15 @@ struct QPositionalEncoding {
     f(at / "table", Init{Init::zeros}, s.table...);
   }
 
-  using Float = PositionalEncoding<L, D>;
+  using Float = Fl;
   static constexpr bool same_scale = true;
   using Ranges = NoRanges;
-  void from_float(const Float& f, const Ranges&, float s, float) { quant::quantize_input(f.table().data(), L * D, s, table.data()); }
+  void from_float(const Float& f, const Ranges&, float s, float) {
+    if constexpr (requires { f.weight; })
+      quant::quantize_input(f.weight.data(), L * D, s, table.data());
+    else
+      quant::quantize_input(f.table().data(), L * D, s, table.data());
+  }
 
   template <size_t B, size_t N>
   using Input = TensorOf<std::int16_t, B, N, D>;
@@ -43,6 +50,10 @@ struct QPositionalEncoding {
 template <size_t L, size_t D>
 struct Int8Of<PositionalEncoding<L, D>> {
   using type = QPositionalEncoding<L, D>;
+};
+template <size_t L, size_t D>
+struct Int8Of<PositionEmbedding<L, D>> {
+  using type = QPositionalEncoding<L, D, PositionEmbedding<L, D>>;
 };
 
 }  // namespace stformer
