@@ -348,7 +348,7 @@ TEST_CASE_TEMPLATE("EncoderBlock in integers: the float block within 3% rms on a
   auto w = std::make_unique<typename Q::template Work<B, N>>();
   q->forward_in_place(h, *w);
   const double gap = rel_rms(want, h, sh);
-  MESSAGE(std::string(Fm::torch_names ? Fm::norm_first ? "pre-norm LayerNorm, " : "post-norm LayerNorm, " : "SPEC's form, ") << act_name<typename Fm::Act>()
+  MESSAGE(std::string(Fm::torch_names ? Fm::norm_first ? "pre-norm LayerNorm, " : "post-norm LayerNorm, " : "SPEC's form, ") << std::string(act_name<typename Fm::Act>())
                                                                                                    << ": int8 within " << 100 * gap << "% rms");
   CHECK(gap < 0.03);
 }

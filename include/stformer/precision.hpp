@@ -39,6 +39,9 @@ template <class Block>
 struct Int8Of {
   static_assert(sizeof(Block) == 0, "Int8Of: this block has no integer form (quantize needs one for every step)");
 };
+// C multipliers (stformer/quantized/linear.hpp), which a composite block may hold in integers.
+template <size_t C>
+struct Requant;
 // A leaf's integer form with rows of Bits (8 or 16) where the leaf has a choice (attention).
 template <class Leaf, size_t Bits>
 struct IntegerForm : Int8Of<Leaf> {};

@@ -43,6 +43,7 @@ struct Requant {
     f(at / "shift", Init{Init::zeros}, s.shift...);
   }
   kernels::Multiplier operator[](size_t c) const { return {multiplier(c), int(shift(c))}; }
+  std::int32_t apply(size_t c, std::int32_t x) const { return kernels::apply(x, (*this)[c]); }
   void set(size_t c, double m) {  // host side
     const kernels::Multiplier k = kernels::quantize_multiplier(m);
     multiplier(c) = k.q, shift(c) = k.shift;
