@@ -3,14 +3,18 @@
 // state_dict, an example input and PyTorch's eval-mode output). Here each header is included as
 // it was written, its file loaded by PyTorch's names, and InferOf's output compared with
 // PyTorch's to 1e-5 relative (to the output's largest entry); training's forward (ActsOf) gives
-// the same bits. The files are in STFORMER_EXPORT_DIR, where the build wrote them.
+// the same bits. The files are in STFORMER_EXPORT_DIR, where the build wrote them. The trained
+// classifier (trained by PyTorch at build time) is then quantized and its int8 accuracy held to
+// within 1 point of the float model's.
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <memory>
 #include <string>
 
 #include <stformer/checkpoint.hpp>
+#include <stformer/quantize.hpp>
 #include <stformer/safetensors.hpp>
 #include <stformer/stformer.hpp>
 
@@ -19,17 +23,22 @@
 #include "listed.hpp"
 #include "tagger.hpp"
 #include "tokens.hpp"
+#include "trained.hpp"
 #include "torch/compare.hpp"
 
 using namespace stformer;
 
 namespace {
 
-template <class M, size_t B, size_t N>
-void round_trip(const char* name) {
+std::string exported(const char* name) {
   const char* dir = std::getenv("STFORMER_EXPORT_DIR");
   REQUIRE_MESSAGE(dir != nullptr, "STFORMER_EXPORT_DIR is not set (run through meson test)");
-  const std::string base = std::string(dir) + "/" + name;
+  return std::string(dir) + "/" + name;
+}
+
+template <class M, size_t B, size_t N>
+void round_trip(const char* name) {
+  const std::string base = exported(name);
   auto model = std::make_unique<M>();
   load_params(base + ".safetensors", *model);
   const auto example = safetensors::File::read(base + ".example.safetensors");
@@ -62,4 +71,50 @@ TEST_CASE("stformer_export round trip: an nn.ModuleList of Linear, GELU (tanh), 
 }
 TEST_CASE("stformer_export round trip: nn.TransformerEncoder itself (2 pre-norm GELU layers), names layers.0...") {
   round_trip<encoder, 2, 5>("encoder");
+}
+
+TEST_CASE("stformer_export: the classifier trained by PyTorch predicts as PyTorch does, and quantized within 1 point of its accuracy") {
+  constexpr size_t Tests = 500, Calibrations = 128, B = 8;
+  auto model = std::make_unique<trained>();
+  load_params(exported("trained.safetensors"), *model);
+  const auto data = safetensors::File::read(exported("trained.data.safetensors"));
+  auto test_x = std::make_unique<Tensor<Tests, 32, 8>>();
+  auto calibration_x = std::make_unique<Tensor<Calibrations / B, B, 32, 8>>();
+  auto logits = std::make_unique<Tensor<Tests, 5>>();
+  TensorOf<std::int32_t, Tests> labels, predictions;
+  test::read(data, "test", *test_x);
+  test::read(data, "calibration", *calibration_x);
+  test::read(data, "logits", *logits);
+  test::read(data, "labels", labels);
+  test::read(data, "predictions", predictions);
+
+  auto calibration = std::make_unique<Calibration<trained, B, 32>>(*model);
+  for (size_t i = 0; i < Calibrations / B; ++i) {
+    Tensor<B, 32, 8> x;
+    std::copy_n(calibration_x->data() + i * x.size(), x.size(), x.data());
+    calibration->observe(x);
+  }
+  const auto q = calibration->quantize();
+  auto fi = std::make_unique<InferOf<trained, 1, 32>>();
+  auto qi = std::make_unique<InferOf<Quantized<trained>, 1, 32>>();
+  size_t same = 0, right_f = 0, right_q = 0;
+  double worst = 0, scale = 0;
+  for (size_t t = 0; t < Tests; ++t) {
+    Tensor<1, 32, 8> x;
+    std::copy_n(test_x->data() + t * x.size(), x.size(), x.data());
+    const auto argmax = [](const Tensor<1, 1, 5>& y) { return std::int32_t(std::max_element(y.begin(), y.end()) - y.begin()); };
+    const Tensor<1, 1, 5> yf = fi->forward(*model, x);
+    for (size_t c = 0; c < 5; ++c) worst = std::max(worst, double(std::abs(yf(0, 0, c) - (*logits)(t, c)))), scale = std::max(scale, double(std::abs((*logits)(t, c))));
+    same += argmax(yf) == predictions(t);
+    right_f += argmax(yf) == labels(t);
+    right_q += argmax(qi->forward(*q, x)) == labels(t);
+  }
+  const double acc_f = double(right_f) / Tests, acc_q = double(right_q) / Tests;
+  MESSAGE("trained classifier, " << Tests << " test sequences: stformer's float predictions equal PyTorch's for " << same << ", logits within "
+                                 << worst / scale << " relative; accuracy float " << acc_f << ", int8 " << acc_q << "; plans: float "
+                                 << sizeof(InferOf<trained, 1, 32>) << " B, int8 " << sizeof(InferOf<Quantized<trained>, 1, 32>) << " B");
+  CHECK(same == Tests);
+  CHECK(worst <= 1e-5 * scale);
+  CHECK(acc_f > 0.9);
+  CHECK(std::abs(acc_f - acc_q) <= 0.01);
 }

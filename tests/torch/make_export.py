@@ -4,7 +4,10 @@ PyTorch's own modules, exported by python/stformer_export.py with an example inp
 output for it; and its refusals, checked here.
 
 usage: /usr/bin/python3 tests/torch/make_export.py OUT_DIR
-writes OUT_DIR/{classifier,tagger,tokens,listed,encoder}.{hpp,safetensors,example.safetensors}
+writes OUT_DIR/{classifier,tagger,tokens,listed,encoder}.{hpp,safetensors,example.safetensors}, and
+OUT_DIR/trained.{hpp,safetensors}: the issue's classifier trained by PyTorch on a small task
+(which of 5 prototypes was planted among 32 rows of noise), with OUT_DIR/trained.data.safetensors:
+`calibration` inputs, `test` inputs, their `labels` and PyTorch's `predictions` and `logits`.
 """
 import os
 import sys
@@ -14,6 +17,7 @@ import torch.nn as nn
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "python"))
 import stformer_export as sx  # noqa: E402
+from stformer_torch import save_safetensors  # noqa: E402
 
 torch.manual_seed(5)
 torch.set_num_threads(1)
@@ -57,6 +61,38 @@ for name, model, x in [("classifier", classifier, torch.randn(1, 32, 8)), ("tagg
                        ("encoder", encoder, torch.randn(2, 5, 16))]:
     sx.export(spread_norms(model), tuple(x.shape), name, out, example=x)
     assert model.training, "export leaves the model's mode as it was"
+
+
+# The classifier trained: one row of 32 is a prototype (of 5) plus noise, the rest noise; the
+# label is the prototype's index. 300 AdamW steps of 64 sequences.
+data = torch.Generator().manual_seed(1)
+prototypes = 2.0 * torch.randn(5, 8, generator=data)
+
+
+def draw(n):
+    x, y = torch.randn(n, 32, 8, generator=data), torch.randint(0, 5, (n,), generator=data)
+    x[torch.arange(n), torch.randint(0, 32, (n,), generator=data)] = prototypes[y] + 0.5 * torch.randn(n, 8, generator=data)
+    return x, y
+
+
+trained = nn.Sequential(nn.Linear(8, 32), sx.PositionEmbedding(32, 32),
+                        nn.TransformerEncoder(layer(32, 4, 64, dropout=0.0, activation="gelu"), 2), sx.MeanPool(), nn.Linear(32, 5))
+opt = torch.optim.AdamW(trained.parameters(), lr=3e-3)
+for _ in range(300):
+    x, y = draw(64)
+    loss = nn.functional.cross_entropy(trained(x)[:, 0], y)
+    opt.zero_grad()
+    loss.backward()
+    opt.step()
+sx.export(trained, (1, 32, 8), "trained", out)
+calibration, _ = draw(128)
+test, labels = draw(500)
+with torch.no_grad():
+    logits = trained.eval()(test)[:, 0]
+save_safetensors(os.path.join(out, "trained.data.safetensors"),
+                 {"calibration": calibration, "test": test, "labels": labels.int(), "predictions": logits.argmax(-1).int(), "logits": logits})
+accuracy = (logits.argmax(-1) == labels).float().mean().item()
+assert accuracy > 0.9, f"the trained classifier's accuracy is {accuracy}"
 
 
 # The refusals: every module the exporter cannot take, by its path and class, in one error.
@@ -107,4 +143,4 @@ with torch.no_grad():
     nan.weight[2, 3] = float("nan")
 refused(nan, (1, 4, 8), "parameters hold a NaN or an infinity: weight")
 assert not os.path.exists(os.path.join(out, "bad.hpp")), "a refused model writes nothing"
-print(f"stformer_export: 5 models written to {out}; 8 refusals checked")
+print(f"stformer_export: 6 models written to {out} (the trained one {100 * accuracy:.1f}% accurate); 8 refusals checked")
