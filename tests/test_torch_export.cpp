@@ -11,6 +11,7 @@
 #include <algorithm>
 #include <cstdlib>
 #include <memory>
+#include <span>
 #include <string>
 
 #include <stformer/checkpoint.hpp>
@@ -117,4 +118,30 @@ TEST_CASE("stformer_export: the classifier trained by PyTorch predicts as PyTorc
   CHECK(worst <= 1e-5 * scale);
   CHECK(acc_f > 0.9);
   CHECK(std::abs(acc_f - acc_q) <= 0.01);
+
+  // For the firmware (targets/firmware/make-headers.sh): the integer model, and S test sequences
+  // with the host's float logits, their quantized rows and the integer steps' int16 outputs.
+  using Q = Quantized<trained>;
+  constexpr size_t S = 8, Last = Q::steps - 1;  // the integer steps: 1 .. Last − 1
+  save_params(exported("trained_int8.safetensors"), *q);
+  TensorOf<std::int16_t, S, 32, 8> x_q;
+  TensorOf<std::int16_t, S, 5> out_q;
+  Tensor<S, 5> host_logits;
+  for (size_t t = 0; t < S; ++t) {
+    Tensor<1, 32, 8> x;
+    std::copy_n(test_x->data() + t * x.size(), x.size(), x.data());
+    const auto& xq = qi->forward_steps<0, 1>(*q, x);
+    std::copy(xq.begin(), xq.end(), x_q.data() + t * xq.size());
+    std::copy(xq.begin(), xq.end(), qi->input<1>().begin());
+    const auto& yq = qi->forward_steps<1, Last>(*q);
+    std::copy(yq.begin(), yq.end(), out_q.data() + t * 5);
+    const auto& yf = fi->forward(*model, x);
+    std::copy(yf.begin(), yf.end(), host_logits.data() + t * 5);
+  }
+  safetensors::Writer w;
+  w.add("x", safetensors::Dtype::F32, {S, 32, 8}, std::as_bytes(std::span(test_x->data(), S * 32 * 8)));
+  w.add("x_q", safetensors::Dtype::I16, {S, 32, 8}, std::as_bytes(std::span(x_q.data(), x_q.size())));
+  w.add("out_q", safetensors::Dtype::I16, {S, 5}, std::as_bytes(std::span(out_q.data(), out_q.size())));
+  w.add("logits", safetensors::Dtype::F32, {S, 5}, std::as_bytes(std::span(host_logits.data(), host_logits.size())));
+  w.write(exported("trained_firmware.safetensors"));
 }

@@ -15,6 +15,12 @@
 #             C APIs as stformer-c-api writes them (seqcls.h, seqcls.cpp, seqcls_q.h,
 #             seqcls_q.cpp) and the host's outputs (expected.h): BUILD's c_api_any test, which
 #             makes them and checks them on the host
+#   torchcls/ the classifier PyTorch trained from its own layers (nn.TransformerEncoder, post-norm
+#             GELU) and python/stformer_export.py exported: BUILD's torch_export test trains,
+#             exports and quantizes it (tests/torch/make_export.py, tests/test_torch_export.cpp);
+#             here its float C API (torchcls.h, torchcls.cpp: stformer-c-api --rows 32), its
+#             integer model's image (torchcls_q.hpp: --image) and the host's outputs for 8 test
+#             sequences (torchcls_expected.hpp, torchcls_expected.h: x, logits, x_q, out_q)
 # and, given a native build with the plain C++ kernels PLAIN (-Dsimd=none), the host's side of
 # the Cortex-M7's training run (its train_reference program):
 #   train_init.hpp      the initial parameters
@@ -48,6 +54,17 @@ done
 meson test -C "$build" --no-rebuild --quiet c_api_any
 mkdir -p "$out/seqcls"
 cp "$build/tests/c_api_any/"{seqcls.h,seqcls.cpp,seqcls_q.h,seqcls_q.cpp,expected.h} "$out/seqcls/"
+meson test -C "$build" --no-rebuild --quiet torch_export
+mkdir -p "$out/torchcls"
+cp "$build/tests/trained.hpp" "$out/torchcls/"
+for api in "trained torchcls $build/tests/trained.safetensors --rows 32" \
+           "stformer::Quantized<trained> torchcls_q $build/tests/trained_int8.safetensors --image"; do
+  read -r type name checkpoint how <<<"$api"
+  sh "$src/src/stformer-c-api" --header "$out/torchcls/trained.hpp" --type "$type" --checkpoint "$checkpoint" --name "$name" \
+    --out "$out/torchcls" $how --compile "${CXX:-c++} -std=c++20 -O0 -I$(printf %q "$src/include") -DSTFORMER_SIMD=0 -ffp-contract=off -pthread $(printf %q "$src/src/safetensors.cpp")"
+done
+"$build/targets/firmware/checkpoint_header" --namespace torchcls_expected "$build/tests/trained_firmware.safetensors" "$out/torchcls/torchcls_expected.hpp"
+"$build/targets/firmware/checkpoint_header" --c --namespace torchcls_expected "$build/tests/trained_firmware.safetensors" "$out/torchcls/torchcls_expected.h"
 if [ -n "$plain" ]; then
   "$plain/targets/firmware/train_reference" "$out/sets.safetensors" "$out"
   for name in train_init train_expected; do

@@ -74,7 +74,7 @@ struct EncoderBlock {
   template <size_t Rows>
   void branch_input(size_t i, const Of<Norm>& norm, const Stream* h, typename P::template Row<8>* a) const {
     if constexpr (requantizes)
-      for (size_t k = 0; k < Rows * D; ++k) a[k] = std::int8_t(std::clamp(rows.branch_requant.apply(i, h[k]), -128, 127));
+      for (size_t k = 0; k < Rows * D; ++k) a[k] = std::int8_t(std::clamp<std::int32_t>(rows.branch_requant.apply(i, h[k]), -128, 127));
     else
       Fm::template branch_input<Rows, D>(norm, h, a);
   }

@@ -133,7 +133,7 @@ struct FeedForward {
       }
       hidden_scale(0) = float(hi > lo ? (hi - lo) / 255 : 1.0);
       const std::int32_t z = -128 - std::int32_t(std::nearbyint(lo / hidden_scale(0)));
-      for (size_t i = 0; i < 256; ++i) act.values(i) = std::int8_t(std::clamp(quant::to_int(value[i], hidden_scale(0), -32768, 32767) + z, -128, 127));
+      for (size_t i = 0; i < 256; ++i) act.values(i) = std::int8_t(std::clamp<std::int32_t>(quant::to_int(value[i], hidden_scale(0), -32768, 32767) + z, -128, 127));
       fc2.from_float(f.fc2, hidden_scale(0), s_out, z);
     }
   }

@@ -9,7 +9,10 @@
    (seqcls.h, seqcls_q.h; the host's outputs in seqcls/expected.h). Exit status 0 when every
    set's arg-max is the host's and every log-probability is within 1e-4 + 1e-4·|host| of it, a
    NaN is refused, the classifier's outputs are as close to the host's, its integer model's the
-   host's bit for bit, and a token id out of range is refused. */
+   host's bit for bit, and a token id out of range is refused. Last, a classifier PyTorch trained
+   from its own layers (nn.TransformerEncoder, post-norm GELU) and python/stformer_export.py
+   exported, through its float C API (torchcls.h; the host's logits for 8 test sequences in
+   torchcls_expected.h): each sequence's class the host's, its logits as close. */
 #include <math.h>
 #include <stdint.h>
 #include <string.h>
@@ -20,6 +23,8 @@
 #include "seqcls/expected.h"
 #include "seqcls_q.h"
 #include "sets.h"
+#include "torchcls.h"
+#include "torchcls_expected.h"
 
 /* ---- semihosting (bkpt 0xAB): output and exit status to qemu-system-arm -semihosting ---- */
 
@@ -105,6 +110,26 @@ static int run_seqcls(void) {
   return ok && qok && refused;
 }
 
+static int run_torchcls(void) {
+  enum { T = TORCHCLS_EXPECTED_X_SIZE / TORCHCLS_INPUT_SIZE, C = TORCHCLS_OUTPUT_SIZE };
+  float y[C];
+  int agree = 0;
+  for (int t = 0; t < T; ++t) {
+    const float* host = torchcls_expected_logits + t * C;
+    int best = 0, host_best = 0;
+    const int status = torchcls_predict(torchcls_expected_x + t * TORCHCLS_INPUT_SIZE, y);
+    for (int c = 1; c < C; ++c) best = y[c] > y[best] ? c : best, host_best = host[c] > host[host_best] ? c : host_best;
+    const int same = status == TORCHCLS_OK && best == host_best && close_to(y, host, C);
+    agree += same;
+    put("PyTorch's classifier, sequence "), put_number((uint32_t)t), put(": class "), put_number((uint32_t)best),
+        put(same ? " (host: the same)\n" : " (host: DIFFERENT)\n");
+  }
+  put("PyTorch's classifier agrees with the host build: "), put_number((uint32_t)agree), put(" of "), put_number(T), put(" sequences\n");
+  put("PyTorch's classifier in flash: "), put_number(torchcls_parameter_bytes), put(" B; static RAM of the calls: "), put_number(torchcls_workspace_bytes),
+      put(" B\n");
+  return agree == T;
+}
+
 /* ---- reset: .data copied from flash, .bss zeroed, the FPU on, static constructors (those of
    max_value.cpp), then run ---- */
 
@@ -132,7 +157,8 @@ void __attribute__((noreturn)) reset_handler(void) { /* the linker script's entr
   __asm__ volatile("dsb\n isb" ::: "memory");
   for (void (**f)(void) = init_array_start; f < init_array_end; ++f) (*f)();
   const int pointer = run();
-  stop(run_seqcls() && pointer);
+  const int seqcls = run_seqcls();
+  stop(run_torchcls() && seqcls && pointer);
 }
 
 __attribute__((section(".vectors"), used)) static void (*const vectors[16])(void) = {
