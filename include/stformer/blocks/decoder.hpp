@@ -12,9 +12,9 @@
 //     backward: ds3 = N3ᵀ dout, dh2 = ds3 + FFNᵀ ds3; ds2 = N2ᵀ dh2, dh1 = ds2 + dxq(CrossMHAᵀ ds2);
 //               ds1 = N1ᵀ dh1, dx = ds1 + dxq + dxkv of SelfMHAᵀ ds1; dm = dxkv of CrossMHAᵀ ds2
 //   returns {dq = dx, dkv = dm}
-// In integers as DecoderBlock<D, H, F, SpecForm, precision::int8>: the same composition on an
-// int16 residual stream, the memory an int16 stream of its own (from_float). (SpecForm's only,
-// so far.)
+// In integers as DecoderBlock<D, H, F, Form, precision::int8>: the same composition on an int16
+// residual stream, the memory an int16 stream of its own (from_float); post-norm, the branches'
+// int8 rows are the stream requantized (blocks/form.hpp: branch_scale [3], branch_requant).
 // Parameters: sn1.g, self_attn.*, sn2.g, cross_attn.*, sn3.g, ffn.*; the LayerNorm forms
 // PyTorch's (nn.TransformerDecoderLayer): norm1.*, self_attn.*, norm2.*, multihead_attn.* (each
 // attention packed: in_proj_weight, in_proj_bias, out_proj.*), norm3.*, linear1.*, linear2.*.
@@ -34,7 +34,6 @@ namespace stformer::inline STFORMER_ABI {
 template <size_t D, size_t H, size_t F, class Fm = SpecForm, class P = precision::float32>
 struct DecoderBlock {
   static_assert(requires { Fm::norm_first; }, "DecoderBlock<D, H, F, Form, P>: its fourth parameter is a Form (SpecForm, PostNorm<Act>, PreNorm<Act>)");
-  static_assert(!P::integer || std::is_same_v<Fm, SpecForm>, "DecoderBlock in integers: SpecForm's only, so far");
   template <class Leaf>
   using Of = typename P::template Of<Leaf>;
   using Float = DecoderBlock<D, H, F, Fm>;
@@ -50,6 +49,7 @@ struct DecoderBlock {
   Attention cross_attn;
   Of<Norm> sn3;
   Ffn ffn;
+  [[no_unique_address]] typename Fm::template BranchScalesOf<P, 3> rows;  // post-norm in integers: the three branches'
 
   template <class Fn, class... S>
   static constexpr void visit(const Path& at, Fn& f, S&... s) {
@@ -59,6 +59,7 @@ struct DecoderBlock {
     Fm::visit_attention(at, "cross_attn", "multihead_attn", f, s.cross_attn...);
     stformer::visit(at / Fm::norm_name(3), f, s.sn3...);
     Fm::visit_ffn(at, f, s.ffn...);
+    Fm::visit_branch_scales(at, f, s.rows...);
   }
 
   // Forward only, in place on the residual stream: x ← DecoderBlock(x, m), rows T at a time in
@@ -83,16 +84,16 @@ struct DecoderBlock {
                         const KeyMask<B, M>* memory_mask = nullptr) const {
     using Wk = Work<B, N, M, T>;
     auto& self = w.phase.template start<typename Wk::SelfWork>();
-    Fm::template branch_input<B * N, D>(sn1, x.data(), w.a.data());
+    Fm::template branch_input<B * N, D>(sn1, x.data(), w.a.data(), rows, 0);
     self_attn.template prepare<B, N, N, T>(w.a.data(), self);
     self_attn.template forward_add<B, N, N, T>(w.a.data(), x.data(), self, Mask<B, N>{.causal = true});
     Fm::template branch_output<B * N>(sn1, x.data());
     auto& cross = w.phase.template start<typename Wk::CrossWork>();
     cross_attn.template prepare<B, N, M, T>(m.data(), cross);
-    Fm::template branch_input<B * N, D>(sn2, x.data(), w.a.data());
+    Fm::template branch_input<B * N, D>(sn2, x.data(), w.a.data(), rows, 1);
     cross_attn.template forward_add<B, N, M, T>(w.a.data(), x.data(), cross, Mask<B, M>{.keys = memory_mask});
     Fm::template branch_output<B * N>(sn2, x.data());
-    Fm::template branch_input<B * N, D>(sn3, x.data(), w.a.data());
+    Fm::template branch_input<B * N, D>(sn3, x.data(), w.a.data(), rows, 2);
     ffn.template add_tiled<B * N, Wk::Tf>(w.a.data(), x.data(), w.phase.template start<typename Wk::FfnTile>());
     Fm::template branch_output<B * N>(sn3, x.data());
   }
@@ -117,26 +118,33 @@ struct DecoderBlock {
   // projected from it directly), the norms' int8 outputs scaled from their calibration ranges,
   // the attentions and the feed-forward layer from theirs, each into the stream.
   struct Ranges {
-    float sn1 = 0, sn2 = 0, sn3 = 0, residual = 0;  // residual: the stream's values (x, h1, h2, out)
+    float input = 0, sn1 = 0, sn2 = 0, sn3 = 0, residual = 0;  // residual: the stream's values (x, h1, h2, out; post-norm the norms' too)
     typename Attention::Ranges self_attn, cross_attn;
     typename Ffn::Ranges ffn;
     template <class A, class X, class Y>
     void observe(const Float& f, const A& acts, const X& x, const Y& y) {
+      input = std::max(input, quant::max_abs(x));
       sn1 = std::max(sn1, quant::max_abs(acts.sn1.out)), sn2 = std::max(sn2, quant::max_abs(acts.sn2.out));
       sn3 = std::max(sn3, quant::max_abs(acts.sn3.out));
-      residual = std::max({residual, quant::max_abs(x), quant::max_abs(acts.h1), quant::max_abs(acts.h2), quant::max_abs(acts.out)});
+      residual = std::max({residual, input, quant::max_abs(acts.h1), quant::max_abs(acts.h2), quant::max_abs(acts.out)});
+      if constexpr (!pre) residual = std::max({residual, sn1, sn2, sn3});
       self_attn.observe(f.self_attn, acts.self_attn);
       cross_attn.observe(f.cross_attn, acts.cross_attn);
       ffn.observe(f.ffn, acts.ffn, x, y);
     }
   };
   void from_float(const Float& f, const Ranges& r, float s_h, float s_m) {
-    sn1 = Of<ScaleNorm<D>>::quantize(f.sn1, quant::scale_for(r.sn1));
-    sn2 = Of<ScaleNorm<D>>::quantize(f.sn2, quant::scale_for(r.sn2));
-    sn3 = Of<ScaleNorm<D>>::quantize(f.sn3, quant::scale_for(r.sn3));
-    self_attn = Attention::quantize(f.self_attn, r.self_attn, sn1.out_scale(0), sn1.out_scale(0), s_h);
-    cross_attn = Attention::quantize(f.cross_attn, r.cross_attn, sn2.out_scale(0), s_m, s_h);
-    ffn.from_float(f.ffn, r.ffn, sn3.out_scale(0), s_h);
+    sn1.from_float(f.sn1, {}, s_h, pre ? quant::scale_for(r.sn1) : s_h);
+    sn2.from_float(f.sn2, {}, s_h, pre ? quant::scale_for(r.sn2) : s_h);
+    sn3.from_float(f.sn3, {}, s_h, pre ? quant::scale_for(r.sn3) : s_h);
+    float s_a[3] = {sn1.out_scale(0), sn2.out_scale(0), sn3.out_scale(0)};  // the branches' input rows
+    if constexpr (!pre) {
+      const float range[3] = {r.input, r.sn1, r.sn2};  // x, N1(·), N2(·)
+      for (size_t i = 0; i < 3; ++i) rows.set(i, s_a[i] = quant::scale_for(range[i]), s_h);
+    }
+    self_attn = Attention::quantize(f.self_attn, r.self_attn, s_a[0], s_a[0], s_h);
+    cross_attn = Attention::quantize(f.cross_attn, r.cross_attn, s_a[1], s_m, s_h);
+    ffn.from_float(f.ffn, r.ffn, s_a[2], s_h);
   }
 
   template <size_t B, size_t N, size_t M>

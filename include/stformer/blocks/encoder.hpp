@@ -12,10 +12,9 @@
 // In integers as EncoderBlock<D, H, F, Form, precision::int8> (stformer/precision.hpp): the
 // same composition on an int16 residual stream, int8 rows inside; why int16 for the stream: it
 // carries every block's sum at one scale, and the pointer model's choice among 50 points turns
-// on small differences of it (docs/quantized.md). Post-norm, with no norm before a branch to
-// make its int8 rows, the branch's input is the stream requantized, a_q = apply(h_q, s_h / s_a),
-// s_a from calibration (branch_scale [2], branch_requant: the attention's and the feed-forward
-// layer's), and the norms write the stream in place.
+// on small differences of it (docs/quantized.md). Post-norm, the branches' int8 rows are the
+// stream requantized (blocks/form.hpp: branch_scale [2], branch_requant: the attention's and the
+// feed-forward layer's), and the norms write the stream in place.
 // Parameters: sn1.g, attn.*, sn2.g, ffn.* (in integers the leaves' integer tensors); the
 // LayerNorm forms PyTorch's: norm1.*, self_attn.* (packed: in_proj_weight, in_proj_bias,
 // out_proj.*), norm2.*, linear1.*, linear2.*.
@@ -48,14 +47,7 @@ struct EncoderBlock {
   Attention attn;
   Of<Norm> sn2;
   Ffn ffn;
-  // post-norm in integers: the scales of the attention's and the feed-forward layer's input rows
-  static constexpr bool requantizes = P::integer && !pre;
-  template <size_t C>
-  struct BranchScales {
-    Tensor<C> branch_scale;
-    Requant<C> branch_requant;
-  };
-  [[no_unique_address]] std::conditional_t<requantizes, BranchScales<2>, Nothing> rows;
+  [[no_unique_address]] typename Fm::template BranchScalesOf<P, 2> rows;  // post-norm in integers: the attention's and the FFN's
 
   template <class Fn, class... S>
   static constexpr void visit(const Path& at, Fn& f, S&... s) {
@@ -63,20 +55,7 @@ struct EncoderBlock {
     Fm::visit_attention(at, "attn", "self_attn", f, s.attn...);
     stformer::visit(at / Fm::norm_name(2), f, s.sn2...);
     Fm::visit_ffn(at, f, s.ffn...);
-    if constexpr (requantizes) {
-      f(at / "branch_scale", Init{Init::zeros}, s.rows.branch_scale...);
-      stformer::visit(at / "branch_requant", f, s.rows.branch_requant...);
-    }
-  }
-
-  // Branch i's input rows a [Rows, D] of the stream h: Form's (N(h) pre-norm, h post-norm), or
-  // post-norm in integers h requantized to int8.
-  template <size_t Rows>
-  void branch_input(size_t i, const Of<Norm>& norm, const Stream* h, typename P::template Row<8>* a) const {
-    if constexpr (requantizes)
-      for (size_t k = 0; k < Rows * D; ++k) a[k] = std::int8_t(std::clamp<std::int32_t>(rows.branch_requant.apply(i, h[k]), -128, 127));
-    else
-      Fm::template branch_input<Rows, D>(norm, h, a);
+    Fm::visit_branch_scales(at, f, s.rows...);
   }
 
   // Forward only, in place on the residual stream: h ← EncoderBlock(h), rows in tiles in the
@@ -98,11 +77,11 @@ struct EncoderBlock {
   void forward_in_place(TensorOf<Stream, B, N, D>& h, Work<B, N, T>& w, Mask<B, N> mask = {}) const {
     using Wk = Work<B, N, T>;
     auto& attention = w.phase.template start<typename Wk::AttentionWork>();
-    branch_input<B * N>(0, sn1, h.data(), w.a.data());
+    Fm::template branch_input<B * N, D>(sn1, h.data(), w.a.data(), rows, 0);
     attn.template prepare<B, N, N, T>(w.a.data(), attention);
     attn.template forward_add<B, N, N, T>(w.a.data(), h.data(), attention, mask);
     Fm::template branch_output<B * N>(sn1, h.data());
-    branch_input<B * N>(1, sn2, h.data(), w.a.data());
+    Fm::template branch_input<B * N, D>(sn2, h.data(), w.a.data(), rows, 1);
     ffn.template add_tiled<B * N, Wk::Tf>(w.a.data(), h.data(), w.phase.template start<typename Wk::FfnTile>());
     Fm::template branch_output<B * N>(sn2, h.data());
   }
@@ -152,10 +131,9 @@ struct EncoderBlock {
     sn1.from_float(f.sn1, {}, s_h, pre ? quant::scale_for(r.sn1) : s_h);
     sn2.from_float(f.sn2, {}, s_h, pre ? quant::scale_for(r.sn2) : s_h);
     float s_a1 = sn1.out_scale(0), s_a2 = sn2.out_scale(0);  // the branches' input rows
-    if constexpr (requantizes) {
-      rows.branch_scale(0) = s_a1 = quant::scale_for(r.input);  // the block's input
-      rows.branch_scale(1) = s_a2 = quant::scale_for(r.sn1);    // N1(h)
-      for (size_t i = 0; i < 2; ++i) rows.branch_requant.set(i, double(s_h) / rows.branch_scale(i));
+    if constexpr (!pre) {
+      rows.set(0, s_a1 = quant::scale_for(r.input), s_h);  // the block's input
+      rows.set(1, s_a2 = quant::scale_for(r.sn1), s_h);    // N1(h)
     }
     attn = Attention::quantize(f.attn, r.attn, s_a1, s_a1, s_h);
     ffn.from_float(f.ffn, r.ffn, s_a2, s_h);

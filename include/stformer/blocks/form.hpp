@@ -9,9 +9,13 @@
 // A form with another norm than ScaleNorm has PyTorch's names (torch_names) and its attention
 // PyTorch's packed projections: nn.TransformerEncoderLayer's self_attn.in_proj_weight, ...,
 // linear1, linear2, norm1, norm2 (the decoder layer's multihead_attn and norm3 too).
+// In integers a branch's input rows are int8: pre-norm the norm's output; post-norm, with no
+// norm before the branch, the int16 stream requantized, a_q = apply(h_q, s_h / s_a), at the
+// branch's scale s_a from calibration (BranchScales: branch_scale [C], branch_requant).
 #pragma once
 
 #include "../config.hpp"
+#include "../precision.hpp"
 
 #include <algorithm>
 #include <string_view>
@@ -23,6 +27,24 @@
 #include "scalenorm.hpp"
 
 namespace stformer::inline STFORMER_ABI {
+
+// The scales of C branches' input rows in a post-norm block in integers (see above).
+template <size_t C>
+struct BranchScales {
+  Tensor<C> branch_scale;
+  Requant<C> branch_requant;
+
+  template <class F, class... S>
+  static constexpr void visit(const Path& at, F& f, S&... s) {
+    f(at / "branch_scale", Init{Init::zeros}, s.branch_scale...);
+    stformer::visit(at / "branch_requant", f, s.branch_requant...);
+  }
+  // branch i's scale s_a for a stream at s_h (host side)
+  void set(size_t i, float s_a, float s_h) {
+    branch_scale(i) = s_a;
+    branch_requant.set(i, double(s_h) / s_a);
+  }
+};
 
 template <template <size_t> class NormT = ScaleNorm, class ActT = act::ReLU, bool NormFirst = true>
 struct Form {
@@ -54,13 +76,24 @@ struct Form {
       stformer::visit(at / "ffn", f, ffn0, ffn...);
     }
   }
-  // A residual branch's input a [Rows, D]: N(h) (pre-norm) or h itself (post-norm).
-  template <size_t Rows, size_t D, class Norm, class X, class A>
-  static void branch_input(const Norm& norm, const X* h, A* a) {
+  // A block's branch scales at precision P (C branches): none but post-norm in integers.
+  template <class P, size_t C>
+  using BranchScalesOf = std::conditional_t<P::integer && !NormFirst, BranchScales<C>, Nothing>;
+  template <class Fn, class S0, class... S>
+  static constexpr void visit_branch_scales(const Path& at, Fn& f, S0& s0, S&... s) {
+    if constexpr (!std::is_same_v<S0, Nothing> && !std::is_same_v<S0, const Nothing>) stformer::visit(at, f, s0, s...);
+  }
+
+  // Residual branch i's input a [Rows, D]: N(h) (pre-norm) or h itself (post-norm; in integers
+  // requantized by `scales`).
+  template <size_t Rows, size_t D, class Norm, class X, class A, class Scales>
+  static void branch_input(const Norm& norm, const X* h, A* a, const Scales& scales, size_t i) {
     if constexpr (NormFirst)
       norm.template apply<Rows>(h, a);
-    else
+    else if constexpr (std::is_same_v<Scales, Nothing>)
       std::copy_n(h, Rows * D, a);
+    else
+      for (size_t k = 0; k < Rows * D; ++k) a[k] = A(std::clamp<std::int32_t>(scales.branch_requant.apply(i, h[k]), -128, 127));
   }
   // Once the branch has added into h: h ← N(h) (post-norm; nothing pre-norm).
   template <size_t Rows, class Norm, class X>
