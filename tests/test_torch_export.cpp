@@ -31,11 +31,7 @@ using namespace stformer;
 
 namespace {
 
-std::string exported(const char* name) {
-  const char* dir = std::getenv("STFORMER_EXPORT_DIR");
-  REQUIRE_MESSAGE(dir != nullptr, "STFORMER_EXPORT_DIR is not set (run through meson test)");
-  return std::string(dir) + "/" + name;
-}
+std::string exported(const char* name) { return test::file_in("STFORMER_EXPORT_DIR", name); }
 
 template <class M, size_t B, size_t N>
 void round_trip(const char* name) {

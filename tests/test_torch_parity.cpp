@@ -24,11 +24,7 @@ using test::worst;
 
 namespace {
 
-std::string parity_file(const char* name) {
-  const char* dir = std::getenv("STFORMER_PARITY_DIR");
-  REQUIRE_MESSAGE(dir != nullptr, "STFORMER_PARITY_DIR is not set (run through meson test)");
-  return std::string(dir) + "/" + name;
-}
+std::string parity_file(const char* name) { return test::file_in("STFORMER_PARITY_DIR", name); }
 
 // Every parameter tensor of got against want (same model type).
 template <class M>

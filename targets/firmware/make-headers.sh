@@ -29,9 +29,9 @@
 set -euo pipefail
 build=$1 out=$2 plain=${3:-}
 src=$(cd "$(dirname "$0")/../.." && pwd)
-generate() {  # generate NAME TYPE CHECKPOINT (--image | --rows N)
-  sh "$src/src/stformer-c-api" --header "$out/max_value_models.hpp" --type "$2" --checkpoint "$3" --name "$1" --out "$out" "${@:4}" \
-    --compile "${CXX:-c++} -std=c++20 -O0 -I$(printf %q "$src/include") -DSTFORMER_SIMD=0 -ffp-contract=off -pthread $(printf %q "$src/src/safetensors.cpp")"
+compile="${CXX:-c++} -std=c++20 -O0 -I$(printf %q "$src/include") -DSTFORMER_SIMD=0 -ffp-contract=off -pthread $(printf %q "$src/src/safetensors.cpp")"
+generate() {  # generate HEADER NAME TYPE CHECKPOINT (--image | --rows N): into HEADER's folder
+  sh "$src/src/stformer-c-api" --header "$1" --type "$3" --checkpoint "$4" --name "$2" --out "$(dirname "$1")" "${@:5}" --compile "$compile"
 }
 mkdir -p "$out"
 cp "$src/targets/max_value/max_value_models.hpp" "$out/"
@@ -39,15 +39,15 @@ cp "$src/targets/max_value/max_value_models.hpp" "$out/"
 "$build/targets/max_value/max_value" sets --seed 7 --sets 8 --output "$out/sets.safetensors"
 "$build/targets/max_value/max_value" predict --checkpoint "$out/pointer.safetensors" --input "$out/sets.safetensors" \
   --output "$out/expected.safetensors"
-generate weights max_value::PointerNet "$out/pointer.safetensors" --image
+generate "$out/max_value_models.hpp" weights max_value::PointerNet "$out/pointer.safetensors" --image
 "$build/targets/max_value/max_value" quantize --checkpoint "$out/pointer.safetensors" --output "$out/qpointer.safetensors"
 "$build/targets/max_value/max_value" predict --checkpoint "$out/qpointer.safetensors" --input "$out/sets.safetensors" \
   --output "$out/qexpected.safetensors"
-generate qweights 'stformer::Quantized<max_value::PointerNet>' "$out/qpointer.safetensors" --image
+generate "$out/max_value_models.hpp" qweights 'stformer::Quantized<max_value::PointerNet>' "$out/qpointer.safetensors" --image
 for name in sets:sets expected:expected qexpected:qexpected; do
   "$build/targets/firmware/checkpoint_header" --namespace "${name%%:*}" "$out/${name#*:}.safetensors" "$out/${name%%:*}.hpp"
 done
-generate max_value max_value::PointerNet "$out/pointer.safetensors" --rows 50
+generate "$out/max_value_models.hpp" max_value max_value::PointerNet "$out/pointer.safetensors" --rows 50
 for name in sets expected; do
   "$build/targets/firmware/checkpoint_header" --c "$out/$name.safetensors" "$out/$name.h"
 done
@@ -57,12 +57,8 @@ cp "$build/tests/c_api_any/"{seqcls.h,seqcls.cpp,seqcls_q.h,seqcls_q.cpp,expecte
 meson test -C "$build" --no-rebuild --quiet torch_export
 mkdir -p "$out/torchcls"
 cp "$build/tests/trained.hpp" "$out/torchcls/"
-for api in "trained torchcls $build/tests/trained.safetensors --rows 32" \
-           "stformer::Quantized<trained> torchcls_q $build/tests/trained_int8.safetensors --image"; do
-  read -r type name checkpoint how <<<"$api"
-  sh "$src/src/stformer-c-api" --header "$out/torchcls/trained.hpp" --type "$type" --checkpoint "$checkpoint" --name "$name" \
-    --out "$out/torchcls" $how --compile "${CXX:-c++} -std=c++20 -O0 -I$(printf %q "$src/include") -DSTFORMER_SIMD=0 -ffp-contract=off -pthread $(printf %q "$src/src/safetensors.cpp")"
-done
+generate "$out/torchcls/trained.hpp" torchcls trained "$build/tests/trained.safetensors" --rows 32
+generate "$out/torchcls/trained.hpp" torchcls_q 'stformer::Quantized<trained>' "$build/tests/trained_int8.safetensors" --image
 "$build/targets/firmware/checkpoint_header" --namespace torchcls_expected "$build/tests/trained_firmware.safetensors" "$out/torchcls/torchcls_expected.hpp"
 "$build/targets/firmware/checkpoint_header" --c --namespace torchcls_expected "$build/tests/trained_firmware.safetensors" "$out/torchcls/torchcls_expected.h"
 if [ -n "$plain" ]; then

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <string>
 #include <type_traits>
@@ -14,6 +15,13 @@
 
 namespace test {
 using namespace stformer;
+
+// DIR/name, DIR from the environment variable `env` (set by meson test).
+inline std::string file_in(const char* env, const char* name) {
+  const char* dir = std::getenv(env);
+  REQUIRE_MESSAGE(dir != nullptr, env << " is not set (run through meson test)");
+  return std::string(dir) + "/" + name;
+}
 
 // Copies tensor `name` (F32 or I32, or U8 for masks) into t, checking element count and dtype.
 template <class T>

@@ -110,8 +110,8 @@ struct EncoderBlock {
   // In integers (P = precision::int8), made from the float block: on the residual stream at
   // scale s_h (same_scale: in place), pre-norm the norms' int8 outputs scaled from their
   // calibration ranges; post-norm the norms' outputs on the stream, at s_h, and the branches'
-  // inputs the stream's int16 values; the attention and the feed-forward layer from their ranges,
-  // each into the stream.
+  // int8 rows the stream requantized at the ranges of the block's input and of N1(h); the
+  // attention and the feed-forward layer from their ranges, each into the stream.
   static constexpr bool same_scale = true;
   struct Ranges {
     float input = 0, sn1 = 0, sn2 = 0, residual = 0;  // residual: the stream's values inside (h and out; post-norm N1(h) too)

@@ -81,7 +81,7 @@ struct Form {
   using BranchScalesOf = std::conditional_t<P::integer && !NormFirst, BranchScales<C>, Nothing>;
   template <class Fn, class S0, class... S>
   static constexpr void visit_branch_scales(const Path& at, Fn& f, S0& s0, S&... s) {
-    if constexpr (!std::is_same_v<S0, Nothing> && !std::is_same_v<S0, const Nothing>) stformer::visit(at, f, s0, s...);
+    if constexpr (!std::is_same_v<std::remove_const_t<S0>, Nothing>) stformer::visit(at, f, s0, s...);
   }
 
   // Residual branch i's input a [Rows, D]: N(h) (pre-norm) or h itself (post-norm; in integers
