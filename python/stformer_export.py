@@ -31,6 +31,8 @@ in order) of these modules, nested to any depth:
     nn.TransformerEncoderLayer      EncoderBlock<D, H, F, PostNorm<A>> (norm_first: PreNorm<A>), batch_first=True,
                                     activation relu, gelu, or an nn.ReLU/GELU/SiLU module
     nn.TransformerEncoder           its layers as Repeat<EncoderBlock<...>, n>, and its norm (a LayerNorm)
+    nn.TransformerDecoder(Layer)    the model itself only, with memory_shape: TransformerDecoder<DecoderBlock<...>, n, norm>
+                                    (a lone layer DecoderBlock<D, H, F, PostNorm<A>>), computing module(x, m, tgt_mask=causal)
     PositionEmbedding(L, D)         PositionEmbedding<L, D>: x + weight[:N]            (this module's)
     ClassToken(D)                   ClassToken<D>: a learned row before the others    (this module's)
     MeanPool()                      MeanPool<D>: the rows' mean, (B, N, D) -> (B, 1, D) (this module's)
@@ -137,28 +139,42 @@ class _Chain:
         return True
 
 
+def _layer_problems(layer, attentions, norms):
+    """Why an nn.TransformerEncoderLayer or nn.TransformerDecoderLayer cannot be read, if it cannot."""
+    problems = []
+    if not attentions[0].batch_first:
+        problems.append("batch_first=False: stformer's rows are [B, N, D], construct it with batch_first=True")
+    for attn in attentions:
+        if not attn._qkv_same_embed_dim or attn.bias_k is not None or attn.add_zero_attn:
+            problems.append("its attention has kdim/vdim, add_bias_kv or add_zero_attn, which stformer has not")
+        if attn.in_proj_bias is None:
+            problems.append("its attention has no bias, which stformer's packed attention needs")
+    if any(n.eps != 1e-5 for n in norms):
+        problems.append(f"layer_norm_eps={norms[0].eps}: stformer's LayerNorm has PyTorch's default, 1e-5")
+    if _activation_name(layer.activation) is None:
+        problems.append(f"activation {getattr(layer.activation, '__name__', type(layer.activation).__name__)} is not relu, gelu or silu")
+    return problems
+
+
 def _encoder_layer(chain, path, layer):
     """nn.TransformerEncoderLayer as EncoderBlock<D, H, F, Form>, or None with the reasons in chain."""
-    attn = layer.self_attn
-    d, h, f = attn.embed_dim, attn.num_heads, layer.linear1.out_features
-    problems = []
-    if not layer.self_attn.batch_first:
-        problems.append("batch_first=False: stformer's rows are [B, N, D], construct it with batch_first=True")
-    if not attn._qkv_same_embed_dim or attn.bias_k is not None or attn.add_zero_attn:
-        problems.append("its self_attn has kdim/vdim, add_bias_kv or add_zero_attn, which stformer has not")
-    if attn.in_proj_bias is None:
-        problems.append("its self_attn has no bias, which stformer's packed attention needs")
-    if layer.norm1.eps != 1e-5 or layer.norm2.eps != 1e-5:
-        problems.append(f"layer_norm_eps={layer.norm1.eps}: stformer's LayerNorm has PyTorch's default, 1e-5")
-    act = _activation_name(layer.activation)
-    if act is None:
-        problems.append(f"activation {getattr(layer.activation, '__name__', type(layer.activation).__name__)} is not relu, gelu or silu")
+    return _layer(chain, path, layer, "EncoderBlock", [layer.self_attn], [layer.norm1, layer.norm2])
+
+
+def _decoder_layer(chain, path, layer):
+    """nn.TransformerDecoderLayer as DecoderBlock<D, H, F, Form>, or None with the reasons in chain."""
+    return _layer(chain, path, layer, "DecoderBlock", [layer.self_attn, layer.multihead_attn], [layer.norm1, layer.norm2, layer.norm3])
+
+
+def _layer(chain, path, layer, block, attentions, norms):
+    d, h, f = attentions[0].embed_dim, attentions[0].num_heads, layer.linear1.out_features
+    problems = _layer_problems(layer, attentions, norms)
     for p in problems:
         chain.fail(path, layer, p)
     if problems or not chain.rows(path, layer, d):
         return None
     form = "PreNorm" if layer.norm_first else "PostNorm"
-    return f"stformer::EncoderBlock<{d}, {h}, {f}, stformer::{form}<stformer::{_ACTS[act]}>>"
+    return f"stformer::{block}<{d}, {h}, {f}, stformer::{form}<stformer::{_ACTS[_activation_name(layer.activation)]}>>"
 
 
 def _layer_norm(chain, path, m):
@@ -280,10 +296,14 @@ def _read(module, input_shape):
         raise ExportError("stformer_export: the model has no step stformer computes (only Dropout or Identity)")
     if chain.ids:
         raise ExportError("stformer_export: the input is token ids, but the model does not start with an nn.Embedding")
+    _check_finite(module)
+    return chain
+
+
+def _check_finite(module):
     bad = [k for k, v in module.state_dict().items() if v.is_floating_point() and not torch.isfinite(v).all()]
     if bad:
         raise ExportError("stformer_export: parameters hold a NaN or an infinity: " + ", ".join(bad))
-    return chain
 
 
 def _cpp_string(path):
@@ -292,52 +312,108 @@ def _cpp_string(path):
     return path
 
 
-def export(module, input_shape, name, folder, example=None):
+def _decoder(module, input_shape, memory_shape):
+    """An nn.TransformerDecoder or nn.TransformerDecoderLayer as stformer's type, or ExportError."""
+    chain = _Chain(tuple(int(s) for s in input_shape))
+    if len(input_shape) != 3 or memory_shape is None or len(memory_shape) != 3 or memory_shape[0] != input_shape[0] \
+            or memory_shape[2] != input_shape[2]:
+        raise ExportError(f"stformer_export: a decoder takes rows (B, N, D) and a memory (B, M, D): input_shape {tuple(input_shape)}, "
+                          f"memory_shape {memory_shape}")
+    if isinstance(module, nn.TransformerDecoderLayer):
+        cpp = _decoder_layer(chain, "", module)
+    else:
+        layers = [_decoder_layer(chain, f"layers.{i}", layer) for i, layer in enumerate(module.layers)]
+        cpp = None
+        if all(layers) and len(set(layers)) != 1:
+            chain.fail("", module, "its layers differ in shape or form: stformer repeats one block")
+        norm = "void"
+        if module.norm is not None:
+            norm = _layer_norm(chain, "norm", module.norm) if isinstance(module.norm, nn.LayerNorm) else None
+            if not isinstance(module.norm, nn.LayerNorm):
+                chain.fail("norm", module.norm, "a decoder's final norm must be an nn.LayerNorm")
+        if all(layers) and norm and not chain.errors:
+            cpp = f"stformer::TransformerDecoder<{layers[0]}, {len(layers)}, {norm}>"
+    if chain.errors:
+        raise ExportError("stformer_export: the model cannot be exported as it stands:\n  " + "\n  ".join(chain.errors))
+    _check_finite(module)
+    return cpp
+
+
+def export(module, input_shape, name, folder, example=None, memory_shape=None, memory=None):
     """Writes folder/name.safetensors (module's state_dict) and folder/name.hpp (`using name =
     stformer::Sequential<...>;`) for inputs of input_shape: (B, N, In) rows or (B, N) token ids.
     With example (a tensor of input_shape), also folder/name.example.safetensors: `input` and
-    the eval-mode `output`, to check the C++ side against. Returns the header's path."""
+    the eval-mode `output`, to check the C++ side against. Returns the header's path.
+    An nn.TransformerDecoder or nn.TransformerDecoderLayer takes two inputs: the rows (B, N, D)
+    and the memory, of memory_shape (B, M, D) (with example, the memory tensor too, saved as
+    `memory`); its header declares a TransformerDecoder or a DecoderBlock, which computes
+    module(x, memory, tgt_mask=the causal mask)."""
     if not name.isidentifier():
         raise ExportError(f"stformer_export: name {name!r} is not a C++ identifier")
-    chain = _read(module, input_shape)
-    steps, out_shape = chain.steps, (chain.batch, chain.tokens, chain.width)
+    decoder = isinstance(module, (nn.TransformerDecoder, nn.TransformerDecoderLayer))
+    if decoder:
+        cpp = _decoder(module, input_shape, memory_shape)
+        out_shape, steps = tuple(input_shape), [("", cpp, type(module).__name__)]
+    else:
+        chain = _read(module, input_shape)
+        steps, out_shape = chain.steps, (chain.batch, chain.tokens, chain.width)
+        cpp = "stformer::Sequential<\n" + ",\n".join(f'    stformer::Named<"{_cpp_string(p)}", {t}>' for p, t, _ in steps) + ">"
     was_training = module.training
     module.eval()
     try:
         with torch.no_grad():
-            probe = example if example is not None else (
-                torch.randint(0, chain.vocabulary, tuple(input_shape)) if len(input_shape) == 2 else torch.randn(*input_shape))
-            got = _forward(module, probe)
+            if decoder:
+                probe = example if example is not None else torch.randn(*input_shape)
+                mem = memory if memory is not None else torch.randn(*memory_shape)
+                causal = torch.triu(torch.full((input_shape[1], input_shape[1]), float("-inf")), 1)
+                got = module(probe, mem, tgt_mask=causal)
+            else:
+                probe = example if example is not None else (
+                    torch.randint(0, chain.vocabulary, tuple(input_shape)) if len(input_shape) == 2 else torch.randn(*input_shape))
+                got = _forward(module, probe)
     finally:
         module.train(was_training)
     if not torch.is_tensor(got) or tuple(got.shape) != out_shape:
         raise ExportError(f"stformer_export: the model's forward gives {tuple(got.shape) if torch.is_tensor(got) else type(got).__name__}, "
                           f"but its modules in order give {out_shape}: its forward is not the chain of its modules")
     os.makedirs(folder, exist_ok=True)
-    cpp = "stformer::Sequential<\n" + ",\n".join(f'    stformer::Named<"{_cpp_string(p)}", {t}>' for p, t, _ in steps) + ">"
     state = {k: v.detach().float().contiguous() for k, v in module.state_dict().items()}
     save_safetensors(os.path.join(folder, f"{name}.safetensors"), state,
                      {"stformer.type": cpp.replace("\n", "").replace("    ", " "), "torch": torch.__version__})
     if example is not None:
-        save_safetensors(os.path.join(folder, f"{name}.example.safetensors"),
-                         {"input": example.int() if len(input_shape) == 2 else example.float(), "output": got.float()})
+        saved = {"input": example.int() if len(input_shape) == 2 else example.float(), "output": got.float()}
+        if decoder:
+            saved["memory"] = mem.float()
+        save_safetensors(os.path.join(folder, f"{name}.example.safetensors"), saved)
     b, n = input_shape[0], input_shape[1]
     x_type = f"stformer::IdTensor<{b}, {n}>" if len(input_shape) == 2 else f"stformer::Tensor<{b}, {n}, {input_shape[2]}>"
-    lines = [f"// {name}: written by python/stformer_export.py from a {type(module).__name__} (PyTorch {torch.__version__}).",
-             f"// Input {x_type} x, output stformer::Tensor<{', '.join(map(str, out_shape))}>:",
-             f"//   auto model = std::make_unique<{name}>();              // load_params: <stformer/checkpoint.hpp>",
-             f'//   stformer::load_params("{name}.safetensors", *model);',
-             f"//   stformer::InferOf<{name}, {b}, {n}> pass;",
-             "//   const auto& y = pass.forward(*model, x);",
-             "// Its steps, by PyTorch's path:"]
+    y_type = f"stformer::Tensor<{', '.join(map(str, out_shape))}>"
+    if decoder:
+        m = memory_shape[1]
+        lines = [f"// {name}: written by python/stformer_export.py from a {type(module).__name__} (PyTorch {torch.__version__}).",
+                 f"// Input {x_type} x and the memory stformer::Tensor<{b}, {m}, {input_shape[2]}> m, output {y_type}",
+                 "// (PyTorch's module(x, m, tgt_mask=causal, memory_key_padding_mask=~keys)):",
+                 f"//   auto model = std::make_unique<{name}>();              // load_params: <stformer/checkpoint.hpp>",
+                 f'//   stformer::load_params("{name}.safetensors", *model);',
+                 f"//   stformer::InferOf<{name}, {b}, {n}, {m}> pass;",
+                 "//   const auto& y = pass.forward(*model, x, m);         // or (..., &keys): stformer::KeyMask<B, M>, true = a real row"]
+        check = [f"static_assert(std::is_same_v<decltype(stformer::InferOf<{name}, {b}, {n}, {m}>::out), {y_type}>,",
+                 f'              "{name}: the shapes PyTorch gave");', ""]
+    else:
+        lines = [f"// {name}: written by python/stformer_export.py from a {type(module).__name__} (PyTorch {torch.__version__}).",
+                 f"// Input {x_type} x, output {y_type}:",
+                 f"//   auto model = std::make_unique<{name}>();              // load_params: <stformer/checkpoint.hpp>",
+                 f'//   stformer::load_params("{name}.safetensors", *model);',
+                 f"//   stformer::InferOf<{name}, {b}, {n}> pass;",
+                 "//   const auto& y = pass.forward(*model, x);"]
+        check = [f"static_assert(std::is_same_v<{name}::Input<{b}, {n}>, {x_type}> &&",
+                 f"              std::is_same_v<{name}::Output<{b}, {n}>, {y_type}>,",
+                 f'              "{name}: the shapes PyTorch gave");', ""]
+    lines += ["// Its steps, by PyTorch's path:"]
     lines += [f"//   {p or '(the model)':<24} {what}" for p, _, what in steps]
     lines += ["#pragma once", "", "#include <type_traits>", "", "#include <stformer/stformer.hpp>", "",
-              f"using {name} = {cpp};", "",
-              f"static_assert(std::is_same_v<{name}::Input<{b}, {n}>, {x_type}> &&",
-              f"              std::is_same_v<{name}::Output<{b}, {n}>, stformer::Tensor<{', '.join(map(str, out_shape))}>>,",
-              f'              "{name}: the shapes PyTorch gave");', ""]
+              f"using {name} = {cpp};", ""] + check
     path = os.path.join(folder, f"{name}.hpp")
     with open(path, "w") as f:
         f.write("\n".join(lines))
     return path
-

@@ -288,6 +288,42 @@ TEST_CASE("FeedForward in integers with GELU, GELU (tanh) and SiLU tables: the f
   check(act::SiLU{});
 }
 
+// The int16 fixed-point activation against Act at every int16 input: max|x| = 8 on a stream's
+// scale (int16_scale), the output's scale from Act's range over it.
+template <class Act>
+void activation_steps(double curvature) {
+  const float sx = quant::int16_scale(8.0f);
+  double top = 0;
+  for (int x = -32768; x < 32768; ++x) top = std::max(top, std::abs(double(Act::f(sx * float(x)))));
+  const float sy = quant::int16_scale(float(top));
+  const auto q = QActivation<Act, 1>::quantize(sx, sy);
+  double worst = 0;
+  for (int x = -32768; x < 32768; ++x) {
+    const std::int16_t xq = std::int16_t(x);
+    std::int16_t yq;
+    q.template apply<1>(&xq, &yq);
+    worst = std::max(worst, std::abs(double(Act::f(sx * float(x))) / sy - yq));
+  }
+  const double h = 256.0 * sx, bound = h * h / 8 * curvature / sy + 1;
+  MESSAGE(std::string(act_name<Act>()) << " in int16 fixed point, |x| <= 8: within " << worst << " output steps (bound " << bound << ")");
+  CHECK(worst <= bound);
+  CHECK(worst >= 0.5);  // the interpolation is not exact (but for ReLU)
+}
+
+TEST_CASE("QActivation: GELU, GELU (tanh) and SiLU in int16 fixed point within the interpolation's bound at every input; ReLU exact") {
+  activation_steps<act::GELU>(0.80);
+  activation_steps<act::GELUTanh>(0.80);
+  activation_steps<act::SiLU>(0.50);
+  const float sx = quant::int16_scale(8.0f);
+  const auto relu = QActivation<act::ReLU, 1>::quantize(sx, sx);
+  for (int x = -32768; x < 32768; ++x) {
+    const std::int16_t xq = std::int16_t(x);
+    std::int16_t yq;
+    relu.apply<1>(&xq, &yq);
+    REQUIRE(yq == std::max(x, 0));
+  }
+}
+
 TEST_CASE("QMultiHeadAttention: the float block within 3% rms, causal and key-padded; a query that sees no key adds bo alone") {
   constexpr size_t B = 2, N = 20, D = 24, H = 3;
   using F = MultiHeadAttention<D, D, D, H>;
@@ -963,6 +999,26 @@ TEST_CASE("quantize: a model of float rows (QuantizeInput first), its outputs cl
   CHECK_THROWS_WITH(bad.observe(x), "Calibration::observe: a step's output is not finite (NaN or infinity): the model's parameters are");
   const double gap = rms_gap(*p, *q, x, keys, rng);
   MESSAGE("float rows -> 4 outputs: int8 within " << 100 * gap << "% rms of the float model");
+  CHECK(gap < 0.03);
+}
+
+TEST_CASE("quantize: activation steps (GELU (tanh), SiLU, ReLU, GELU) between linear layers and a LayerNorm, in int16 fixed point, close to the float model") {
+  constexpr size_t B = 4, N = 5;
+  using M = Sequential<Linear<4, 12>, GELUTanh<12>, SiLU<12>, LayerNorm<12>, ReLU<12>, GELU<12>, Linear<12, 2>>;
+  auto p = test::make<M>();
+  Rng rng(75);
+  init_params(*p, rng);
+  test::randomize(*p, rng);
+  Calibration<M, B, N> cal(*p);
+  Tensor<B, N, 4> x;
+  for (int i = 0; i < 8; ++i) test::fill(x, rng), cal.observe(x);
+  const auto q = cal.quantize();
+  const auto names = test::param_names(*q);
+  for (const char* n : {"1.table", "2.table", "4.table", "5.table"})
+    CHECK_MESSAGE(std::find(names.begin(), names.end(), n) != names.end(), n);
+  const auto keys = test::lengths_mask<B, N>({5, 5, 5, 5});
+  const double gap = rms_gap(*p, *q, x, keys, rng);
+  MESSAGE("activation steps: int8 within " << 100 * gap << "% rms of the float model");
   CHECK(gap < 0.03);
 }
 

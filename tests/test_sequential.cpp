@@ -333,3 +333,29 @@ TEST_CASE("Sequential: Repeat of a block that is not in place alternates its buf
   CHECK(s.find("in place") != std::string::npos);
   CHECK(s.find("arena (sizeof InferOf): " + std::to_string(sizeof(InferOf<M, B, N>)) + " B") != std::string::npos);
 }
+
+TEST_CASE("Sequential: the key-padding mask follows the rows past a ClassToken; a padded row computes what its unpadded rows do") {
+  using M = Sequential<Linear<3, 16>, ClassToken<16>, EncoderBlock<16, 2, 32, PostNorm<>>, FirstToken<16>, Linear<16, 2>>;
+  auto p = make<M>();
+  Rng rng(81);
+  init_params(*p, rng);
+  for (auto& v : p->get<1>().cls_token) v = rng.normal();
+  Tensor<2, 6, 3> x;
+  fill(x, rng);
+  const auto keys = test::lengths_mask<2, 6>({6, 3});
+  auto inf = make<InferOf<M, 2, 6>>();
+  auto acts = make<ActsOf<M, 2, 6>>();
+  const auto& y = inf->forward(*p, x, &keys);
+  CHECK(same_bits(y, acts->forward(*p, x, &keys)));
+  // batch row 1 alone, its 3 real rows only: the same output (the class token sees rows 1…3 only)
+  Tensor<1, 3, 3> short_x;
+  for (size_t n = 0; n < 3; ++n)
+    for (size_t d = 0; d < 3; ++d) short_x(0, n, d) = x(1, n, d);
+  auto short_inf = make<InferOf<M, 1, 3>>();
+  const auto& want = short_inf->forward(*p, short_x);
+  for (size_t j = 0; j < 2; ++j) CHECK(y(1, 0, j) == doctest::Approx(want(0, 0, j)).epsilon(1e-5));
+  // without the mask the padded rows count: another output
+  auto unmasked = make<InferOf<M, 2, 6>>();
+  const auto& other = unmasked->forward(*p, x);
+  CHECK(std::abs(other(1, 0, 0) - want(0, 0, 0)) + std::abs(other(1, 0, 1) - want(0, 0, 1)) > 1e-3f);
+}

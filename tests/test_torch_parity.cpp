@@ -221,11 +221,11 @@ TEST_CASE("PyTorch parity: nn.TransformerEncoderLayer, post-norm and norm_first,
   encoder_layer_case<PreNorm<act::GELU>>("encoder_pre_gelu.safetensors", false);
 }
 
-// nn.TransformerDecoderLayer(16, 2, 32, dropout=0, batch_first=True) with a causal tgt_mask and a
-// key-padded memory [4, 10, 16], loaded by PyTorch's names.
-template <class Form>
-void decoder_layer_case(const char* file) {
-  using M = DecoderBlock<16, 2, 32, Form>;
+// A decoder of width 16 (nn.TransformerDecoderLayer(16, 2, 32, dropout=0, batch_first=True), or
+// nn.TransformerDecoder of them) with a causal tgt_mask and a key-padded memory [4, 10, 16],
+// loaded by PyTorch's names; with memory_grad the loss's gradient with respect to the memory too.
+template <class M>
+void decoder_case(const char* file, bool memory_grad = false) {
   using A = ActsOf<M, 4, 12, 10>;
   auto f = safetensors::File::read(parity_file(file));
   Tensor<4, 12, 16> x, y, dy;
@@ -243,16 +243,28 @@ void decoder_layer_case(const char* file) {
         a.backward(p, g, dy);
         return l;
       });
-  auto p = test::make<M>();
+  auto p = test::make<M>(), g = test::make<M>();
   load_params(f, *p, "param.");
   auto a = test::make<A>();
   auto inf = test::make<InferOf<M, 4, 12, 10>>();
   CHECK(inf->forward(*p, x, m, &keys) == a->forward(*p, x, m, &keys));  // Infer: the same bits as Acts
+  if (memory_grad) {
+    Tensor<4, 10, 16> dm;
+    read(f, "grad_input.m", dm);
+    mse(a->forward(*p, x, m, &keys), y, dy);
+    worst = 0;
+    check_rel("the memory's gradient", a->backward(*p, *g, dy).dkv, dm, 1e-4);
+    MESSAGE(std::string(file) << ": the memory's gradient, relative difference " << worst);
+  }
 }
 
 TEST_CASE("PyTorch parity: nn.TransformerDecoderLayer, post-norm GELU and norm_first ReLU, causal, the memory key-padded") {
-  decoder_layer_case<PostNorm<act::GELU>>("decoder_post_gelu.safetensors");
-  decoder_layer_case<PreNorm<>>("decoder_pre_relu.safetensors");
+  decoder_case<DecoderBlock<16, 2, 32, PostNorm<act::GELU>>>("decoder_post_gelu.safetensors");
+  decoder_case<DecoderBlock<16, 2, 32, PreNorm<>>>("decoder_pre_relu.safetensors");
+}
+
+TEST_CASE("PyTorch parity: nn.TransformerDecoder of two post-norm GELU layers and a final LayerNorm, and the memory's gradient") {
+  decoder_case<TransformerDecoder<DecoderBlock<16, 2, 32, PostNorm<act::GELU>>, 2, LayerNorm<16>>>("decoder_stack.safetensors", true);
 }
 
 // nn.MultiheadAttention(16, 2) as the test's module holds it: attn.in_proj_weight, ...

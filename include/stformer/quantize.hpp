@@ -48,6 +48,7 @@
 #include "blocks/pma.hpp"
 #include "blocks/pointer.hpp"
 #include "blocks/sab.hpp"
+#include "quantized/activation.hpp"
 #include "quantized/attention.hpp"
 #include "quantized/embedding.hpp"
 #include "quantized/layernorm.hpp"
@@ -224,7 +225,8 @@ const auto& observe(const Repeat<Blk, Count>& f, A& acts, const X& x, const Mask
 }
 template <size_t I = 0, class... S, class A, class X, size_t B, size_t N>
 const auto& observe_chain(const Sequential<S...>& f, A& acts, const X& x, const Mask<B, N>& mask, Observed<Sequential<S...>>& o, Streams& s) {
-  const auto& y = observe(f.template get<I>(), acts.template at<I>(), x, Sequential<S...>::template mask_at<B, N, I>(mask), step::get<I>(o.steps), s);
+  if constexpr (I == 0) Sequential<S...>::shift_keys(mask, acts.shifted);
+  const auto& y = observe(f.template get<I>(), acts.template at<I>(), x, Sequential<S...>::template mask_at<B, N, I>(mask, acts.shifted), step::get<I>(o.steps), s);
   if constexpr (I + 1 == sizeof...(S))
     return y;
   else

@@ -19,7 +19,8 @@
 //
 // Masks: forward(model, x, mask) takes a Mask<B, N> (causal, key padding) or a KeyMask pointer;
 // each step is given it while the sequence is the input's (no step before it changed its
-// length), an empty mask after a pooling step.
+// length), the keys shifted past the rows a ClassToken put before the sequence (which every
+// query sees), an empty mask after a pooling step.
 //
 // A block is a step when it has, besides its parameters, visit and Acts<B, N>:
 //   template <size_t B, size_t N> using Input = Tensor<B, N, In>;    (IdTensor for an Embedding)
@@ -114,6 +115,15 @@ constexpr bool in_place() {
     return Block::in_place;
   else
     return false;
+}
+
+// Rows a step puts before its input's (ClassToken's token: `prepends`), the rest its input.
+template <class Block>
+constexpr size_t prepends() {
+  if constexpr (requires { Block::prepends; })
+    return Block::prepends;
+  else
+    return 0;
 }
 
 template <class Block, size_t B, size_t N, size_t Room>
@@ -359,17 +369,48 @@ struct Sequential {
   template <size_t B, size_t N>
   using Output = OutputAt<B, N, steps - 1>;
 
-  // The mask step I is given: the caller's while every step before it kept the length.
+  // The mask step I is given: the caller's while every step before it kept the length; after
+  // steps that only put rows before the sequence (ClassToken), the caller's keys shifted past
+  // them, the rows put before seen by every query (Shifted, filled by the pass); an empty mask
+  // once a step changed the sequence otherwise (a pooling step).
+  static constexpr size_t untracked = size_t(-1);
   template <size_t B, size_t N, size_t I>
-  static constexpr bool keeps_mask = [] {
-    bool keep = true;
-    [&]<size_t... J>(std::index_sequence<J...>) { ((keep = keep && length<B, N, J + 1>() == N), ...); }(std::make_index_sequence<I>{});
-    return keep;
+  static constexpr size_t shift_at = [] {
+    size_t shift = 0;
+    [&]<size_t... J>(std::index_sequence<J...>) {
+      ((shift = shift == untracked                                                ? untracked
+                : length<B, N, J + 1>() == length<B, N, J>()                      ? shift
+                : length<B, N, J + 1>() == length<B, N, J>() + step::prepends<BlockAt<J>>() ? shift + step::prepends<BlockAt<J>>()
+                                                                                  : untracked),
+       ...);
+    }(std::make_index_sequence<I>{});
+    return shift;
   }();
+  // The one shift a pass keeps the keys for: the last step's that has one (steps between two
+  // ClassTokens see no mask).
+  template <size_t B, size_t N>
+  static constexpr size_t kept_shift = [] {
+    size_t k = 0;
+    [&]<size_t... I>(std::index_sequence<I...>) { ((k = shift_at<B, N, I> != untracked ? shift_at<B, N, I> : k), ...); }(std::make_index_sequence<steps>{});
+    return k;
+  }();
+  template <size_t B, size_t N>
+  using Shifted = std::conditional_t<kept_shift<B, N> == 0, Nothing, KeyMask<B, N + kept_shift<B, N>>>;
+  template <size_t B, size_t N>
+  static void shift_keys(const Mask<B, N>& mask, Shifted<B, N>& shifted) {
+    constexpr size_t K = kept_shift<B, N>;
+    if constexpr (K > 0)
+      if (mask.keys)
+        for (size_t b = 0; b < B; ++b)
+          for (size_t j = 0; j < N + K; ++j) shifted(b, j) = j < K || (*mask.keys)(b, j - K);
+  }
   template <size_t B, size_t N, size_t I>
-  static Mask<B, length<B, N, I>()> mask_at(const Mask<B, N>& mask) {
-    if constexpr (keeps_mask<B, N, I>)
+  static Mask<B, length<B, N, I>()> mask_at(const Mask<B, N>& mask, const Shifted<B, N>& shifted) {
+    constexpr size_t K = shift_at<B, N, I>;
+    if constexpr (K == 0)
       return mask;
+    else if constexpr (K == kept_shift<B, N>)
+      return {.causal = mask.causal, .keys = mask.keys ? &shifted : nullptr};
     else
       return {};
   }
@@ -415,6 +456,7 @@ struct Sequential {
       using type = step::Members<ActsOf<BlockAt<I>, B, length<B, N, I>()>...>;
     };
     typename ActsFor<std::make_index_sequence<steps>>::type acts;
+    [[no_unique_address]] Shifted<B, N> shifted;  // the keys after a ClassToken (mask_at)
 
     // Step I's activations, or those of the step named Name.
     template <size_t I>
@@ -453,7 +495,8 @@ struct Sequential {
     // model's head, on several threads).
     template <size_t Last, size_t I = 0, class X>
     const OutputAt<B, N, Last>& forward_to(const Sequential& p, const X& x, const Mask<B, N>& mask = {}) {
-      const auto& y = step::forward(at<I>(), p.template get<I>(), x, mask_at<B, N, I>(mask));
+      if constexpr (I == 0) shift_keys(mask, shifted);
+      const auto& y = step::forward(at<I>(), p.template get<I>(), x, mask_at<B, N, I>(mask, shifted));
       if constexpr (I == Last)
         return y;
       else
@@ -542,6 +585,7 @@ struct Sequential {
     static_assert(chain_fits<B, N>);
 
     alignas(Layout::align) unsigned char arena[Layout::size];
+    [[no_unique_address]] Shifted<B, N> shifted;  // the keys after a ClassToken (mask_at)
 
     static constexpr const std::array<PlanRow, steps>& plan() { return Layout::rows; }
 
@@ -582,6 +626,7 @@ struct Sequential {
     // Steps First .. Last − 1 from the input at `in`, each from the output of the one before.
     template <size_t First, size_t Last>
     const OutputAt<B, N, Last - 1>& run_steps(const Sequential& p, const void* in, const Mask<B, N>& mask) {
+      shift_keys(mask, shifted);
       [&]<size_t... I>(std::index_sequence<I...>) { (run_step<First + I>(p, in, mask), ...); }(std::make_index_sequence<Last - First>{});
       return *static_cast<const OutputAt<B, N, Last - 1>*>(in);
     }
@@ -593,7 +638,7 @@ struct Sequential {
       const auto& x = *static_cast<const InputAt<B, N, I>*>(in);
       Out* y = Layout::template in_place<I> ? std::launder(reinterpret_cast<Out*>(arena + r.out_offset)) : ::new (arena + r.out_offset) Out;
       W* w = ::new (arena + r.scratch_offset) W;
-      step::run(p.template get<I>(), x, *y, *w, mask_at<B, N, I>(mask));
+      step::run(p.template get<I>(), x, *y, *w, mask_at<B, N, I>(mask, shifted));
       in = y;
     }
   };

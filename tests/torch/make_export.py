@@ -1,10 +1,10 @@
 #!/usr/bin/python3
-"""The exporter's side of its round trip (tests/test_torch_export.cpp): five models built from
+"""The exporter's side of its round trip (tests/test_torch_export.cpp): seven models built from
 PyTorch's own modules, exported by python/stformer_export.py with an example input and PyTorch's
 output for it; and its refusals, checked here.
 
 usage: /usr/bin/python3 tests/torch/make_export.py OUT_DIR
-writes OUT_DIR/{classifier,tagger,tokens,listed,encoder}.{hpp,safetensors,example.safetensors}, and
+writes OUT_DIR/{classifier,tagger,tokens,listed,encoder,decoder,decoder_layer}.{hpp,safetensors,example.safetensors}, and
 OUT_DIR/trained.{hpp,safetensors}: the issue's classifier trained by PyTorch on a small task
 (which of 5 prototypes was planted among 32 rows of noise), with OUT_DIR/trained.data.safetensors:
 `calibration` inputs, `test` inputs, their `labels` and PyTorch's `predictions` and `logits`.
@@ -62,6 +62,13 @@ for name, model, x in [("classifier", classifier, torch.randn(1, 32, 8)), ("tagg
     sx.export(spread_norms(model), tuple(x.shape), name, out, example=x)
     assert model.training, "export leaves the model's mode as it was"
 
+# Decoders, two inputs: nn.TransformerDecoder (2 post-norm GELU layers and a final norm) and a
+# lone pre-norm nn.TransformerDecoderLayer, against a memory of 9 rows.
+decoder = nn.TransformerDecoder(nn.TransformerDecoderLayer(16, 2, 32, activation="gelu", batch_first=True), 2, norm=nn.LayerNorm(16))
+decoder_layer = nn.TransformerDecoderLayer(16, 4, 24, batch_first=True, norm_first=True)
+for name, model in [("decoder", decoder), ("decoder_layer", decoder_layer)]:
+    sx.export(spread_norms(model), (2, 6, 16), name, out, example=torch.randn(2, 6, 16), memory_shape=(2, 9, 16), memory=torch.randn(2, 9, 16))
+
 
 # The classifier trained: one row of 32 is a prototype (of 5) plus noise, the rest noise; the
 # label is the prototype's index. 300 AdamW steps of 64 sequences.
@@ -96,9 +103,9 @@ assert accuracy > 0.9, f"the trained classifier's accuracy is {accuracy}"
 
 
 # The refusals: every module the exporter cannot take, by its path and class, in one error.
-def refused(model, shape, *wanted, name="bad"):
+def refused(model, shape, *wanted, name="bad", **kw):
     try:
-        sx.export(model, shape, name, out)
+        sx.export(model, shape, name, out, **kw)
     except sx.ExportError as e:
         for w in wanted:
             assert w in str(e), f"{w!r} not in:\n{e}"
@@ -137,10 +144,13 @@ refused(nn.Sequential(nn.Linear(8, 8)), (1, 4), "'0' (Linear): takes rows [B, N,
 refused(nn.Sequential(sx.PositionEmbedding(4, 8)), (1, 6, 8), "'0' (PositionEmbedding): 6 rows, but positions for 4 only")
 refused(nn.TransformerEncoder(layer(8, 2, 16, activation=torch.tanh), 1), (1, 4, 8), "'layers.0' (TransformerEncoderLayer): activation tanh")
 refused(nn.Dropout(), (1, 4, 8), "no step stformer computes")
+refused(decoder, (2, 6, 16), "a decoder takes rows (B, N, D) and a memory (B, M, D)")
+refused(nn.TransformerDecoder(nn.TransformerDecoderLayer(16, 2, 32, activation=torch.tanh), 1), (2, 6, 16),
+        "'layers.0' (TransformerDecoderLayer): batch_first=False", "'layers.0' (TransformerDecoderLayer): activation tanh", memory_shape=(2, 9, 16))
 refused(nn.Linear(8, 8), (1, 4, 8), "not a C++ identifier", name="two words")
 nan = nn.Linear(8, 8)
 with torch.no_grad():
     nan.weight[2, 3] = float("nan")
 refused(nan, (1, 4, 8), "parameters hold a NaN or an infinity: weight")
 assert not os.path.exists(os.path.join(out, "bad.hpp")), "a refused model writes nothing"
-print(f"stformer_export: 6 models written to {out} (the trained one {100 * accuracy:.1f}% accurate); 8 refusals checked")
+print(f"stformer_export: 8 models written to {out} (the trained one {100 * accuracy:.1f}% accurate); 10 refusals checked")

@@ -23,7 +23,7 @@ torch.set_num_threads(1)
 LR, WD, STEPS = 0.01, 0.01, 10
 
 
-def case(path, model, inputs, loss_fn):
+def case(path, model, inputs, loss_fn, extra=None):
     def named(prefix, pairs):
         return {f"{prefix}{n}": t.detach().clone() for n, t in pairs}
 
@@ -46,6 +46,7 @@ def case(path, model, inputs, loss_fn):
         opt.step()
     tensors["step_losses"] = torch.tensor(losses, dtype=torch.float32)
     tensors.update(named("final.", model.named_parameters()))
+    tensors.update(extra or {})
     st.save_safetensors(path, tensors, {"torch": torch.__version__})
 
 
@@ -183,6 +184,21 @@ def main(out_dir):
         case(os.path.join(out_dir, name), layer,
              {"args": (x, memory, causal, None, None, mem_pad), "save": {"x": x, "y": y, "m": memory, "keys": ~mem_pad}},
              lambda out: (out - y).pow(2).mean())
+
+    # nn.TransformerDecoder: two post-norm GELU layers over the same key-padded memory and a final
+    # norm; also the loss's gradient with respect to the memory (every layer's cross-attention's).
+    layer = nn.TransformerDecoderLayer(d, heads, f, dropout=0.0, activation="gelu", batch_first=True)
+    model = nn.TransformerDecoder(layer, 2, norm=nn.LayerNorm(d))
+    with torch.no_grad():
+        for norm in [m for m in model.modules() if isinstance(m, nn.LayerNorm)]:
+            norm.weight.uniform_(0.5, 1.5)
+            norm.bias.normal_(0, 0.5)
+    mem = memory.clone().requires_grad_()
+    (model(x, mem, causal, None, None, mem_pad) - y).pow(2).mean().backward()
+    model.zero_grad()
+    case(os.path.join(out_dir, "decoder_stack.safetensors"), model,
+         {"args": (x, memory, causal, None, None, mem_pad), "save": {"x": x, "y": y, "m": memory, "keys": ~mem_pad}},
+         lambda out: (out - y).pow(2).mean(), {"grad_input.m": mem.grad})
 
 
 if __name__ == "__main__":

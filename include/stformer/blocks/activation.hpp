@@ -82,8 +82,9 @@ inline void backward(const float* x, float* d) {
 
 }  // namespace act
 
-template <class Kind, size_t D>
+template <class K, size_t D>
 struct Activation {
+  using Kind = K;
   template <class F, class... S>
   static constexpr void visit(const Path&, F&, S&...) {}
 

@@ -24,6 +24,8 @@
 #include "../precision.hpp"
 
 #include <algorithm>
+#include <array>
+#include <type_traits>
 
 #include "attention.hpp"
 #include "feedforward.hpp"
@@ -43,6 +45,7 @@ struct DecoderBlock {
   using Ffn = Of<FeedForward<D, F, typename Fm::Act>>;
   using Stream = typename P::Stream;
   static constexpr bool pre = Fm::norm_first;
+  static constexpr size_t width = D;
   Of<Norm> sn1;
   Attention self_attn;
   Of<Norm> sn2;
@@ -204,6 +207,85 @@ struct DecoderBlock {
         kernels::add<B * N * D>(ds1.data(), dn1.data(), dx.data());
         return {dx, dc.dkv};
       }
+    }
+  };
+};
+
+// TransformerDecoder<Layer, L, FinalNorm> (PyTorch's nn.TransformerDecoder(layer, L, norm)): L
+// decoder layers of one type, each with its own parameters, over the same memory m [B, M, D],
+// then the final norm (FinalNorm = void: none, PyTorch's norm=None):
+//   h_0 = x,  h_{i+1} = Layer_i(h_i, m)  (causal; the memory optionally key-padded),  out = FinalNorm(h_L)
+//   backward: dh_L = FinalNormᵀ dout,  dh_i = dx of Layer_iᵀ dh_{i+1},  dm = Σ_i dm of Layer_iᵀ
+//   returns {dq = dh_0, dkv = dm}
+// Parameters: layers.0.*, …, layers.{L−1}.*, norm.* (PyTorch's names). Forward only: Infer, the
+// layers in place on one stream with one Work between them, then the norm in place.
+namespace detail {
+template <class Norm, size_t B, size_t N>
+struct NormActs {
+  using type = ActsOf<Norm, B, N>;
+};
+template <size_t B, size_t N>
+struct NormActs<Nothing, B, N> {
+  using type = Nothing;
+};
+}  // namespace detail
+
+template <class Layer, size_t L, class FinalNorm = void>
+struct TransformerDecoder {
+  static_assert(L > 0, "TransformerDecoder: at least one layer");
+  static constexpr size_t D = Layer::width;
+  static constexpr bool has_norm = !std::is_void_v<FinalNorm>;
+  using Norm = std::conditional_t<has_norm, FinalNorm, Nothing>;
+  std::array<Layer, L> layers;
+  [[no_unique_address]] Norm norm;
+
+  template <class Fn, class... S>
+  static constexpr void visit(const Path& at, Fn& f, S&... s) {
+    for (size_t i = 0; i < L; ++i) stformer::visit(at / "layers" / i, f, s.layers[i]...);
+    if constexpr (has_norm) stformer::visit(at / "norm", f, s.norm...);
+  }
+
+  template <size_t B, size_t N, size_t M>
+  struct Infer {
+    Tensor<B, N, D> out;
+    typename Layer::template Work<B, N, M> w;
+
+    template <class X, class Mem>
+    const Tensor<B, N, D>& forward(const TransformerDecoder& p, const X& x, const Mem& m, const KeyMask<B, M>* memory_mask = nullptr) {
+      static_assert(shape_is<X, B, N, D>, "TransformerDecoder: input rows x must be [B, N, D] (the pass's sizes, the layers' width D)");
+      static_assert(shape_is<Mem, B, M, D>, "TransformerDecoder: encoder memory m must be [B, M, D] (the pass's sizes, the layers' width D)");
+      if (&x != &out) std::copy(x.begin(), x.end(), out.begin());
+      for (const auto& layer : p.layers) layer.forward_in_place(out, m, w, memory_mask);
+      if constexpr (has_norm) p.norm.template apply<B * N>(out.data(), out.data());
+      return out;
+    }
+  };
+
+  template <size_t B, size_t N, size_t M>
+  struct Acts {
+    std::array<ActsOf<Layer, B, N, M>, L> layers;
+    [[no_unique_address]] typename detail::NormActs<Norm, B, N>::type norm;
+    Tensor<B, M, D> dm;
+
+    template <class X, class Mem>
+    const Tensor<B, N, D>& forward(const TransformerDecoder& p, const X& x, const Mem& m, const KeyMask<B, M>* memory_mask = nullptr) {
+      static_assert(shape_is<X, B, N, D>, "TransformerDecoder: input rows x must be [B, N, D] (the pass's sizes, the layers' width D)");
+      const Tensor<B, N, D>* h = &layers[0].forward(p.layers[0], x, m, memory_mask);
+      for (size_t i = 1; i < L; ++i) h = &layers[i].forward(p.layers[i], *h, m, memory_mask);
+      if constexpr (has_norm) h = &norm.forward(p.norm, *h);
+      return *h;
+    }
+
+    InputGrads<Tensor<B, N, D>, Tensor<B, M, D>> backward(const TransformerDecoder& p, TransformerDecoder& grad, const Tensor<B, N, D>& dout) {
+      const Tensor<B, N, D>* d = &dout;
+      if constexpr (has_norm) d = &norm.backward(p.norm, grad.norm, dout);
+      kernels::fill<B * M * D>(dm.data(), 0.0f);
+      for (size_t i = L; i-- > 0;) {
+        const auto g = layers[i].backward(p.layers[i], grad.layers[i], *d);
+        kernels::add_to<B * M * D>(g.dkv.data(), dm.data());
+        d = &g.dq;
+      }
+      return {*d, dm};
     }
   };
 };

@@ -8,7 +8,8 @@
 //                            Parameter: cls_token [1, 1, D] (ViT's name; zeros)
 //   FirstToken<D>            the first row (the class token's output), [B, N, D] -> [B, 1, D]
 //                            backward: dx[b, 0] = dy[b], the other rows 0
-// (A step after ClassToken sees no key-padding mask: the sequence is no longer the input's.)
+// In a Sequential the steps after ClassToken see the caller's key-padding mask shifted past the
+// token, which every query sees (prepends: the rows it puts before its input's).
 #pragma once
 
 #include "../config.hpp"
@@ -61,6 +62,7 @@ struct PositionEmbedding {
 template <size_t D>
 struct ClassToken {
   Tensor<1, 1, D> cls_token;
+  static constexpr size_t prepends = 1;
 
   template <class F, class... S>
   static constexpr void visit(const Path& at, F& f, S&... s) {
