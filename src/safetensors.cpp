@@ -3,8 +3,8 @@
 // File::parse rejects, with "safetensors <file>: <problem>": a file shorter than 8 bytes; a
 // header length above 100,000,000 bytes (the reference implementation's limit) or beyond the
 // end of the file; a header holding a NUL byte; a header that is not valid UTF-8 JSON, not an
-// object, or has a duplicate key at any level (nlohmann would silently keep one; a parser
-// callback sees every key); an entry
+// object, or has a duplicate key at any level (nlohmann would silently keep one; a second,
+// SAX pass sees every key, in time linear in the header); an entry
 // that is not an object, lacks dtype/shape/data_offsets, has another field, or has a field of
 // the wrong JSON type; an unknown dtype; offsets with begin > end or end beyond the data; a
 // byte size != product(shape) * dtype size; overlapping tensors, gaps and trailing bytes;
@@ -32,6 +32,43 @@ namespace {
 using nlohmann::json;
 
 constexpr std::uint64_t max_header_bytes = 100'000'000;
+
+// A name from a file as a message quotes it: at most 80 bytes (a file may hold a name of
+// megabytes).
+std::string short_name(const std::string& name) {
+  if (name.size() <= 80) return name;
+  return name.substr(0, 64) + "... (" + std::to_string(name.size()) + " bytes)";
+}
+
+// The first key that repeats in its object, at any level (a SAX pass: one set of keys per open
+// object, O(n log n) in the header's keys).
+struct DuplicateKeys : nlohmann::json_sax<json> {
+  std::vector<std::set<std::string>> open;
+  std::optional<std::string> duplicate;
+  bool in_top_object = false;
+  bool null() override { return true; }
+  bool boolean(bool) override { return true; }
+  bool number_integer(number_integer_t) override { return true; }
+  bool number_unsigned(number_unsigned_t) override { return true; }
+  bool number_float(number_float_t, const string_t&) override { return true; }
+  bool string(string_t&) override { return true; }
+  bool binary(binary_t&) override { return true; }
+  bool start_object(std::size_t) override {
+    open.emplace_back();
+    return true;
+  }
+  bool key(string_t& k) override {
+    if (!duplicate && !open.back().insert(k).second) duplicate = k, in_top_object = open.size() == 1;
+    return !duplicate;
+  }
+  bool end_object() override {
+    open.pop_back();
+    return true;
+  }
+  bool start_array(std::size_t) override { return true; }
+  bool end_array() override { return true; }
+  bool parse_error(std::size_t, const std::string&, const nlohmann::detail::exception&) override { return false; }
+};
 
 struct DtypeInfo {
   Dtype dtype;
@@ -135,34 +172,21 @@ File File::parse(std::vector<std::byte> bytes, std::string label) {
   if (header_bytes == 0 || char(file.buffer_[8]) != '{')
     fail(lab, "not a safetensors file: its header (after the 8-byte length) does not start with '{'");
 
-  // Parse, recording the first duplicate key (one set of keys per open object).
-  const char* text = reinterpret_cast<const char*>(file.buffer_.data() + 8);
-  std::vector<std::set<std::string>> open_objects;
-  std::optional<std::string> duplicate;
-  bool duplicate_is_tensor = false;
-  json::parser_callback_t on_event = [&](int, json::parse_event_t event, json& parsed) {
-    if (event == json::parse_event_t::object_start) {
-      open_objects.emplace_back();
-    } else if (event == json::parse_event_t::object_end) {
-      open_objects.pop_back();
-    } else if (event == json::parse_event_t::key && !duplicate && !open_objects.back().insert(parsed.get<std::string>()).second) {
-      duplicate = parsed.get<std::string>();
-      duplicate_is_tensor = open_objects.size() == 1;
-    }
-    return true;
-  };
   // nlohmann stops at a NUL as at the end of the text: a NUL would hide what follows it.
+  const char* text = reinterpret_cast<const char*>(file.buffer_.data() + 8);
   if (const void* nul = std::memchr(text, 0, header_bytes))
     fail(lab, "the header holds a NUL byte (at byte " + std::to_string(8 + (static_cast<const char*>(nul) - text)) + " of the file)");
   json header;
   try {
-    header = json::parse(text, text + header_bytes, on_event);
+    header = json::parse(text, text + header_bytes);
   } catch (const json::exception& e) {
     fail(lab, std::string("the header is not valid JSON: ") + e.what());
   }
-  if (duplicate)
-    fail(lab, duplicate_is_tensor ? "duplicate tensor name '" + *duplicate + "' in the header"
-                                  : "duplicate key \"" + *duplicate + "\" in the header");
+  DuplicateKeys keys;
+  json::sax_parse(text, text + header_bytes, &keys);
+  if (keys.duplicate)
+    fail(lab, keys.in_top_object ? "duplicate tensor name '" + short_name(*keys.duplicate) + "' in the header"
+                                 : "duplicate key \"" + short_name(*keys.duplicate) + "\" in the header");
   if (!header.is_object()) fail(lab, "the header is not a JSON object");
 
   const std::byte* data = file.buffer_.data() + 8 + header_bytes;
@@ -175,22 +199,22 @@ File File::parse(std::vector<std::byte> bytes, std::string label) {
     if (name == "__metadata__") {
       if (!entry.is_object()) fail(lab, "\"__metadata__\" is not a JSON object");
       for (const auto& [key, value] : entry.items()) {
-        if (!value.is_string()) fail(lab, "\"__metadata__\" value of \"" + key + "\" is not a string");
+        if (!value.is_string()) fail(lab, "\"__metadata__\" value of \"" + short_name(key) + "\" is not a string");
         file.metadata_[key] = value.get<std::string>();
       }
       continue;
     }
-    const std::string tensor = "tensor '" + name + "': ";
+    const std::string tensor = "tensor '" + short_name(name) + "': ";
     if (!entry.is_object()) fail(lab, tensor + "the entry is not a JSON object");
     for (const auto& [key, value] : entry.items())
-      if (key != "dtype" && key != "shape" && key != "data_offsets") fail(lab, tensor + "unknown field \"" + key + "\"");
+      if (key != "dtype" && key != "shape" && key != "data_offsets") fail(lab, tensor + "unknown field \"" + short_name(key) + "\"");
     for (const char* key : {"dtype", "shape", "data_offsets"})
       if (!entry.contains(key)) fail(lab, tensor + "missing \"" + key + "\"");
 
     const json& jdtype = entry["dtype"];
     if (!jdtype.is_string()) fail(lab, tensor + "\"dtype\" is not a string");
     const auto dtype = parse_dtype(jdtype.get<std::string>());
-    if (!dtype) fail(lab, tensor + "unknown dtype \"" + jdtype.get<std::string>() + "\"");
+    if (!dtype) fail(lab, tensor + "unknown dtype \"" + short_name(jdtype.get<std::string>()) + "\"");
 
     const json& jshape = entry["shape"];
     const auto all_unsigned = [](const json& a) {
@@ -229,11 +253,11 @@ File File::parse(std::vector<std::byte> bytes, std::string label) {
     const std::string& name = file.tensors_[order[k]].name;
     if (r.begin < covered) {
       const std::size_t p = order[k - 1];
-      fail(lab, "tensors '" + file.tensors_[p].name + "' " + offsets_string(ranges[p].begin, ranges[p].end) + " and '" + name + "' " +
+      fail(lab, "tensors '" + short_name(file.tensors_[p].name) + "' " + offsets_string(ranges[p].begin, ranges[p].end) + " and '" + short_name(name) + "' " +
                     offsets_string(r.begin, r.end) + " overlap");
     }
     if (r.begin > covered)
-      fail(lab, "gap: data bytes [" + std::to_string(covered) + ", " + std::to_string(r.begin) + ") before tensor '" + name +
+      fail(lab, "gap: data bytes [" + std::to_string(covered) + ", " + std::to_string(r.begin) + ") before tensor '" + short_name(name) +
                     "' belong to no tensor");
     covered = r.end;
   }

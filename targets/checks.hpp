@@ -5,12 +5,15 @@
 //   Positive, NonNegative: a finite number > 0 (>= 0), said in words (CLI11's own checks
 //               print their range with 309 digits);
 //   NotBlank:   text with at least one character that is not white space;
+//   overwrites: an output that is one of the command's own inputs (the same file however
+//               named: links, other spellings), which the command line must not allow;
 //   the exit codes every program's --help states (exit_codes).
 #pragma once
 
 #include <cmath>
 #include <exception>
 #include <filesystem>
+#include <initializer_list>
 #include <string>
 
 #include <CLI/CLI.hpp>
@@ -62,6 +65,16 @@ inline const CLI::Validator NonNegative(
 inline const CLI::Validator NotBlank(
     [](std::string& s) -> std::string { return s.find_first_not_of(" \t\r\n") == std::string::npos ? "it is empty" : ""; }, "TEXT",
     "NotBlank");
+
+// The message for an output that is one of `inputs` (the same file), or "" when it is none of
+// them (an input or an output not given, or not yet a file, is none).
+inline std::string overwrites(const std::string& output, std::initializer_list<std::string> inputs) {
+  std::error_code ec;
+  for (const auto& input : inputs)
+    if (!output.empty() && !input.empty() && std::filesystem::equivalent(output, input, ec))
+      return "the output " + output + " is the input " + input + " (the same file): it would be overwritten";
+  return {};
+}
 
 // The exit codes of the programs, for their --help.
 inline constexpr const char* exit_codes =

@@ -40,6 +40,25 @@ refuse() {
   echo "ok   $shown  ->  $(grep -v '^Run with --help' "$tmp/err" | head -1)"
 }
 
+# keeps "WORDS" FILE PROGRAM ARGS...: refused as a bad command line (exit 2), stderr holds every
+# |-separated word, and FILE (one of the command's inputs) keeps its bytes.
+keeps() {
+  local words=$1 file=$2
+  shift 2
+  local before
+  before=$(sha256sum <"$file")
+  "${run[@]}" "$@" >"$tmp/out" 2>"$tmp/err" </dev/null
+  local rc=$?
+  local shown="$(basename "$1") ${*:2}"
+  if [ $rc -ne 2 ]; then fail "$shown: exit code $rc, expected 2"; sed 's/^/    /' "$tmp/err" | head -5; return; fi
+  [ "$(sha256sum <"$file")" = "$before" ] || { fail "$shown: $file changed"; return; }
+  local IFS='|'
+  for w in $words; do
+    grep -qF -- "$w" "$tmp/err" || { fail "$shown: stderr lacks '$w':"; sed 's/^/    /' "$tmp/err" | head -5; return; }
+  done
+  echo "ok   $shown  ->  exit 2, $(basename "$file") intact: $(head -1 "$tmp/err")"
+}
+
 # Files to feed them: a trained pointer checkpoint, sets, a file that is not safetensors, a
 # pointer checkpoint of another configuration (one encoder block), a "language model" checkpoint
 # with SPEC's 33,278-word vocabulary but the pointer model's tensors, a tiny corpus.
@@ -66,6 +85,9 @@ params = {k: (v['dtype'], v['shape'], data[v['data_offsets'][0]:v['data_offsets'
 write(d + '/one_block.safetensors', {}, {k: v for k, v in params.items() if not k.startswith('blocks.1.')})
 vocab = ''.join('w%d\n' % i for i in range(33278)).encode()
 write(d + '/not_lm.safetensors', {}, dict(params, **{'state.vocab': ('U8', [len(vocab)], vocab)}))
+# a NaN in a ScaleNorm's gain: it loads as a float, and would give garbage
+nan = struct.pack('<f', float('nan'))
+write(d + '/nan.safetensors', {}, dict(params, **{'blocks.0.sn1.g': ('F32', [1], nan)}))
 # a language model's embedding without a vocabulary (as exported from PyTorch)
 write(d + '/no_vocab.safetensors', {}, {'embedding.weight': ('F32', [33278, 128], bytes(33278 * 128 * 4))})
 EOF
@@ -97,6 +119,16 @@ refuse "sets.safetensors|tensor 'proj.weight' is missing" "$mv_bin" eval --check
 refuse "one_block.safetensors|holds neither model|pointer model: |tensor 'blocks.1.|set model: " "$mv_bin" eval --checkpoint "$tmp/one_block.safetensors"
 refuse "input $tmp/pointer.safetensors|no tensor 'x'" "$mv_bin" predict --checkpoint "$tmp/pointer.safetensors" --input "$tmp/pointer.safetensors" --output "$tmp/y.safetensors"
 refuse "not_lm.safetensors|not a training checkpoint" "$mv_bin" train --resume "$tmp/not_lm.safetensors"
+refuse "nan.safetensors|tensor 'blocks.0.sn1.g' holds a value that is not finite" "$mv_bin" eval --checkpoint "$tmp/nan.safetensors"
+echo "== max_value: an output over one of its inputs"
+keeps "the output $tmp/sets.safetensors is the input $tmp/sets.safetensors" "$tmp/sets.safetensors" \
+  "$mv_bin" predict --checkpoint "$tmp/pointer.safetensors" --input "$tmp/sets.safetensors" --output "$tmp/sets.safetensors"
+keeps "is the input $tmp/pointer.safetensors" "$tmp/pointer.safetensors" \
+  "$mv_bin" predict --checkpoint "$tmp/pointer.safetensors" --input "$tmp/sets.safetensors" --output "$tmp/pointer.safetensors"
+ln -s "$tmp/pointer.safetensors" "$tmp/link.safetensors"
+keeps "the output $tmp/link.safetensors is the input $tmp/pointer.safetensors" "$tmp/pointer.safetensors" \
+  "$mv_bin" quantize --checkpoint "$tmp/pointer.safetensors" --output "$tmp/link.safetensors"
+keeps "is the input $tmp/pointer.safetensors" "$tmp/pointer.safetensors" "$mv_bin" quantize --checkpoint "$tmp/pointer.safetensors" --output "$tmp/./pointer.safetensors"
 refuse "sets.safetensors|not a training checkpoint" "$mv_bin" train --resume "$tmp/sets.safetensors"
 
 echo "== wikitext_lm"
@@ -120,6 +152,9 @@ refuse "--lr|nan is not a number above 0" "$lm_bin" train --data "$tmp/tiny_corp
 refuse "not_lm.safetensors|holds no language model" "$lm_bin" predict --checkpoint "$tmp/not_lm.safetensors" --context "w1 w2"
 refuse "garbage.safetensors|not a safetensors file|header length" "$lm_bin" eval --checkpoint "$tmp/garbage.safetensors" --data "$tmp/tiny_corpus"
 refuse "--curve|$tmp/absent.csv" "$lm_bin" plot --curve "$tmp/absent.csv"
+keeps "the output $tmp/tiny_corpus/train.txt is the input" "$tmp/tiny_corpus/train.txt" "$lm_bin" train --data "$tmp/tiny_corpus" --steps 1 --checkpoint "$tmp/tiny_corpus/train.txt"
+keeps "is the input $tmp/tiny_corpus/valid.txt" "$tmp/tiny_corpus/valid.txt" "$lm_bin" train --data "$tmp/tiny_corpus" --steps 1 --curve "$tmp/tiny_corpus/valid.txt"
+keeps "is the input $tmp/pointer.safetensors" "$tmp/pointer.safetensors" "$lm_bin" quantize --checkpoint "$tmp/pointer.safetensors" --output "$tmp/link.safetensors"
 
 echo "== checkpoint_header and the demo"
 refuse "input|$tmp/absent.safetensors" "$header_bin" "$tmp/absent.safetensors" "$tmp/h.hpp"

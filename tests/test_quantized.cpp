@@ -675,7 +675,7 @@ TEST_CASE("load_quantized refuses a missing scale, a wrong dtype, a scale ≤ 0 
          if (n == "blocks.1.attn.v_scale") set_float(b, -0.5f);
          return true;
        }},
-      {"q_nan.safetensors", "scale 'blocks.0.attn.wq.weight_scale' is nan",
+      {"q_nan.safetensors", "tensor 'blocks.0.attn.wq.weight_scale' holds a value that is not finite",
        [&](const std::string& n, auto&, auto& b) {
          if (n == "blocks.0.attn.wq.weight_scale") set_float(b, std::nanf(""));
          return true;

@@ -8,6 +8,8 @@
 #include <unistd.h>
 
 #include <bit>
+#include <cmath>
+#include <chrono>
 #include <cstdint>
 #include <cstring>
 #include <filesystem>
@@ -390,6 +392,21 @@ TEST_CASE("safetensors: corrupt files are rejected, naming the problem, and the 
     check_rejected(join(replaced(header, "{", R"({"proj.bias":{"dtype":"F32","shape":[16],"data_offsets":[128,192]},)"), data),
                    {"duplicate tensor name 'proj.bias'"});
     check_rejected(join(replaced(header, R"("dtype":"F32",)", R"("dtype":"F32","dtype":"F32",)"), data), {R"(duplicate key "dtype")"});
+    // a name of a megabyte is quoted by its first 64 bytes and its length
+    const std::string huge(1 << 20, 'w');
+    check_rejected(join(replaced(header, "{", "{\"" + huge + R"(":{"dtype":"F32","shape":[16],"data_offsets":[128,192]},")" + huge + R"(":[],)"), data),
+                   {"duplicate tensor name '" + huge.substr(0, 64) + "... (1048576 bytes)' in the header"});
+  }
+  SUBCASE("a header of 100,000 entries: read or refused in time linear in it") {
+    std::string big = "{";
+    for (size_t i = 0; i < 100000; ++i)
+      big += "\"t" + std::to_string(i) + R"(":{"dtype":"U8","shape":[1],"data_offsets":[)" + std::to_string(i) + "," + std::to_string(i + 1) + "]},";
+    const auto start = std::chrono::steady_clock::now();
+    CHECK(safetensors::File::parse(join(big.substr(0, big.size() - 1) + "}", Bytes(100000)), "big.safetensors").tensors().size() == 100000);
+    check_rejected(join(big + R"("t99999":{"dtype":"U8","shape":[1],"data_offsets":[0,1]}})", Bytes(100000)), {"duplicate tensor name 't99999'"});
+    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    MESSAGE("two headers of 100,000 entries parsed in " << seconds << " s");
+    CHECK(seconds < 20);  // (quadratic: minutes; generous for the sanitizers' builds)
   }
   SUBCASE("offsets: out of range, overlapping, gaps, trailing bytes") {
     const std::string last = "[" + std::to_string(d - 8) + "," + std::to_string(d) + "]";
@@ -425,6 +442,15 @@ TEST_CASE("safetensors: corrupt files are rejected, naming the problem, and the 
                    }),
                    {"tensor 'proj.weight' has shape [2, 16], the model expects [16, 2]"});
     check_rejected(checkpoint_with(a, [](std::string& name, auto&...) { name = name == "head.bias" ? "" : name; }), {"tensor 'head.bias' is missing"});
+    // a NaN and an infinity: both tensors named, with the entry
+    check_rejected(checkpoint_with(a,
+                                   [](std::string& name, Dtype&, std::vector<size_t>&, Bytes& bytes) {
+                                     const float bad = name == "proj.bias" ? std::nanf("") : name == "head.weight" ? -INFINITY : 0.0f;
+                                     if (bad == 0.0f) return;
+                                     std::memcpy(&bytes[4 * 3], &bad, 4);
+                                   }),
+                   {"2 problems", "tensor 'proj.bias' holds a value that is not finite (NaN or infinity) at entry 3",
+                    "tensor 'head.weight' holds a value that is not finite (NaN or infinity) at entry 3"});
     safetensors::Writer w;
     add_params(w, a);
     w.add("extra.weight", Dtype::F32, {1}, Bytes(4));

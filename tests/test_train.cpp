@@ -3,7 +3,13 @@
 // training run that must learn.
 #include <doctest/doctest.h>
 
+#include <sys/resource.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
 #include <atomic>
+#include <cstdlib>
+#include <cstring>
 #include <numbers>
 #include <thread>
 #include <vector>
@@ -320,6 +326,34 @@ TEST_CASE("ThreadPool: task i runs once, on thread i % T, and a task's exception
     CHECK(after == 4);
   }
 }
+
+// A pool whose threads cannot all start (the address space limited so that their stacks do not
+// fit): an error that says so, not a deadlock. In a child process, killed after 20 s if it hangs.
+// (Not under AddressSanitizer or ThreadSanitizer, whose shadow memory needs the address space.)
+#if !defined(__SANITIZE_ADDRESS__) && !defined(__SANITIZE_THREAD__)
+TEST_CASE("ThreadPool: threads that cannot start are reported as an error, never a deadlock") {
+  const pid_t child = ::fork();
+  REQUIRE(child >= 0);
+  if (child == 0) {
+    ::alarm(20);
+    rlimit small{};
+    ::getrlimit(RLIMIT_AS, &small);
+    small.rlim_cur = 256u << 20;  // 256 MB: the process, and a few of the pool's 8 MB stacks
+    ::setrlimit(RLIMIT_AS, &small);
+    try {
+      ThreadPool pool(200);
+    } catch (const std::runtime_error& e) {
+      std::_Exit(std::strstr(e.what(), "ThreadPool: could not start thread") ? 0 : 2);
+    }
+    std::_Exit(3);  // every thread started: the limit did not bite
+  }
+  int status = 0;
+  REQUIRE(::waitpid(child, &status, 0) == child);
+  INFO("child status " << status);
+  CHECK(WIFEXITED(status));
+  CHECK(WEXITSTATUS(status) == 0);
+}
+#endif
 
 TEST_CASE("ThreadPool: subnormal floats are flushed to zero in its tasks, on every thread, and not after run") {
   volatile float tiny = 1e-30f, scale = 1e-10f;  // volatile: computed at run time

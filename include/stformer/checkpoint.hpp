@@ -5,7 +5,8 @@
 // after a prefix, e.g. "ema."), with the parameter's shape, row-major as the model holds it.
 // The namespaces "optim." and "state." are reserved for optimiser and RNG state.
 //
-// load_params is all-or-nothing: it first checks every parameter (present, F32, same shape) and
+// load_params is all-or-nothing: it first checks every parameter (present, F32, same shape,
+// every float finite: a NaN or an infinity in a weight only gives garbage later) and
 // throws every problem in one std::runtime_error, e.g.
 //   checkpoint x.safetensors: tensor 'blocks.0.attn.wq.weight' has shape [16, 8], the model expects [16, 16]
 // or, for a file written for another block (a LayerNorm's norm1.weight where a ScaleNorm's
@@ -28,6 +29,7 @@
 #include "config.hpp"
 
 #include <bit>
+#include <cstdint>
 #include <cstring>
 #include <filesystem>
 #include <map>
@@ -58,6 +60,21 @@ std::vector<size_t> shape_of(const T& t) {
   return {s.begin(), s.end()};
 }
 inline bool reserved_name(std::string_view name) { return name.starts_with("optim.") || name.starts_with("state."); }
+inline size_t shape_size(const std::vector<size_t>& shape) {
+  size_t n = 1;
+  for (size_t d : shape) n *= d;
+  return n;
+}
+// The index of an F32 tensor's first NaN or infinity (all exponent bits set), or its size.
+inline size_t first_non_finite(const safetensors::TensorView& v) {
+  if (v.dtype != safetensors::Dtype::F32) return size_t(-1);
+  for (size_t i = 0; i * 4 < v.bytes.size(); ++i) {
+    std::uint32_t bits;
+    std::memcpy(&bits, v.bytes.data() + 4 * i, 4);
+    if ((bits & 0x7f800000u) == 0x7f800000u) return i;
+  }
+  return v.bytes.size() / 4;
+}
 
 // The file's dtype of a tensor of T elements: F32 for the float models, I8, I16 and I32 for
 // the integer tensors of quantized ones (stformer/quantized/).
@@ -102,6 +119,8 @@ void check_params(const safetensors::File& f, const M& model, std::string_view p
         } else if (v->shape != shape) {
           problems.push_back("tensor '" + name + "' has shape " + safetensors::shape_string(v->shape) + ", the model expects " +
                              safetensors::shape_string(shape));
+        } else if (const size_t bad = detail::first_non_finite(*v); bad < detail::shape_size(shape)) {
+          problems.push_back("tensor '" + name + "' holds a value that is not finite (NaN or infinity) at entry " + std::to_string(bad));
         }
         expected.insert(std::move(name));
       },

@@ -22,6 +22,7 @@
 #include <CLI/CLI.hpp>
 
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <iostream>
 #include <map>
@@ -402,6 +403,14 @@ int main(int argc, char** argv) {
   app.footer(exit_codes);
   for (auto* cmd : app.get_subcommands({})) cmd->footer(exit_codes);
   CLI11_PARSE(app, argc, argv);
+  // an output over an input would destroy it (plot writes its CSV beside the PNG)
+  const std::string csv = std::filesystem::path(png).replace_extension(".csv").string();
+  for (const std::string& clash : {overwrites(output, {checkpoint, input}), *plot_cmd ? overwrites(png, {checkpoint}) : std::string(),
+                                   *plot_cmd ? overwrites(csv, {checkpoint}) : std::string()})
+    if (!clash.empty()) {
+      std::fprintf(stderr, "max_value: %s\n", clash.c_str());
+      return 2;
+    }
   try {
     if (*train_cmd) {
       if (fresh) o.fresh = 1;

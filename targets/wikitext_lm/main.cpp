@@ -30,6 +30,7 @@
 
 #include <chrono>
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <functional>
 #include <map>
@@ -433,6 +434,17 @@ int main(int argc, char** argv) {
   app.footer(exit_codes);
   for (auto* cmd : app.get_subcommands({})) cmd->footer(exit_codes);
   CLI11_PARSE(app, argc, argv);
+  // an output over an input would destroy it: the corpus, the float model, the curve plotted
+  {
+    const auto split = [&](const char* name) { return data.empty() ? std::string() : (std::filesystem::path(data) / name).string(); };
+    const std::string model_in = *t ? std::string() : checkpoint;  // train writes its checkpoint (and may resume from it)
+    for (const std::string& out : {*t ? checkpoint : std::string(), *t ? curve : std::string(), output, *pl ? png : std::string()})
+      if (const std::string clash = overwrites(out, {split("train.txt"), split("valid.txt"), split("test.txt"), model_in, *pl ? curve : std::string(), compare});
+          !clash.empty()) {
+        std::fprintf(stderr, "wikitext_lm: %s\n", clash.c_str());
+        return 2;
+      }
+  }
   try {
     if (*t) return train(data, budget, seed, threads, o, checkpoint, curve, eval_every, eval_positions, save_every, resume);
     if (*pl) return plot(curve, compare, png);

@@ -28,6 +28,8 @@
 #include <exception>
 #include <iterator>
 #include <mutex>
+#include <stdexcept>
+#include <string>
 #include <thread>
 #include <type_traits>
 #include <vector>
@@ -64,21 +66,23 @@ class FlushDenormals {
 
 class ThreadPool {
  public:
+  // Throws std::runtime_error when a thread cannot be started (a limit on threads or memory),
+  // after stopping the ones that were.
   explicit ThreadPool(size_t threads = 1) : size_(threads == 0 ? 1 : threads) {
-    for (size_t t = 1; t < size_; ++t) workers_.emplace_back([this, t] {
-      FlushDenormals flush;
-      work(t);
-    });
-  }
-  ~ThreadPool() {
-    {
-      std::lock_guard<std::mutex> lock(mutex_);
-      stop_ = true;
-      ++generation_;
+    workers_.reserve(size_ - 1);
+    for (size_t t = 1; t < size_; ++t) {
+      try {
+        workers_.emplace_back([this, t] {
+          FlushDenormals flush;
+          work(t);
+        });
+      } catch (const std::exception& e) {
+        stop();
+        throw std::runtime_error("ThreadPool: could not start thread " + std::to_string(t + 1) + " of " + std::to_string(size_) + ": " + e.what());
+      }
     }
-    wake_.notify_all();
-    for (auto& w : workers_) w.join();
   }
+  ~ThreadPool() { stop(); }
   ThreadPool(const ThreadPool&) = delete;
   ThreadPool& operator=(const ThreadPool&) = delete;
 
@@ -122,6 +126,16 @@ class ThreadPool {
       std::lock_guard<std::mutex> lock(mutex_);
       if (!error_) error_ = std::current_exception();
     }
+  }
+  void stop() {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      stop_ = true;
+      ++generation_;
+    }
+    wake_.notify_all();
+    for (auto& w : workers_) w.join();
+    workers_.clear();
   }
   void work(size_t thread) {
     size_t seen = 0;
