@@ -60,20 +60,17 @@ std::vector<size_t> shape_of(const T& t) {
   return {s.begin(), s.end()};
 }
 inline bool reserved_name(std::string_view name) { return name.starts_with("optim.") || name.starts_with("state."); }
-inline size_t shape_size(const std::vector<size_t>& shape) {
-  size_t n = 1;
-  for (size_t d : shape) n *= d;
-  return n;
-}
-// The index of an F32 tensor's first NaN or infinity (all exponent bits set), or its size.
+// The index of an F32 tensor's first NaN or infinity (all exponent bits set), or all_finite
+// (every entry finite, or not F32).
+inline constexpr size_t all_finite = size_t(-1);
 inline size_t first_non_finite(const safetensors::TensorView& v) {
-  if (v.dtype != safetensors::Dtype::F32) return size_t(-1);
+  if (v.dtype != safetensors::Dtype::F32) return all_finite;
   for (size_t i = 0; i * 4 < v.bytes.size(); ++i) {
     std::uint32_t bits;
     std::memcpy(&bits, v.bytes.data() + 4 * i, 4);
     if ((bits & 0x7f800000u) == 0x7f800000u) return i;
   }
-  return v.bytes.size() / 4;
+  return all_finite;
 }
 
 // The file's dtype of a tensor of T elements: F32 for the float models, I8, I16 and I32 for
@@ -119,7 +116,7 @@ void check_params(const safetensors::File& f, const M& model, std::string_view p
         } else if (v->shape != shape) {
           problems.push_back("tensor '" + name + "' has shape " + safetensors::shape_string(v->shape) + ", the model expects " +
                              safetensors::shape_string(shape));
-        } else if (const size_t bad = detail::first_non_finite(*v); bad < detail::shape_size(shape)) {
+        } else if (const size_t bad = detail::first_non_finite(*v); bad != detail::all_finite) {
           problems.push_back("tensor '" + name + "' holds a value that is not finite (NaN or infinity) at entry " + std::to_string(bad));
         }
         expected.insert(std::move(name));

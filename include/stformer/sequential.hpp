@@ -378,10 +378,8 @@ struct Sequential {
   static constexpr size_t shift_at = [] {
     size_t shift = 0;
     [&]<size_t... J>(std::index_sequence<J...>) {
-      ((shift = shift == untracked                                                ? untracked
-                : length<B, N, J + 1>() == length<B, N, J>()                      ? shift
-                : length<B, N, J + 1>() == length<B, N, J>() + step::prepends<BlockAt<J>>() ? shift + step::prepends<BlockAt<J>>()
-                                                                                  : untracked),
+      ((shift = shift == untracked || length<B, N, J + 1>() != length<B, N, J>() + step::prepends<BlockAt<J>>() ? untracked
+                                                                                                          : shift + step::prepends<BlockAt<J>>()),
        ...);
     }(std::make_index_sequence<I>{});
     return shift;
