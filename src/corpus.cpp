@@ -27,10 +27,15 @@ std::string Vocabulary::serialize() const {
 
 Vocabulary Vocabulary::deserialize(std::string_view text) {
   Vocabulary v;
-  while (!text.empty()) {
+  for (std::size_t line = 1; !text.empty(); ++line) {
     auto end = text.find('\n');
     std::string_view word = text.substr(0, end);
-    if (word.empty() || v.find(word) >= 0) throw std::runtime_error("vocabulary: an empty or repeated word");
+    const auto where = [&] { return "vocabulary: line " + std::to_string(line); };
+    if (word.empty()) throw std::runtime_error(where() + " is empty (one word a line)");
+    if (word.find_first_of(" \t\r\v\f") != std::string_view::npos)
+      throw std::runtime_error(where() + ", '" + std::string(word.substr(0, 64)) + "', holds white space (one word a line)");
+    if (const std::int32_t id = v.find(word); id >= 0)
+      throw std::runtime_error(where() + ": the word '" + std::string(word.substr(0, 64)) + "' repeats line " + std::to_string(id + 1));
     v.add(word);
     text.remove_prefix(end == std::string_view::npos ? text.size() : end + 1);
   }
@@ -62,6 +67,9 @@ Corpus Corpus::read(const std::filesystem::path& dir) {
   Corpus c;
   for (auto [name, ids] : {std::pair{"train.txt", &c.train}, {"valid.txt", &c.valid}, {"test.txt", &c.test}}) {
     auto path = dir / name;
+    // a folder, a device or a FIFO is not opened: a FIFO's open would wait, a device's read never end
+    if (const auto st = std::filesystem::status(path, ec); std::filesystem::exists(st) && !std::filesystem::is_regular_file(st))
+      throw std::runtime_error("corpus file " + path.string() + " is not a regular file (a folder, a device or a pipe)");
     std::ifstream f(path, std::ios::binary);
     if (!f) throw std::runtime_error("corpus file " + path.string() + " is missing or unreadable");
     std::string text{std::istreambuf_iterator<char>(f), {}};

@@ -132,10 +132,13 @@ std::string shape_string(std::span<const std::size_t> shape) {
 
 File File::read(const std::filesystem::path& path) {
   const std::string label = path.string();
+  // a folder, a device or a FIFO is not opened: a FIFO's open would wait, /dev/zero's read never end
+  std::error_code ec;
+  if (const auto st = std::filesystem::status(path, ec); std::filesystem::exists(st) && !std::filesystem::is_regular_file(st))
+    fail(label, "not a regular file (a folder, a device or a pipe): not read");
   std::FILE* f = std::fopen(label.c_str(), "rb");
   if (f == nullptr) fail(label, "cannot open: " + errno_text(errno));
   // Read to EOF (the size is only a hint: +1 so that a file of unchanged size ends in one read).
-  std::error_code ec;
   const auto hint = std::filesystem::file_size(path, ec);
   std::vector<std::byte> bytes(ec ? std::size_t(1) << 16 : std::size_t(hint) + 1);
   std::size_t n = 0;

@@ -23,21 +23,37 @@ trap 'rm -rf "$tmp"' EXIT
 failures=0
 fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
 
-# refuse "WORDS" PROGRAM ARGS...: exit code in [1, 127], stderr holds every |-separated word,
-# and no sanitizer report.
-refuse() {
-  local words=$1
-  shift
+# refused CODE "WORDS" PROGRAM ARGS...: exit code CODE (any: one in [1, 127]), stderr holds every
+# |-separated word, and no sanitizer report.
+refused() {
+  local code=$1 words=$2
+  shift 2
   "${run[@]}" "$@" >"$tmp/out" 2>"$tmp/err" </dev/null
   local rc=$?
   local shown="$(basename "$1") ${*:2}"
-  if [ $rc -eq 0 ] || [ $rc -ge 128 ]; then fail "$shown: exit code $rc, expected a refusal"; sed 's/^/    /' "$tmp/err" | head -5; return; fi
+  if [ "$code" = any ] && { [ $rc -eq 0 ] || [ $rc -ge 128 ]; }; then fail "$shown: exit code $rc, expected a refusal"; sed 's/^/    /' "$tmp/err" | head -5; return; fi
+  if [ "$code" != any ] && [ $rc -ne "$code" ]; then fail "$shown: exit code $rc, expected $code"; sed 's/^/    /' "$tmp/err" | head -5; return; fi
   if grep -q "Sanitizer\|runtime error:" "$tmp/err"; then fail "$shown: sanitizer report"; head -20 "$tmp/err"; return; fi
   local IFS='|'
   for w in $words; do
     grep -qF -- "$w" "$tmp/err" || { fail "$shown: stderr lacks '$w':"; sed 's/^/    /' "$tmp/err" | head -5; return; }
   done
-  echo "ok   $shown  ->  $(grep -v '^Run with --help' "$tmp/err" | head -1)"
+  echo "ok   $shown  ->  exit $rc: $(grep -v '^Run with --help' "$tmp/err" | head -1)"
+}
+# refuse "WORDS" PROGRAM ARGS...: refused (exit code in [1, 127]), as refused says.
+refuse() { refused any "$@"; }
+# usage_error "WORDS" PROGRAM ARGS...: refused as a bad command line: exit code 2 (every
+# program's --help promises it), as refused says.
+usage_error() { refused 2 "$@"; }
+
+# refuse_keeps "WORDS" FILE PROGRAM ARGS...: refused as refuse checks, and FILE (which the
+# command would write over) keeps its bytes.
+refuse_keeps() {
+  local words=$1 file=$2 before
+  shift 2
+  before=$(sha256sum <"$file")
+  refuse "$words" "$@"
+  [ "$(sha256sum <"$file")" = "$before" ] || fail "$(basename "$1") ${*:2}: $file changed"
 }
 
 # keeps "WORDS" FILE PROGRAM ARGS...: refused as a bad command line (exit 2), stderr holds every
@@ -92,33 +108,70 @@ write(d + '/nan.safetensors', {}, dict(params, **{'blocks.0.sn1.g': ('F32', [1],
 write(d + '/no_vocab.safetensors', {}, {'embedding.weight': ('F32', [33278, 128], bytes(33278 * 128 * 4))})
 EOF
 
-echo "== max_value: command lines"
-refuse "A subcommand is required" "$mv_bin" frobnicate
-refuse "A subcommand is required" "$mv_bin"
-refuse "--bogus" "$mv_bin" train --bogus 1
-refuse "--iterations" "$mv_bin" train --iterations 0
-refuse "--iterations" "$mv_bin" train --iterations many
-refuse "--lr|-1 is not a number above 0" "$mv_bin" train --lr -1
-refuse "--threads" "$mv_bin" train --threads 0
-refuse "--lanes" "$mv_bin" train --lanes 0
-refuse "--lanes|251" "$mv_bin" train --lanes 251
-refuse "--resume|excludes|--lanes" "$mv_bin" train --resume "$tmp/pointer.safetensors" --lanes 3
-refuse "--model" "$mv_bin" train --model transformer
-refuse "--seed" "$mv_bin" train --seed -1
-refuse "--sets" "$mv_bin" eval --checkpoint "$tmp/pointer.safetensors" --sets 0
-refuse "--sets" "$mv_bin" sets --output "$tmp/x.safetensors" --sets 501
-refuse "--resume|excludes|--lr" "$mv_bin" train --resume "$tmp/pointer.safetensors" --lr 0.1
+echo "== max_value: command lines (exit 2)"
+usage_error "unknown subcommand 'frobnicate'|the subcommands: train, eval, predict, plot, quantize, sets, info" "$mv_bin" frobnicate
+usage_error "A subcommand is required|one of: train, eval" "$mv_bin"
+usage_error "--bogus" "$mv_bin" train --bogus 1
+usage_error "--checkpoint is required" "$mv_bin" eval
+usage_error "--iterations|0 is out of range: 1 to 10000000" "$mv_bin" train --iterations 0
+usage_error "--iterations|many is not a whole number" "$mv_bin" train --iterations many
+usage_error "--lr|-1 is not a number above 0" "$mv_bin" train --lr -1
+usage_error "--threads" "$mv_bin" train --threads 0
+usage_error "--lanes" "$mv_bin" train --lanes 0
+usage_error "--lanes|251 is out of range: 1 to 250" "$mv_bin" train --lanes 251
+usage_error "--resume|excludes|--lanes" "$mv_bin" train --resume "$tmp/pointer.safetensors" --lanes 3
+usage_error "--model" "$mv_bin" train --model transformer
+usage_error "--seed|the seed -1 is not a non-negative integer" "$mv_bin" train --seed -1
+usage_error "--seed|the seed 18446744073709551616 is above 18446744073709551615" "$mv_bin" train --seed 18446744073709551616
+usage_error "--sets|0 is out of range" "$mv_bin" eval --checkpoint "$tmp/pointer.safetensors" --sets 0
+usage_error "--sets|abc is not a whole number" "$mv_bin" eval --checkpoint "$tmp/pointer.safetensors" --sets abc
+usage_error "--sets|501" "$mv_bin" sets --output "$tmp/x.safetensors" --sets 501
+usage_error "--resume|excludes|--lr" "$mv_bin" train --resume "$tmp/pointer.safetensors" --lr 0.1
 echo "== max_value: paths and files"
-refuse "--checkpoint|$tmp/absent.safetensors" "$mv_bin" eval --checkpoint "$tmp/absent.safetensors"
-refuse "--checkpoint|directory" "$mv_bin" eval --checkpoint "$tmp/folder"
-refuse "--checkpoint|$tmp/no/such/folder" "$mv_bin" train --iterations 1 --checkpoint "$tmp/no/such/folder/x.safetensors"
-refuse "--output|is a folder" "$mv_bin" predict --checkpoint "$tmp/pointer.safetensors" --input "$tmp/sets.safetensors" --output "$tmp/folder"
-refuse "--output|does not exist" "$mv_bin" plot --checkpoint "$tmp/pointer.safetensors" --output "$tmp/no/plot.png"
+mkfifo "$tmp/fifo"
+usage_error "--checkpoint|$tmp/absent.safetensors does not exist" "$mv_bin" eval --checkpoint "$tmp/absent.safetensors"
+usage_error "--checkpoint|the path is empty" "$mv_bin" eval --checkpoint ""
+usage_error "--checkpoint|the path is empty" "$mv_bin" train --checkpoint ""
+usage_error "--checkpoint|$tmp/folder is a folder (directory), not a regular file" "$mv_bin" eval --checkpoint "$tmp/folder"
+usage_error "--checkpoint|/dev/zero is a character device, not a regular file|not read" "$mv_bin" eval --checkpoint /dev/zero
+usage_error "--input|$tmp/fifo is a FIFO (pipe), not a regular file" "$mv_bin" predict --checkpoint "$tmp/pointer.safetensors" --input "$tmp/fifo" --output "$tmp/y.safetensors"
+usage_error "--resume|/dev/zero is a character device" "$mv_bin" train --resume /dev/zero
+usage_error "--checkpoint|$tmp/no/such/folder" "$mv_bin" train --iterations 1 --checkpoint "$tmp/no/such/folder/x.safetensors"
+usage_error "--output|is a folder" "$mv_bin" predict --checkpoint "$tmp/pointer.safetensors" --input "$tmp/sets.safetensors" --output "$tmp/folder"
+usage_error "--output|does not exist" "$mv_bin" plot --checkpoint "$tmp/pointer.safetensors" --output "$tmp/no/plot.png"
+usage_error "--output|$tmp/fifo is a FIFO (pipe), not a regular file" "$mv_bin" sets --output "$tmp/fifo"
+usage_error "--output|/dev/null is a character device, not a regular file" "$mv_bin" quantize --checkpoint "$tmp/pointer.safetensors" --output /dev/null
+mkdir -p "$tmp/folder/curve.csv"  # where plot would write the CSV beside its PNG
+usage_error "output $tmp/folder/curve.csv is a folder" "$mv_bin" plot --checkpoint "$tmp/pointer.safetensors" --output "$tmp/folder/curve.png"
+mkdir -p "$tmp/locked" && chmod 555 "$tmp/locked"
+if ! touch "$tmp/locked/probe" 2>/dev/null; then  # root writes anywhere: then there is no unwritable folder to test with
+  usage_error "--checkpoint|the folder of the output $tmp/locked/x.safetensors is not writable" "$mv_bin" train --iterations 1 --checkpoint "$tmp/locked/x.safetensors"
+else echo "(run as root: an unwritable folder is not tested)"; fi
 refuse "garbage.safetensors|not a safetensors file|header length" "$mv_bin" eval --checkpoint "$tmp/garbage.safetensors"
 refuse "sets.safetensors|tensor 'proj.weight' is missing" "$mv_bin" eval --checkpoint "$tmp/sets.safetensors"
 refuse "one_block.safetensors|holds neither model|pointer model: |tensor 'blocks.1.|set model: " "$mv_bin" eval --checkpoint "$tmp/one_block.safetensors"
 refuse "input $tmp/pointer.safetensors|no tensor 'x'" "$mv_bin" predict --checkpoint "$tmp/pointer.safetensors" --input "$tmp/pointer.safetensors" --output "$tmp/y.safetensors"
 refuse "not_lm.safetensors|not a training checkpoint" "$mv_bin" train --resume "$tmp/not_lm.safetensors"
+# training checkpoints whose state --resume would not take: a step of -1 or past the run, a seed
+# of "-1" (the command line refuses it); each left as it was
+/usr/bin/python3 - "$tmp" <<'EOF'
+import json, struct, sys
+d = sys.argv[1]
+b = open(d + '/pointer.safetensors', 'rb').read(); n = struct.unpack('<Q', b[:8])[0]
+h = json.loads(b[8:8 + n]); data = b[8 + n:]
+def write(p, h, data):
+    j = json.dumps(h).encode(); j += b' ' * (-len(j) % 8)
+    open(p, 'wb').write(struct.pack('<Q', len(j)) + j + data)
+o = h['state.step']['data_offsets'][0]
+write(d + '/step_minus1.safetensors', h, data[:o] + struct.pack('<q', -1) + data[o + 8:])
+write(d + '/step_past.safetensors', h, data[:o] + struct.pack('<q', 4) + data[o + 8:])
+h['__metadata__']['seed'] = '-1'
+write(d + '/seed_minus1.safetensors', h, data)
+EOF
+refuse_keeps "checkpoint $tmp/step_minus1.safetensors|'state.step' is -1|from 0 to 3" "$tmp/step_minus1.safetensors" "$mv_bin" train --resume "$tmp/step_minus1.safetensors"
+refuse_keeps "checkpoint $tmp/step_past.safetensors|'state.step' is 4|from 0 to 3" "$tmp/step_past.safetensors" "$mv_bin" train --resume "$tmp/step_past.safetensors"
+refuse_keeps "checkpoint $tmp/seed_minus1.safetensors|metadata \"seed\" is \"-1\"" "$tmp/seed_minus1.safetensors" "$mv_bin" train --resume "$tmp/seed_minus1.safetensors"
+refuse "checkpoint $tmp/seed_minus1.safetensors|metadata \"seed\" is \"-1\"" "$mv_bin" quantize --checkpoint "$tmp/seed_minus1.safetensors" --output "$tmp/q.safetensors"
 refuse "nan.safetensors|tensor 'blocks.0.sn1.g' holds a value that is not finite" "$mv_bin" eval --checkpoint "$tmp/nan.safetensors"
 echo "== max_value: an output over one of its inputs"
 keeps "the output $tmp/sets.safetensors is the input $tmp/sets.safetensors" "$tmp/sets.safetensors" \
@@ -132,45 +185,93 @@ keeps "is the input $tmp/pointer.safetensors" "$tmp/pointer.safetensors" "$mv_bi
 refuse "sets.safetensors|not a training checkpoint" "$mv_bin" train --resume "$tmp/sets.safetensors"
 
 echo "== wikitext_lm"
-refuse "A subcommand is required" "$lm_bin"
-refuse "--bogus" "$lm_bin" eval --checkpoint "$tmp/pointer.safetensors" --data "$tmp/tiny_corpus" --bogus
-refuse "--seed" "$lm_bin" generate --checkpoint "$tmp/pointer.safetensors" --prompt a --seed -3
-refuse "--data|$tmp/absent" "$lm_bin" train --data "$tmp/absent"
-refuse "corpus file|train.txt|missing" "$lm_bin" train --data "$tmp/empty_corpus" --steps 1
+usage_error "A subcommand is required|one of: train, eval, predict" "$lm_bin"
+usage_error "unknown subcommand 'trian'|the subcommands: train, eval, predict, generate, quantize, plot, info" "$lm_bin" trian --data "$tmp/tiny_corpus"
+usage_error "--bogus" "$lm_bin" eval --checkpoint "$tmp/pointer.safetensors" --data "$tmp/tiny_corpus" --bogus
+usage_error "--seed" "$lm_bin" generate --checkpoint "$tmp/pointer.safetensors" --prompt a --seed -3
+usage_error "--seed|is above 18446744073709551615" "$lm_bin" generate --checkpoint "$tmp/pointer.safetensors" --prompt a --seed 99999999999999999999
+usage_error "--data|$tmp/absent" "$lm_bin" train --data "$tmp/absent"
+usage_error "--data $tmp/empty_corpus|corpus file $tmp/empty_corpus/train.txt does not exist" "$lm_bin" train --data "$tmp/empty_corpus" --steps 1
+mkdir -p "$tmp/fifo_corpus" && cp "$tmp/tiny_corpus/train.txt" "$tmp/tiny_corpus/test.txt" "$tmp/fifo_corpus/" && mkfifo "$tmp/fifo_corpus/valid.txt"
+usage_error "corpus file $tmp/fifo_corpus/valid.txt is a FIFO (pipe)|not read" "$lm_bin" train --data "$tmp/fifo_corpus" --steps 1
 refuse "the vocabulary has 4 words|V = 33278" "$lm_bin" train --data "$tmp/tiny_corpus" --steps 1
-refuse "--steps" "$lm_bin" train --data "$tmp/tiny_corpus" --steps 0
-refuse "--minutes|excludes" "$lm_bin" train --data "$tmp/tiny_corpus" --steps 5 --minutes 1
-refuse "--threads" "$lm_bin" train --data "$tmp/tiny_corpus" --threads 0
-refuse "--checkpoint|does not exist" "$lm_bin" train --data "$tmp/tiny_corpus" --checkpoint "$tmp/no/lm.safetensors"
-refuse "--temperature" "$lm_bin" generate --checkpoint "$tmp/pointer.safetensors" --prompt "a" --temperature 0
-refuse "--top" "$lm_bin" predict --checkpoint "$tmp/pointer.safetensors" --context "a" --top 0
+usage_error "--steps|0 is out of range" "$lm_bin" train --data "$tmp/tiny_corpus" --steps 0
+usage_error "--steps|abc is not a whole number" "$lm_bin" train --data "$tmp/tiny_corpus" --steps abc
+usage_error "--save-every|1.5 is not a whole number" "$lm_bin" train --data "$tmp/tiny_corpus" --save-every 1.5
+usage_error "--minutes|excludes" "$lm_bin" train --data "$tmp/tiny_corpus" --steps 5 --minutes 1
+usage_error "--threads" "$lm_bin" train --data "$tmp/tiny_corpus" --threads 0
+usage_error "--checkpoint|does not exist" "$lm_bin" train --data "$tmp/tiny_corpus" --checkpoint "$tmp/no/lm.safetensors"
+usage_error "--checkpoint|the path is empty" "$lm_bin" train --data "$tmp/tiny_corpus" --checkpoint ""
+usage_error "--curve|is a folder" "$lm_bin" train --data "$tmp/tiny_corpus" --curve "$tmp/folder"
+usage_error "--checkpoint|/dev/zero is a character device" "$lm_bin" eval --checkpoint /dev/zero --data "$tmp/tiny_corpus"
+usage_error "--resume|$tmp/fifo is a FIFO" "$lm_bin" train --data "$tmp/tiny_corpus" --resume "$tmp/fifo"
+usage_error "--temperature|abc is not a number" "$lm_bin" generate --checkpoint "$tmp/pointer.safetensors" --prompt "a" --temperature abc
+usage_error "--temperature|0 is out of range: 0.001 to 100" "$lm_bin" generate --checkpoint "$tmp/pointer.safetensors" --prompt "a" --temperature 0
+usage_error "--top|0 is out of range" "$lm_bin" predict --checkpoint "$tmp/pointer.safetensors" --context "a" --top 0
 refuse "pointer.safetensors|holds no language model|max_value's pointer model" "$lm_bin" predict --checkpoint "$tmp/pointer.safetensors" --context "a"
 refuse "no_vocab.safetensors|no vocabulary|--data WIKITEXT2_DIR" "$lm_bin" predict --checkpoint "$tmp/no_vocab.safetensors" --context "a"
-refuse "--context|empty" "$lm_bin" predict --checkpoint "$tmp/no_vocab.safetensors" --context " "
-refuse "--prompt|empty" "$lm_bin" generate --checkpoint "$tmp/no_vocab.safetensors" --prompt ""
-refuse "--lr|nan is not a number above 0" "$lm_bin" train --data "$tmp/tiny_corpus" --lr nan
+usage_error "--context|empty" "$lm_bin" predict --checkpoint "$tmp/no_vocab.safetensors" --context " "
+usage_error "--prompt|empty" "$lm_bin" generate --checkpoint "$tmp/no_vocab.safetensors" --prompt ""
+usage_error "--lr|nan is not a number above 0" "$lm_bin" train --data "$tmp/tiny_corpus" --lr nan
+# vocabularies: a checkpoint's that is not one (a word repeated) names the file, the line and the
+# word; a word of the context not in the vocabulary names the word and the file
+/usr/bin/python3 - "$tmp" <<'EOF'
+import json, struct, sys
+d = sys.argv[1]
+b = open(d + '/no_vocab.safetensors', 'rb').read(); n = struct.unpack('<Q', b[:8])[0]
+h = json.loads(b[8:8 + n]); data = b[8 + n:]
+vocab = ('w0\nw1\nw0\n' + ''.join('x%d\n' % i for i in range(33275))).encode()
+h['state.vocab'] = {'dtype': 'U8', 'shape': [len(vocab)], 'data_offsets': [len(data), len(data) + len(vocab)]}
+j = json.dumps(h).encode(); j += b' ' * (-len(j) % 8)
+open(d + '/bad_vocab.safetensors', 'wb').write(struct.pack('<Q', len(j)) + j + data + vocab)
+EOF
+refuse "checkpoint $tmp/bad_vocab.safetensors|'state.vocab' is not a vocabulary|line 3: the word 'w0' repeats line 1" "$lm_bin" predict --checkpoint "$tmp/bad_vocab.safetensors" --context "w1"
+if [ -z "$slow" ]; then  # a model of SPEC's shape trained two steps on a corpus of 33,278 words: a few seconds
+  mkdir -p "$tmp/v_corpus"
+  /usr/bin/python3 -c "import sys; open(sys.argv[1] + '/train.txt', 'w').write(' '.join('w%d' % i for i in range(33277)) + '\\n')" "$tmp/v_corpus"
+  for s in valid test; do echo "w1 w2 w3" >"$tmp/v_corpus/$s.txt"; done
+  "${run[@]}" "$lm_bin" train --data "$tmp/v_corpus" --steps 2 --eval-every 0 --threads 1 --checkpoint "$tmp/lm2.safetensors" >/dev/null 2>"$tmp/err" ||
+    fail "wikitext_lm train on a corpus of 33,278 words: $(cat "$tmp/err")"
+  refuse "the word 'zzz' of --context is not in the vocabulary of checkpoint $tmp/lm2.safetensors" "$lm_bin" predict --checkpoint "$tmp/lm2.safetensors" --context "w1 zzz"
+  refuse "the word 'w99999' of --prompt|checkpoint $tmp/lm2.safetensors" "$lm_bin" generate --checkpoint "$tmp/lm2.safetensors" --prompt "w99999"
+  # --resume of a step below 0, or past --steps: refused, the checkpoint left as it was
+  /usr/bin/python3 - "$tmp" <<'EOF'
+import json, struct, sys
+d = sys.argv[1]
+b = open(d + '/lm2.safetensors', 'rb').read(); n = struct.unpack('<Q', b[:8])[0]
+o = 8 + n + json.loads(b[8:8 + n])['state.step']['data_offsets'][0]
+open(d + '/lm_step_minus1.safetensors', 'wb').write(b[:o] + struct.pack('<q', -1) + b[o + 8:])
+EOF
+  refuse_keeps "checkpoint $tmp/lm_step_minus1.safetensors|'state.step' is -1, below 0" "$tmp/lm_step_minus1.safetensors" \
+    "$lm_bin" train --data "$tmp/v_corpus" --steps 2 --eval-every 0 --resume "$tmp/lm_step_minus1.safetensors" --checkpoint "$tmp/lm_step_minus1.safetensors"
+  refuse_keeps "checkpoint $tmp/lm2.safetensors|'state.step' is 2, beyond the run's --steps 1" "$tmp/lm2.safetensors" \
+    "$lm_bin" train --data "$tmp/v_corpus" --steps 1 --eval-every 0 --resume "$tmp/lm2.safetensors" --checkpoint "$tmp/lm2.safetensors"
+fi
 refuse "not_lm.safetensors|holds no language model" "$lm_bin" predict --checkpoint "$tmp/not_lm.safetensors" --context "w1 w2"
 refuse "garbage.safetensors|not a safetensors file|header length" "$lm_bin" eval --checkpoint "$tmp/garbage.safetensors" --data "$tmp/tiny_corpus"
-refuse "--curve|$tmp/absent.csv" "$lm_bin" plot --curve "$tmp/absent.csv"
+usage_error "--curve|$tmp/absent.csv does not exist" "$lm_bin" plot --curve "$tmp/absent.csv"
 keeps "the output $tmp/tiny_corpus/train.txt is the input" "$tmp/tiny_corpus/train.txt" "$lm_bin" train --data "$tmp/tiny_corpus" --steps 1 --checkpoint "$tmp/tiny_corpus/train.txt"
 keeps "is the input $tmp/tiny_corpus/valid.txt" "$tmp/tiny_corpus/valid.txt" "$lm_bin" train --data "$tmp/tiny_corpus" --steps 1 --curve "$tmp/tiny_corpus/valid.txt"
 keeps "is the input $tmp/pointer.safetensors" "$tmp/pointer.safetensors" "$lm_bin" quantize --checkpoint "$tmp/pointer.safetensors" --output "$tmp/link.safetensors"
 
 echo "== checkpoint_header and the demo"
-refuse "input|$tmp/absent.safetensors" "$header_bin" "$tmp/absent.safetensors" "$tmp/h.hpp"
+usage_error "input|$tmp/absent.safetensors does not exist" "$header_bin" "$tmp/absent.safetensors" "$tmp/h.hpp"
 refuse "garbage.safetensors|not a safetensors file|header length" "$header_bin" "$tmp/garbage.safetensors" "$tmp/h.hpp"
-refuse "output|does not exist" "$header_bin" "$tmp/pointer.safetensors" "$tmp/no/h.hpp"
-refuse "--namespace|not a C++ identifier" "$header_bin" "$tmp/pointer.safetensors" "$tmp/h.hpp" --namespace 1x
-refuse "--bogus" "$header_bin" "$tmp/pointer.safetensors" "$tmp/h.hpp" --bogus
+usage_error "input|/dev/zero is a character device" "$header_bin" /dev/zero "$tmp/h.hpp"
+usage_error "input is required" "$header_bin"
+usage_error "output|the path is empty" "$header_bin" "$tmp/pointer.safetensors" ""
+usage_error "output|does not exist" "$header_bin" "$tmp/pointer.safetensors" "$tmp/no/h.hpp"
+usage_error "--namespace|not a C++ identifier" "$header_bin" "$tmp/pointer.safetensors" "$tmp/h.hpp" --namespace 1x
+usage_error "--bogus" "$header_bin" "$tmp/pointer.safetensors" "$tmp/h.hpp" --bogus
 refuse "takes no arguments" "$demo_bin" --help-me
-refuse "--namespace int|not a C++ identifier" "$header_bin" "$tmp/pointer.safetensors" "$tmp/h.hpp" --namespace int
+usage_error "--namespace int|not a C++ identifier" "$header_bin" "$tmp/pointer.safetensors" "$tmp/h.hpp" --namespace int
 # --help: exit 0, and the exit codes stated
 for cmd in "$mv_bin" "$mv_bin train" "$lm_bin" "$lm_bin eval" "$header_bin" "$demo_bin"; do
   # shellcheck disable=SC2086 # $cmd is a program and its subcommand
   if "${run[@]}" $cmd --help >"$tmp/out" 2>&1 && grep -q "Exit codes" "$tmp/out"; then echo "ok   $cmd --help: exit 0, exit codes stated"
   else fail "$cmd --help: exit code or no 'Exit codes'"; fi
 done
-refuse "--model" "$header_bin" "$tmp/pointer.safetensors" "$tmp/h.hpp" --model pointer  # images: stformer-c-api (c_api_any)
+usage_error "--model" "$header_bin" "$tmp/pointer.safetensors" "$tmp/h.hpp" --model pointer  # images: stformer-c-api (c_api_any)
 if "${run[@]}" "$header_bin" "$tmp/pointer.safetensors" "$tmp/arrays.hpp" --namespace w >"$tmp/out" 2>&1 &&
   grep -qF '{"proj.weight", t' "$tmp/arrays.hpp" && grep -qF "inline constexpr stformer::ConstTensorOf<float> tensors[37]" "$tmp/arrays.hpp"; then
   echo "ok   checkpoint_header: the checkpoint's 37 tensors as arrays"
@@ -208,7 +309,7 @@ data[o:o + 4] = struct.pack('<f', -2.0)
 j = b[8:8 + n]
 open(d + '/bad-int8.safetensors', 'wb').write(b[:8] + j + bytes(data))
 EOF2
-refuse "bad-int8.safetensors|scale 'input.scale' is -2|finite and above 0" "$mv_bin" eval --checkpoint "$tmp/bad-int8.safetensors"
+refuse "bad-int8.safetensors|'input.scale'|-2" "$mv_bin" eval --checkpoint "$tmp/bad-int8.safetensors"
 # the set model: quantize, eval, predict (x_q I16, y_q I16), its int8 image
 "${run[@]}" "$mv_bin" train --model set --iterations 3 --checkpoint "$tmp/set.safetensors" >/dev/null 2>&1 || fail "train --model set"
 qs="$tmp/set-int8.safetensors"
@@ -224,8 +325,8 @@ else fail "predict with the int8 set checkpoint: $(tail -2 "$tmp/out")"; fi
 if "${run[@]}" "$header_bin" --c "$q" "$tmp/qp.h" >"$tmp/out" 2>&1 && grep -qF "static const int8_t qp_proj_coarse_weight[32]" "$tmp/qp.h" &&
   grep -qF "#define QP_INPUT_SCALE_SIZE 1" "$tmp/qp.h"; then echo "ok   checkpoint_header --c on the int8 checkpoint: its tensors as C arrays"
 else fail "checkpoint_header --c: $(tail -2 "$tmp/out")"; fi
-refuse "a C header|c_api.hpp does not end in .h" "$header_bin" --c "$q" "$tmp/c_api.hpp"
-refuse "file name 2x|not a C identifier" "$header_bin" --c "$q" "$tmp/2x.h"
+usage_error "a C header|c_api.hpp does not end in .h" "$header_bin" --c "$q" "$tmp/c_api.hpp"
+usage_error "file name 2x|not a C identifier" "$header_bin" --c "$q" "$tmp/2x.h"
 
 echo "== info: the forward-only memory plans"
 # info_plan PROGRAM ARGS... -- LINES...: exit 0, and stdout holds each line
@@ -240,7 +341,7 @@ info_plan() {
 info_plan "$mv_bin" info -- "sizeof(InferOf<Net, 1, 50>) = 16000 B" "arena (sizeof InferOf): 16000 B" "blocks" "sn_v" "[1, 1, 50]"
 info_plan "$mv_bin" info --model set -- "sizeof(InferOf<Net, 1, 50>)" "isab" "pool" "head"
 info_plan "$lm_bin" info -- "sizeof(InferOf<Model, 1>)" "blocks" "pool" "head" "[1, 1, 33278]"
-refuse "--model" "$mv_bin" info --model transformer
+usage_error "--model" "$mv_bin" info --model transformer
 
 # ---- faults during training ---------------------------------------------------------------
 # wait_for FILE PATTERN: until FILE holds a line matching PATTERN (up to 600 s).
@@ -331,7 +432,7 @@ if [ -n "$wikitext" ] && [ -d "$wikitext" ]; then
     "${run[@]}" "$lm_bin" predict --checkpoint "$tmp/lm-int.safetensors" --context "the" --top 3 >/dev/null 2>"$tmp/err" &&
     grep -q "integers from the ids to the logits" "$tmp/err"; then echo "ok   wikitext_lm quantize --integer, then predict with the integer model"
   else fail "wikitext_lm quantize --integer / predict: $(cat "$tmp/err")"; fi
-  refuse "quantize --integer|--data" "$lm_bin" quantize --integer --checkpoint "$ck" --output "$tmp/lm-int2.safetensors"
+  usage_error "quantize --integer|--data" "$lm_bin" quantize --integer --checkpoint "$ck" --output "$tmp/lm-int2.safetensors"
   # the same checkpoint, said to be trained on 4 lanes: --resume refuses it (the bits would differ)
   /usr/bin/python3 - "$ck" "$tmp/lm_lanes4.safetensors" <<'EOF2'
 import json, struct, sys

@@ -19,6 +19,7 @@
 #include <tuple>
 #include <vector>
 
+#include <stformer/c_api.hpp>
 #include <stformer/quantized/checkpoint.hpp>
 #include <stformer/quantized/weight_int8.hpp>
 #include <stformer/quantize.hpp>
@@ -649,9 +650,17 @@ TEST_CASE("Quantized set model: within 2% of the float model's output, key-padde
   std::filesystem::remove(path);
 }
 
-TEST_CASE("load_quantized refuses a missing scale, a wrong dtype, a scale ≤ 0 or NaN") {
+TEST_CASE("load_quantized refuses a missing scale, a wrong dtype, a NaN, and integers and scales out of their bounds, naming the tensor and entry") {
   PointerFixture m;
   const auto set_float = [](std::vector<std::byte>& b, float v) { std::memcpy(b.data(), &v, sizeof v); };
+  // entry i of an I32 (or I8) tensor set to v
+  const auto set = [](std::vector<std::byte>& b, size_t i, auto v) { std::memcpy(b.data() + i * sizeof v, &v, sizeof v); };
+  const auto edit_one = [](const char* tensor, auto change) {
+    return [=](const std::string& n, safetensors::Dtype&, std::vector<std::byte>& b) {
+      if (n == tensor) change(b);
+      return true;
+    };
+  };
   struct Case {
     const char* file;
     std::string want;
@@ -665,16 +674,28 @@ TEST_CASE("load_quantized refuses a missing scale, a wrong dtype, a scale ≤ 0 
          if (n == "proj.coarse.weight") d = safetensors::Dtype::U8;
          return true;
        }},
-      {"q_zero.safetensors", "scale 'input.scale' is 0",
-       [&](const std::string& n, auto&, auto& b) {
-         if (n == "input.scale") set_float(b, 0.0f);
-         return true;
-       }},
-      {"q_negative.safetensors", "scale 'blocks.1.attn.v_scale' is -0.5",
-       [&](const std::string& n, auto&, auto& b) {
-         if (n == "blocks.1.attn.v_scale") set_float(b, -0.5f);
-         return true;
-       }},
+      {"q_zero.safetensors", "tensor 'input.scale' entry 0 is 0, out of bounds: a scale is in [2^-64, 2^64]",
+       edit_one("input.scale", [&](auto& b) { set_float(b, 0.0f); })},
+      {"q_negative.safetensors", "tensor 'blocks.1.attn.v_scale' entry 0 is -0.5, out of bounds: a scale",
+       edit_one("blocks.1.attn.v_scale", [&](auto& b) { set_float(b, -0.5f); })},
+      {"q_huge_scale.safetensors", "tensor 'blocks.0.attn.wq.weight_scale' entry 3 is 1.000000015e+30, out of bounds: a scale",
+       edit_one("blocks.0.attn.wq.weight_scale", [&](auto& b) { set(b, 3, 1e30f); })},
+      {"q_denormal_scale.safetensors", "tensor 'blocks.0.attn.wq.weight_scale' entry 0 is 9.99966",
+       edit_one("blocks.0.attn.wq.weight_scale", [&](auto& b) { set(b, 0, 1e-41f); })},
+      {"q_bias.safetensors", "tensor 'blocks.0.attn.wq.bias' entry 2 is 2147483647, out of bounds: a bias b_c is within |b_c| + x·Σ_k|W_ck| < 2^31",
+       edit_one("blocks.0.attn.wq.bias", [&](auto& b) { set(b, 2, std::int32_t(INT32_MAX)); })},
+      {"q_bias_min.safetensors", "tensor 'proj.fine.bias' entry 0 is -2147483648, out of bounds: a bias",
+       edit_one("proj.fine.bias", [&](auto& b) { set(b, 0, std::int32_t(INT32_MIN)); })},
+      {"q_weight.safetensors", "tensor 'blocks.1.attn.wo.weight' entry 5 is -128, out of bounds: an int8 weight is in [-127, 127]",
+       edit_one("blocks.1.attn.wo.weight", [&](auto& b) { set(b, 5, std::int8_t(-128)); })},
+      {"q_multiplier.safetensors", "tensor 'blocks.0.attn.wk.requant.multiplier' entry 1 is 5, out of bounds: a multiplier is 0 or in [2^30, 2^31)",
+       edit_one("blocks.0.attn.wk.requant.multiplier", [&](auto& b) { set(b, 1, std::int32_t(5)); })},
+      {"q_negative_multiplier.safetensors", "tensor 'blocks.0.attn.exponent.multiplier' entry 0 is -1073741824, out of bounds: a multiplier",
+       edit_one("blocks.0.attn.exponent.multiplier", [&](auto& b) { set(b, 0, std::int32_t(-(1 << 30))); })},
+      {"q_shift.safetensors", "tensor 'blocks.0.attn.wv.requant.shift' entry 0 is 40, out of bounds: a shift is in [-31, 30]",
+       edit_one("blocks.0.attn.wv.requant.shift", [&](auto& b) { set(b, 0, std::int32_t(40)); })},
+      {"q_shift_right.safetensors", "tensor 'blocks.0.attn.values.shift' entry 0 is -40, out of bounds: a shift is in [-31, 30]",
+       edit_one("blocks.0.attn.values.shift", [&](auto& b) { set(b, 0, std::int32_t(-40)); })},
       {"q_nan.safetensors", "tensor 'blocks.0.attn.wq.weight_scale' holds a value that is not finite",
        [&](const std::string& n, auto&, auto& b) {
          if (n == "blocks.0.attn.wq.weight_scale") set_float(b, std::nanf(""));
@@ -1020,6 +1041,67 @@ TEST_CASE("quantize: activation steps (GELU (tanh), SiLU, ReLU, GELU) between li
   const double gap = rms_gap(*p, *q, x, keys, rng);
   MESSAGE("activation steps: int8 within " << 100 * gap << "% rms of the float model");
   CHECK(gap < 0.03);
+}
+
+TEST_CASE("out_of_bounds: quantized models are within bounds; each bound broken is found, by tensor and entry, and the C API's image check refuses it") {
+  using M = Sequential<Linear<4, 12>, GELUTanh<12>, LayerNorm<12>, Linear<12, 2>>;
+  auto p = test::make<M>();
+  Rng rng(76);
+  init_params(*p, rng);
+  test::randomize(*p, rng);
+  Calibration<M, 2, 3> cal(*p);
+  Tensor<2, 3, 4> x;
+  test::fill(x, rng), cal.observe(x);
+  const auto q = cal.quantize();
+  REQUIRE_FALSE(out_of_bounds(*q));
+  CHECK_FALSE(out_of_bounds(*PointerFixture().q));
+  struct Case {
+    const char* tensor;
+    size_t entry;
+    std::int32_t value;
+    const char* bound;
+  };
+  const Case cases[] = {
+      {"1.table", 7, 65537, "an activation's knot is in [-65536, 65536]"},
+      {"2.weight", 3, -32768, "an int16 weight is in [-32767, 32767]"},
+      {"2.bias", 11, (1 << 30) + 1, "a norm's bias is in [-2^30, 2^30]"},
+      {"2.eps", 0, -1, "eps (64 bits) is in [0, 2^62]"},  // the high word: e = −2^32 + low
+      {"0.coarse.bias", 1, INT32_MAX - 100, "a bias b_c"},
+      {"3.fine.requant.shift", 0, -32, "a shift is in [-31, 30]"},
+  };
+  for (const auto& c : cases) {
+    auto bad = std::make_unique<std::remove_cvref_t<decltype(*q)>>(*q);
+    for_each_param(
+        [&](const Path& path, Init, auto& t) {
+          if (!(path == c.tensor)) return;
+          if (std::string_view(c.tensor).ends_with("eps")) t.data()[1] = c.value;
+          else t.data()[c.entry] = decltype(t.data()[0] + 0)(c.value);
+        },
+        *bad);
+    const OutOfBounds found = out_of_bounds(*bad);
+    INFO(std::string(c.tensor));
+    REQUIRE(found);
+    CHECK(found.tensor == c.tensor);
+    CHECK(found.entry == (std::string_view(c.tensor).ends_with("eps") ? 1 : c.entry));
+    CHECK(std::string_view(found.bound).starts_with(c.bound));
+  }
+  // the C API's image check (once per model type): a QLinear whose layout matches, in bounds
+  // and with a multiplier out of bounds
+  const auto image_ok = []<size_t Out>(const Linear<4, Out>& f, std::int32_t multiplier) {
+    const QLinear<4, Out> ql = QLinear<4, Out>::quantize(f, 0.01f, 0.02f);
+    auto image = ql;
+    image.requant.multiplier(0) = multiplier;
+    const auto offset = [&](const auto& t) { return size_t(reinterpret_cast<const char*>(t.data()) - reinterpret_cast<const char*>(&image)); };
+    const size_t offsets[] = {offset(image.weight), offset(image.bias), offset(image.weight_scale), offset(image.requant.multiplier),
+                              offset(image.requant.shift)};
+    REQUIRE(image_matches(image, offsets));
+    return c_api::image_ok<true>(image, offsets);
+  };
+  Linear<4, 2> f2;
+  Linear<4, 3> f3;
+  init_params(f2, rng), init_params(f3, rng);
+  CHECK(image_ok(f2, QLinear<4, 2>::quantize(f2, 0.01f, 0.02f).requant.multiplier(0)));
+  CHECK_FALSE(image_ok(f3, 7));
 }
 
 TEST_CASE("quantize: a set model of SAB, ISAB, PMA, ScaleNorm and FeedForward steps and a head without bias, key-padded, close to the float model") {

@@ -5,6 +5,7 @@
 
 #include <signal.h>
 #include <sys/resource.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <bit>
@@ -502,10 +503,14 @@ TEST_CASE("safetensors: every truncation and every header bit flip is refused, t
   MESSAGE(tried << " damaged copies (" << good.size() << " cuts, " << 8 * header_end << " bit flips), " << refused << " refused");
 }
 
-TEST_CASE("safetensors: cannot open or read") {
+TEST_CASE("safetensors: cannot open or read; a folder, a device or a pipe is not read") {
   TempDir dir;
   check_words(error_of([&] { (void)safetensors::File::read(dir / "absent.safetensors"); }), {"absent.safetensors", "cannot open", "No such file or directory"});
-  check_words(error_of([&] { (void)safetensors::File::read(dir.path); }), {"cannot read", "Is a directory"});
+  check_words(error_of([&] { (void)safetensors::File::read(dir.path); }), {dir.path.string(), "not a regular file", "not read"});
+  check_words(error_of([&] { (void)safetensors::File::read("/dev/zero"); }), {"/dev/zero", "not a regular file"});
+  const fs::path fifo = dir / "fifo";
+  REQUIRE(::mkfifo(fifo.c_str(), 0600) == 0);
+  check_words(error_of([&] { (void)safetensors::File::read(fifo); }), {"fifo", "not a regular file"});  // an open would wait for a writer
 }
 
 TEST_CASE("safetensors: writes are atomic") {

@@ -30,6 +30,7 @@ extern ostream clog;
 #include <cstdint>
 
 #include "model_image.hpp"
+#include "quantized/bounds.hpp"
 
 namespace stformer::inline STFORMER_ABI::c_api {
 
@@ -37,7 +38,7 @@ namespace stformer::inline STFORMER_ABI::c_api {
 enum : int {
   ok = 0,
   bad_input = 1,  // a null pointer, a NaN or an infinity, a token id out of range: nothing written
-  bad_image = 2,  // the image's layout is not the model's (image_matches): nothing written
+  bad_image = 2,  // the image's layout is not the model's, or its integers are out of bounds (image_ok): nothing written
 };
 
 // Whether the n floats at v are all finite.
@@ -54,13 +55,14 @@ inline bool ids_in_range(const std::int32_t* v, size_t n, size_t rows) {
   return true;
 }
 
-// image_matches(m, offsets), computed on the first call and remembered (a plain static int:
-// no guard variable, so nothing from the C++ runtime; two threads racing on the first call
-// both compute the same answer).
-template <class Model, size_t P>
+// image_matches(m, offsets) and, for an integer model (Integers), its integers and scales
+// within the bounds its kernels are exact in (out_of_bounds, quantized/bounds.hpp), computed on
+// the first call and remembered (a plain static int: no guard variable, so nothing from the C++
+// runtime; two threads racing on the first call both compute the same answer).
+template <bool Integers, class Model, size_t P>
 bool image_ok(const Model& m, const size_t (&offsets)[P]) {
-  static int state = 0;  // 0 not checked yet, 1 the model's layout, 2 another
-  if (state == 0) state = image_matches(m, offsets) ? 1 : 2;
+  static int state = 0;  // 0 not checked yet, 1 the model's layout and bounds, 2 not
+  if (state == 0) state = image_matches(m, offsets) && !(Integers && out_of_bounds(m)) ? 1 : 2;
   return state == 1;
 }
 

@@ -16,9 +16,10 @@
 // be a float model or its integer one, Quantized<M> (stformer/quantize.hpp): the functions are
 // the same, the header says which. They
 // return NAME_OK, NAME_BAD_INPUT (a null pointer, a NaN or an infinity, a token id outside the
-// embedding's rows: nothing written) or NAME_BAD_IMAGE (the image is not laid out as the model:
-// checked once). The object built from NAME.cpp links into a C program with -lm alone; the
-// calls share one workspace (not reentrant). `stformer-c-api` (src/stformer-c-api) runs this
+// embedding's rows: nothing written) or NAME_BAD_IMAGE (the image is not laid out as the model,
+// or an integer model's integers are out of bounds, quantized/bounds.hpp: checked once). The
+// object built from NAME.cpp links into a C program with -lm alone; the calls share one
+// workspace (not reentrant). `stformer-c-api` (src/stformer-c-api) runs this
 // on a checkpoint in one command.
 #pragma once
 
@@ -105,8 +106,9 @@ CApiSource c_api_source(const Model& model, const CApiNames& names) {
     << "#define " << M << "_OK 0\n"
     << "#define " << M << "_BAD_INPUT 1  /* a null pointer, " << (ids ? "a token id out of range" : "a NaN or an infinity")
     << " in the input: nothing written */\n"
-    << "#define " << M << "_BAD_IMAGE 2  /* the model's image is not laid out as the model (checked on the first\n"
-    << "                                call): nothing written */\n\n"
+    << "#define " << M << "_BAD_IMAGE 2  /* the model's image is not laid out as the model"
+    << (integers ? ", or its integers are outside\n                                the bounds its kernels are exact in" : "")
+    << " (checked on the first\n                                call): nothing written */\n\n"
     << "/* Bytes of the model's constant image (flash on a microcontroller) and of the static RAM the\n"
     << "   calls use, as the compiler of " << name << ".cpp lays them out. */\n"
     << "extern const uint32_t " << name << "_parameter_bytes;\n"
@@ -145,7 +147,7 @@ CApiSource c_api_source(const Model& model, const CApiNames& names) {
     << "stformer::KeyMask<1, N> key_mask;       // the rows that exist\n\n"
     << "// What every entry checks first (the image, the pointers" << (ids ? ", the ids" : "") << ") and the key mask: 0 to go on.\n"
     << "int start(const " << (ids ? "std::int32_t" : "void") << "* in, const std::uint8_t* keys, const void* out) {\n"
-    << "  if (!stformer::c_api::image_ok(" << name << "_image::model(), " << name << "_image::offsets)) return stformer::c_api::bad_image;\n"
+    << "  if (!stformer::c_api::image_ok<" << (integers ? "true" : "false") << ">(" << name << "_image::model(), " << name << "_image::offsets)) return stformer::c_api::bad_image;\n"
     << "  if (in == nullptr || out == nullptr) return stformer::c_api::bad_input;\n";
   if constexpr (ids)
     c << "  if (!stformer::c_api::ids_in_range(in, x.size(), " << Model::template BlockAt<0>::vocabulary << ")) return stformer::c_api::bad_input;\n";

@@ -27,7 +27,9 @@ class Vocabulary {
   const std::string& word(std::int32_t id) const { return words_.at(std::size_t(id)); }
   std::size_t size() const { return words_.size(); }
 
-  // The words in id order, one per line (words never contain whitespace), and back.
+  // The words in id order, one per line (words never contain whitespace), and back;
+  // deserialize throws std::runtime_error naming the line and the word of an empty line, a
+  // word with white space or a repeated word.
   std::string serialize() const;
   static Vocabulary deserialize(std::string_view text);
 
@@ -45,7 +47,8 @@ struct Corpus {
   std::vector<std::int32_t> train, valid, test;  // token ids, <eos> after every line
 
   // Reads dir/{train,valid,test}.txt; throws std::runtime_error naming the folder or file when
-  // one is missing, unreadable or holds no words.
+  // one is missing, not a regular file (a folder, a device, a FIFO: not opened), unreadable or
+  // holds no words.
   static Corpus read(const std::filesystem::path& dir);
 };
 

@@ -170,7 +170,7 @@ int main(int argc, char** argv) {
                "or with --c as C arrays. A model's image and C API: stformer-c-api"};
   app.footer("Exit codes: 0 written; 1 a problem with the input (the message says which); 2 a bad command line.");
   std::string in, out, ns = "weights";
-  app.add_option("input", in, "safetensors file")->required()->check(CLI::ExistingFile);
+  app.add_option("input", in, "safetensors file")->required()->check(InputFile);
   app.add_option("output", out, "header to write")->required()->check(OutputPath);
   app.add_option("--namespace", ns,
                  "namespace of the arrays and of `tensors`; with --c, the prefix of the C names (default: the output's file name "
@@ -178,14 +178,20 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   bool c = false;
   app.add_flag("--c", c, "write C: the tensors as C arrays");
-  CLI11_PARSE(app, argc, argv);
+  if (const auto code = parse(app, argc, argv, "checkpoint_header")) return *code;
+  // the names the command line gives: bad ones are command-line errors (exit 2)
+  const std::filesystem::path out_path(out);
+  if (c && app.count("--namespace") == 0) ns = out_path.stem().string();
+  std::string problem;
+  if (c && out_path.extension() != ".h") problem = "with --c the output is a C header: " + out + " does not end in .h";
+  else if (!is_identifier(ns))
+    problem = (c && app.count("--namespace") == 0 ? "the output's file name " + ns + " is not a C" : "--namespace " + ns + " is not a C++") +
+              " identifier of its own (a keyword, reserved, std or stformer)";
+  if (!problem.empty()) {
+    std::cerr << "checkpoint_header: " << problem << "\n";
+    return 2;
+  }
   try {
-    const std::filesystem::path out_path(out);
-    if (c && app.count("--namespace") == 0) ns = out_path.stem().string();
-    if (c && out_path.extension() != ".h") throw std::runtime_error("with --c the output is a C header: " + out + " does not end in .h");
-    if (!is_identifier(ns))
-      throw std::runtime_error((c && app.count("--namespace") == 0 ? "the output's file name " + ns + " is not a C" : "--namespace " + ns + " is not a C++") +
-                               " identifier of its own (a keyword, reserved, std or stformer)");
     const auto file = stformer::safetensors::File::read(in);
     const std::string source = std::filesystem::path(in).filename().string();
     write_file(out, c ? c_arrays(file, ns, source) : header(file, ns, source));

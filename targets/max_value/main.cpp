@@ -28,6 +28,7 @@
 #include <map>
 #include <sstream>
 #include <thread>
+#include <vector>
 
 #include <stformer/gnuplot.hpp>
 
@@ -62,7 +63,8 @@ std::map<std::string, std::string> run_metadata(const char* model, const TrainOp
 }
 
 // The configuration of a checkpoint written by train (run_metadata's keys, resolved to SPEC's
-// defaults when it was written).
+// defaults when it was written), each value refused, naming the key, unless the command line
+// would take it.
 TrainOptions resumed_options(const safetensors::File& f, TrainOptions o) {
   const auto value = [&](const char* key) {
     auto it = f.metadata().find(key);
@@ -70,21 +72,34 @@ TrainOptions resumed_options(const safetensors::File& f, TrainOptions o) {
       throw std::runtime_error("checkpoint " + f.label() + ": no \"" + key + "\" in its metadata: not written by max_value train");
     return it->second;
   };
-  try {
-    o.seed = std::stoull(value("seed"));
-    o.iterations = std::stoi(value("iterations"));
-    o.lr = std::stof(value("lr"));
-    o.fresh = std::stoi(value("fresh"));
-    o.schedule = std::stoi(value("schedule"));
-    // written since the lane count became a choice; every run before it had 2 lanes
-    const auto lanes = f.metadata().find("lanes");
-    o.lanes = lanes == f.metadata().end() ? 2 : std::stoul(lanes->second);
-  } catch (const std::logic_error&) {  // std::invalid_argument, std::out_of_range
-    throw std::runtime_error("checkpoint " + f.label() + ": its training configuration (metadata) is not readable");
-  }
-  if (o.iterations < 1 || !(o.lr > 0) || o.fresh < 0 || o.fresh > 1 || o.schedule < 0 || o.lanes < 1 || o.lanes > Run<PointerNet>::Chunks)
-    throw std::runtime_error("checkpoint " + f.label() + ": its training configuration (metadata) is out of range");
+  const auto whole = [&](const char* key, const std::string& s, std::uint64_t lo, std::uint64_t hi) {
+    const auto v = whole_number(s);
+    if (!v || *v < lo || *v > hi)
+      throw std::runtime_error("checkpoint " + f.label() + ": its metadata \"" + key + "\" is \"" + s + "\", not a whole number from " +
+                               std::to_string(lo) + " to " + std::to_string(hi));
+    return *v;
+  };
+  o.seed = whole("seed", value("seed"), 0, UINT64_MAX);
+  o.iterations = int(whole("iterations", value("iterations"), 1, 10000000));
+  const std::string lr = value("lr");
+  if (const double v = ::detail::number(lr); !std::isfinite(v) || !(float(v) > 0) || !std::isfinite(float(v)))
+    throw std::runtime_error("checkpoint " + f.label() + ": its metadata \"lr\" is \"" + lr + "\", not a number above 0");
+  o.lr = std::stof(lr);
+  o.fresh = int(whole("fresh", value("fresh"), 0, 1));
+  o.schedule = int(whole("schedule", value("schedule"), Schedule::constant, Schedule::cosine));
+  // written since the lane count became a choice; every run before it had 2 lanes
+  const auto lanes = f.metadata().find("lanes");
+  o.lanes = lanes == f.metadata().end() ? 2 : size_t(whole("lanes", lanes->second, 1, Run<PointerNet>::Chunks));
   return o;
+}
+
+// The training state loaded from `resume` against the run: a step from 0 to its length.
+void check_resumed_step(const safetensors::File& resume, std::int64_t step, std::int64_t optim_steps, int iterations) {
+  if (step < 0 || step > iterations)
+    throw std::runtime_error("checkpoint " + resume.label() + ": its 'state.step' is " + std::to_string(step) + ", not a step from 0 to " +
+                             std::to_string(iterations) + " (the run's iterations)");
+  if (optim_steps < 0)
+    throw std::runtime_error("checkpoint " + resume.label() + ": its 'optim.steps' is " + std::to_string(optim_steps) + ", below 0");
 }
 
 // Trains (from the checkpoint `resume` when given), evaluates, saves. SIGINT/SIGTERM: the
@@ -96,6 +111,7 @@ int train(TrainOptions o, const std::string& checkpoint, const safetensors::File
   Run<Net> run(o.seed, o.threads, o.lanes);
   if (resume) {
     load_checkpoint(*resume, *run.model, *run.opt, run.state);
+    check_resumed_step(*resume, run.state.step, run.opt->steps, o.iterations);
     std::printf("resumed from %s at iteration %lld\n", resume->label().c_str(), (long long)run.state.step);
   }
   std::printf("training %s (%zu parameters) for %d iterations, seed %llu%s; %zu lanes on %zu threads\n", T::name, param_count(*run.model),
@@ -185,9 +201,13 @@ template <class Net>
 int quantize_checkpoint(const safetensors::File& file, const std::string& output, std::uint64_t eval_seed, size_t sets, size_t threads) {
   using T = Task<Net>;
   auto run = std::make_unique<Run<Net>>(0, threads, forward_lanes(threads));
-  load_params(file, *run->model, "", Unexpected::ignore);  // a training checkpoint's optimiser state is not needed
+  load_params(file, *run->model);  // a training checkpoint's optimiser and run state (optim.*, state.*) are passed over
   std::uint64_t seed = 0;
-  if (auto it = file.metadata().find("seed"); it != file.metadata().end()) seed = std::stoull(it->second);
+  if (auto it = file.metadata().find("seed"); it != file.metadata().end()) {
+    const auto v = whole_number(it->second);
+    if (!v) throw std::runtime_error("checkpoint " + file.label() + ": its metadata \"seed\" is \"" + it->second + "\": " + seed_problem(it->second));
+    seed = *v;
+  }
   auto start = std::chrono::steady_clock::now();
   run->quantized = quantize(*run->model, seed);
   const double ms = 1000 * std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
@@ -351,45 +371,45 @@ int main(int argc, char** argv) {
   auto* train_cmd = app.add_subcommand("train", "train a model, evaluate it on 1,000 fresh sets, save a checkpoint");
   train_cmd->add_option("--model", model, "pointer (2022) or set (2019)")->check(CLI::IsMember({"pointer", "set"}))->capture_default_str();
   train_cmd->add_option("--seed", o.seed, "seed of every generator")->check(Seed)->capture_default_str();
-  train_cmd->add_option("--iterations", o.iterations, "iterations (default: SPEC's, 300 pointer / 2000 set)")->check(CLI::Range(1, 10000000));
+  train_cmd->add_option("--iterations", o.iterations, "iterations (default: SPEC's, 300 pointer / 2000 set)")->check(Whole(1, 10000000));
   train_cmd->add_option("--lr", o.lr, "learning rate (default: SPEC's, 0.01 pointer / 1e-3 set)")->check(Positive);
   train_cmd->add_option("--schedule", schedule, "learning-rate schedule: constant, or cosine to 0 over the run (default: SPEC's, cosine pointer / constant set)")
       ->check(CLI::IsMember({"constant", "cosine"}));
   train_cmd->add_flag("--fresh", fresh, "draw 500 new training sets every iteration (the set model always does)");
   train_cmd->add_option("--checkpoint", checkpoint, "where to save the trained model (safetensors)")->check(OutputPath);
-  train_cmd->add_option("--report", o.report_every, "iterations between progress lines")->check(CLI::Range(1, 1000000))->capture_default_str();
-  train_cmd->add_option("--save-every", o.save_every, "iterations between checkpoints (0: only at the end)")->check(CLI::Range(0, 10000000))->capture_default_str();
-  auto* resume_opt = train_cmd->add_option("--resume", resume, "continue a run from its checkpoint, with its configuration")->check(CLI::ExistingFile);
+  train_cmd->add_option("--report", o.report_every, "iterations between progress lines")->check(Whole(1, 1000000))->capture_default_str();
+  train_cmd->add_option("--save-every", o.save_every, "iterations between checkpoints (0: only at the end)")->check(Whole(0, 10000000))->capture_default_str();
+  auto* resume_opt = train_cmd->add_option("--resume", resume, "continue a run from its checkpoint, with its configuration")->check(InputFile);
   train_cmd->add_option("--lanes", o.lanes, "lanes the batch is split over (1 to 250): part of the run, like the seed; the threads share them")
-      ->check(CLI::Range(size_t{1}, Run<PointerNet>::Chunks))
+      ->check(Whole(size_t{1}, Run<PointerNet>::Chunks))
       ->capture_default_str();
   for (const char* name : {"--model", "--seed", "--iterations", "--lr", "--schedule", "--fresh", "--lanes"}) resume_opt->excludes(train_cmd->get_option(name));
 
   auto* eval_cmd = app.add_subcommand("eval", "evaluate a checkpoint on fresh sets");
-  eval_cmd->add_option("--checkpoint", checkpoint, "checkpoint (safetensors)")->required()->check(CLI::ExistingFile);
+  eval_cmd->add_option("--checkpoint", checkpoint, "checkpoint (safetensors)")->required()->check(InputFile);
   eval_cmd->add_option("--seed", o.seed, "seed of the test sets")->check(Seed)->capture_default_str();
-  eval_cmd->add_option("--sets", sets, "number of fresh sets")->check(CLI::Range(size_t{1}, size_t{100000000}))->capture_default_str();
+  eval_cmd->add_option("--sets", sets, "number of fresh sets")->check(Whole(size_t{1}, size_t{100000000}))->capture_default_str();
 
   auto* predict_cmd = app.add_subcommand("predict", "predict for sets x [B, 50, 2] read from a safetensors file");
-  predict_cmd->add_option("--checkpoint", checkpoint, "checkpoint (safetensors)")->required()->check(CLI::ExistingFile);
-  predict_cmd->add_option("--input", input, "safetensors file with x [B, 50, 2] (F32)")->required()->check(CLI::ExistingFile);
+  predict_cmd->add_option("--checkpoint", checkpoint, "checkpoint (safetensors)")->required()->check(InputFile);
+  predict_cmd->add_option("--input", input, "safetensors file with x [B, 50, 2] (F32)")->required()->check(InputFile);
   predict_cmd->add_option("--output", output, "safetensors file for log_probs [B, 50] or y [B, 2]")->required()->check(OutputPath);
 
   auto* plot_cmd = app.add_subcommand("plot", "the seed project's figure for 6 fresh sets (PNG and CSV)");
-  plot_cmd->add_option("--checkpoint", checkpoint, "checkpoint (safetensors)")->required()->check(CLI::ExistingFile);
+  plot_cmd->add_option("--checkpoint", checkpoint, "checkpoint (safetensors)")->required()->check(InputFile);
   plot_cmd->add_option("--seed", o.seed, "seed of the sets")->check(Seed)->capture_default_str();
   plot_cmd->add_option("--output", png, "PNG file (the CSV goes next to it)")->check(OutputPath)->capture_default_str();
 
   auto* quantize_cmd = app.add_subcommand("quantize", "quantize a model to int8 (post-training), save it, compare it with the float model");
-  quantize_cmd->add_option("--checkpoint", checkpoint, "float checkpoint of the pointer or set model (safetensors)")->required()->check(CLI::ExistingFile);
+  quantize_cmd->add_option("--checkpoint", checkpoint, "float checkpoint of the pointer or set model (safetensors)")->required()->check(InputFile);
   quantize_cmd->add_option("--output", output, "the quantized checkpoint (safetensors)")->required()->check(OutputPath);
   quantize_cmd->add_option("--seed", o.seed, "seed of the test sets")->check(Seed)->capture_default_str();
-  quantize_cmd->add_option("--sets", sets, "number of fresh test sets")->check(CLI::Range(size_t{1}, size_t{100000000}))->capture_default_str();
+  quantize_cmd->add_option("--sets", sets, "number of fresh test sets")->check(Whole(size_t{1}, size_t{100000000}))->capture_default_str();
 
   auto* sets_cmd = app.add_subcommand("sets", "write fresh sets x [B, 50, 2] (the input of predict) to a safetensors file");
   sets_cmd->add_option("--output", output, "safetensors file")->required()->check(OutputPath);
   sets_cmd->add_option("--seed", o.seed, "seed of the sets")->check(Seed)->capture_default_str();
-  sets_cmd->add_option("--sets", written_sets, "number of sets")->check(CLI::Range(size_t{1}, size_t{Batch}))->capture_default_str();
+  sets_cmd->add_option("--sets", written_sets, "number of sets")->check(Whole(size_t{1}, size_t{Batch}))->capture_default_str();
 
   auto* info_cmd = app.add_subcommand("info", "the model's size and the memory of a forward-only pass, phase by phase");
   info_cmd->add_option("--model", model, "pointer or set")->check(CLI::IsMember({"pointer", "set"}))->capture_default_str();
@@ -397,18 +417,23 @@ int main(int argc, char** argv) {
   o.threads = std::max<size_t>(std::thread::hardware_concurrency(), 1);
   for (auto* cmd : {train_cmd, eval_cmd, predict_cmd, plot_cmd, quantize_cmd})
     cmd->add_option("--threads", o.threads, "threads (default: this machine's cores; the results do not depend on it)")
-        ->check(CLI::Range(size_t{1}, size_t{1024}))
+        ->check(Whole(size_t{1}, size_t{1024}))
         ->capture_default_str();
 
   app.footer(exit_codes);
   for (auto* cmd : app.get_subcommands({})) cmd->footer(exit_codes);
-  CLI11_PARSE(app, argc, argv);
-  // an output over an input would destroy it (plot writes its CSV beside the PNG)
+  if (const auto code = parse(app, argc, argv, "max_value")) return *code;
+  // an output over an input would destroy it (plot writes its CSV beside the PNG); the outputs
+  // not named on the command line (plot's CSV, train --resume's own checkpoint) are checked as
+  // --checkpoint and --output are
   const std::string csv = std::filesystem::path(png).replace_extension(".csv").string();
-  for (const std::string& clash : {overwrites(output, {checkpoint, input}), *plot_cmd ? overwrites(png, {checkpoint}) : std::string(),
-                                   *plot_cmd ? overwrites(csv, {checkpoint}) : std::string()})
-    if (!clash.empty()) {
-      std::fprintf(stderr, "max_value: %s\n", clash.c_str());
+  std::vector<std::string> problems = {overwrites(output, {checkpoint, input})};
+  if (*plot_cmd) problems.insert(problems.end(), {overwrites(png, {checkpoint}), overwrites(csv, {checkpoint}), output_problem(csv)});
+  if (*train_cmd && !resume.empty() && checkpoint.empty())
+    if (const std::string p = output_problem(resume); !p.empty()) problems.push_back("--resume " + resume + " is written over at the end: " + p);
+  for (const std::string& problem : problems)
+    if (!problem.empty()) {
+      std::fprintf(stderr, "max_value: %s\n", problem.c_str());
       return 2;
     }
   try {

@@ -72,7 +72,11 @@ Vocabulary load_model(const std::string& path, M& model, const std::function<con
   const auto* v = f.find("state.vocab");
   Vocabulary vocab;
   if (v != nullptr && v->dtype == safetensors::Dtype::U8) {
-    vocab = Vocabulary::deserialize({reinterpret_cast<const char*>(v->bytes.data()), v->bytes.size()});
+    try {
+      vocab = Vocabulary::deserialize({reinterpret_cast<const char*>(v->bytes.data()), v->bytes.size()});
+    } catch (const std::runtime_error& e) {
+      throw std::runtime_error("checkpoint " + path + ": its 'state.vocab' is not a vocabulary: " + e.what());
+    }
   } else if (v != nullptr) {
     throw std::runtime_error("checkpoint " + path + ": its vocabulary 'state.vocab' is " + std::string(dtype_name(v->dtype)) + ", not U8");
   } else if (corpus) {

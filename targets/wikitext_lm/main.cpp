@@ -33,6 +33,7 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <limits>
 #include <map>
 #include <numeric>
 #include <optional>
@@ -64,13 +65,16 @@ struct Inference {
   IdTensor<1, L> window;
 };
 
-// The last L ids of text's words (unknown words are an error), left-padded with <eos>.
-void context_window(const Vocabulary& vocab, const std::string& text, IdTensor<1, L>& window) {
+// The last L ids of text's words (unknown words are an error naming the word, `what` the text
+// is and `source` the vocabulary's file), left-padded with <eos>.
+void context_window(const Vocabulary& vocab, const std::string& text, IdTensor<1, L>& window, const std::string& what, const std::string& source) {
   std::vector<std::int32_t> ids;
   std::istringstream words(text);
   for (std::string w; words >> w;) {
     std::int32_t id = vocab.find(w);
-    if (id < 0) throw std::runtime_error("the word '" + w + "' is not in the vocabulary (WikiText-2 writes rare words as <unk>)");
+    if (id < 0)
+      throw std::runtime_error("the word '" + w + "' of " + what + " is not in the vocabulary of " + source +
+                               " (WikiText-2 writes rare words as <unk>)");
     ids.push_back(id);
   }
   std::int32_t eos = vocab.find(Vocabulary::eos);
@@ -133,10 +137,17 @@ int train(const std::string& data, Budget budget, std::uint64_t seed, size_t thr
   auto run = std::make_unique<LmRun>(seed, threads);
   if (!resume.empty()) {
     check_config(safetensors::File::read(resume));
+    std::int64_t optim_steps = 0;
     if (o.sgd)
-      load_checkpoint(resume, *run->model, *run->sgd, run->state);
+      load_checkpoint(resume, *run->model, *run->sgd, run->state), optim_steps = run->sgd->steps;
     else
-      load_checkpoint(resume, *run->model, *run->adamw, run->state);
+      load_checkpoint(resume, *run->model, *run->adamw, run->state), optim_steps = run->adamw->steps;
+    // a step from 0 to the run's length (--steps; any with --minutes)
+    const std::int64_t step = run->state.step, last = budget.minutes > 0 ? std::numeric_limits<std::int64_t>::max() : budget.steps;
+    if (step < 0 || step > last)
+      throw std::runtime_error("checkpoint " + resume + ": its 'state.step' is " + std::to_string(step) +
+                               (step < 0 ? ", below 0" : ", beyond the run's --steps " + std::to_string(last)));
+    if (optim_steps < 0) throw std::runtime_error("checkpoint " + resume + ": its 'optim.steps' is " + std::to_string(optim_steps) + ", below 0");
     std::printf("resumed from %s at step %lld\n", resume.c_str(), (long long)run->state.step);
   }
   const bool timed = budget.minutes > 0;
@@ -324,7 +335,8 @@ int predict_or_generate(bool predict, const std::string& checkpoint, const std::
   std::optional<Corpus> corpus;
   Vocabulary vocab = load_model(checkpoint, run->model, data, corpus);
   std::fprintf(stderr, "%s: %s\n", checkpoint.c_str(), precision_of<M>());
-  context_window(vocab, text, run->window);
+  context_window(vocab, text, run->window, predict ? "--context" : "--prompt",
+                 corpus ? "the corpus " + data + " (" + checkpoint + " has none)" : "checkpoint " + checkpoint);
   if (predict) {
     auto prob = next_word(*run);
     std::vector<size_t> idx(V);
@@ -375,7 +387,7 @@ int main(int argc, char** argv) {
   t->add_option("--data", data, "WikiText-2 folder (train.txt, valid.txt, test.txt)")->required()->check(CLI::ExistingDirectory);
   Budget budget;
   auto* steps_opt = t->add_option("--steps", budget.steps, "optimiser steps (the schedule's length)")
-                        ->check(CLI::Range(std::int64_t{1}, std::int64_t{1} << 40))->capture_default_str();
+                        ->check(Whole(std::int64_t{1}, std::int64_t{1} << 40))->capture_default_str();
   t->add_option("--minutes", budget.minutes, "a time budget instead of --steps (the schedule fitted to it after warm-up)")
       ->check(Positive)->excludes(steps_opt);
   t->add_option("--curve", curve, "learning curve CSV (step, minutes, train_loss, valid_ppl)")->check(OutputPath);
@@ -383,27 +395,29 @@ int main(int argc, char** argv) {
   t->add_option("--lr", o.lr, "peak learning rate")->check(Positive)->capture_default_str();
   t->add_flag("--sgd", o.sgd, "the seed's recipe: SGD, momentum 0.9, Nesterov, weight decay 1e-4");
   t->add_option("--checkpoint", checkpoint, "checkpoint written at the end (and every --save-every steps)")->check(OutputPath);
-  t->add_option("--save-every", save_every, "steps between checkpoints (0: only at the end)")->check(NonNegative);
-  t->add_option("--eval-every", eval_every, "steps between validation perplexities (0: never)")->check(NonNegative)->capture_default_str();
-  t->add_option("--eval-positions", eval_positions, "validation positions used there")->check(CLI::Range(size_t{1}, size_t{1} << 30))->capture_default_str();
-  t->add_option("--resume", resume, "continue from a training checkpoint")->check(CLI::ExistingFile);
+  t->add_option("--save-every", save_every, "steps between checkpoints (0: only at the end)")->check(Whole(std::int64_t{0}, std::int64_t{1} << 40));
+  t->add_option("--eval-every", eval_every, "steps between validation perplexities (0: never)")
+      ->check(Whole(std::int64_t{0}, std::int64_t{1} << 40))
+      ->capture_default_str();
+  t->add_option("--eval-positions", eval_positions, "validation positions used there")->check(Whole(size_t{1}, size_t{1} << 30))->capture_default_str();
+  t->add_option("--resume", resume, "continue from a training checkpoint")->check(InputFile);
 
   auto* e = app.add_subcommand("eval", "perplexity over every position of a split");
-  e->add_option("--checkpoint", checkpoint, "checkpoint")->required()->check(CLI::ExistingFile);
+  e->add_option("--checkpoint", checkpoint, "checkpoint")->required()->check(InputFile);
   e->add_option("--data", data, "WikiText-2 folder")->required()->check(CLI::ExistingDirectory);
   e->add_option("--split", split, "valid or test")->check(CLI::IsMember({"valid", "test"}))->capture_default_str();
 
   auto* p = app.add_subcommand("predict", "the most likely next words after a context");
-  p->add_option("--checkpoint", checkpoint, "checkpoint")->required()->check(CLI::ExistingFile);
+  p->add_option("--checkpoint", checkpoint, "checkpoint")->required()->check(InputFile);
   p->add_option("--context", text, "words before the prediction")->required()->check(NotBlank);
-  p->add_option("--top", top, "how many words")->check(CLI::Range(size_t{1}, V))->capture_default_str();
+  p->add_option("--top", top, "how many words")->check(Whole(size_t{1}, V))->capture_default_str();
 
   auto* g = app.add_subcommand("generate", "sample a continuation");
-  g->add_option("--checkpoint", checkpoint, "checkpoint")->required()->check(CLI::ExistingFile);
+  g->add_option("--checkpoint", checkpoint, "checkpoint")->required()->check(InputFile);
   g->add_option("--prompt", text, "words to continue")->required()->check(NotBlank);
-  g->add_option("--words", words, "words to generate")->check(CLI::Range(size_t{1}, size_t{100000}))->capture_default_str();
-  g->add_option("--temperature", temperature, "softmax temperature")->check(CLI::Range(1e-3, 100.0))->capture_default_str();
-  g->add_option("--top-k", top_k, "sample among the k most likely words")->check(CLI::Range(size_t{1}, V))->capture_default_str();
+  g->add_option("--words", words, "words to generate")->check(Whole(size_t{1}, size_t{100000}))->capture_default_str();
+  g->add_option("--temperature", temperature, "softmax temperature")->check(Between(1e-3, 100.0))->capture_default_str();
+  g->add_option("--top-k", top_k, "sample among the k most likely words")->check(Whole(size_t{1}, V))->capture_default_str();
   g->add_option("--seed", seed, "seed of the sampling")->check(Seed)->capture_default_str();
 
   for (auto* cmd : {p, g})
@@ -412,15 +426,15 @@ int main(int argc, char** argv) {
 
   std::string output;
   auto* qz = app.add_subcommand("quantize", "the model with its embedding and head in int8 (weight-only); eval, predict, generate take it");
-  qz->add_option("--checkpoint", checkpoint, "float checkpoint")->required()->check(CLI::ExistingFile);
+  qz->add_option("--checkpoint", checkpoint, "float checkpoint")->required()->check(InputFile);
   qz->add_option("--output", output, "the quantized checkpoint")->required()->check(OutputPath);
   qz->add_option("--data", data, "the corpus: for a checkpoint without a vocabulary, and --integer's calibration")->check(CLI::ExistingDirectory);
   bool integer = false;
   qz->add_flag("--integer", integer, "the whole model in integers (int8 weights, int8 and int16 activations), not only the embedding and head");
 
   auto* pl = app.add_subcommand("plot", "learning curves (PNG through gnuplot) from train's --curve CSV");
-  pl->add_option("--curve", curve, "stformer's curve CSV")->required()->check(CLI::ExistingFile);
-  pl->add_option("--compare", compare, "a second curve in the same columns (bench/lm_torch.py's)")->check(CLI::ExistingFile);
+  pl->add_option("--curve", curve, "stformer's curve CSV")->required()->check(InputFile);
+  pl->add_option("--compare", compare, "a second curve in the same columns (bench/lm_torch.py's)")->check(InputFile);
   pl->add_option("--output", png, "PNG file")->check(OutputPath)->capture_default_str();
 
   auto* info_cmd = app.add_subcommand("info", "the model's size and the memory of a forward-only pass over one window, phase by phase");
@@ -428,12 +442,22 @@ int main(int argc, char** argv) {
   size_t threads = std::max<size_t>(std::thread::hardware_concurrency(), 1);
   for (auto* cmd : {t, e})
     cmd->add_option("--threads", threads, "threads (default: this machine's cores; the results do not depend on it)")
-        ->check(CLI::Range(size_t{1}, size_t{1024}))
+        ->check(Whole(size_t{1}, size_t{1024}))
         ->capture_default_str();
 
   app.footer(exit_codes);
   for (auto* cmd : app.get_subcommands({})) cmd->footer(exit_codes);
-  CLI11_PARSE(app, argc, argv);
+  if (const auto code = parse(app, argc, argv, "wikitext_lm")) return *code;
+  if (*qz && integer && data.empty()) {
+    std::fprintf(stderr, "wikitext_lm: quantize --integer calibrates on the training split: give it, --data WIKITEXT2_DIR\n");
+    return 2;
+  }
+  // the corpus's files, read by every command given --data, are inputs like --checkpoint
+  for (const char* name : {"train.txt", "valid.txt", "test.txt"})
+    if (const std::string problem = data.empty() ? "" : input_problem((std::filesystem::path(data) / name).string(), "corpus file"); !problem.empty()) {
+      std::fprintf(stderr, "wikitext_lm: --data %s: %s\n", data.c_str(), problem.c_str());
+      return 2;
+    }
   // an output over an input would destroy it: the corpus, the float model, the curve plotted
   {
     const auto split = [&](const char* name) { return data.empty() ? std::string() : (std::filesystem::path(data) / name).string(); };

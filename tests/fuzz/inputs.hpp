@@ -7,7 +7,9 @@
 // broken invariant, thrown as std::logic_error:
 //   safetensors: every accepted tensor lies inside the file, with its shape's byte size, in
 //     offset order without overlap; writing the accepted tensors and metadata back gives a file
-//     that parses to the same; loading a model from the file is all or nothing.
+//     that parses to the same; loading a model from the file is all or nothing, for float models
+//     (load_params) and for quantized ones (load_quantized): max_value's pointer model, in float
+//     and int8, whose checkpoints and their corrupted variants (tests/corrupt.py) are seeds.
 //   corpus: every token id names a word of the vocabulary, words hold no whitespace, and the
 //     vocabulary survives serialize/deserialize; Vocabulary::deserialize either refuses the
 //     input or gives back a vocabulary that serializes to it.
@@ -16,20 +18,53 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <memory>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include <stformer/checkpoint.hpp>
 #include <stformer/corpus.hpp>
+#include <stformer/quantized/checkpoint.hpp>
 #include <stformer/safetensors.hpp>
 #include <stformer/stformer.hpp>
+
+#include "../../targets/max_value/max_value_models.hpp"  // the models of max_value's checkpoints
 
 namespace fuzz {
 
 inline void require(bool ok, const char* what) {
   if (!ok) throw std::logic_error(std::string("fuzz invariant broken: ") + what);
+}
+
+// Loads `file` into a model of type M with load(file, model) from a model that is not M's
+// default: a refusal (std::runtime_error) must leave every byte of it as it was.
+template <class M, class Load>
+void all_or_nothing(const stformer::safetensors::File& file, Load&& load) {
+  using namespace stformer;
+  static const auto before = [] {
+    auto m = std::make_unique<M>();
+    std::uint8_t k = 1;  // bytes that a partial load would visibly overwrite
+    for_each_param([&](const Path&, Init, auto& t) {
+      auto* b = reinterpret_cast<std::uint8_t*>(t.data());
+      for (std::size_t i = 0; i < t.size() * sizeof(*t.data()); ++i) b[i] = k += 29;
+    }, *m);
+    return m;
+  }();
+  static auto model = std::make_unique<M>();
+  *model = *before;
+  try {
+    load(file, *model);
+  } catch (const std::runtime_error&) {
+    bool same = true;
+    for_each_param([&](const Path&, Init, const auto& a, const auto& b) {
+      same = same && std::memcmp(a.data(), b.data(), a.size() * sizeof(*a.data())) == 0;
+    }, std::as_const(*model), std::as_const(*before));
+    require(same, "a failed load changes nothing");
+  }
 }
 
 inline void safetensors_input(const std::uint8_t* data, std::size_t size) {
@@ -64,18 +99,11 @@ inline void safetensors_input(const std::uint8_t* data, std::size_t size) {
                 (a.bytes.empty() || std::memcmp(a.bytes.data(), b.bytes.data(), a.bytes.size()) == 0),
             "written back: same names, dtypes, shapes and bytes");
   }
-  // All or nothing: a failed load leaves the model as it was.
-  using Model = SetTransformer<2, 16, 2, 4, 2>;
-  static Model model, before;
-  model = before;
-  try {
-    load_params(*file, model);
-  } catch (const std::runtime_error&) {
-    bool same = true;
-    for_each_param([&](const Path&, Init, const auto& a, const auto& b) { same = same && std::memcmp(a.data(), b.data(), a.size() * 4) == 0; },
-                   model, before);
-    require(same, "a failed load changes nothing");
-  }
+  // All or nothing: a failed load leaves the model as it was. Float models with load_params,
+  // the int8 one with load_quantized (which also checks the values of its integer tensors).
+  all_or_nothing<SetTransformer<2, 16, 2, 4, 2>>(*file, [](const auto& f, auto& m) { load_params(f, m); });
+  all_or_nothing<max_value::PointerNet>(*file, [](const auto& f, auto& m) { load_params(f, m); });
+  all_or_nothing<Quantized<max_value::PointerNet>>(*file, [](const auto& f, auto& m) { load_quantized(f, m); });
 }
 
 inline void corpus_input(const std::uint8_t* data, std::size_t size) {

@@ -207,9 +207,10 @@ struct qv {
     const __m512i y = _mm512_srav_epi32(h, right);
     return {_mm512_mask_add_epi32(y, _mm512_cmpgt_epi32_mask(_mm512_and_si512(h, mask), threshold), y, one)};
   }
-  // min(max(x + zero, lo), hi)
+  // min(max(x, lo − zero), hi − zero) + zero: min(max(x + zero, lo), hi) where x + zero fits in
+  // int32, and no overflow where it would not
   static qv clamp_add(qv x, std::int32_t zero, std::int32_t lo, std::int32_t hi) {
-    return {_mm512_min_epi32(_mm512_max_epi32(_mm512_add_epi32(x.v, _mm512_set1_epi32(zero)), _mm512_set1_epi32(lo)), _mm512_set1_epi32(hi))};
+    return {_mm512_add_epi32(_mm512_min_epi32(_mm512_max_epi32(x.v, _mm512_set1_epi32(lo - zero)), _mm512_set1_epi32(hi - zero)), _mm512_set1_epi32(zero))};
   }
   static qv broadcast(const qa* a) { std::int32_t x; std::memcpy(&x, a, 4); return {_mm512_set1_epi32(x)}; }
   static qv load(const void* p) { return {_mm512_loadu_si512(p)}; }
@@ -238,7 +239,7 @@ struct qv {
     return {_mm256_sub_epi32(y, _mm256_cmpgt_epi32(_mm256_and_si256(h, mask), threshold))};
   }
   static qv clamp_add(qv x, std::int32_t zero, std::int32_t lo, std::int32_t hi) {
-    return {_mm256_min_epi32(_mm256_max_epi32(_mm256_add_epi32(x.v, _mm256_set1_epi32(zero)), _mm256_set1_epi32(lo)), _mm256_set1_epi32(hi))};
+    return {_mm256_add_epi32(_mm256_min_epi32(_mm256_max_epi32(x.v, _mm256_set1_epi32(lo - zero)), _mm256_set1_epi32(hi - zero)), _mm256_set1_epi32(zero))};
   }
   static qv broadcast(const qa* a) { std::int32_t x; std::memcpy(&x, a, 4); return {_mm256_set1_epi32(x)}; }
   static qv load(const void* p) { return {_mm256_loadu_si256(static_cast<const __m256i*>(p))}; }
@@ -295,7 +296,7 @@ struct qv {
 #endif
   }
   static qv clamp_add(qv x, std::int32_t zero, std::int32_t lo, std::int32_t hi) {
-    return {vminq_s32(vmaxq_s32(vaddq_s32(x.v, vdupq_n_s32(zero)), vdupq_n_s32(lo)), vdupq_n_s32(hi))};
+    return {vaddq_s32(vminq_s32(vmaxq_s32(x.v, vdupq_n_s32(lo - zero)), vdupq_n_s32(hi - zero)), vdupq_n_s32(zero))};
   }
   static qv load_acc(const std::int32_t* p) { return {vld1q_s32(p)}; }
   static void store(std::int32_t* p, qv x) { vst1q_s32(p, x.v); }
@@ -309,7 +310,7 @@ struct qv {
   static constexpr std::int32_t a_offset = 0;
   static qv dot(qv acc, qv a, qv b) { return {acc.v + a.v * b.v}; }
   static qv apply(qv x, qv q, qv shift) { return {kernels::apply(x.v, q.v, shift.v)}; }
-  static qv clamp_add(qv x, std::int32_t zero, std::int32_t lo, std::int32_t hi) { return {std::clamp(x.v + zero, lo, hi)}; }
+  static qv clamp_add(qv x, std::int32_t zero, std::int32_t lo, std::int32_t hi) { return {std::clamp(x.v, lo - zero, hi - zero) + zero}; }
   static qv broadcast(const qa* a) { return {*a}; }
   static qv load(const void* p) { return {*static_cast<const qb*>(p)}; }
   static qv load_acc(const std::int32_t* p) { return {*p}; }
@@ -768,7 +769,8 @@ inline void store_as(Out* y, qv x) {
 
 // y[r, c] = clamp(zero + apply(x[r, c], q[c], shift[c]), lo, hi) for rows × channels entries,
 // with one multiplier per channel (an output column of a product; Multiplier's fields as two
-// arrays, so that a vector of channels loads at once). The same integers on every backend.
+// arrays, so that a vector of channels loads at once). The same integers on every backend;
+// clamped before zero is added (qv::clamp_add), so no sum overflows.
 template <class Out>
 inline void requantize(const std::int32_t* x, size_t rows, size_t channels, const std::int32_t* q, const std::int32_t* shift,
                        std::int32_t zero, std::int32_t lo, std::int32_t hi, Out* y) {
@@ -777,7 +779,7 @@ inline void requantize(const std::int32_t* x, size_t rows, size_t channels, cons
   for (size_t r = 0; r < rows; ++r, x += channels, y += channels) {
     for (size_t c = 0; c < whole; c += L)
       store_as(y + c, qv::clamp_add(qv::apply(qv::load_acc(x + c), qv::load_acc(q + c), qv::load_acc(shift + c)), zero, lo, hi));
-    for (size_t c = whole; c < channels; ++c) y[c] = Out(std::clamp(zero + apply(x[c], q[c], shift[c]), lo, hi));
+    for (size_t c = whole; c < channels; ++c) y[c] = Out(std::clamp(apply(x[c], q[c], shift[c]), lo - zero, hi - zero) + zero);
   }
 }
 

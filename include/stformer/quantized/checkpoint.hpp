@@ -3,22 +3,21 @@
 // (`blocks.0.attn.wq.weight` I8, `...wq.weight_scale` F32, `...wq.requant.multiplier` I32, ...).
 // save_params writes one like any model; load_quantized reads one strictly:
 //   - every tensor present with its dtype and shape, and no other (load_params);
-//   - every scale (`*scale`, F32) finite and above 0.
+//   - every integer and scale within the bounds its kernels are exact in (quantized/bounds.hpp).
 // A failed load throws std::runtime_error naming the file and the tensor, and leaves the model
 // unchanged.
 #pragma once
 
 #include "../config.hpp"
 
-#include <cmath>
 #include <cstdio>
 #include <memory>
 #include <stdexcept>
 #include <string>
-#include <type_traits>
 #include <utility>
 
 #include "../checkpoint.hpp"
+#include "bounds.hpp"
 
 namespace stformer::inline STFORMER_ABI {
 
@@ -26,21 +25,12 @@ template <class Q>
 void load_quantized(const safetensors::File& f, Q& model) {
   auto loaded = std::make_unique<Q>();
   load_params(f, *loaded);
-  std::string problem;
-  for_each_param(
-      [&](const Path& path, Init, const auto& t) {
-        if constexpr (std::is_same_v<typename std::remove_cvref_t<decltype(t)>::value_type, float>)
-          if (problem.empty() && path.name().view().ends_with("scale"))
-            for (float s : t)
-              if (!(std::isfinite(s) && s > 0)) {
-                char value[32];
-                std::snprintf(value, sizeof value, "%g", double(s));
-                problem = "scale '" + std::string(path.name().view()) + "' is " + value + ": scales must be finite and above 0";
-                break;
-              }
-      },
-      std::as_const(*loaded));
-  if (!problem.empty()) throw std::runtime_error("quantized checkpoint " + f.label() + ": " + problem);
+  if (const OutOfBounds bad = out_of_bounds(std::as_const(*loaded))) {
+    char value[32];
+    std::snprintf(value, sizeof value, "%.10g", bad.value);  // an int32 whole, a float to its 9 digits
+    throw std::runtime_error("quantized checkpoint " + f.label() + ": tensor '" + bad.tensor.c_str() + "' entry " + std::to_string(bad.entry) +
+                             " is " + value + ", out of bounds: " + bad.bound);
+  }
   model = *loaded;
 }
 

@@ -71,7 +71,9 @@ struct QScaleNorm {
       for (size_t i = 0; i < D; ++i) ss += std::uint64_t(std::int64_t(x[i]) * x[i]);
       const kernels::Multiplier m = kernels::divide_by_root(requant[0], ss);
       for (size_t i = 0; i < D; ++i) wide[i] = std::int32_t(std::uint32_t(std::int32_t(x[i])) << up);
-      kernels::requantize(wide, D, {m.q, m.shift - up}, 0, std::numeric_limits<Y>::min(), std::numeric_limits<Y>::max(), y);
+      // a shift below −31 leaves |x_i·2^up·q·2^(shift − 31)| < 2^31·2^31·2^−63: every output is 0
+      const kernels::Multiplier wide_m = m.shift - up < -31 ? kernels::Multiplier{} : kernels::Multiplier{m.q, m.shift - up};
+      kernels::requantize(wide, D, wide_m, 0, std::numeric_limits<Y>::min(), std::numeric_limits<Y>::max(), y);
     }
   }
 };

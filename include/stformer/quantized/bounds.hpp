@@ -1,0 +1,109 @@
+// The ranges a quantized model's integers and scales are held to, so that its kernels meet no
+// overflow and no over-wide shift (kernels/int8.hpp: exact in int32 inside them). quantize()
+// makes models inside them; out_of_bounds checks a model that came from elsewhere, once, where
+// it comes in: load_quantized (quantized/checkpoint.hpp) and the C API's image check (c_api.hpp).
+// By tensor, from its name's last part and its dtype:
+//   *scale    F32  a float in [2^−64, 2^64] (no 0, denormal, negative or huge scale)
+//   weight    I8   in [−127, 127] (symmetric weights: every product |a·b| ≤ 128·127)
+//   weight    I16  in [−32767, 32767] (QLayerNorm's: t·w stays in int32)
+//   bias      I32  after an I8 weight W [Out, In] (QLinear's): |b_c| + x·Σ_k |W_ck| < 2^31,
+//                  x = 32768 when In ≤ 516 (its inputs may be an int16 stream), else 128:
+//                  no partial sum of the product overflows
+//   bias      I32  after an I16 weight (QLayerNorm's): |b| ≤ 2^30
+//   multiplier I32 0, or in [2^30, 2^31) (kernels::Multiplier's mantissa)
+//   shift     I32  in [−31, 30]: a shift right of at most 31 bits, and a row's multiplier made
+//                  from it (kernels::divide, divide_by_root: at most one more) at most 31 left
+//   eps       I32  [2] (QLayerNorm's 64-bit e): 0 ≤ e ≤ 2^62
+//   table     I32  (QActivation's knots): in [−65536, 65536], so (t₁ − t₀)·f < 2^25
+// Freestanding (no exceptions, no heap): a microcontroller checks its image with it.
+#pragma once
+
+#include "../config.hpp"
+
+#include <climits>
+#include <cstdint>
+#include <string_view>
+#include <type_traits>
+
+#include "../params.hpp"
+
+namespace stformer::inline STFORMER_ABI {
+
+// The first entry of a model outside its bounds: the tensor's dotted name, the entry's index
+// (row-major), its value and the bound it breaks; false when every tensor is within bounds.
+struct OutOfBounds {
+  Name tensor;
+  size_t entry = 0;
+  double value = 0;
+  const char* bound = nullptr;
+  explicit constexpr operator bool() const { return bound != nullptr; }
+};
+
+template <class Q>
+OutOfBounds out_of_bounds(const Q& model) {
+  OutOfBounds found;
+  // The last weight visited, while its block's tensors are (QLinear and QLayerNorm visit it
+  // before their bias): its parent's name, and an I8 weight's data and shape.
+  Name weight_at;
+  const std::int8_t* w8 = nullptr;
+  size_t w8_out = 0, w8_in = 0;
+  bool w16 = false;
+  for_each_param(
+      [&](const Path& path, Init, const auto& t) {
+        if (found) return;
+        using E = typename std::remove_cvref_t<decltype(t)>::value_type;
+        const Name name = path.name();
+        const std::string_view n = name.view();
+        const size_t dot = n.rfind('.') + 1;  // 0 without a dot (no substr: nothing that throws)
+        const std::string_view leaf(n.data() + dot, n.size() - dot), parent(n.data(), dot);
+        const auto* v = t.data();
+        const size_t size = t.size();
+        const auto check = [&](auto in_bounds, const char* bound) {
+          for (size_t i = 0; i < size && !found; ++i)
+            if (!in_bounds(i)) found = {name, i, double(v[i]), bound};
+        };
+        if (!(weight_at == parent)) weight_at = Name{}, w8 = nullptr, w16 = false;
+        if constexpr (std::is_same_v<E, float>) {
+          if (leaf.ends_with("scale")) check([&](size_t i) { return v[i] >= 0x1p-64f && v[i] <= 0x1p64f; }, "a scale is in [2^-64, 2^64]");
+        } else if constexpr (std::is_same_v<E, std::int8_t>) {
+          if (leaf == "weight") {
+            check([&](size_t i) { return v[i] != -128; }, "an int8 weight is in [-127, 127]");
+            if (t.shape().size() == 2) weight_at = Name{}, weight_at.append(parent), w8 = v, w8_out = t.shape()[0], w8_in = t.shape()[1];
+          }
+        } else if constexpr (std::is_same_v<E, std::int16_t>) {
+          if (leaf == "weight") {
+            check([&](size_t i) { return v[i] != -32768; }, "an int16 weight is in [-32767, 32767]");
+            weight_at = Name{}, weight_at.append(parent), w16 = true;
+          }
+        } else if constexpr (std::is_same_v<E, std::int32_t>) {
+          if (leaf == "multiplier") {
+            check([&](size_t i) { return v[i] == 0 || v[i] >= (std::int32_t(1) << 30); }, "a multiplier is 0 or in [2^30, 2^31)");
+          } else if (leaf == "shift") {
+            check([&](size_t i) { return v[i] >= -31 && v[i] <= 30; }, "a shift is in [-31, 30]");
+          } else if (leaf == "table") {
+            check([&](size_t i) { return v[i] >= -65536 && v[i] <= 65536; }, "an activation's knot is in [-65536, 65536]");
+          } else if (leaf == "eps" && size == 2) {
+            check([&](size_t i) { return i == 0 || (v[1] >= 0 && (v[1] < (1 << 30) || (v[1] == (1 << 30) && v[0] == 0))); },
+                  "eps (64 bits) is in [0, 2^62]");
+          } else if (leaf == "bias" && w8 != nullptr && size == w8_out) {
+            const std::int8_t* w = w8;
+            const std::int64_t x = w8_in <= 516 ? 32768 : 128;
+            const size_t in = w8_in;
+            check(
+                [&](size_t c) {
+                  std::int64_t sum = 0;
+                  for (size_t k = 0; k < in; ++k) sum += w[c * in + k] < 0 ? -w[c * in + k] : w[c * in + k];
+                  const std::int64_t b = v[c];
+                  return (b < 0 ? -b : b) + x * sum <= INT32_MAX;
+                },
+                "a bias b_c is within |b_c| + x·Σ_k|W_ck| < 2^31 (x = 32768 for layers of at most 516 inputs, else 128)");
+          } else if (leaf == "bias" && w16) {
+            check([&](size_t i) { return v[i] >= -(1 << 30) && v[i] <= (1 << 30); }, "a norm's bias is in [-2^30, 2^30]");
+          }
+        }
+      },
+      model);
+  return found;
+}
+
+}  // namespace stformer
