@@ -72,8 +72,8 @@ header=("@;@OUT.hpp" "--c;@;@OUT.h")
 : >"$tmp/jobs"
 # add [--rotate] FIXTURE GLOB PROGRAM COMMANDS...: every command on every variant of FIXTURE
 # whose name matches GLOB, one job a line; with --rotate one command on each variant, in turn.
-# The sanitizers make each run take 0.3 s (the language model's, 5 s): every command sees every
-# model-level change to the pointer model, and each kind of the others.
+# The sanitizers make each run take 0.3 s (the language model's, 5 s): each variant is given one
+# command, in turn, so that every command sees each kind of change.
 job() { printf '%s\t%s\t%s\n' "$1" "$2" "$3" >>"$tmp/jobs"; }
 add() {
   local rotate=0 v c i=0
@@ -86,9 +86,9 @@ add() {
   done
 }
 add --rotate pointer 'format.*' "$mv_bin" "${mv_float[@]}"
-add pointer 'model.*' "$mv_bin" "${mv_float[@]}"
+add --rotate pointer 'model.*' "$mv_bin" "${mv_float[@]}"
 add --rotate set '*' "$mv_bin" "${mv_float[@]}"
-add pointer-int8 '*' "$mv_bin" "${mv_int8[@]}"
+add --rotate pointer-int8 '*' "$mv_bin" "${mv_int8[@]}"
 add --rotate set-int8 '*' "$mv_bin" "${mv_int8[@]}"
 add --rotate lm '*' "$lm_bin" "${lm_float[@]}"
 add --rotate lm-int8 '*' "$lm_bin" "${lm_int8[@]}"
