@@ -164,6 +164,17 @@ inline std::string overwrites(const std::string& output, std::initializer_list<s
   return {};
 }
 
+// The problem with a training state resumed from checkpoint `file` (or ""): its step below 0 or
+// past `last`, the run's length (`length` names it), or its optimiser's step count below 0.
+inline std::string resumed_state_problem(const std::string& file, std::int64_t step, std::int64_t optim_steps, std::int64_t last,
+                                         const std::string& length) {
+  const std::string at = "checkpoint " + file + ": its ";
+  if (step < 0) return at + "'state.step' is " + std::to_string(step) + ", below 0";
+  if (step > last) return at + "'state.step' is " + std::to_string(step) + ", beyond " + length + " " + std::to_string(last);
+  if (optim_steps < 0) return at + "'optim.steps' is " + std::to_string(optim_steps) + ", below 0";
+  return {};
+}
+
 // Parses the command line. Nothing: parsed, go on; 0: --help was printed; 2: a command-line
 // error was said on stderr as "program: problem" (an unknown subcommand named, with the
 // subcommands listed).

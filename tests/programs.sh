@@ -168,8 +168,8 @@ write(d + '/step_past.safetensors', h, data[:o] + struct.pack('<q', 4) + data[o 
 h['__metadata__']['seed'] = '-1'
 write(d + '/seed_minus1.safetensors', h, data)
 EOF
-refuse_keeps "checkpoint $tmp/step_minus1.safetensors|'state.step' is -1|from 0 to 3" "$tmp/step_minus1.safetensors" "$mv_bin" train --resume "$tmp/step_minus1.safetensors"
-refuse_keeps "checkpoint $tmp/step_past.safetensors|'state.step' is 4|from 0 to 3" "$tmp/step_past.safetensors" "$mv_bin" train --resume "$tmp/step_past.safetensors"
+refuse_keeps "checkpoint $tmp/step_minus1.safetensors|'state.step' is -1, below 0" "$tmp/step_minus1.safetensors" "$mv_bin" train --resume "$tmp/step_minus1.safetensors"
+refuse_keeps "checkpoint $tmp/step_past.safetensors|'state.step' is 4, beyond the run's iterations 3" "$tmp/step_past.safetensors" "$mv_bin" train --resume "$tmp/step_past.safetensors"
 refuse_keeps "checkpoint $tmp/seed_minus1.safetensors|metadata \"seed\" is \"-1\"" "$tmp/seed_minus1.safetensors" "$mv_bin" train --resume "$tmp/seed_minus1.safetensors"
 refuse "checkpoint $tmp/seed_minus1.safetensors|metadata \"seed\" is \"-1\"" "$mv_bin" quantize --checkpoint "$tmp/seed_minus1.safetensors" --output "$tmp/q.safetensors"
 refuse "nan.safetensors|tensor 'blocks.0.sn1.g' holds a value that is not finite" "$mv_bin" eval --checkpoint "$tmp/nan.safetensors"

@@ -93,15 +93,6 @@ TrainOptions resumed_options(const safetensors::File& f, TrainOptions o) {
   return o;
 }
 
-// The training state loaded from `resume` against the run: a step from 0 to its length.
-void check_resumed_step(const safetensors::File& resume, std::int64_t step, std::int64_t optim_steps, int iterations) {
-  if (step < 0 || step > iterations)
-    throw std::runtime_error("checkpoint " + resume.label() + ": its 'state.step' is " + std::to_string(step) + ", not a step from 0 to " +
-                             std::to_string(iterations) + " (the run's iterations)");
-  if (optim_steps < 0)
-    throw std::runtime_error("checkpoint " + resume.label() + ": its 'optim.steps' is " + std::to_string(optim_steps) + ", below 0");
-}
-
 // Trains (from the checkpoint `resume` when given), evaluates, saves. SIGINT/SIGTERM: the
 // iteration under way ends, the checkpoint is written, and the exit code is 128 + signal.
 template <class Net>
@@ -111,7 +102,9 @@ int train(TrainOptions o, const std::string& checkpoint, const safetensors::File
   Run<Net> run(o.seed, o.threads, o.lanes);
   if (resume) {
     load_checkpoint(*resume, *run.model, *run.opt, run.state);
-    check_resumed_step(*resume, run.state.step, run.opt->steps, o.iterations);
+    if (const std::string problem = resumed_state_problem(resume->label(), run.state.step, run.opt->steps, o.iterations, "the run's iterations");
+        !problem.empty())
+      throw std::runtime_error(problem);
     std::printf("resumed from %s at iteration %lld\n", resume->label().c_str(), (long long)run.state.step);
   }
   std::printf("training %s (%zu parameters) for %d iterations, seed %llu%s; %zu lanes on %zu threads\n", T::name, param_count(*run.model),

@@ -143,11 +143,9 @@ int train(const std::string& data, Budget budget, std::uint64_t seed, size_t thr
     else
       load_checkpoint(resume, *run->model, *run->adamw, run->state), optim_steps = run->adamw->steps;
     // a step from 0 to the run's length (--steps; any with --minutes)
-    const std::int64_t step = run->state.step, last = budget.minutes > 0 ? std::numeric_limits<std::int64_t>::max() : budget.steps;
-    if (step < 0 || step > last)
-      throw std::runtime_error("checkpoint " + resume + ": its 'state.step' is " + std::to_string(step) +
-                               (step < 0 ? ", below 0" : ", beyond the run's --steps " + std::to_string(last)));
-    if (optim_steps < 0) throw std::runtime_error("checkpoint " + resume + ": its 'optim.steps' is " + std::to_string(optim_steps) + ", below 0");
+    const std::int64_t last = budget.minutes > 0 ? std::numeric_limits<std::int64_t>::max() : budget.steps;
+    if (const std::string problem = resumed_state_problem(resume, run->state.step, optim_steps, last, "the run's --steps"); !problem.empty())
+      throw std::runtime_error(problem);
     std::printf("resumed from %s at step %lld\n", resume.c_str(), (long long)run->state.step);
   }
   const bool timed = budget.minutes > 0;
