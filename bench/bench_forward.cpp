@@ -91,7 +91,7 @@ void BM_QMatmul(benchmark::State& state) {
 
 void BM_QTilePeak(benchmark::State& state) {
   using kernels::qv;
-  constexpr size_t R = 6, NV = qv::lanes >= 16 ? 4 : 2, KG = 64, NP = NV * qv::lanes, G = qv::G;
+  constexpr size_t R = kernels::tuning.q_tile_rows, NV = kernels::tuning.q_panel_vectors, KG = 64, NP = NV * qv::lanes, G = qv::G;
   alignas(64) static qv::qa a[R * KG * G];
   alignas(64) static qv::qb p[KG * NP * G];
   alignas(64) static std::int32_t c[R * NP], add[NP];

@@ -26,40 +26,73 @@
 #if STFORMER_SIMD && !defined(XTENSOR_USE_XSIMD)
 #error "STFORMER_SIMD=1 needs -DXTENSOR_USE_XSIMD too: the SIMD kernels read tensors aligned to the vector width"
 #endif
+#if !STFORMER_SIMD && defined(XTENSOR_USE_XSIMD)
+#error "STFORMER_SIMD=0 builds without xsimd: leave XTENSOR_USE_XSIMD undefined (the plain build's tensors are not aligned to a vector width)"
+#endif
 
+// The kernels' backend: one file in kernels/backend/ holds its vector types, its register tiles
+// and its tuning table, and every kernel is written once against them. Chosen here, from the
+// settings above and the compiler's target:
+//   avx512   STFORMER_SIMD=1, AVX-512 F/BW/DQ/VL (x86-64-v4), with VNNI where the CPU has it
+//   avx2     STFORMER_SIMD=1, AVX2 and FMA (x86-64-v3)
+//   neon     STFORMER_SIMD=1 on aarch64, with the dot-product extension where the target has it
+//   helium   STFORMER_SIMD=0, Armv8.1-M's vector extension with floating point (Cortex-M55)
+//   dsp      STFORMER_SIMD=0, Armv7E-M's DSP instructions (Cortex-M4, M7)
+//   plain    STFORMER_SIMD=0 anywhere else (Cortex-M0, any host): one-lane C++
+// -DSTFORMER_HELIUM=0 and -DSTFORMER_ARM_DSP=0 ask for the plain backend on those cores (the same
+// results: every backend computes the same integers, and the float kernels the same sums).
+// Helium and DSP keep the plain build's tensor layout and ABI tag.
+#define STFORMER_BACKEND_PLAIN 0
+#define STFORMER_BACKEND_DSP 1
+#define STFORMER_BACKEND_HELIUM 2
+#define STFORMER_BACKEND_NEON 3
+#define STFORMER_BACKEND_AVX2 4
+#define STFORMER_BACKEND_AVX512 5
+#if STFORMER_SIMD
+#if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512DQ__) && defined(__AVX512VL__) && defined(__FMA__)
+#define STFORMER_BACKEND STFORMER_BACKEND_AVX512
+#define STFORMER_BACKEND_FILE "backend/avx512.hpp"
+#elif defined(__AVX2__) && defined(__FMA__) && !defined(__AVX512F__)
+#define STFORMER_BACKEND STFORMER_BACKEND_AVX2
+#define STFORMER_BACKEND_FILE "backend/avx2.hpp"
+#elif defined(__ARM_NEON) && defined(__aarch64__)
+#define STFORMER_BACKEND STFORMER_BACKEND_NEON
+#define STFORMER_BACKEND_FILE "backend/neon.hpp"
+#else
+#error "STFORMER_SIMD=1 needs AVX2 and FMA (-march=x86-64-v3), AVX-512 F/BW/DQ/VL (-march=x86-64-v4) or aarch64's NEON; -DSTFORMER_SIMD=0 builds the plain C++ kernels for any other target"
+#endif
+#elif defined(__ARM_FEATURE_MVE) && (__ARM_FEATURE_MVE & 2) && (!defined(STFORMER_HELIUM) || STFORMER_HELIUM)
+#define STFORMER_BACKEND STFORMER_BACKEND_HELIUM
+#define STFORMER_BACKEND_FILE "backend/helium.hpp"
+#elif defined(__ARM_FEATURE_DSP) && (!defined(STFORMER_ARM_DSP) || STFORMER_ARM_DSP)
+#define STFORMER_BACKEND STFORMER_BACKEND_DSP
+#define STFORMER_BACKEND_FILE "backend/dsp.hpp"
+#else
+#define STFORMER_BACKEND STFORMER_BACKEND_PLAIN
+#define STFORMER_BACKEND_FILE "backend/plain.hpp"
+#endif
+// Which of the two Cortex-M backends runs, as 0 or 1 (when not set on the command line).
+#if !defined(STFORMER_HELIUM)
+#define STFORMER_HELIUM (STFORMER_BACKEND == STFORMER_BACKEND_HELIUM)
+#endif
+#if !defined(STFORMER_ARM_DSP)
+#define STFORMER_ARM_DSP (STFORMER_BACKEND == STFORMER_BACKEND_DSP)
+#endif
+// The ABI tag's parts: the tensors' alignment (xsimd's widest instruction set with
+// XTENSOR_USE_XSIMD) and the kernels.
 #if STFORMER_SIMD
 #define STFORMER_ABI_KERNELS simd
 #else
 #define STFORMER_ABI_KERNELS scalar
 #endif
-
-// The tensors' alignment follows xsimd's widest instruction set when XTENSOR_USE_XSIMD is set.
-#if !defined(XTENSOR_USE_XSIMD)
-#define STFORMER_ABI_ARCH plain
-#elif defined(__AVX512F__)
+#if STFORMER_BACKEND == STFORMER_BACKEND_AVX512
 #define STFORMER_ABI_ARCH avx512
-#elif defined(__AVX2__) && defined(__FMA__)
+#elif STFORMER_BACKEND == STFORMER_BACKEND_AVX2
 #define STFORMER_ABI_ARCH avx2
-#elif defined(__AVX__)
-#define STFORMER_ABI_ARCH avx
-#elif defined(__ARM_NEON)
+#elif STFORMER_BACKEND == STFORMER_BACKEND_NEON
 #define STFORMER_ABI_ARCH neon
-#elif defined(__SSE2__)
-#define STFORMER_ABI_ARCH sse2
 #else
-#define STFORMER_ABI_ARCH generic
-#endif
-
-// Helium, Armv8.1-M's vector extension with floating point (Cortex-M55), runs the plain
-// build's kernels: vf is its four-float vector (kernels/vec.hpp), and the int8 products and
-// requantization use its integer instructions (kernels/int8.hpp). -DSTFORMER_HELIUM=0 keeps
-// the one-lane kernels. Tensors keep the plain build's layout.
-#if !defined(STFORMER_HELIUM)
-#if !STFORMER_SIMD && defined(__ARM_FEATURE_MVE) && (__ARM_FEATURE_MVE & 2)
-#define STFORMER_HELIUM 1
-#else
-#define STFORMER_HELIUM 0
-#endif
+#define STFORMER_ABI_ARCH plain
 #endif
 
 // The integer passes' row tiles: STFORMER_QTILE_ROWS (64 by default) caps a quantized block's

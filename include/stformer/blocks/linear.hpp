@@ -31,16 +31,14 @@ struct LinearCalls {
   }
 
   // fn(panels) for a layer of Rows rows taken T at a time: panels is the weight packed once (on
-  // the stack, at most stack_panels bytes: a 128 × 128 weight) when the kernel packs it and
-  // there are several tiles, else null (each tile packs its own: a tile of 16 rows spends about
-  // as long packing a weight as multiplying by it). The same bits either way. Only where packs
-  // holds, the SIMD builds of hosts (x86-64, aarch64), whose threads have stacks of megabytes;
-  // not with Helium: a microcontroller's stack is small, and there packing each tile's panel
-  // costs no more instructions.
-  static constexpr size_t stack_panels = 65536;
+  // the stack, at most the backend's tuning.stack_panels bytes: 64 KB, a 128 × 128 weight, on
+  // hosts, whose threads have stacks of megabytes) when the kernel packs it and there are
+  // several tiles, else null (each tile packs its own: a tile of 16 rows spends about as long
+  // packing a weight as multiplying by it). The same bits either way. Not with Helium: a
+  // microcontroller's stack is small, and there packing each tile's panel costs no more instructions.
   template <size_t Rows, size_t T, class Fn>
   void with_panels(Fn&& fn) const {
-    if constexpr (T < Rows && kernels::packs<Rows> && !kernels::transposes<Rows, Out, In> && sizeof(Panels) <= stack_panels && !STFORMER_HELIUM) {
+    if constexpr (T < Rows && kernels::packs<Rows> && !kernels::transposes<Rows, Out, In> && sizeof(Panels) <= kernels::tuning.stack_panels) {
       Panels panels;
       panels.pack(self().weight.data(), In);
       fn(&panels);

@@ -10,55 +10,35 @@
 //                ScaleNorm and softmax (stformer/quantized/), scalar or plain loops, the same
 //                on every core
 //
-// The product is written once over a small integer vector type, qv (below): a vector of int32
-// accumulators, `lanes` wide, to which dot(acc, a, b) adds, for each lane l, the G products
-// a[g]·b[l·G + g] of a group of G consecutive entries along K. A's group is broadcast to every
-// lane (4 bytes: four int8, or two int16), B is packed in panels [K/G][NP][G] (NP = NV·lanes
-// columns), so that, as in matmul_nt, a register tile of R rows × NV vectors needs no
-// horizontal sums. Backends:
-//   AVX-512 VNNI  G = 4, vpdpbusd (unsigned × signed bytes): A is offset by +128 to unsigned
-//                 and 128·Σ_k B[n,k] subtracted at the end (exact);
-//   AVX-512BW, AVX2  G = 2, vpmaddwd on int16 (A and B widened once, when packed);
-//   NEON          G = 4, sdot with the dot-product extension; otherwise G = 1, vmlal on int16;
-//   plain C++     G = 1, one lane: a dot product at a time, four products per two SMLADs on
-//                 Armv7E-M (Cortex-M4, M7: STFORMER_ARM_DSP), 16 per VMLADAVA with Helium
-//                 (Cortex-M55: STFORMER_HELIUM; its qv requantizes four channels at a time).
+// The product is written once over a small integer vector type, qv, from the build's backend
+// (kernels/backend/, chosen by config.hpp): a vector of int32 accumulators, `lanes` wide, to
+// which dot(acc, a, b) adds, for each lane l, the G products a[g]·b[l·G + g] of a group of G
+// consecutive entries along K. A's group is broadcast to every lane (4 bytes: four int8, or two
+// int16), B is packed in panels [K/G][NP][G] (NP = NV·lanes columns), so that, as in matmul_nt,
+// a register tile of R rows × NV vectors needs no horizontal sums. The backends:
+//   avx512   G = 4, vpdpbusd (unsigned × signed bytes) with VNNI: A is offset by +128 to
+//            unsigned and 128·Σ_k B[n,k] subtracted at the end (exact); else G = 2, vpmaddwd
+//   avx2     G = 2, vpmaddwd on int16 (A and B widened once, when packed)
+//   neon     G = 4, sdot with the dot-product extension; otherwise G = 1, vmlal on int16
+//   dsp      dot products along K, four products per two SMLADs (dot_rows)
+//   helium   dot products along K, 16 per VMLADAVA (dot_rows); its qv requantizes four
+//            channels at a time
+//   plain    one lane: a dot product at a time
+// Each backend may take rows itself (dot_rows: int16 rows on x86 and NEON, every int8 row on the
+// Cortex-M backends) and pack part of a panel (pack_words); this file's loops do the rest.
 // Every partial sum is exact in int32 for K < 2^17 (|a·b| ≤ 128·127), so no order of summation
 // changes a result.
 #pragma once
 
-#include "../config.hpp"
+#include "vec.hpp"
 
 #include <algorithm>
 #include <bit>
-#include <cmath>
 #include <climits>
+#include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <type_traits>
-
-#if STFORMER_SIMD && (defined(__AVX2__) || defined(__ARM_NEON))
-#if defined(__AVX2__)
-#include <immintrin.h>
-#else
-#include <arm_neon.h>
-#endif
-#elif STFORMER_HELIUM
-#include <arm_mve.h>
-#endif
-
-// Armv7E-M's DSP instructions (Cortex-M4, M7) for the plain build's int8 products, unless
-// -DSTFORMER_ARM_DSP=0 asks for the plain loop (the same integers either way).
-#if !defined(STFORMER_ARM_DSP)
-#if defined(__ARM_FEATURE_DSP) && !STFORMER_SIMD
-#define STFORMER_ARM_DSP 1
-#else
-#define STFORMER_ARM_DSP 0
-#endif
-#endif
-#if STFORMER_ARM_DSP
-#include <arm_acle.h>
-#endif
 
 namespace stformer::inline STFORMER_ABI::kernels {
 
@@ -70,9 +50,9 @@ namespace stformer::inline STFORMER_ABI::kernels {
 //   h = ⌊(a·q + 2^30) / 2^31⌋                 (2aq / 2^32 to nearest, ties toward +∞: TFLite's
 //                                             SaturatingRoundingDoublingHighMul for q ≥ 0)
 //   y = h / 2^max(−s, 0), to nearest, ties away from zero   (RoundingDivideByPOT)
-// apply below computes it in int64 without branches, qv::apply lane by lane on vectors (each
-// backend's own instructions, the same integers), and a core without a floating-point unit
-// runs it as it is.
+// The backend's apply(x, q, shift) computes it on one int32 without branches (backend/common.hpp),
+// qv::apply lane by lane on vectors (each backend's own instructions, the same integers), and a
+// core without a floating-point unit runs it as it is.
 struct Multiplier {
   std::int32_t q = 0;
   int shift = 0;
@@ -90,24 +70,6 @@ inline Multiplier quantize_multiplier(double m) {
   return {std::int32_t(q), e};
 }
 
-// h fits in int32 (|a·q| < 2^62, q ≥ 0), so the rounding shift is done in 32 bits, as gemmlowp's
-// RoundingDivideByPOT: ⌊h / 2^right⌋ plus one when the remainder is above half of 2^right (half
-// or above for a negative h). A 32-bit core then needs one widening multiply and no 64-bit shift.
-// On Armv7E-M, SMMULR(2a, q) = ⌊(2a·q + 2^31) / 2^32⌋ is h in one instruction when 2a fits in
-// int32 (|a| < 2^30, as accumulators are); the 64-bit product serves the rest.
-inline std::int32_t apply(std::int32_t x, std::int32_t q, int shift) {
-  const int left = shift > 0 ? shift : 0, right = shift > 0 ? 0 : -shift;
-  const std::int32_t a = std::int32_t(std::uint32_t(x) << left);
-  std::int32_t h;
-#if STFORMER_ARM_DSP
-  if (std::uint32_t(a) + (1u << 30) < (1u << 31))
-    asm("smmulr %0, %1, %2" : "=r"(h) : "r"(2 * a), "r"(q));
-  else
-#endif
-    h = std::int32_t((std::int64_t(a) * q + (std::int64_t(1) << 30)) >> 31);
-  const std::int32_t mask = std::int32_t((std::uint32_t(1) << right) - 1), threshold = (mask >> 1) + (h < 0);
-  return (h >> right) + ((h & mask) > threshold);
-}
 inline std::int32_t apply(std::int32_t x, Multiplier m) { return apply(x, m.q, m.shift); }
 
 // ---- the integer arithmetic of ScaleNorm and softmax (scalar, the same on every core) ----
@@ -175,351 +137,19 @@ constexpr std::int32_t exp2_neg(std::int32_t u) {
   return std::int32_t((pow2[(u >> 12) & 15] * p + (std::int64_t(1) << (shift - 1))) >> shift);
 }
 
-#if STFORMER_SIMD && defined(__AVX512BW__)
-struct qv {
-  __m512i v;
-#if defined(__AVX512VNNI__)
-  static constexpr size_t G = 4, lanes = 16;
-  using qa = std::uint8_t;
-  using qb = std::int8_t;
-  static constexpr std::int32_t a_offset = 128;
-  static qv dot(qv acc, qv a, qv b) { return {_mm512_dpbusd_epi32(acc.v, a.v, b.v)}; }
-  static const char* name() { return "AVX-512 VNNI (vpdpbusd)"; }
-#else
-  static constexpr size_t G = 2, lanes = 16;
-  using qa = std::int16_t;
-  using qb = std::int16_t;
-  static constexpr std::int32_t a_offset = 0;
-  static qv dot(qv acc, qv a, qv b) { return {_mm512_add_epi32(acc.v, _mm512_madd_epi16(a.v, b.v))}; }
-  static const char* name() { return "AVX-512BW (vpmaddwd)"; }
-#endif
-  // apply(x, q, shift) lane by lane (the formula above): the 64-bit products of the even and
-  // the odd lanes, h from bits 31…62 of each, then the rounding shift right.
-  static qv apply(qv x, qv q, qv shift) {
-    const __m512i zero = _mm512_setzero_si512(), one = _mm512_set1_epi32(1), nudge = _mm512_set1_epi64(std::int64_t(1) << 30);
-    const __m512i left = _mm512_max_epi32(shift.v, zero), right = _mm512_max_epi32(_mm512_sub_epi32(zero, shift.v), zero);
-    const __m512i a = _mm512_sllv_epi32(x.v, left);
-    const __m512i even = _mm512_srli_epi64(_mm512_add_epi64(_mm512_mul_epi32(a, q.v), nudge), 31);
-    const __m512i odd = _mm512_srli_epi64(_mm512_add_epi64(_mm512_mul_epi32(_mm512_srli_epi64(a, 32), _mm512_srli_epi64(q.v, 32)), nudge), 31);
-    const __m512i h = _mm512_mask_blend_epi32(0xAAAA, even, _mm512_slli_epi64(odd, 32));
-    const __m512i mask = _mm512_sub_epi32(_mm512_sllv_epi32(one, right), one);
-    const __m512i threshold = _mm512_add_epi32(_mm512_srai_epi32(mask, 1), _mm512_srli_epi32(h, 31));
-    const __m512i y = _mm512_srav_epi32(h, right);
-    return {_mm512_mask_add_epi32(y, _mm512_cmpgt_epi32_mask(_mm512_and_si512(h, mask), threshold), y, one)};
-  }
-  // min(max(x, lo − zero), hi − zero) + zero: min(max(x + zero, lo), hi) where x + zero fits in
-  // int32, and no overflow where it would not
-  static qv clamp_add(qv x, std::int32_t zero, std::int32_t lo, std::int32_t hi) {
-    return {_mm512_add_epi32(_mm512_min_epi32(_mm512_max_epi32(x.v, _mm512_set1_epi32(lo - zero)), _mm512_set1_epi32(hi - zero)), _mm512_set1_epi32(zero))};
-  }
-  static qv broadcast(const qa* a) { std::int32_t x; std::memcpy(&x, a, 4); return {_mm512_set1_epi32(x)}; }
-  static qv load(const void* p) { return {_mm512_loadu_si512(p)}; }
-  static qv load_acc(const std::int32_t* p) { return {_mm512_loadu_si512(p)}; }
-  static void store(std::int32_t* p, qv x) { _mm512_storeu_si512(p, x.v); }
-};
-#elif STFORMER_SIMD && defined(__AVX2__)
-struct qv {
-  __m256i v;
-  static constexpr size_t G = 2, lanes = 8;
-  using qa = std::int16_t;
-  using qb = std::int16_t;
-  static constexpr std::int32_t a_offset = 0;
-  static qv dot(qv acc, qv a, qv b) { return {_mm256_add_epi32(acc.v, _mm256_madd_epi16(a.v, b.v))}; }
-  static const char* name() { return "AVX2 (vpmaddwd)"; }
-  static qv apply(qv x, qv q, qv shift) {  // as AVX-512's
-    const __m256i zero = _mm256_setzero_si256(), one = _mm256_set1_epi32(1), nudge = _mm256_set1_epi64x(std::int64_t(1) << 30);
-    const __m256i left = _mm256_max_epi32(shift.v, zero), right = _mm256_max_epi32(_mm256_sub_epi32(zero, shift.v), zero);
-    const __m256i a = _mm256_sllv_epi32(x.v, left);
-    const __m256i even = _mm256_srli_epi64(_mm256_add_epi64(_mm256_mul_epi32(a, q.v), nudge), 31);
-    const __m256i odd = _mm256_srli_epi64(_mm256_add_epi64(_mm256_mul_epi32(_mm256_srli_epi64(a, 32), _mm256_srli_epi64(q.v, 32)), nudge), 31);
-    const __m256i h = _mm256_blend_epi32(even, _mm256_slli_epi64(odd, 32), 0xAA);
-    const __m256i mask = _mm256_sub_epi32(_mm256_sllv_epi32(one, right), one);
-    const __m256i threshold = _mm256_add_epi32(_mm256_srai_epi32(mask, 1), _mm256_srli_epi32(h, 31));
-    const __m256i y = _mm256_srav_epi32(h, right);
-    return {_mm256_sub_epi32(y, _mm256_cmpgt_epi32(_mm256_and_si256(h, mask), threshold))};
-  }
-  static qv clamp_add(qv x, std::int32_t zero, std::int32_t lo, std::int32_t hi) {
-    return {_mm256_add_epi32(_mm256_min_epi32(_mm256_max_epi32(x.v, _mm256_set1_epi32(lo - zero)), _mm256_set1_epi32(hi - zero)), _mm256_set1_epi32(zero))};
-  }
-  static qv broadcast(const qa* a) { std::int32_t x; std::memcpy(&x, a, 4); return {_mm256_set1_epi32(x)}; }
-  static qv load(const void* p) { return {_mm256_loadu_si256(static_cast<const __m256i*>(p))}; }
-  static qv load_acc(const std::int32_t* p) { return load(p); }
-  static void store(std::int32_t* p, qv x) { _mm256_storeu_si256(reinterpret_cast<__m256i*>(p), x.v); }
-};
-#elif (STFORMER_SIMD && defined(__ARM_NEON)) || STFORMER_HELIUM
-// NEON, and Helium (Cortex-M55), whose vector intrinsics mostly share NEON's names. With Helium
-// the products are dot_products' below (VMLADAVA sums 16 products at once), so its dot,
-// broadcast and load serve only q_tile's generic form; requantization is the same.
-struct qv {
-  int32x4_t v;
-  static constexpr size_t lanes = 4;
-  static constexpr std::int32_t a_offset = 0;
-#if STFORMER_HELIUM
-  static constexpr size_t G = 1;
-  using qa = std::int8_t;
-  using qb = std::int8_t;
-  static qv dot(qv acc, qv a, qv b) { return {vaddq_s32(acc.v, vmulq_s32(a.v, b.v))}; }
-  static qv broadcast(const qa* a) { return {vdupq_n_s32(*a)}; }
-  static qv load(const void* p) { return {vldrbq_s32(static_cast<const std::int8_t*>(p))}; }
-  static const char* name() { return "Helium"; }
-#elif defined(__ARM_FEATURE_DOTPROD)
-  static constexpr size_t G = 4;
-  using qa = std::int8_t;
-  using qb = std::int8_t;
-  static qv dot(qv acc, qv a, qv b) { return {vdotq_s32(acc.v, vreinterpretq_s8_s32(a.v), vreinterpretq_s8_s32(b.v))}; }
-  static qv broadcast(const qa* a) { std::int32_t x; std::memcpy(&x, a, 4); return {vdupq_n_s32(x)}; }
-  static qv load(const void* p) { return {vreinterpretq_s32_s8(vld1q_s8(static_cast<const std::int8_t*>(p)))}; }
-  static const char* name() { return "NEON (sdot)"; }
-#else
-  static constexpr size_t G = 1;
-  using qa = std::int16_t;
-  using qb = std::int16_t;
-  // a holds the broadcast entry in its low half of every lane; b four int16 in its low 64 bits
-  static qv dot(qv acc, qv a, qv b) { return {vmlal_s16(acc.v, vmovn_s32(a.v), vget_low_s16(vreinterpretq_s16_s32(b.v)))}; }
-  static qv broadcast(const qa* a) { return {vdupq_n_s32(*a)}; }
-  static qv load(const void* p) { return {vreinterpretq_s32_s16(vcombine_s16(vld1_s16(static_cast<const std::int16_t*>(p)), vdup_n_s16(0)))}; }
-  static const char* name() { return "NEON (vmlal)"; }
-#endif
-  // vqrdmulh is h exactly (it saturates only at a = q = INT32_MIN, and q ≥ 0); then the
-  // rounding shift right as on x86 (vrshl alone would round ties upward).
-  static qv apply(qv x, qv q, qv shift) {
-    const int32x4_t zero = vdupq_n_s32(0), one = vdupq_n_s32(1);
-    const int32x4_t left = vmaxq_s32(shift.v, zero), right = vmaxq_s32(vnegq_s32(shift.v), zero);
-    const int32x4_t h = vqrdmulhq_s32(vshlq_s32(x.v, left), q.v);
-    const int32x4_t mask = vsubq_s32(vshlq_s32(one, right), one);
-    const int32x4_t threshold = vaddq_s32(vshrq_n_s32(mask, 1), vreinterpretq_s32_u32(vshrq_n_u32(vreinterpretq_u32_s32(h), 31)));
-    const int32x4_t y = vshlq_s32(h, vnegq_s32(right));
-#if STFORMER_HELIUM
-    return {vaddq_m_n_s32(y, y, 1, vcmpgtq_s32(vandq_s32(h, mask), threshold))};  // comparisons give predicates
-#else
-    return {vsubq_s32(y, vreinterpretq_s32_u32(vcgtq_s32(vandq_s32(h, mask), threshold)))};
-#endif
-  }
-  static qv clamp_add(qv x, std::int32_t zero, std::int32_t lo, std::int32_t hi) {
-    return {vaddq_s32(vminq_s32(vmaxq_s32(x.v, vdupq_n_s32(lo - zero)), vdupq_n_s32(hi - zero)), vdupq_n_s32(zero))};
-  }
-  static qv load_acc(const std::int32_t* p) { return {vld1q_s32(p)}; }
-  static void store(std::int32_t* p, qv x) { vst1q_s32(p, x.v); }
-};
-#else
-struct qv {
-  std::int32_t v;
-  static constexpr size_t G = 1, lanes = 1;
-  using qa = std::int8_t;
-  using qb = std::int8_t;
-  static constexpr std::int32_t a_offset = 0;
-  static qv dot(qv acc, qv a, qv b) { return {acc.v + a.v * b.v}; }
-  static qv apply(qv x, qv q, qv shift) { return {kernels::apply(x.v, q.v, shift.v)}; }
-  static qv clamp_add(qv x, std::int32_t zero, std::int32_t lo, std::int32_t hi) { return {std::clamp(x.v, lo - zero, hi - zero) + zero}; }
-  static qv broadcast(const qa* a) { return {*a}; }
-  static qv load(const void* p) { return {*static_cast<const qb*>(p)}; }
-  static qv load_acc(const std::int32_t* p) { return {*p}; }
-  static void store(std::int32_t* p, qv x) { *p = x.v; }
-  static const char* name() { return "plain C++"; }
-};
-#endif
-
 namespace detail {
 
-// C[i, j] = bias[j] + Σ_k A[i, k]·B[j, k], one dot product at a time: the plain build's product,
-// and int16 rows' everywhere.
-#if STFORMER_ARM_DSP
-// On Armv7E-M: SXTB16 spreads bytes 0 and 2 of a word of four int8 (along K) into two int16
-// halves, and the word rotated by 8 its bytes 1 and 3; SMLAD adds the products of two such
-// halves' pairs to an int32. So four products take two SMLADs. A's rows are spread once, into
-// `spread` ([R][K/4][2] words), then each pair of B's rows (a Cortex-M reads unaligned words)
-// is spread as it is read and meets all R rows: per four products of a row and a column,
-// 2 SMLADs, plus 2 SXTB16 and a load shared by the R rows.
-inline std::int32_t dsp_word(const std::int8_t* p) {
-  std::int32_t w;
-  std::memcpy(&w, p, 4);
-  return w;
-}
-inline std::int32_t dsp_odd(std::int32_t w) { return __sxtb16(std::int32_t((std::uint32_t(w) >> 8) | (std::uint32_t(w) << 24))); }
-
-template <size_t R, size_t CN, size_t K>
-inline void dsp_block(const std::int32_t* spread, const std::int8_t* A, size_t lda, const std::int8_t* B, size_t ldb, std::int32_t* C,
-                      size_t ldc, const std::int32_t* bias) {
-  constexpr size_t KW = K / 4;
-  std::int32_t s[R][CN];
-  for (size_t r = 0; r < R; ++r)
-    for (size_t c = 0; c < CN; ++c) s[r][c] = bias ? bias[c] : 0;
-  for (size_t k = 0; k < KW; ++k) {
-    std::int32_t be[CN], bo[CN];
-    for (size_t c = 0; c < CN; ++c) {
-      const std::int32_t w = dsp_word(B + c * ldb + 4 * k);
-      be[c] = __sxtb16(w), bo[c] = dsp_odd(w);
-    }
-    for (size_t r = 0; r < R; ++r)
-      for (size_t c = 0; c < CN; ++c) s[r][c] = __smlad(spread[(r * KW + k) * 2], be[c], __smlad(spread[(r * KW + k) * 2 + 1], bo[c], s[r][c]));
-  }
-  for (size_t k = KW * 4; k < K; ++k)
-    for (size_t r = 0; r < R; ++r)
-      for (size_t c = 0; c < CN; ++c) s[r][c] += std::int32_t(A[r * lda + k]) * std::int32_t(B[c * ldb + k]);
-  for (size_t r = 0; r < R; ++r)
-    for (size_t c = 0; c < CN; ++c) C[r * ldc + c] = s[r][c];
-}
-
-// R rows of A (from A) against all N rows of B, two columns at a time.
-template <size_t R, size_t N, size_t K>
-inline void dsp_rows(const std::int8_t* A, size_t lda, const std::int8_t* B, size_t ldb, std::int32_t* C, size_t ldc, const std::int32_t* bias) {
-  constexpr size_t KW = K / 4;
-  std::int32_t spread[R * KW * 2 + 1];
-  for (size_t r = 0; r < R; ++r)
-    for (size_t k = 0; k < KW; ++k) {
-      const std::int32_t w = dsp_word(A + r * lda + 4 * k);
-      spread[(r * KW + k) * 2] = __sxtb16(w), spread[(r * KW + k) * 2 + 1] = dsp_odd(w);
-    }
-  for (size_t j = 0; j + 2 <= N; j += 2) dsp_block<R, 2, K>(spread, A, lda, B + j * ldb, ldb, C + j, ldc, bias ? bias + j : nullptr);
-  if constexpr (N % 2 != 0) dsp_block<R, 1, K>(spread, A, lda, B + (N - 1) * ldb, ldb, C + N - 1, ldc, bias ? bias + N - 1 : nullptr);
-}
-#endif
-
-#if STFORMER_HELIUM
-// Helium: VMLADAVA adds the 16 products of two vectors of 16 int8 to an int32 accumulator, so
-// a dot product along K takes K/16 of them; a block of R rows × CN columns of C (R ≤ 4,
-// CN ≤ 2) loads each vector once. A K that is not a multiple of 16 ends with predicated loads
-// (zeros past K, nothing read there).
-template <size_t R, size_t CN, size_t K>
-inline void mve_block(const std::int8_t* A, size_t lda, const std::int8_t* B, size_t ldb, std::int32_t* C, size_t ldc,
-                      const std::int32_t* bias) {
-  std::int32_t s[R][CN];
-  for (size_t r = 0; r < R; ++r)
-    for (size_t c = 0; c < CN; ++c) s[r][c] = bias ? bias[c] : 0;
-  for (size_t k = 0; k < K; k += 16) {
-    int8x16_t a[R], b[CN];
-    if (K % 16 == 0 || k + 16 <= K) {
-      for (size_t r = 0; r < R; ++r) a[r] = vld1q_s8(A + r * lda + k);
-      for (size_t c = 0; c < CN; ++c) b[c] = vld1q_s8(B + c * ldb + k);
-    } else {
-      const mve_pred16_t p = vctp8q(std::uint32_t(K - k));
-      for (size_t r = 0; r < R; ++r) a[r] = vldrbq_z_s8(A + r * lda + k, p);
-      for (size_t c = 0; c < CN; ++c) b[c] = vldrbq_z_s8(B + c * ldb + k, p);
-    }
-    for (size_t r = 0; r < R; ++r)
-      for (size_t c = 0; c < CN; ++c) s[r][c] = vmladavaq_s8(s[r][c], a[r], b[c]);
-  }
-  for (size_t r = 0; r < R; ++r)
-    for (size_t c = 0; c < CN; ++c) C[r * ldc + c] = s[r][c];
-}
-#endif
-
-#if STFORMER_SIMD && defined(__AVX2__)
-// The 8 sums of the 8 int32 lanes of a[0..7], as one vector: hsum(a[r]) in lane r.
-inline __m256i hsums8(const __m256i* a) {
-  const __m256i s01 = _mm256_hadd_epi32(a[0], a[1]), s23 = _mm256_hadd_epi32(a[2], a[3]);
-  const __m256i s45 = _mm256_hadd_epi32(a[4], a[5]), s67 = _mm256_hadd_epi32(a[6], a[7]);
-  const __m256i s0123 = _mm256_hadd_epi32(s01, s23), s4567 = _mm256_hadd_epi32(s45, s67);  // [lo halves | hi halves]
-  return _mm256_add_epi32(_mm256_permute2x128_si256(s0123, s4567, 0x20), _mm256_permute2x128_si256(s0123, s4567, 0x31));
-}
-
-// One int16 row a [K] against 8 int8 rows of B: c[r] = bias[r] + Σ_k a[k]·B[r, k]. B's rows are
-// widened to int16 as they are read (vpmovsxbw), 16 products per vpmaddwd (vpdpwssd with
-// AVX-512 VNNI) into int32 pairs, the 8 accumulators summed at the end (hsums8); the last K % 16
-// entries one by one. Exact, as the plain loop (|pair| ≤ 2·128·32768 < 2^31). B's rows are
-// asked for 16 KB ahead: one row through a large weight (a language model's head) is bound by
-// reading it, as matmul_nt's nt_tile.
-template <size_t K>
-inline void i16_rows8(const std::int16_t* a, const std::int8_t* B, size_t ldb, std::int32_t* c, const std::int32_t* bias) {
-  constexpr size_t K16 = K / 16 * 16;
-  __m256i acc[8];
-  for (auto& v : acc) v = _mm256_setzero_si256();
-  for (size_t k = 0; k < K16; k += 16) {
-    const __m256i x = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a + k));
-    for (size_t r = 0; r < 8; ++r) {
-      if (k % 64 == 0) __builtin_prefetch(reinterpret_cast<const void*>(reinterpret_cast<std::uintptr_t>(B + r * ldb + k) + 16384));
-      const __m256i w = _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(B + r * ldb + k)));
-#if defined(__AVX512VNNI__) && defined(__AVX512VL__)
-      acc[r] = _mm256_dpwssd_epi32(acc[r], w, x);
-#else
-      acc[r] = _mm256_add_epi32(acc[r], _mm256_madd_epi16(w, x));
-#endif
-    }
-  }
-  alignas(32) std::int32_t s[8];
-  _mm256_store_si256(reinterpret_cast<__m256i*>(s), hsums8(acc));
-  for (size_t r = 0; r < 8; ++r) {
-    for (size_t k = K16; k < K; ++k) s[r] += std::int32_t(a[k]) * std::int32_t(B[r * ldb + k]);
-    c[r] = s[r] + (bias ? bias[r] : 0);
-  }
-}
-#endif
-
-#if STFORMER_SIMD && defined(__ARM_NEON) && defined(__aarch64__)
-// The same on NEON, 4 rows of B at a time: B's rows widened (vmovl_s8), 8 products per two
-// vmlal_s16 into int32, each row's 4 lanes summed at the end (vaddvq_s32).
-template <size_t K>
-inline void i16_rows4(const std::int16_t* a, const std::int8_t* B, size_t ldb, std::int32_t* c, const std::int32_t* bias) {
-  constexpr size_t K8 = K / 8 * 8;
-  int32x4_t acc[4];
-  for (auto& v : acc) v = vdupq_n_s32(0);
-  for (size_t k = 0; k < K8; k += 8) {
-    const int16x8_t x = vld1q_s16(a + k);
-    for (size_t r = 0; r < 4; ++r) {
-      const int16x8_t w = vmovl_s8(vld1_s8(B + r * ldb + k));
-      acc[r] = vmlal_high_s16(vmlal_s16(acc[r], vget_low_s16(w), vget_low_s16(x)), w, x);
-    }
-  }
-  for (size_t r = 0; r < 4; ++r) {
-    std::int32_t s = vaddvq_s32(acc[r]);
-    for (size_t k = K8; k < K; ++k) s += std::int32_t(a[k]) * std::int32_t(B[r * ldb + k]);
-    c[r] = s + (bias ? bias[r] : 0);
-  }
-}
-#endif
-
+// C[i, j] = bias[j] + Σ_k A[i, k]·B[j, k]: the backend's dot_rows takes the columns it can, then
+// one dot product at a time (the plain backend's product, and int16 rows' where no backend takes them).
 template <size_t M, size_t N, size_t K, class TA>
 inline void dot_products(const TA* A, size_t lda, const std::int8_t* B, size_t ldb, std::int32_t* C, size_t ldc, const std::int32_t* bias) {
-  size_t j0 = 0;  // B's rows [0, j0) done by a vector path, the rest by the loop at the end
-#if STFORMER_SIMD && defined(__AVX2__)
-  if constexpr (std::is_same_v<TA, std::int16_t> && K >= 16) {  // int16 rows: 8 rows of B at a time
-    j0 = N / 8 * 8;
-    for (size_t i = 0; i < M; ++i)
-      for (size_t j = 0; j < j0; j += 8) i16_rows8<K>(A + i * lda, B + j * ldb, ldb, C + i * ldc + j, bias ? bias + j : nullptr);
-  }
-#elif STFORMER_SIMD && defined(__ARM_NEON) && defined(__aarch64__)
-  if constexpr (std::is_same_v<TA, std::int16_t> && K >= 8) {  // int16 rows: 4 rows of B at a time
-    j0 = N / 4 * 4;
-    for (size_t i = 0; i < M; ++i)
-      for (size_t j = 0; j < j0; j += 4) i16_rows4<K>(A + i * lda, B + j * ldb, ldb, C + i * ldc + j, bias ? bias + j : nullptr);
-  }
-#endif
-#if STFORMER_HELIUM
-  if constexpr (std::is_same_v<TA, std::int8_t>) {
-    constexpr size_t RB = 4;  // rows of A at a time
-    const auto rows = [&]<size_t R>(size_t i) {
-      for (size_t j = 0; j + 2 <= N; j += 2) mve_block<R, 2, K>(A + i * lda, lda, B + j * ldb, ldb, C + i * ldc + j, ldc, bias ? bias + j : nullptr);
-      if constexpr (N % 2 != 0)
-        mve_block<R, 1, K>(A + i * lda, lda, B + (N - 1) * ldb, ldb, C + i * ldc + N - 1, ldc, bias ? bias + N - 1 : nullptr);
-    };
-    for (size_t i = 0; i + RB <= M; i += RB) rows.template operator()<RB>(i);
-    if constexpr (M % RB != 0) rows.template operator()<M % RB>(M / RB * RB);
-    return;
-  }
-#elif STFORMER_ARM_DSP
-  if constexpr (std::is_same_v<TA, std::int8_t>) {
-    constexpr size_t RB = 4;  // rows of A at a time
-    for (size_t i = 0; i + RB <= M; i += RB) dsp_rows<RB, N, K>(A + i * lda, lda, B, ldb, C + i * ldc, ldc, bias);
-    if constexpr (M % RB != 0) dsp_rows<M % RB, N, K>(A + M / RB * RB * lda, lda, B, ldb, C + M / RB * RB * ldc, ldc, bias);
-    return;
-  }
-#endif
+  const size_t j0 = dot_rows<M, N, K>(A, lda, B, ldb, C, ldc, bias);  // B's rows [0, j0), for every row of A
   for (size_t i = 0; i < M; ++i)
     for (size_t j = j0; j < N; ++j) {
       std::int32_t s = bias ? bias[j] : 0;
       for (size_t k = 0; k < K; ++k) s += std::int32_t(A[i * lda + k]) * std::int32_t(B[j * ldb + k]);
       C[i * ldc + j] = s;
     }
-}
-
-// x held in a register: q_tile's vectors of B are loaded once, not folded by GCC into each row's
-// instruction (kernels::in_register in vec.hpp), and its accumulators stay where they are
-// instead of being copied between registers every step. No result changes.
-inline qv pinned(qv x) {
-#if STFORMER_SIMD && defined(__AVX2__)
-  asm("" : "+v"(x.v));
-#endif
-  return x;
 }
 
 // R rows × NV vectors of C (int32, ld ldc) = add + (first ? 0 : C) + the product of one block of
@@ -568,41 +198,13 @@ template <size_t R, size_t NV, size_t KG>
 // The panel of B's columns j0 … j0 + cols − 1 (cols ≤ NP) and entries k0 … k0 + kn − 1 for
 // q_tile: panel[(g·NP + j)·G + e] = B[j0 + j, k0 + g·G + e] (as qv::qb), 0 past column cols or
 // entry kn, kg = ⌈kn / G⌉ groups; add[j] = bias[j0 + j] (when given) − a_offset · Σ_k of that
-// row of B. Where a group is one 32-bit word (G entries of qb: every x86 form), 8 columns × 8
-// groups at a time are an 8 × 8 transpose of words in AVX2 registers.
+// row of B. The backend's pack_words may pack a part first (x86: 8 columns × 8 groups at a time).
 template <size_t NP>
 inline void pack_panel(const std::int8_t* B, size_t ldb, size_t cols, size_t kn, size_t kg, const std::int32_t* bias, qv::qb* panel,
                        std::int32_t* add) {
   constexpr size_t G = qv::G;
-  size_t j = 0, g8 = 0;
-#if STFORMER_SIMD && defined(__AVX2__)
-  if constexpr (G * sizeof(qv::qb) == 4 && NP % 8 == 0) {
-    g8 = kn / (8 * G) * 8;  // groups done 8 at a time
-    for (; j + 8 <= cols; j += 8)
-      for (size_t g = 0; g < g8; g += 8) {
-        __m256i r[8], t[8], u[8];
-        for (size_t c = 0; c < 8; ++c) {  // column j + c's 8 groups as 8 words
-          const std::int8_t* b = B + (j + c) * ldb + g * G;
-          if constexpr (sizeof(qv::qb) == 2)
-            r[c] = _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(b)));
-          else
-            r[c] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b));
-        }
-        for (size_t c = 0; c < 8; c += 2) t[c] = _mm256_unpacklo_epi32(r[c], r[c + 1]), t[c + 1] = _mm256_unpackhi_epi32(r[c], r[c + 1]);
-        for (size_t c = 0; c < 8; c += 4)
-          for (size_t h = 0; h < 2; ++h)
-            u[c + h] = _mm256_unpacklo_epi64(t[c + h], t[c + h + 2]), u[c + h + 2] = _mm256_unpackhi_epi64(t[c + h], t[c + h + 2]);
-        // u[0 … 3]: groups (0, 4), (2, 6), (1, 5), (3, 7) of columns 0 … 3 (low and high halves); u[4 … 7] of columns 4 … 7
-        constexpr int order[4] = {0, 2, 1, 3};
-        for (size_t q = 0; q < 4; ++q) {
-          const __m256i lo = _mm256_permute2x128_si256(u[order[q]], u[4 + order[q]], 0x20);
-          const __m256i hi = _mm256_permute2x128_si256(u[order[q]], u[4 + order[q]], 0x31);
-          _mm256_storeu_si256(reinterpret_cast<__m256i*>(panel + ((g + q) * NP + j) * G), lo);
-          _mm256_storeu_si256(reinterpret_cast<__m256i*>(panel + ((g + q + 4) * NP + j) * G), hi);
-        }
-      }
-  }
-#endif
+  const PackedPart done = pack_words<NP>(B, ldb, cols, kn, panel);
+  const size_t j = done.cols, g8 = done.groups;
   for (size_t c = 0; c < NP; ++c) {  // the rest: groups g8 … of columns done above, every group of the others
     qv::qb* out = panel + c * G;
     const std::int8_t* b = B + c * ldb;
@@ -621,19 +223,20 @@ inline void pack_panel(const std::int8_t* B, size_t ldb, size_t cols, size_t kn,
 }
 
 // C[M,N] = A[M,K] · B[N,K]ᵀ + bias[N] (bias may be null), all integers: A, B int8 (row-major,
-// ld lda, ldb), C int32 (ld ldc). SIMD builds take up to MC rows of A at a time and K in blocks
-// of at most KC: each block of those rows is prepared once (offset and widened), then B's
-// columns are packed in panels of NP (pack_panel) that meet every tile of TR rows. All on the
-// stack. The plain build takes dot products. The result is exact on every backend.
+// ld lda, ldb), C int32 (ld ldc). Backends with panels (tuning.q_panels: x86, NEON) take up to
+// MC rows of A at a time and K in blocks of at most KC: each block of those rows is prepared once
+// (offset and widened), then B's columns are packed in panels of NP (pack_panel) that meet every
+// tile of TR rows. All on the stack. The others take dot products (dot_products). The result is
+// exact on every backend.
 template <size_t M, size_t N, size_t K>
 inline void qmatmul_nt(const std::int8_t* A, size_t lda, const std::int8_t* B, size_t ldb, std::int32_t* C, size_t ldc,
                        const std::int32_t* bias = nullptr) {
-  if constexpr (qv::lanes == 1 || STFORMER_HELIUM) {
+  if constexpr (!tuning.q_panels) {
     detail::dot_products<M, N, K>(A, lda, B, ldb, C, ldc, bias);
   } else {
-    constexpr size_t L = qv::lanes, G = qv::G, NVmax = L >= 16 ? 4 : 2;
-    constexpr size_t NV = (N + L - 1) / L < NVmax ? (N + L - 1) / L : NVmax, NP = NV * L, TR = 6;
-    constexpr size_t KC = K < 256 ? K : 256, KGC = (KC + G - 1) / G;  // a block: KC entries of K in KGC groups
+    constexpr size_t L = qv::lanes, G = qv::G, NVmax = tuning.q_panel_vectors;
+    constexpr size_t NV = (N + L - 1) / L < NVmax ? (N + L - 1) / L : NVmax, NP = NV * L, TR = tuning.q_tile_rows;
+    constexpr size_t KC = K < tuning.q_block_k ? K : tuning.q_block_k, KGC = (KC + G - 1) / G;  // a block: KC entries of K in KGC groups
     constexpr size_t MC = TR * (64 / TR), RA = M < MC ? M : MC;         // rows of A at a time
     alignas(64) qv::qb panel[KGC * NP * G];
     alignas(64) qv::qa rows[RA * KGC * G];
@@ -740,33 +343,6 @@ inline void qmatmul_nn(const std::int8_t* A, size_t lda, const std::int16_t* B, 
   }
 }
 
-// y[0 … lanes − 1] = x's lanes as Out (int8, int16 or int32), each already within Out's range.
-template <class Out>
-inline void store_as(Out* y, qv x) {
-  if constexpr (sizeof(Out) == 4) {
-    qv::store(reinterpret_cast<std::int32_t*>(y), x);
-#if STFORMER_SIMD && defined(__AVX512BW__)
-  } else if constexpr (sizeof(Out) == 1) {
-    _mm_storeu_si128(reinterpret_cast<__m128i*>(y), _mm512_cvtepi32_epi8(x.v));
-  } else if constexpr (sizeof(Out) == 2) {
-    _mm256_storeu_si256(reinterpret_cast<__m256i*>(y), _mm512_cvtepi32_epi16(x.v));
-#elif STFORMER_SIMD && defined(__AVX2__)
-  } else if constexpr (sizeof(Out) <= 2) {
-    const __m256i w = _mm256_packs_epi32(x.v, x.v);  // int16: lanes 0-3 twice, then 4-7 twice
-    if constexpr (sizeof(Out) == 1) {
-      const __m256i b = _mm256_packs_epi16(w, w);
-      _mm_storel_epi64(reinterpret_cast<__m128i*>(y), _mm_unpacklo_epi32(_mm256_castsi256_si128(b), _mm256_extracti128_si256(b, 1)));
-    } else {
-      _mm_storeu_si128(reinterpret_cast<__m128i*>(y), _mm_unpacklo_epi64(_mm256_castsi256_si128(w), _mm256_extracti128_si256(w, 1)));
-    }
-#endif
-  } else {
-    std::int32_t v[qv::lanes];
-    qv::store(v, x);
-    for (size_t l = 0; l < qv::lanes; ++l) y[l] = Out(v[l]);
-  }
-}
-
 // y[r, c] = clamp(zero + apply(x[r, c], q[c], shift[c]), lo, hi) for rows × channels entries,
 // with one multiplier per channel (an output column of a product; Multiplier's fields as two
 // arrays, so that a vector of channels loads at once). The same integers on every backend;
@@ -781,6 +357,18 @@ inline void requantize(const std::int32_t* x, size_t rows, size_t channels, cons
       store_as(y + c, qv::clamp_add(qv::apply(qv::load_acc(x + c), qv::load_acc(q + c), qv::load_acc(shift + c)), zero, lo, hi));
     for (size_t c = whole; c < channels; ++c) y[c] = Out(std::clamp(apply(x[c], q[c], shift[c]), lo - zero, hi - zero) + zero);
   }
+}
+
+// Y[M,N] = clamp(zero + apply(A·Bᵀ + bias, q[c], shift[c]), lo, hi) for each output column c
+// (QLinear's layer: qmatmul_nt, then requantize). Backends that requantize in the product's
+// registers (fused_rows: the DSP backend) write Y directly; the others take the product into
+// the scratch C [M, N] (int32), then requantize it. The same integers either way.
+template <size_t M, size_t N, size_t K, class TA, class Out>
+inline void qlinear(const TA* A, size_t lda, const std::int8_t* B, size_t ldb, const std::int32_t* bias, const Requantization& rq, Out* Y,
+                    std::int32_t* C) {
+  if (fused_rows<M, N, K>(A, lda, B, ldb, bias, rq, Y)) return;
+  qmatmul_nt<M, N, K>(A, lda, B, ldb, C, N, bias);
+  requantize(C, M, N, rq.q, rq.shift, rq.zero, rq.lo, rq.hi, Y);
 }
 
 // The same for n entries under one multiplier m (a row's: ScaleNorm's g/‖x‖, softmax's V/Σe).

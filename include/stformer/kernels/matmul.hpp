@@ -38,11 +38,6 @@ inline void transpose(const float* src, size_t lds, size_t rows, float* dst, siz
 
 namespace detail {
 
-// AVX2 (8 floats a vector) has 16 vector registers: the register tiles below are sized for
-// them. Other builds keep the tiles measured on their own cores (AVX-512 and aarch64 NEON have
-// 32; the plain and Helium builds' instruction counts were measured with these).
-inline constexpr bool sixteen_registers = W == 8;
-
 template <size_t R, size_t C, size_t K, bool Relu>
 inline void nt_tile(const float* A, size_t lda, const float* B, size_t ldb, float* Cm, size_t ldc,
                     float alpha, const float* bias) {
@@ -73,15 +68,15 @@ inline void nt_tile(const float* A, size_t lda, const float* B, size_t ldb, floa
     }
 }
 
-// C[M,N] by dot products along K, in tiles of TR rows of A × TC rows of B (16 chains with
-// AVX-512: 4 × 4, 2 × 8, 1 × 16; 8 otherwise: 4 × 4, 2 × 4, 1 × 8, and with AVX2's 16
-// registers 4 × 2, so that the accumulators, A's TR vectors and B's fit);
+// C[M,N] by dot products along K, in tiles of TR rows of A × TC rows of B: tuning.nt_chains
+// chains, TC at least tuning.nt_least_cols (AVX-512: 4 × 4, 2 × 8, 1 × 16; AVX2: 4 × 2, 2 × 4,
+// 1 × 8, so that the accumulators, A's TR vectors and B's fit its 16 registers);
 // the rows of B are the outer loop, so that B (a large weight) streams through once while A
 // stays in cache.
 template <size_t M, size_t N, size_t K, bool Relu>
 inline void nt_dots(const float* A, size_t lda, const float* B, size_t ldb, float* C, size_t ldc, float alpha,
                     const float* bias) {
-  constexpr size_t TR = M < 4 ? M : 4, chains = W >= 16 ? 16 : 8, TC = sixteen_registers || chains / TR > 4 ? chains / TR : 4;
+  constexpr size_t TR = M < 4 ? M : 4, TC = std::max(tuning.nt_chains / TR, tuning.nt_least_cols);
   auto rows = [&]<size_t Cn>(size_t j) {
     size_t i = 0;
     for (; i + TR <= M; i += TR) nt_tile<TR, Cn, K, Relu>(A + i * lda, lda, B + j * ldb, ldb, C + i * ldc + j, ldc, alpha, bias ? bias + j : nullptr);
@@ -112,9 +107,8 @@ template <size_t R, size_t NV, size_t K, bool Acc>
     for (size_t v = 0; v < NV; ++v) store(C + r * ldc + v * W, acc[r][v]);
 }
 
-// Vectors per nn tile: 4, and 2 with AVX2's 16 registers (R·TV accumulators, TV of B and A's
-// broadcast must fit).
-inline constexpr size_t nn_vectors = sixteen_registers ? 2 : 4;
+// Vectors per nn tile (R·TV accumulators, TV of B and A's broadcast must fit the registers).
+inline constexpr size_t nn_vectors = tuning.nn_vectors;
 
 template <size_t R, size_t N, size_t K, bool Acc>
 inline void nn_rows(const float* A, size_t ars, size_t aks, const float* B, size_t ldb, float* C, size_t ldc) {
@@ -131,19 +125,14 @@ inline void nn_rows(const float* A, size_t ars, size_t aks, const float* B, size
 }
 
 // Rows per register tile when a tile is `vectors` vectors wide (at most nn_vectors) and K long:
-// enough independent multiply-add chains to keep both vector pipes busy, within the registers.
-// With AVX-512: 16 chains, and tiles 4 vectors wide take 6 rows (24 accumulators, as matmul_nt's
-// panels: 3% faster than 4 rows on a 64 × 64 × 64 product), at any K (the attention's 16-wide
-// heads, q_h k_hᵀ with K = 16, included). With AVX2's 16 registers: 6 rows of 2 vectors (12
-// accumulators, 2 of B, 1 broadcast), 8 rows of one. Otherwise 8 chains. Without AVX-512, short
-// chains (K < 32) measured faster in 4-row tiles.
+// enough independent multiply-add chains to keep both vector pipes busy, within the registers
+// (the backend's table: AVX-512's tiles 4 vectors wide take 6 rows, 24 accumulators as the
+// panels, at any K; elsewhere short chains, K < 32, measured faster in 4-row tiles).
 // Each entry of C is the same chain of multiply-adds along K whatever the tile, so the tile
 // sizes do not change any result.
 constexpr size_t rows_per_tile(size_t vectors, size_t K) {
-  if (vectors == 0 || (K < 32 && W < 16)) return 4;
-  if (W >= 16) return vectors * 4 < 16 ? 16 / vectors : 6;
-  if (sixteen_registers) return vectors == 1 ? 8 : 6;
-  return vectors * 4 < 8 ? 8 / vectors : 4;
+  if (K < 32 && tuning.nn_rows_short) return tuning.nn_rows_short;
+  return tuning.nn_rows[vectors];
 }
 
 template <size_t M, size_t N, size_t K, bool Acc>
@@ -154,14 +143,14 @@ inline void nn_block(const float* A, size_t ars, size_t aks, const float* B, siz
   if constexpr (M % TR != 0) nn_rows<M % TR, N, K, Acc>(A + i * ars, ars, aks, B, ldb, C + i * ldc, ldc);
 }
 
-// Wide products over many rows with AVX2 (N ≥ 128, M ≥ 24, K ≥ 64): B taken a strip of
+// Wide products over many rows (tuning.nn_strips: AVX2; N ≥ 128, M ≥ 24, K ≥ 64): B taken a strip of
 // nn_vectors·W columns at a time, copied contiguous (at most 256 × 16 floats, 16 KB), and every
 // row tile run over the strip.
 // Read in place, a strip of a B whose rows are a power of two apart (512 B at N = 128, 2 KB at
 // N = 512) is one line per row, all in a few of the L1 cache's sets, and evicts itself between
 // row tiles. Each entry of C is the same chain along K, so this changes no result.
 template <size_t M, size_t N, size_t K>
-inline constexpr bool by_strips = sixteen_registers && M >= 24 && K >= 64 && N % (nn_vectors * W) == 0 && N >= 128;
+inline constexpr bool by_strips = tuning.nn_strips && M >= 24 && K >= 64 && N % (nn_vectors * W) == 0 && N >= 128;
 
 // Long K (a weight gradient sums over every row of the batch) is taken in chunks of KC, so that
 // the chunk of A and B stays in cache while every tile of C passes over it (the first chunk
@@ -245,13 +234,12 @@ inline void pack_panel(const float* B, size_t ldb, size_t cols, float* panel) {
 
 }  // namespace detail
 
-// matmul_nt's SIMD path packs Bᵀ in panels of NP columns (NP/W vectors: 4 with AVX-512, 2 with
-// fewer registers, fewer for narrow outputs), zero beyond column N. `packs<Of>`: a product of Of
-// rows takes that path.
+// matmul_nt's vector path packs Bᵀ in panels of NP columns (NP/W vectors: tuning.panel_vectors,
+// fewer for narrow outputs), zero beyond column N. `packs<Of>`: a product of Of rows takes that path.
 template <size_t Of>
-inline constexpr bool packs = W > 1 && Of >= 8;
+inline constexpr bool packs = tuning.nt_panels && Of >= 8;
 template <size_t N>
-inline constexpr size_t panel_width = std::min<size_t>((N + W - 1) / W, W >= 16 ? 4 : 2) * W;
+inline constexpr size_t panel_width = std::min<size_t>((N + W - 1) / W, tuning.panel_vectors) * W;
 
 // Bᵀ [K, N] in matmul_nt's panels, packed once for a product taken in several calls (the row
 // tiles of a forward-only layer): panel j holds columns [j·NP, (j+1)·NP) as [K, NP], so that a
@@ -272,10 +260,10 @@ struct PanelsNT {
 // (B's entries broadcast against rows of Aᵀ, its M columns padded to whole vectors), NC rows of B
 // at a time, alpha and the bias applied to Cᵀ's rows, then transposed into C. Each entry is the
 // same chain of multiply-adds along K as on the panels, and the same fma with alpha and the bias:
-// the same bits. x86 only (AVX2, AVX-512), from 2 vectors of rows (one was slower than the
-// panels), with Aᵀ at most 64 KB on the stack.
+// the same bits. Where tuning.nt_transposes (x86), from 2 vectors of rows (one was slower than
+// the panels), with Aᵀ at most 64 KB on the stack.
 template <size_t Of, size_t N, size_t K>
-inline constexpr bool transposes = W >= 8 && Of <= 32 && Of >= 2 * W && Of * (N + K) < N * K && K * 32 <= 16384;
+inline constexpr bool transposes = tuning.nt_transposes && Of <= 32 && Of >= 2 * W && Of * (N + K) < N * K && K * 32 <= 16384;
 
 namespace detail {
 
@@ -306,7 +294,7 @@ inline void nt_transposed(const float* A, size_t lda, const float* B, size_t ldb
 }  // namespace detail
 
 // C[M,N] = alpha · A[M,K] · B[N,K]ᵀ (+ bias[N]), then max(·, 0) when Relu (FeedForward's first
-// layer, fused). SIMD builds pack Bᵀ in panels of NP columns and at most KC rows of K (on the
+// layer, fused). Vector builds pack Bᵀ in panels of NP columns and at most KC rows of K (on the
 // stack: 32 KB with AVX-512, 128 rows of 64 floats, and with AVX2, 512 rows of 16; it stays in
 // the L1 cache while every row of A passes over it, and fewer blocks of K mean fewer passes over
 // C), or read them from `panels` (B packed beforehand), and broadcast A's entries against them,
@@ -327,16 +315,15 @@ inline void matmul_nt(const float* A, size_t lda, const float* B, size_t ldb, fl
   } else {
     if constexpr (transposes<Of, N, K>)
       if (!panels) return detail::nt_transposed<M, N, K, Relu>(A, lda, B, ldb, C, ldc, alpha, bias);
-    constexpr size_t NPused = panel_width<N>, NVused = NPused / W, TR = 6, KCmax = detail::sixteen_registers ? 512 : 128, KC = K < KCmax ? K : KCmax, NB = K / KC, KT = K % KC;
+    constexpr size_t NPused = panel_width<N>, NVused = NPused / W, TR = 6, KCmax = tuning.panel_k, KC = K < KCmax ? K : KCmax, NB = K / KC, KT = K % KC;
     // The rows past the last whole tile go one each into the first tiles when those still fit
     // the registers (accumulators, B's vectors, A's broadcast): a short last tile has too few
     // independent chains to hide the multiply-add latency.
-    constexpr size_t registers = W >= 16 ? 32 : 16;
-    constexpr bool spread = M % TR != 0 && M % TR <= M / TR && (TR + 1) * NVused + NVused + 1 <= registers;
-    // Otherwise a last tile of 1–3 rows and the whole tile before it are taken as two tiles of
-    // 3–5 rows with AVX2 (32 rows as 6, 6, 6, 6, 4, 4 rather than 6, 6, 6, 6, 6, 2; with AVX-512
-    // a 2-row tile still has 8 chains, and this measured slower).
-    constexpr bool balance = !spread && detail::sixteen_registers && M % TR != 0 && M % TR < 4 && M > TR;
+    constexpr bool spread = M % TR != 0 && M % TR <= M / TR && (TR + 1) * NVused + NVused + 1 <= tuning.registers;
+    // Otherwise, where tuning.balance_tail (AVX2), a last tile of 1–3 rows and the whole tile
+    // before it are taken as two tiles of 3–5 rows (32 rows as 6, 6, 6, 6, 4, 4 rather than 6, 6,
+    // 6, 6, 6, 2; with AVX-512 a 2-row tile still has 8 chains, and this measured slower).
+    constexpr bool balance = !spread && tuning.balance_tail && M % TR != 0 && M % TR < 4 && M > TR;
     alignas(64) float local[KC * NPused];
     alignas(64) float bias_panel[NPused];
     for (size_t j0 = 0; j0 < N; j0 += NPused) {

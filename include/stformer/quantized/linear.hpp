@@ -156,8 +156,8 @@ struct QLinear {
   void apply(const X* x, std::int32_t* acc, Y* y) const {
     static_assert(std::is_same_v<Y, std::int8_t> || std::is_same_v<Y, std::int16_t>, "QLinear::apply: int8 or int16 outputs");
     constexpr std::int32_t lo = std::numeric_limits<Y>::min(), hi = std::numeric_limits<Y>::max();
-    accumulate<Rows>(x, acc);
-    kernels::requantize(acc, Rows, Out, requant.multiplier.data(), requant.shift.data(), Relu ? lo : 0, lo, hi, y);
+    kernels::qlinear<Rows, Out, In>(x, In, weight.data(), In, bias.data(), {requant.multiplier.data(), requant.shift.data(), Relu ? lo : 0, lo, hi},
+                                    y, acc);
   }
 
   // h [Rows, Out] (int16) += the layer on x, or its ReLU when Relu, or h = the layer when Set

@@ -4,7 +4,7 @@
 // leave A's and B's rows unaligned, with and without bias, all-extreme values), and the
 // requantization, one value (apply) and a block of channels (requantize, vectors with Helium),
 // against TFLite's formula in 64 bits on random and edge inputs (accumulators past 2^30 take
-// apply's other path). Exit 0 when every integer is the same.
+// apply's other path), and both together (qlinear). Exit 0 when every integer is the same.
 #include <algorithm>
 #include <cstdint>
 
@@ -43,6 +43,29 @@ std::int32_t reference(std::int32_t x, std::int32_t q, int shift) {
   return std::int32_t((h + ((std::int64_t(1) << right) >> 1) - (h < 0 && right > 0)) >> right);
 }
 
+// qlinear (QLinear's product and requantization, fused on the DSP backend) against the reference
+// loops: int8 or int16 outputs around a random zero point, multipliers with positive shifts too
+// (accumulators past 2^30 after the left shift take the 64-bit path), and a narrower clamp
+// (the unfused path).
+template <size_t M, size_t N, size_t K, class Out>
+void linear(size_t lda, std::int32_t lo, std::int32_t hi) {
+  static std::int32_t q[N], shift[N], scratch[M * N];
+  static Out y[M * N];
+  for (size_t i = 0; i < M * lda; ++i) A[i] = std::int8_t(next() >> 24);
+  for (size_t i = 0; i < N * K; ++i) B[i] = std::int8_t(next() >> 24);
+  for (size_t j = 0; j < N; ++j)
+    bias[j] = std::int32_t(next()) >> 12, q[j] = std::int32_t((1u << 30) | (next() >> 2)), shift[j] = std::int32_t(next() % 40) - 31;
+  const std::int32_t zero = std::int32_t(next() % 256) - 128;
+  stformer::kernels::qlinear<M, N, K>(A, lda, B, K, bias, {q, shift, zero, lo, hi}, y, scratch);
+  for (size_t i = 0; i < M; ++i)
+    for (size_t j = 0; j < N; ++j) {
+      std::int32_t s = bias[j];
+      for (size_t k = 0; k < K; ++k) s += std::int32_t(A[i * lda + k]) * B[j * K + k];
+      const std::int32_t want = std::clamp(reference(s, q[j], shift[j]), lo - zero, hi - zero) + zero;
+      failures += y[i * N + j] != want, ++checked;
+    }
+}
+
 }  // namespace
 
 extern "C" int firmware_main() {
@@ -57,6 +80,12 @@ extern "C" int firmware_main() {
   product<50, 50, 16>(17, 19, true, false);
   product<6, 64, 19>(21, 19, false, false);
   product<9, 11, 64>(64, 64, false, true);
+  for (int round = 0; round < 4; ++round) {
+    linear<9, 13, 37, std::int8_t>(39, -128, 127);
+    linear<4, 16, 64, std::int8_t>(64, -128, 127);
+    linear<6, 7, 16, std::int16_t>(17, INT16_MIN, INT16_MAX);
+    linear<5, 8, 12, std::int8_t>(12, -100, 90);
+  }
   const size_t products = checked, product_failures = failures;
   const std::int32_t edges[] = {0, 1, -1, (1 << 30) - 1, 1 << 30, -(1 << 30), -(1 << 30) - 1, INT32_MAX, INT32_MIN, 12345, -12345};
   for (std::int32_t x : edges)
@@ -81,7 +110,7 @@ extern "C" int firmware_main() {
     }
   }
   write("int8 kernels (");
-  write(STFORMER_HELIUM ? "Helium: VMLADAVA, VQRDMULH" : STFORMER_ARM_DSP ? "DSP: SMLAD, SMMULR" : "plain C++");
+  write(stformer::kernels::qv::name());
   write("): "), write(products), write(" products, "), write(product_failures), write(" differ; "), write(checked - products),
       write(" requantizations, "), write(failures - product_failures), write(" differ\n");
   return failures == 0 ? 0 : 1;
