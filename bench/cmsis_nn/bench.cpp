@@ -20,7 +20,8 @@
 //              CMSIS-NN: arm_nn_mat_mult_nt_t_s8_s32, which adds into its output, so the memset
 //              that zeroes it is counted. stformer: qmatmul_nt without bias.
 //   scores_s8  the same product requantized to int8 with one multiplier (TFLite's BATCH_MATMUL).
-//              CMSIS-NN: arm_batch_matmul_s8. stformer: qmatmul_nt, then requantize.
+//              CMSIS-NN: arm_batch_matmul_s8. stformer: qlinear with one multiplier
+//              (per_channel false).
 //   softmax    50 rows of 50 on the same real scores x = (8/127)·x_q. CMSIS-NN: arm_softmax_s8
 //              (TFLite's int8 softmax, outputs at scale 1/256, zero point −128). stformer:
 //              softmax_u8 per row (numerators e − 128, e = 255·2^(−u/256), returns Σe) and the
@@ -232,8 +233,8 @@ void scores_cmsis_s8() {
   arm_batch_matmul_s8(&ctx, &params, &quant, &lhs, X, &rhs, W, &out, out_fc);
 }
 void scores_stformer_s8() {
-  k::qmatmul_nt<Nq, Nq, Dh>(X, Dh, W, Dh, acc, Nq);
-  k::requantize(acc, Nq * Nq, bmm_m, 0, -128, 127, out_s);
+  const std::int32_t q = bmm_m.q, shift = bmm_m.shift;
+  k::qlinear<Nq, Nq, Dh>(X, Dh, W, Dh, nullptr, {&q, &shift, 0, -128, 127, false}, out_s, acc);
 }
 
 void scores_run(unsigned reps) {

@@ -359,25 +359,33 @@ inline void requantize(const std::int32_t* x, size_t rows, size_t channels, cons
   }
 }
 
-// Y[M,N] = clamp(zero + apply(A·Bᵀ + bias, q[c], shift[c]), lo, hi) for each output column c
-// (QLinear's layer: qmatmul_nt, then requantize). Backends that requantize in the product's
-// registers (fused_rows: the DSP backend) write Y directly; the others take the product into
-// the scratch C [M, N] (int32), then requantize it. The same integers either way.
-template <size_t M, size_t N, size_t K, class TA, class Out>
-inline void qlinear(const TA* A, size_t lda, const std::int8_t* B, size_t ldb, const std::int32_t* bias, const Requantization& rq, Out* Y,
-                    std::int32_t* C) {
-  if (fused_rows<M, N, K>(A, lda, B, ldb, bias, rq, Y)) return;
-  qmatmul_nt<M, N, K>(A, lda, B, ldb, C, N, bias);
-  requantize(C, M, N, rq.q, rq.shift, rq.zero, rq.lo, rq.hi, Y);
-}
-
 // The same for n entries under one multiplier m (a row's: ScaleNorm's g/‖x‖, softmax's V/Σe).
 template <class Out>
 inline void requantize(const std::int32_t* x, size_t n, Multiplier m, std::int32_t zero, std::int32_t lo, std::int32_t hi, Out* y) {
   constexpr size_t L = qv::lanes;
   std::int32_t q[L], shift[L];
   std::fill_n(q, L, m.q), std::fill_n(shift, L, std::int32_t(m.shift));
-  for (size_t c = 0; c < n; c += L) requantize(x + c, 1, std::min(L, n - c), q, shift, zero, lo, hi, y + c);
+  const qv qq = qv::load_acc(q), ss = qv::load_acc(shift);
+  const size_t whole = n / L * L;  // entries in whole vectors
+  for (size_t c = 0; c < whole; c += L) store_as(y + c, qv::clamp_add(qv::apply(qv::load_acc(x + c), qq, ss), zero, lo, hi));
+  for (size_t c = whole; c < n; ++c) y[c] = Out(std::clamp(apply(x[c], m), lo - zero, hi - zero) + zero);
+}
+
+// Y[M,N] = clamp(zero + apply(A·Bᵀ + bias, q[c], shift[c]), lo, hi) for each output column c,
+// or one multiplier for all (rq.per_channel false: a batch matmul's): QLinear's layer.
+// Backends that requantize in the product's registers (fused_rows: DSP, Helium) write Y
+// directly; the others take the product into the scratch C [M, N] (int32), then requantize it.
+// The same integers either way. Y may be A (a layer in place, In = Out: an attention's
+// queries); then the product is taken first, as the fused tiles read A while they write Y.
+template <size_t M, size_t N, size_t K, class TA, class Out>
+inline void qlinear(const TA* A, size_t lda, const std::int8_t* B, size_t ldb, const std::int32_t* bias, const Requantization& rq, Out* Y,
+                    std::int32_t* C) {
+  if (static_cast<const void*>(Y) != static_cast<const void*>(A) && fused_rows<M, N, K>(A, lda, B, ldb, bias, rq, Y)) return;
+  qmatmul_nt<M, N, K>(A, lda, B, ldb, C, N, bias);
+  if (rq.per_channel)
+    requantize(C, M, N, rq.q, rq.shift, rq.zero, rq.lo, rq.hi, Y);
+  else
+    requantize(C, M * N, Multiplier{rq.q[0], int(rq.shift[0])}, rq.zero, rq.lo, rq.hi, Y);
 }
 
 }  // namespace stformer::kernels

@@ -43,12 +43,12 @@ std::int32_t reference(std::int32_t x, std::int32_t q, int shift) {
   return std::int32_t((h + ((std::int64_t(1) << right) >> 1) - (h < 0 && right > 0)) >> right);
 }
 
-// qlinear (QLinear's product and requantization, fused on the DSP backend) against the reference
-// loops: int8 or int16 outputs around a random zero point, multipliers with positive shifts too
-// (accumulators past 2^30 after the left shift take the 64-bit path), and a narrower clamp
-// (the unfused path).
+// qlinear (QLinear's product and requantization, fused on the DSP and Helium backends) against the
+// reference loops: int8 or int16 outputs around a random zero point, multipliers with positive shifts too
+// (accumulators past 2^30 after the left shift take the 64-bit path), a narrower clamp
+// (the unfused path), one multiplier for every column (a batch matmul's), and in place.
 template <size_t M, size_t N, size_t K, class Out>
-void linear(size_t lda, std::int32_t lo, std::int32_t hi) {
+void linear(size_t lda, std::int32_t lo, std::int32_t hi, bool per_channel = true) {
   static std::int32_t q[N], shift[N], scratch[M * N];
   static Out y[M * N];
   for (size_t i = 0; i < M * lda; ++i) A[i] = std::int8_t(next() >> 24);
@@ -56,13 +56,31 @@ void linear(size_t lda, std::int32_t lo, std::int32_t hi) {
   for (size_t j = 0; j < N; ++j)
     bias[j] = std::int32_t(next()) >> 12, q[j] = std::int32_t((1u << 30) | (next() >> 2)), shift[j] = std::int32_t(next() % 40) - 31;
   const std::int32_t zero = std::int32_t(next() % 256) - 128;
-  stformer::kernels::qlinear<M, N, K>(A, lda, B, K, bias, {q, shift, zero, lo, hi}, y, scratch);
+  stformer::kernels::qlinear<M, N, K>(A, lda, B, K, bias, {q, shift, zero, lo, hi, per_channel}, y, scratch);
   for (size_t i = 0; i < M; ++i)
     for (size_t j = 0; j < N; ++j) {
       std::int32_t s = bias[j];
       for (size_t k = 0; k < K; ++k) s += std::int32_t(A[i * lda + k]) * B[j * K + k];
-      const std::int32_t want = std::clamp(reference(s, q[j], shift[j]), lo - zero, hi - zero) + zero;
+      const size_t c = per_channel ? j : 0;
+      const std::int32_t want = std::clamp(reference(s, q[c], shift[c]), lo - zero, hi - zero) + zero;
       failures += y[i * N + j] != want, ++checked;
+    }
+}
+
+// qlinear in place (Y = A, In = Out: an attention's queries), K not a multiple of 4 or 16.
+template <size_t M, size_t K>
+void linear_in_place() {
+  static std::int32_t q[K], shift[K], scratch[M * K];
+  static std::int8_t x[M * K], y[M * K];
+  for (size_t i = 0; i < M * K; ++i) y[i] = x[i] = std::int8_t(next() >> 24);
+  for (size_t i = 0; i < K * K; ++i) B[i] = std::int8_t(next() >> 24);
+  for (size_t j = 0; j < K; ++j) bias[j] = std::int32_t(next()) >> 12, q[j] = std::int32_t((1u << 30) | (next() >> 2)), shift[j] = -std::int32_t(next() % 20);
+  stformer::kernels::qlinear<M, K, K>(y, K, B, K, bias, {q, shift, 0, -128, 127}, y, scratch);
+  for (size_t i = 0; i < M; ++i)
+    for (size_t j = 0; j < K; ++j) {
+      std::int32_t s = bias[j];
+      for (size_t k = 0; k < K; ++k) s += std::int32_t(x[i * K + k]) * B[j * K + k];
+      failures += y[i * K + j] != std::clamp<std::int32_t>(reference(s, q[j], shift[j]), -128, 127), ++checked;
     }
 }
 
@@ -85,6 +103,8 @@ extern "C" int firmware_main() {
     linear<4, 16, 64, std::int8_t>(64, -128, 127);
     linear<6, 7, 16, std::int16_t>(17, INT16_MIN, INT16_MAX);
     linear<5, 8, 12, std::int8_t>(12, -100, 90);
+    linear<7, 50, 16, std::int8_t>(16, -128, 127, false);
+    linear_in_place<5, 18>();
   }
   const size_t products = checked, product_failures = failures;
   const std::int32_t edges[] = {0, 1, -1, (1 << 30) - 1, 1 << 30, -(1 << 30), -(1 << 30) - 1, INT32_MAX, INT32_MIN, 12345, -12345};

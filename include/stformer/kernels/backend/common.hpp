@@ -69,12 +69,15 @@ template <size_t N, class F>
   [&]<size_t... i>(std::index_sequence<i...>) __attribute__((always_inline)) { (f(std::integral_constant<size_t, i>{}), ...); }(std::make_index_sequence<N>{});
 }
 
-// A product's requantization, one multiplier per output column c (kernels/int8.hpp's requantize):
-// y = clamp(zero + apply(x, q[c], shift[c]), lo, hi).
+// A product's requantization (kernels/int8.hpp's requantize): y = clamp(zero + apply(x, q[c],
+// shift[c]), lo, hi), one multiplier per output column c, or q[0], shift[0] for every column
+// when !per_channel (a batch matmul's one scale).
 struct Requantization {
   const std::int32_t* q;
   const std::int32_t* shift;
   std::int32_t zero, lo, hi;
+  bool per_channel = true;
+  size_t at(size_t c) const { return per_channel ? c : 0; }
 };
 
 // Columns of B done by the backend's part of pack_words (kernels/int8.hpp): columns [0, cols)

@@ -140,11 +140,14 @@ template <size_t M, size_t N, size_t K, class TA, class Out>
 inline bool fused_rows(const TA* A, size_t lda, const std::int8_t* B, size_t ldb, const std::int32_t* bias, const Requantization& rq, Out* Y) {
   if constexpr (std::is_same_v<TA, std::int8_t> && (std::is_same_v<Out, std::int8_t> || std::is_same_v<Out, std::int16_t>)) {
     if (rq.lo != std::numeric_limits<Out>::min() || rq.hi != std::numeric_limits<Out>::max()) return false;
-    detail::dsp_blocks<M>([&]<size_t R>(size_t i) {
-      detail::dsp_rows<R, N, K>(A + i * lda, lda, B, ldb, bias, [&](size_t j, const std::int32_t(&s)[R]) __attribute__((always_inline)) {
-        const detail::DspColumn col(rq.q[j], rq.shift[j]);
+    // copies, not references: the epilogue's constants stay in registers
+    const std::int32_t *q = rq.q, *shifts = rq.shift, zero = rq.zero;
+    const size_t step = rq.per_channel ? 1 : 0;
+    detail::dsp_blocks<M>([=]<size_t R>(size_t i) {
+      detail::dsp_rows<R, N, K>(A + i * lda, lda, B, ldb, bias, [=](size_t j, const std::int32_t(&s)[R]) __attribute__((always_inline)) {
+        const detail::DspColumn col(q[j * step], shifts[j * step]);
         unrolled<R>([&](auto r) __attribute__((always_inline)) {
-          const std::int32_t y = __qadd(col(s[r]), rq.zero);
+          const std::int32_t y = __qadd(col(s[r]), zero);
           Y[(i + r) * N + j] = Out(sizeof(Out) == 1 ? __ssat(y, 8) : __ssat(y, 16));
         });
       });
