@@ -6,10 +6,12 @@
 //   matmul_tn: C[M,N] (+)= A[K,M]ᵀ · B[K,N]                     dyᵀ·x (weight gradients)
 //   transpose: dst = srcᵀ                                        kᵀ for the scores, panels of Bᵀ
 //
-// All work in register tiles of fused multiply-add (fma) chains: matmul_nt broadcasts A's
-// entries against packed panels of Bᵀ, takes Cᵀ = B·Aᵀ by the nn tiles for 2W to 32 rows, or
-// for fewer rows accumulates dot products along K and reduces them at the end; matmul_nn/tn
-// broadcast A[i,k] against rows of B (rows_per_tile).
+// All work in register tiles of fused multiply-add (fma) chains, their loops over rows and
+// vectors written out at compile time (unrolled, backend/common.hpp), so that the accumulators
+// are registers at -O2 and -Os too: matmul_nt broadcasts A's entries against packed panels of
+// Bᵀ, takes Cᵀ = B·Aᵀ by the nn tiles for 2W to 32 rows, or for fewer rows accumulates dot
+// products along K and reduces them at the end; matmul_nn/tn broadcast A[i,k] against rows of
+// B (rows_per_tile).
 #pragma once
 
 #include "../config.hpp"
@@ -47,15 +49,15 @@ inline void nt_tile(const float* A, size_t lda, const float* B, size_t ldb, floa
   constexpr size_t KV = K / W * W;  // K rounded down to whole vectors
   for (size_t k = 0; k < KV; k += W) {
     vf a[R];
-    for (size_t r = 0; r < R; ++r) a[r] = in_register(load(A + r * lda + k));
-    for (size_t c = 0; c < C; ++c) {
+    unrolled<R>([&](auto r) __attribute__((always_inline)) { a[r] = in_register(load(A + r * lda + k)); });
+    unrolled<C>([&](auto c) __attribute__((always_inline)) {
       vf b = in_register(load(B + c * ldb + k));
       // One row against many rows of B (the LM head's 17 MB for one window) is bound by
       // reading B from memory: asking for B 16 KB ahead keeps more lines in flight than the
       // hardware prefetcher does. (An address, not a pointer past B's end: a prefetch never faults.)
       if constexpr (R == 1 && W > 1) __builtin_prefetch(reinterpret_cast<const void*>(reinterpret_cast<std::uintptr_t>(B + c * ldb + k) + 16384));
-      for (size_t r = 0; r < R; ++r) acc[r][c] = fma(a[r], b, acc[r][c]);
-    }
+      unrolled<R>([&](auto r) __attribute__((always_inline)) { acc[r][c] = fma(a[r], b, acc[r][c]); });
+    });
   }
   float sums[R * C];
   hsums<R * C>(&acc[0][0], sums);
@@ -97,11 +99,11 @@ template <size_t R, size_t NV, size_t K, bool Acc>
     for (size_t v = 0; v < NV; ++v) acc[r][v] = Acc ? load(C + r * ldc + v * W) : splat(0.0f);
   for (size_t k = 0; k < K; ++k) {
     vf b[NV];
-    for (size_t v = 0; v < NV; ++v) b[v] = in_register(load(B + k * ldb + v * W));
-    for (size_t r = 0; r < R; ++r) {
-      vf a = splat(A[r * ars + k * aks]);
-      for (size_t v = 0; v < NV; ++v) acc[r][v] = fma(a, b[v], acc[r][v]);
-    }
+    unrolled<NV>([&](auto v) __attribute__((always_inline)) { b[v] = in_register(load(B + k * ldb + v * W)); });
+    unrolled<R>([&](auto r) __attribute__((always_inline)) {
+      const vf a = splat(A[r * ars + k * aks]);
+      unrolled<NV>([&](auto v) __attribute__((always_inline)) { acc[r][v] = fma(a, b[v], acc[r][v]); });
+    });
   }
   for (size_t r = 0; r < R; ++r)
     for (size_t v = 0; v < NV; ++v) store(C + r * ldc + v * W, acc[r][v]);
@@ -206,11 +208,11 @@ inline void panel_tile(const float* A, size_t lda, const float* P, float* C, siz
   }
   for (size_t k = 0; k < K; ++k) {
     vf b[NV];
-    for (size_t v = 0; v < NV; ++v) b[v] = in_register(load(P + k * NP + v * W));
-    for (size_t r = 0; r < R; ++r) {
-      vf a = splat(A[r * lda + k]);
-      for (size_t v = 0; v < NV; ++v) acc[r][v] = fma(a, b[v], acc[r][v]);
-    }
+    unrolled<NV>([&](auto v) __attribute__((always_inline)) { b[v] = in_register(load(P + k * NP + v * W)); });
+    unrolled<R>([&](auto r) __attribute__((always_inline)) {
+      const vf a = splat(A[r * lda + k]);
+      unrolled<NV>([&](auto v) __attribute__((always_inline)) { acc[r][v] = fma(a, b[v], acc[r][v]); });
+    });
   }
   const vf al = splat(alpha);
   for (size_t r = 0; r < R; ++r) {

@@ -52,7 +52,7 @@ struct QActivation {
     for (size_t j = 0; j < Rows; ++j) {
       const std::int32_t u = std::int32_t(x[j]) + 32768, i = u >> 8, f = u & 255;
       const std::int32_t t0 = table(size_t(i)), t1 = table(size_t(i) + 1);
-      y[j] = std::int16_t(std::clamp<std::int32_t>(t0 + (((t1 - t0) * f + 128) >> 8), -32768, 32767));
+      y[j] = std::int16_t(kernels::clamp_i32(t0 + (((t1 - t0) * f + 128) >> 8), -32768, 32767));
     }
   }
 

@@ -106,8 +106,8 @@ struct QLayerNorm {
       for (size_t i = 0; i < D; ++i) {
         const std::int32_t t = kernels::apply(c[i], m);
         std::int32_t v = kernels::apply(t * weight(i), requant[0]);
-        if constexpr (Centred) v = std::clamp(v, lo - bias(i), hi - bias(i)) + bias(i);  // |b| ≤ 2^30 (bounds.hpp): no overflow
-        y[i] = Y(std::clamp(v, lo, hi));
+        if constexpr (Centred) v = kernels::clamp_i32(v, lo - bias(i), hi - bias(i)) + bias(i);  // |b| ≤ 2^30 (bounds.hpp): no overflow
+        y[i] = Y(kernels::clamp_i32(v, lo, hi));
       }
     }
   }

@@ -168,7 +168,7 @@ struct QLinear {
     // the increment may exceed the stream's range when the sum does not (a large step from the
     // range's far side): only the sum is saturated
     kernels::requantize(acc, Rows, Out, requant.multiplier.data(), requant.shift.data(), 0, Relu ? 0 : 2 * INT16_MIN, 2 * INT16_MAX + 1, acc);
-    for (size_t i = 0; i < Rows * Out; ++i) h[i] = std::int16_t(std::clamp<std::int32_t>(acc[i] + (Set ? 0 : h[i]), INT16_MIN, INT16_MAX));
+    for (size_t i = 0; i < Rows * Out; ++i) h[i] = std::int16_t(kernels::clamp_i32(acc[i] + (Set ? 0 : h[i]), INT16_MIN, INT16_MAX));
   }
 
   // residual [Rows, Out] (int16) += the layer on x [Rows, In] (or its ReLU), T rows at a time

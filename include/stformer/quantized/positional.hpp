@@ -43,7 +43,7 @@ struct QPositionalEncoding {
     for (size_t b = 0; b < B; ++b)
       for (size_t i = 0; i < N * D; ++i) {
         std::int16_t& v = h.data()[b * N * D + i];
-        v = std::int16_t(std::clamp<std::int32_t>(std::int32_t(v) + table.data()[i], INT16_MIN, INT16_MAX));
+        v = std::int16_t(kernels::clamp_i32(std::int32_t(v) + table.data()[i], INT16_MIN, INT16_MAX));
       }
   }
 };

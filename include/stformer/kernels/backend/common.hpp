@@ -86,6 +86,9 @@ struct PackedPart {
   size_t cols = 0, groups = 0;
 };
 
+// min(max(x, lo), hi) by value (std::clamp returns a reference, and at -Os GCC calls it).
+[[gnu::always_inline]] constexpr std::int32_t clamp_i32(std::int32_t x, std::int32_t lo, std::int32_t hi) { return x < lo ? lo : hi < x ? hi : x; }
+
 namespace generic {
 
 // The float vector's horizontal reductions one vector at a time (out[i] = one(v[i])), a tile
@@ -106,14 +109,14 @@ inline void transpose_tile(const float* src, size_t lds, float* dst, size_t ldd)
 // q ≥ 0), so the rounding shift is done in 32 bits, as gemmlowp's RoundingDivideByPOT: ⌊h / 2^r⌋
 // plus one when the remainder is above half of 2^r (half or above for a negative h). A 32-bit
 // core then needs one widening multiply and no 64-bit shift.
-inline std::int32_t shift_left(std::int32_t x, int shift) { return std::int32_t(std::uint32_t(x) << (shift > 0 ? shift : 0)); }
-inline std::int32_t high_mul(std::int32_t a, std::int32_t q) { return std::int32_t((std::int64_t(a) * q + (std::int64_t(1) << 30)) >> 31); }
-inline std::int32_t divide_by_pot(std::int32_t h, int shift) {
+[[gnu::always_inline]] inline std::int32_t shift_left(std::int32_t x, int shift) { return std::int32_t(std::uint32_t(x) << (shift > 0 ? shift : 0)); }
+[[gnu::always_inline]] inline std::int32_t high_mul(std::int32_t a, std::int32_t q) { return std::int32_t((std::int64_t(a) * q + (std::int64_t(1) << 30)) >> 31); }
+[[gnu::always_inline]] inline std::int32_t divide_by_pot(std::int32_t h, int shift) {
   const int right = shift > 0 ? 0 : -shift;
   const std::int32_t mask = std::int32_t((std::uint32_t(1) << right) - 1), threshold = (mask >> 1) + (h < 0);
   return (h >> right) + ((h & mask) > threshold);
 }
-inline std::int32_t apply(std::int32_t x, std::int32_t q, int shift) { return divide_by_pot(high_mul(shift_left(x, shift), q), shift); }
+[[gnu::always_inline]] inline std::int32_t apply(std::int32_t x, std::int32_t q, int shift) { return divide_by_pot(high_mul(shift_left(x, shift), q), shift); }
 
 // No columns of C by a dot-product path of the backend's own: int8.hpp's loop takes them all.
 template <size_t M, size_t N, size_t K, class TA>

@@ -12,7 +12,7 @@ namespace stformer::inline STFORMER_ABI::kernels {
 
 // apply's doubling high multiply: SMMULR(2a, q) = ⌊(2a·q + 2^31) / 2^32⌋ is h in one instruction
 // when 2a fits in int32 (|a| < 2^30, as accumulators are); the 64-bit product serves the rest.
-inline std::int32_t apply(std::int32_t x, std::int32_t q, int shift) {
+[[gnu::always_inline]] inline std::int32_t apply(std::int32_t x, std::int32_t q, int shift) {
   const std::int32_t a = generic::shift_left(x, shift);
   std::int32_t h;
   if (std::uint32_t(a) + (1u << 30) < (1u << 31))
@@ -22,7 +22,7 @@ inline std::int32_t apply(std::int32_t x, std::int32_t q, int shift) {
   return generic::divide_by_pot(h, shift);
 }
 struct dsp_lane {
-  static std::int32_t apply(std::int32_t x, std::int32_t q, int shift) { return kernels::apply(x, q, shift); }
+  [[gnu::always_inline]] static std::int32_t apply(std::int32_t x, std::int32_t q, int shift) { return kernels::apply(x, q, shift); }
   static constexpr const char* name = "Armv7E-M DSP (SMLAD, SMMULR)";
 };
 using qv = one_lane_qv<dsp_lane>;
@@ -112,7 +112,7 @@ struct DspColumn {
   std::int32_t q, left, right, mask, half;
   DspColumn(std::int32_t q_, std::int32_t shift)
       : q(q_), left(shift > 0 ? shift : 0), right(shift > 0 ? 0 : -shift), mask(std::int32_t((std::uint32_t(1) << right) - 1)), half(mask >> 1) {}
-  std::int32_t operator()(std::int32_t x) const {
+  [[gnu::always_inline]] std::int32_t operator()(std::int32_t x) const {
     const std::int32_t h = generic::high_mul(std::int32_t(std::uint32_t(x) << left), q);
     return (h >> right) + ((h & mask) > half + std::int32_t(std::uint32_t(h) >> 31));
   }

@@ -73,10 +73,10 @@ struct qv {
   using qa = std::int8_t;
   using qb = std::int8_t;
   static constexpr std::int32_t a_offset = 0;
-  static qv dot(qv acc, qv a, qv b) { return {vaddq_s32(acc.v, vmulq_s32(a.v, b.v))}; }
-  static qv broadcast(const qa* a) { return {vdupq_n_s32(*a)}; }
-  static qv load(const void* p) { return {vldrbq_s32(static_cast<const std::int8_t*>(p))}; }
-  static qv apply(qv x, qv q, qv shift) {
+  [[gnu::always_inline]] static qv dot(qv acc, qv a, qv b) { return {vaddq_s32(acc.v, vmulq_s32(a.v, b.v))}; }
+  [[gnu::always_inline]] static qv broadcast(const qa* a) { return {vdupq_n_s32(*a)}; }
+  [[gnu::always_inline]] static qv load(const void* p) { return {vldrbq_s32(static_cast<const std::int8_t*>(p))}; }
+  [[gnu::always_inline]] static qv apply(qv x, qv q, qv shift) {
     const int32x4_t zero = vdupq_n_s32(0), one = vdupq_n_s32(1);
     const int32x4_t left = vmaxq_s32(shift.v, zero), right = vmaxq_s32(vnegq_s32(shift.v), zero);
     const int32x4_t h = vqrdmulhq_s32(vshlq_s32(x.v, left), q.v);
@@ -85,17 +85,17 @@ struct qv {
     const int32x4_t y = vshlq_s32(h, vnegq_s32(right));
     return {vaddq_m_n_s32(y, y, 1, vcmpgtq_s32(vandq_s32(h, mask), threshold))};
   }
-  static qv clamp_add(qv x, std::int32_t zero, std::int32_t lo, std::int32_t hi) {
+  [[gnu::always_inline]] static qv clamp_add(qv x, std::int32_t zero, std::int32_t lo, std::int32_t hi) {
     return {vaddq_s32(vminq_s32(vmaxq_s32(x.v, vdupq_n_s32(lo - zero)), vdupq_n_s32(hi - zero)), vdupq_n_s32(zero))};
   }
-  static qv load_acc(const std::int32_t* p) { return {vld1q_s32(p)}; }
-  static void store(std::int32_t* p, qv x) { vst1q_s32(p, x.v); }
-  static const char* name() { return "Helium (VMLADAVA, VQRDMULH)"; }
+  [[gnu::always_inline]] static qv load_acc(const std::int32_t* p) { return {vld1q_s32(p)}; }
+  [[gnu::always_inline]] static void store(std::int32_t* p, qv x) { vst1q_s32(p, x.v); }
+  [[gnu::always_inline]] static const char* name() { return "Helium (VMLADAVA, VQRDMULH)"; }
 };
-inline qv pinned(qv x) { return x; }
+[[gnu::always_inline]] inline qv pinned(qv x) { return x; }
 // y[0 … 3] = x's lanes as Out, each already within Out's range: narrowing stores for int8 and int16.
 template <class Out>
-inline void store_as(Out* y, qv x) {
+[[gnu::always_inline]] inline void store_as(Out* y, qv x) {
   if constexpr (sizeof(Out) == 1)
     vstrbq_s32(reinterpret_cast<std::int8_t*>(y), x.v);
   else if constexpr (sizeof(Out) == 2)
@@ -212,7 +212,7 @@ inline bool fused_rows(const TA* A, size_t lda, const std::int8_t* B, size_t ldb
             vstrhq_scatter_shifted_offset_s32(reinterpret_cast<std::int16_t*>(Y + i * N + j), rows, y);
         },
         [&](size_t i, size_t j, std::int32_t s) __attribute__((always_inline)) {
-          Y[i * N + j] = Out(std::clamp(apply(s, rq.q[rq.at(j)], rq.shift[rq.at(j)]), rq.lo - rq.zero, rq.hi - rq.zero) + rq.zero);
+          Y[i * N + j] = Out(clamp_i32(apply(s, rq.q[rq.at(j)], rq.shift[rq.at(j)]), rq.lo - rq.zero, rq.hi - rq.zero) + rq.zero);
         });
     return true;
   }

@@ -8,7 +8,7 @@ namespace stformer::inline STFORMER_ABI::kernels {
 
 using generic::apply;
 struct plain_lane {
-  static std::int32_t apply(std::int32_t x, std::int32_t q, int shift) { return generic::apply(x, q, shift); }
+  [[gnu::always_inline]] static std::int32_t apply(std::int32_t x, std::int32_t q, int shift) { return generic::apply(x, q, shift); }
   static constexpr const char* name = "plain C++";
 };
 using qv = one_lane_qv<plain_lane>;

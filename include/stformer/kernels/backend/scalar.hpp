@@ -36,7 +36,8 @@ inline void hmaxs(const vf* v, float* out) {
 inline void transpose_tile(const float* src, size_t, float* dst, size_t) { *dst = *src; }
 inline vf in_register(vf v) { return v; }
 
-// One int32 accumulator; Lane gives the backend's apply and name.
+// One int32 accumulator; Lane gives the backend's apply and name. Always inlined: at -Os GCC
+// would otherwise call each of these per entry.
 template <class Lane>
 struct one_lane_qv {
   std::int32_t v;
@@ -44,19 +45,19 @@ struct one_lane_qv {
   using qa = std::int8_t;
   using qb = std::int8_t;
   static constexpr std::int32_t a_offset = 0;
-  static one_lane_qv dot(one_lane_qv acc, one_lane_qv a, one_lane_qv b) { return {acc.v + a.v * b.v}; }
-  static one_lane_qv apply(one_lane_qv x, one_lane_qv q, one_lane_qv shift) { return {Lane::apply(x.v, q.v, shift.v)}; }
-  static one_lane_qv clamp_add(one_lane_qv x, std::int32_t zero, std::int32_t lo, std::int32_t hi) { return {std::clamp(x.v, lo - zero, hi - zero) + zero}; }
-  static one_lane_qv broadcast(const qa* a) { return {*a}; }
-  static one_lane_qv load(const void* p) { return {*static_cast<const qb*>(p)}; }
-  static one_lane_qv load_acc(const std::int32_t* p) { return {*p}; }
-  static void store(std::int32_t* p, one_lane_qv x) { *p = x.v; }
-  static const char* name() { return Lane::name; }
+  [[gnu::always_inline]] static one_lane_qv dot(one_lane_qv acc, one_lane_qv a, one_lane_qv b) { return {acc.v + a.v * b.v}; }
+  [[gnu::always_inline]] static one_lane_qv apply(one_lane_qv x, one_lane_qv q, one_lane_qv shift) { return {Lane::apply(x.v, q.v, shift.v)}; }
+  [[gnu::always_inline]] static one_lane_qv clamp_add(one_lane_qv x, std::int32_t zero, std::int32_t lo, std::int32_t hi) { return {clamp_i32(x.v, lo - zero, hi - zero) + zero}; }
+  [[gnu::always_inline]] static one_lane_qv broadcast(const qa* a) { return {*a}; }
+  [[gnu::always_inline]] static one_lane_qv load(const void* p) { return {*static_cast<const qb*>(p)}; }
+  [[gnu::always_inline]] static one_lane_qv load_acc(const std::int32_t* p) { return {*p}; }
+  [[gnu::always_inline]] static void store(std::int32_t* p, one_lane_qv x) { *p = x.v; }
+  [[gnu::always_inline]] static const char* name() { return Lane::name; }
 };
 template <class Lane>
-inline one_lane_qv<Lane> pinned(one_lane_qv<Lane> x) { return x; }
+[[gnu::always_inline]] inline one_lane_qv<Lane> pinned(one_lane_qv<Lane> x) { return x; }
 template <class Out, class Lane>
-inline void store_as(Out* y, one_lane_qv<Lane> x) { *y = Out(x.v); }
+[[gnu::always_inline]] inline void store_as(Out* y, one_lane_qv<Lane> x) { *y = Out(x.v); }
 
 // The tuning of the one-lane builds: their tiles are the ones their instruction counts on the
 // Cortex-M boards were measured with (docs/firmware.md).
