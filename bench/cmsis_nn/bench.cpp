@@ -328,13 +328,7 @@ extern "C" int firmware_main() {
   }
   write("BOARD|"), write(BOARD_NAME), write("\n");
   write("KERNELS|stformer: ");
-#if defined(STFORMER_BACKEND_FILE)
   write(STFORMER_BACKEND_FILE);
-#elif defined(STFORMER_HELIUM) && defined(STFORMER_ARM_DSP)
-  write(STFORMER_HELIUM ? "Helium" : STFORMER_ARM_DSP ? "DSP" : "plain C++");
-#else
-  write("backend not named by this stformer");
-#endif
 #if defined(ARM_MATH_MVEI)
   write("; CMSIS-NN: ARM_MATH_MVEI\n");
 #elif defined(ARM_MATH_DSP)
