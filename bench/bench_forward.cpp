@@ -8,6 +8,9 @@
 //
 // EncoderBlockInfer / EncoderBlockInferInt8<B, N, D, H>: forward only, in place, on floats and on
 // the int8 block (int16 residual stream); the same FLOP count.
+// MultiHeadAttentionThreads, EncoderBlockThreads<B, N, D, H>/T: MultiHeadAttention::Infer and
+// EncoderBlock::Infer on a ThreadPool of T threads (T = 1: the calling thread alone, as the
+// cases above), the same bits for any T.
 //
 // Products of one layer, float against int8, C[M,N] = A[M,K]·B[N,K]ᵀ + bias, FLOP 2·M·N·K:
 //   Matmul<M, N, K>:  kernels::matmul_nt on floats (weights packed per call, as the layers do)
@@ -27,6 +30,7 @@
 #include <stformer/kernels/int8.hpp>
 #include <stformer/quantize.hpp>
 #include <stformer/stformer.hpp>
+#include <stformer/train/parallel.hpp>
 
 #include "flops.hpp"
 
@@ -34,19 +38,26 @@ using namespace stformer;
 
 namespace {
 
-template <class Block, class Acts, size_t B, size_t N, size_t D>
-void run(benchmark::State& state, double flops) {
+// pass.forward per iteration, on pool's threads when given one (Infer passes).
+template <class Block, class Pass, size_t B, size_t N, size_t D, class... Pool>
+void run(benchmark::State& state, double flops, Pool&... pool) {
   auto p = std::make_unique<Block>();
-  auto a = std::make_unique<Acts>();
+  auto a = std::make_unique<Pass>();
   auto x = std::make_unique<Tensor<B, N, D>>();
   Rng rng(1);
   init_params(*p, rng);
   for (auto& v : *x) v = rng.normal();
+  const auto masked = [&](auto&&... in) -> decltype(auto) {
+    if constexpr (sizeof...(Pool) == 0)
+      return a->forward(*p, in...);
+    else
+      return a->forward(*p, in..., Mask<B, N>{}, pool...);
+  };
   for (auto _ : state) {
     if constexpr (requires { a->forward(*p, *x, *x); })
-      benchmark::DoNotOptimize(a->forward(*p, *x, *x).data());
+      benchmark::DoNotOptimize(masked(*x, *x).data());
     else
-      benchmark::DoNotOptimize(a->forward(*p, *x).data());
+      benchmark::DoNotOptimize(masked(*x).data());
     benchmark::ClobberMemory();
   }
   state.counters["GFLOP"] = benchmark::Counter(flops * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
@@ -147,6 +158,19 @@ void BM_EncoderBlockInfer(benchmark::State& state) {
 }
 
 template <size_t B, size_t N, size_t D, size_t H>
+void BM_MultiHeadAttentionThreads(benchmark::State& state) {
+  using Block = MultiHeadAttention<D, D, D, H>;
+  ThreadPool pool(size_t(state.range(0)));
+  run<Block, InferOf<Block, B, N, N>, B, N, D>(state, mha_flops(B, N, D), pool);
+}
+template <size_t B, size_t N, size_t D, size_t H, class Fm = SpecForm>
+void BM_EncoderBlockThreads(benchmark::State& state) {
+  using Block = EncoderBlock<D, H, 4 * D, Fm>;
+  ThreadPool pool(size_t(state.range(0)));
+  run<Block, InferOf<Block, B, N>, B, N, D>(state, encoder_flops(B, N, D, 4 * D), pool);
+}
+
+template <size_t B, size_t N, size_t D, size_t H>
 void BM_EncoderBlockInferInt8(benchmark::State& state) {
   using Block = EncoderBlock<D, H, 4 * D>;
   using Q = EncoderBlock<D, H, 4 * D, SpecForm, precision::int8>;
@@ -201,6 +225,11 @@ BENCHMARK(BM_MultiHeadAttentionInfer<1, 16, 64, 4>);
 BENCHMARK(BM_MultiHeadAttentionInfer<1, 64, 64, 4>);
 BENCHMARK(BM_MultiHeadAttentionInfer<1, 128, 128, 8>);
 BENCHMARK(BM_MultiHeadAttentionInfer<1, 256, 128, 8>);
+BENCHMARK(BM_MultiHeadAttentionThreads<1, 128, 128, 8>)->Arg(1)->Arg(2);
+BENCHMARK(BM_MultiHeadAttentionThreads<1, 256, 128, 8>)->Arg(1)->Arg(2);
+BENCHMARK(BM_EncoderBlockThreads<1, 128, 128, 8>)->Arg(1)->Arg(2);
+BENCHMARK(BM_EncoderBlockThreads<1, 256, 128, 8>)->Arg(1)->Arg(2);
+BENCHMARK(BM_EncoderBlockThreads<1, 256, 128, 8, PostNorm<>>)->Arg(1)->Arg(2);
 BENCHMARK(BM_QTilePeak);
 BENCHMARK(BM_Matmul<50, 16, 16>);
 BENCHMARK(BM_QMatmul<50, 16, 16>);

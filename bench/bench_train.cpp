@@ -231,6 +231,27 @@ void BM_LmForward(benchmark::State& state) {
   run_forward<Model, Pass<Model, B>>(state, *windows, lm_forward_flops(B), "windows", B);
 }
 
+// BM_LmForwardThreads<B>/T: BM_LmForward<InferOf, B> on a ThreadPool of T threads (the same bits
+// for any T).
+template <size_t B>
+void BM_LmForwardThreads(benchmark::State& state) {
+  using Model = LanguageModel<V, L, D, H, F, Blocks>;
+  auto windows = std::make_unique<IdTensor<B, L>>();
+  auto ids = random_stream(B * L);
+  std::copy(ids.begin(), ids.end(), windows->begin());
+  auto model = std::make_unique<Model>();
+  auto pass = std::make_unique<InferOf<Model, B>>();
+  Rng rng(1);
+  init_params(*model, rng);
+  ThreadPool pool(size_t(state.range(0)));
+  for (auto _ : state) {
+    benchmark::DoNotOptimize(pass->forward(*model, *windows, Mask<B, L>{}, pool).data());
+    benchmark::ClobberMemory();
+  }
+  state.counters["GFLOP"] = benchmark::Counter(lm_forward_flops(B) * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
+  state.counters["windows"] = benchmark::Counter(double(B), benchmark::Counter::kIsIterationInvariantRate);
+}
+
 // SPEC's models as written by hand before they were Sequentials (tests/written_models.hpp),
 // forward only, beside BM_PointerForward<InferOf>, BM_SetForward<InferOf> and
 // BM_LmForward<InferOf, 1>: the derived plans' speed against the hand-written ones' (the same
@@ -327,6 +348,8 @@ BENCHMARK(BM_QSetForward)->Unit(benchmark::kMicrosecond);
 BENCHMARK(BM_LmForward<InferOf, 1>)->Unit(benchmark::kMicrosecond);
 BENCHMARK(BM_LmForward<ActsOf, 1>)->Unit(benchmark::kMicrosecond);
 BENCHMARK(BM_LmForward<InferOf, 32>)->Unit(benchmark::kMicrosecond);
+BENCHMARK(BM_LmForwardThreads<1>)->Arg(1)->Arg(2)->Unit(benchmark::kMicrosecond);
+BENCHMARK(BM_LmForwardThreads<32>)->Arg(1)->Arg(2)->Unit(benchmark::kMicrosecond);
 BENCHMARK(BM_LmForwardW8<1>)->Unit(benchmark::kMicrosecond);
 BENCHMARK(BM_LmForwardW8<32>)->Unit(benchmark::kMicrosecond);
 BENCHMARK(BM_LmForwardInteger<1>)->Unit(benchmark::kMicrosecond);

@@ -8,6 +8,7 @@
 #include <new>
 
 #include <stformer/stformer.hpp>
+#include <stformer/train/parallel.hpp>
 
 #include "lm.hpp"
 #include "max_value.hpp"
@@ -156,6 +157,32 @@ TEST_CASE("no heap allocation during forward and backward passes, and forward-on
   IdTensor<B, 32> window;
   window.fill(7);
   CHECK(allocations_in_passes<LanguageModel<1000, 32, 64, 4, 256, 2>, B>(window) == 0);
+}
+
+// Forward-only passes on a ThreadPool of 2 threads (started before counting) allocate nothing.
+template <class Block, size_t... Dims, class X, class M>
+std::size_t allocations_on_threads(const X& x, const M& mask) {
+  auto p = test::make<Block>();
+  auto a = test::make<InferOf<Block, Dims...>>();
+  Rng rng(1);
+  init_params(*p, rng);
+  ThreadPool pool(2);
+  counting = true;
+  allocations = 0;
+  for (int i = 0; i < 2; ++i) a->forward(*p, x, mask, pool);
+  counting = false;
+  return allocations;
+}
+
+TEST_CASE("no heap allocation in forward-only passes on two threads") {
+  constexpr size_t B = 2, N = 20, D = 32;
+  Tensor<B, N, D> x;
+  Rng rng(4);
+  test::fill(x, rng);
+  CHECK(allocations_on_threads<EncoderBlock<D, 4, 64>, B, N>(x, Mask<B, N>{.causal = true}) == 0);
+  IdTensor<B, 32> window;
+  window.fill(7);
+  CHECK(allocations_on_threads<LanguageModel<1000, 32, 64, 4, 256, 2>, B>(window, Mask<B, 32>{}) == 0);
 }
 
 // The bytes of a model and of its workspace are compile-time constants.

@@ -179,6 +179,7 @@ namespace stformer::inline STFORMER_ABI {
 // Runs f(i) for i in [0, n) in order, on the calling thread: the default pool of the passes
 // below (stformer/train/parallel.hpp's ThreadPool is the other).
 struct Serial {
+  static constexpr bool one_thread = true;
   size_t size() const { return 1; }
   template <class F>
   void run(size_t n, F&& f) const {

@@ -192,14 +192,24 @@ void call(F&& f, W& w, const M& mask, A&... a) {
     call_masked(f, mask, a..., w);
 }
 
-// y ← the block of x: run, or forward_in_place on y (x copied into y first unless y is x).
-template <class Block, class X, class Y, class W, class M>
-void run(const Block& p, const X& x, Y& y, W& w, const M& mask) {
+// y ← the block of x: run, or forward_in_place on y (x copied into y first unless y is x). With
+// the pool after the mask where the block takes one (it runs on the pool's threads), else
+// without it (on the calling thread).
+template <class Block, class X, class Y, class W, class M, class Pool = Serial>
+void run(const Block& p, const X& x, Y& y, W& w, const M& mask, Pool&& pool = Pool{}) {
   if constexpr (in_place<Block>()) {
     if (static_cast<const void*>(&x) != static_cast<const void*>(&y)) std::copy(x.begin(), x.end(), y.begin());
-    call([&](auto&... a) -> decltype(p.forward_in_place(a...)) { return p.forward_in_place(a...); }, w, mask, y);
+    if constexpr (requires { p.forward_in_place(y, w, mask, pool); })
+      p.forward_in_place(y, w, mask, pool);
+    else
+      call([&](auto&... a) -> decltype(p.forward_in_place(a...)) { return p.forward_in_place(a...); }, w, mask, y);
   } else {
-    call([&](auto&... a) -> decltype(p.run(x, a...)) { return p.run(x, a...); }, w, mask, y);
+    if constexpr (requires { p.run(x, y, w, mask, pool); })
+      p.run(x, y, w, mask, pool);
+    else if constexpr (std::is_same_v<W, Nothing> && requires { p.run(x, y, mask, pool); })
+      p.run(x, y, mask, pool);
+    else
+      call([&](auto&... a) -> decltype(p.run(x, a...)) { return p.run(x, a...); }, w, mask, y);
   }
 }
 
@@ -256,18 +266,18 @@ struct Repeat : std::array<Block, Count> {
     [[no_unique_address]] step::Scratch<Block, B, N, (Room > sizeof(other) ? Room - sizeof(other) : 0)> w;
   };
 
-  template <size_t B, size_t N, size_t Room>
-  void forward_in_place(Input<B, N>& h, Scratch<B, N, Room>& w, const Mask<B, N>& mask) const {
-    for (size_t i = 0; i < Count; ++i) step::run((*this)[i], h, h, w.w, mask);
+  template <size_t B, size_t N, size_t Room, class Pool = Serial>
+  void forward_in_place(Input<B, N>& h, Scratch<B, N, Room>& w, const Mask<B, N>& mask, Pool&& pool = Pool{}) const {
+    for (size_t i = 0; i < Count; ++i) step::run((*this)[i], h, h, w.w, mask, pool);
   }
-  template <size_t B, size_t N, size_t Room>
-  void run(const Input<B, N>& x, Output<B, N>& y, Scratch<B, N, Room>& w, const Mask<B, N>& mask) const {
+  template <size_t B, size_t N, size_t Room, class Pool = Serial>
+  void run(const Input<B, N>& x, Output<B, N>& y, Scratch<B, N, Room>& w, const Mask<B, N>& mask, Pool&& pool = Pool{}) const {
     const Output<B, N>* in = &x;
     for (size_t i = 0; i < Count; ++i) {
       Output<B, N>* out = &y;
       if constexpr (Count > 1)
         if ((Count - 1 - i) % 2 != 0) out = &w.other;
-      step::run((*this)[i], *in, *out, w.w, mask);
+      step::run((*this)[i], *in, *out, w.w, mask, pool);
       in = out;
     }
   }
@@ -587,13 +597,17 @@ struct Sequential {
 
     static constexpr const std::array<PlanRow, steps>& plan() { return Layout::rows; }
 
-    template <class X>
-    const Output<B, N>& forward(const Sequential& p, const X& x, const Mask<B, N>& mask = {}) {
-      return forward_steps<0, steps>(p, x, mask);
+    // pool: the threads to run on (Serial, or a ThreadPool, stformer/train/parallel.hpp). The
+    // steps that take one (Linear: its outputs in parts; the encoder and decoder blocks and
+    // Repeat: their products and attention in parts of rows) run on its threads, the others on
+    // the calling thread; the same bits for any pool, in the same arena.
+    template <class X, class Pool = Serial>
+    const Output<B, N>& forward(const Sequential& p, const X& x, const Mask<B, N>& mask = {}, Pool&& pool = Pool{}) {
+      return forward_steps<0, steps>(p, x, mask, pool);
     }
-    template <class X>
-    const Output<B, N>& forward(const Sequential& p, const X& x, const KeyMask<B, N>* keys) {
-      return forward(p, x, Mask<B, N>{.keys = keys});
+    template <class X, class Pool = Serial>
+    const Output<B, N>& forward(const Sequential& p, const X& x, const KeyMask<B, N>* keys, Pool&& pool = Pool{}) {
+      return forward(p, x, Mask<B, N>{.keys = keys}, pool);
     }
 
     // Part of the pass: steps First .. Last − 1, from step First's input in the arena (First > 0:
@@ -607,36 +621,36 @@ struct Sequential {
       static_assert(First > 0 && First < steps, "Sequential::Infer::input: the first step's input is the caller's");
       return *::new (arena + Layout::rows[First].in_offset) InputAt<B, N, First>;
     }
-    template <size_t First, size_t Last = steps>
-    const OutputAt<B, N, Last - 1>& forward_steps(const Sequential& p, const Mask<B, N>& mask = {}) {
+    template <size_t First, size_t Last = steps, class Pool = Serial>
+    const OutputAt<B, N, Last - 1>& forward_steps(const Sequential& p, const Mask<B, N>& mask = {}, Pool&& pool = Pool{}) {
       static_assert(First > 0 && First < Last && Last <= steps, "Sequential::Infer::forward_steps: steps First .. Last − 1 of the chain, First > 0");
-      return run_steps<First, Last>(p, std::launder(reinterpret_cast<const InputAt<B, N, First>*>(arena + Layout::rows[First].in_offset)), mask);
+      return run_steps<First, Last>(p, std::launder(reinterpret_cast<const InputAt<B, N, First>*>(arena + Layout::rows[First].in_offset)), mask, pool);
     }
-    template <size_t First, size_t Last = steps, class X>
+    template <size_t First, size_t Last = steps, class X, class Pool = Serial>
       requires(First == 0)
-    const OutputAt<B, N, Last - 1>& forward_steps(const Sequential& p, const X& x, const Mask<B, N>& mask = {}) {
+    const OutputAt<B, N, Last - 1>& forward_steps(const Sequential& p, const X& x, const Mask<B, N>& mask = {}, Pool&& pool = Pool{}) {
       static_assert(Last > 0 && Last <= steps, "Sequential::Infer::forward_steps: steps 0 .. Last − 1 of the chain");
       check_input<B, N, X>();
-      return run_steps<0, Last>(p, &x, mask);
+      return run_steps<0, Last>(p, &x, mask, pool);
     }
 
    private:
     // Steps First .. Last − 1 from the input at `in`, each from the output of the one before.
-    template <size_t First, size_t Last>
-    const OutputAt<B, N, Last - 1>& run_steps(const Sequential& p, const void* in, const Mask<B, N>& mask) {
+    template <size_t First, size_t Last, class Pool>
+    const OutputAt<B, N, Last - 1>& run_steps(const Sequential& p, const void* in, const Mask<B, N>& mask, Pool& pool) {
       shift_keys(mask, shifted);
-      [&]<size_t... I>(std::index_sequence<I...>) { (run_step<First + I>(p, in, mask), ...); }(std::make_index_sequence<Last - First>{});
+      [&]<size_t... I>(std::index_sequence<I...>) { (run_step<First + I>(p, in, mask, pool), ...); }(std::make_index_sequence<Last - First>{});
       return *static_cast<const OutputAt<B, N, Last - 1>*>(in);
     }
-    template <size_t I>
-    void run_step(const Sequential& p, const void*& in, const Mask<B, N>& mask) {
+    template <size_t I, class Pool>
+    void run_step(const Sequential& p, const void*& in, const Mask<B, N>& mask, Pool& pool) {
       using Out = OutputAt<B, N, I>;
       using W = typename Layout::template ScratchAt<I>;
       constexpr PlanRow r = Layout::rows[I];
       const auto& x = *static_cast<const InputAt<B, N, I>*>(in);
       Out* y = Layout::template in_place<I> ? std::launder(reinterpret_cast<Out*>(arena + r.out_offset)) : ::new (arena + r.out_offset) Out;
       W* w = ::new (arena + r.scratch_offset) W;
-      step::run(p.template get<I>(), x, *y, *w, mask_at<B, N, I>(mask, shifted));
+      step::run(p.template get<I>(), x, *y, *w, mask_at<B, N, I>(mask, shifted), pool);
       in = y;
     }
   };

@@ -177,6 +177,35 @@ void for_tiles(F&& f) {
   if constexpr (Rows % T != 0) f.template operator()<Rows % T>(i);
 }
 
+// Forward-only passes on several threads: a pool (Serial, stformer/params.hpp, or ThreadPool,
+// stformer/train/parallel.hpp) runs a pass's rows in S contiguous parts, S = 1, 2 or 4 (the most
+// its threads allow), part s on thread s. with_parts(pool, f) calls f.template operator()<S>().
+template <class Pool, class F>
+decltype(auto) with_parts(const Pool& pool, F&& f) {
+  if constexpr (requires { Pool::one_thread; })  // Serial: one part, nothing else instantiated
+    return f.template operator()<1>();
+  else if (pool.size() >= 4)
+    return f.template operator()<4>();
+  else if (pool.size() >= 2)
+    return f.template operator()<2>();
+  else
+    return f.template operator()<1>();
+}
+// Rows in parts of ceil(Rows/S) rows (the last the rest; fewer parts when the rows are few):
+// f.template operator()<R>(r0, s) for part s, rows r0 … r0 + R − 1, on pool's task s.
+template <size_t Rows, size_t S>
+inline constexpr size_t part_rows = (Rows + S - 1) / S;
+template <size_t Rows, size_t S, class Pool, class F>
+void for_parts(Pool& pool, F&& f) {
+  constexpr size_t Q = part_rows<Rows, S>, parts = (Rows + Q - 1) / Q, last = Rows - (parts - 1) * Q;
+  pool.run(parts, [&](size_t s) {
+    if (s + 1 < parts)
+      f.template operator()<Q>(s * Q, s);
+    else
+      f.template operator()<last>(s * Q, s);
+  });
+}
+
 // Rows per tile of the in-place projections and feed-forward layers of forward-only passes
 // (their tile buffers are T rows wide), by default.
 constexpr size_t tile_rows(size_t rows) { return rows < 16 ? rows : 16; }

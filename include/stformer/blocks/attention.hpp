@@ -310,36 +310,64 @@ struct MultiHeadAttention : AttentionProjections<Dq, Dkv, D, Pr> {
 
   // The keys and values of xkv [B, Nk, Dkv] into w. FullWork: k and v projected (v holds k while
   // it is transposed into kt); FoldedWork: xkv itself, which must outlive the attention.
-  template <size_t B, size_t Nq, size_t Nk, size_t T>
-  void prepare(const float* xkv, Work<B, Nq, Nk, T>& w) const {
+  // On the threads of pool (stformer/tensor.hpp: with_parts): the projections in parts of rows,
+  // the transposes by batch row and head. The same bits for any pool.
+  template <size_t B, size_t Nq, size_t Nk, size_t T, class Pool = Serial>
+  void prepare(const float* xkv, Work<B, Nq, Nk, T>& w, Pool&& pool = Pool{}) const {
     if constexpr (folds<Nq, Nk>) {
       w.xkv = xkv;
     } else {
-      k_proj().template apply<B * Nk>(xkv, w.v.data());
-      for (size_t b = 0; b < B; ++b) kernels::transpose<D>(w.v.data() + b * Nk * D, D, Nk, w.kt.data() + b * D * Nk, Nk);
-      v_proj().template apply<B * Nk>(xkv, w.v.data());
+      k_proj().template apply_rows<B * Nk>(xkv, w.v.data(), pool);
+      pool.run(B * H, [&](size_t i) {
+        const size_t b = i / H, h = i % H;
+        kernels::transpose<Dh>(w.v.data() + b * Nk * D + h * Dh, D, Nk, w.kt.data() + (b * D + h * Dh) * Nk, Nk);
+      });
+      v_proj().template apply_rows<B * Nk>(xkv, w.v.data(), pool);
     }
   }
 
-  // q [B, Nq, D], the projected queries, ← concat_h(o_h) in place, against the keys of w.
-  template <size_t B, size_t Nq, size_t Nk, size_t T>
-  void attend(float* q, Work<B, Nq, Nk, T>& w, const Mask<B, Nk>& mask) const {
+  // Whether a block of query rows may be split into parts of `Part` rows: each part's products
+  // take the same path as the whole block's (none of them narrow, stformer/kernels/matmul.hpp),
+  // so every entry has the same bits.
+  template <size_t Nk, size_t Block, size_t KeyTile>
+  static constexpr bool splits_rows = !kernels::narrow<Block, Nk> && !kernels::narrow<Block, Dh> && !kernels::narrow<Block, KeyTile> &&
+                                      !kernels::narrow<Block, Nk % KeyTile == 0 ? KeyTile : Nk % KeyTile>;
+
+  // q [B, Nq, D], the projected queries, ← concat_h(o_h) in place, against the keys of w. On the
+  // threads of pool: every block of query rows in S parts, part s on thread s with its own rows
+  // of the tile (S = 1 for the folded form). The same bits for any pool.
+  template <size_t B, size_t Nq, size_t Nk, size_t T, class Pool = Serial>
+  void attend(float* q, Work<B, Nq, Nk, T>& w, const Mask<B, Nk>& mask, Pool&& pool = Pool{}) const {
     if constexpr (folds<Nq, Nk>) {
       for (size_t b = 0; b < B; ++b)
         fold<B, Nq, Nk>(q + b * Nq * D, w.xkv + b * Nk * Dkv, w.qk.data(), w.a.data(), w.ax.data(), q + b * Nq * D, b, mask);
     } else {
       using Wk = FullWork<B, Nq, Nk, T>;
-      for (size_t b = 0; b < B; ++b)
-        for (size_t h = 0; h < H; ++h)
-          for_tiles<Nq, query_block>([&]<size_t R>(size_t i0) {
-            float* qh = q + (b * Nq + i0) * D + h * Dh;
-            const float* kth = w.kt.data() + (b * D + h * Dh) * Nk;
-            const float* vh = w.v.data() + b * Nk * D + h * Dh;
-            if constexpr (Wk::online == 0)
-              attend_block<R>(qh, kth, vh, w.tile, qh, b, i0, mask);
-            else
-              online_block<R, Wk::KT>(qh, kth, vh, w.tile, w.tile + Wk::QB * Wk::KT, b, i0, mask);
-          });
+      with_parts(pool, [&]<size_t Parts>() {
+        constexpr size_t S1 = splits_rows<Nk, Wk::QB, Wk::KT> ? Parts : 1, Qb = part_rows<Wk::QB, S1>;
+        pool.run(S1, [&](size_t s) {
+          float* scores = w.tile + s * Qb * Wk::KT;
+          float* acc = w.tile + Wk::QB * Wk::KT + s * Qb * (Dh + 2);
+          for (size_t b = 0; b < B; ++b)
+            for (size_t h = 0; h < H; ++h)
+              for_tiles<Nq, query_block>([&]<size_t R>(size_t i0) {
+                constexpr size_t Qr = part_rows<R, S1>, parts = (R + Qr - 1) / Qr;
+                auto part = [&]<size_t Rs>(size_t i) {
+                  float* qh = q + (b * Nq + i) * D + h * Dh;
+                  const float* kth = w.kt.data() + (b * D + h * Dh) * Nk;
+                  const float* vh = w.v.data() + b * Nk * D + h * Dh;
+                  if constexpr (Wk::online == 0)
+                    attend_block<Rs>(qh, kth, vh, scores, qh, b, i, mask);
+                  else
+                    online_block<Rs, Wk::KT>(qh, kth, vh, scores, acc, b, i, mask);
+                };
+                if (s + 1 < parts)
+                  part.template operator()<Qr>(i0 + s * Qr);
+                else if (s + 1 == parts)
+                  part.template operator()<R - (parts - 1) * Qr>(i0 + s * Qr);
+              });
+        });
+      });
     }
   }
 
@@ -375,12 +403,12 @@ struct MultiHeadAttention : AttentionProjections<Dq, Dkv, D, Pr> {
   // residual [B, Nq, D] += MHA(x, keys of w) (Dq = D; x is overwritten: q, then the heads),
   // the projections Work::rows rows at a time through w.tile. For the blocks that keep a
   // residual stream (encoder, decoder, MAB): the same bits as adding MHA's output afterwards.
-  template <size_t B, size_t Nq, size_t Nk, size_t T>
-  void forward_add(float* x, float* residual, Work<B, Nq, Nk, T>& w, const Mask<B, Nk>& mask) const {
+  template <size_t B, size_t Nq, size_t Nk, size_t T, class Pool = Serial>
+  void forward_add(float* x, float* residual, Work<B, Nq, Nk, T>& w, const Mask<B, Nk>& mask, Pool&& pool = Pool{}) const {
     using Wk = Work<B, Nq, Nk, T>;
-    q_proj().template apply_tiled<B * Nq, Wk::rows>(x, x, w.tile);
-    attend<B, Nq, Nk, T>(x, w, mask);
-    wo.template apply_tiled<B * Nq, Wk::rows, false, true>(x, residual, w.tile);
+    q_proj().template apply_tiled<B * Nq, Wk::rows>(x, x, w.tile, pool);
+    attend<B, Nq, Nk, T>(x, w, mask, pool);
+    wo.template apply_tiled<B * Nq, Wk::rows, false, true>(x, residual, w.tile, pool);
   }
 
   // The whole block forward only: q (then the heads), the keys of Work, out. The same bits as
@@ -391,13 +419,14 @@ struct MultiHeadAttention : AttentionProjections<Dq, Dkv, D, Pr> {
     Work<B, Nq, Nk, 0> w;
     Tensor<B, Nq, D> out;
 
-    template <class XQ, class XKV>
-    const Tensor<B, Nq, D>& forward(const MultiHeadAttention& p, const XQ& xq, const XKV& xkv, Mask<B, Nk> mask = {}) {
+    // pool: the threads to run on (Serial, or a ThreadPool: the same bits).
+    template <class XQ, class XKV, class Pool = Serial>
+    const Tensor<B, Nq, D>& forward(const MultiHeadAttention& p, const XQ& xq, const XKV& xkv, Mask<B, Nk> mask = {}, Pool&& pool = Pool{}) {
       check_inputs<B, Nq, Nk, XQ, XKV>();
-      p.q_proj().template apply<B * Nq>(xq.data(), q.data());
-      p.template prepare<B, Nq, Nk, 0>(xkv.data(), w);
-      p.template attend<B, Nq, Nk, 0>(q.data(), w, mask);
-      p.wo.template apply<B * Nq>(q.data(), out.data());
+      p.q_proj().template apply_rows<B * Nq>(xq.data(), q.data(), pool);
+      p.template prepare<B, Nq, Nk, 0>(xkv.data(), w, pool);
+      p.template attend<B, Nq, Nk, 0>(q.data(), w, mask, pool);
+      p.wo.template apply_rows<B * Nq>(q.data(), out.data(), pool);
       return out;
     }
   };

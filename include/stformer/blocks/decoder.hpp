@@ -82,22 +82,23 @@ struct DecoderBlock {
     Phases<SelfWork, CrossWork, FfnTile> phase;
   };
 
-  template <size_t B, size_t N, size_t M, size_t T>
+  // pool: as EncoderBlock's (the same bits for any pool).
+  template <size_t B, size_t N, size_t M, size_t T, class Pool = Serial>
   void forward_in_place(TensorOf<Stream, B, N, D>& x, const TensorOf<Stream, B, M, D>& m, Work<B, N, M, T>& w,
-                        const KeyMask<B, M>* memory_mask = nullptr) const {
+                        const KeyMask<B, M>* memory_mask = nullptr, Pool&& pool = Pool{}) const {
     using Wk = Work<B, N, M, T>;
     auto& self = w.phase.template start<typename Wk::SelfWork>();
     Fm::template branch_input<B * N, D>(sn1, x.data(), w.a.data(), rows, 0);
-    self_attn.template prepare<B, N, N, T>(w.a.data(), self);
-    self_attn.template forward_add<B, N, N, T>(w.a.data(), x.data(), self, Mask<B, N>{.causal = true});
+    self_attn.template prepare<B, N, N, T>(w.a.data(), self, pool);
+    self_attn.template forward_add<B, N, N, T>(w.a.data(), x.data(), self, Mask<B, N>{.causal = true}, pool);
     Fm::template branch_output<B * N>(sn1, x.data());
     auto& cross = w.phase.template start<typename Wk::CrossWork>();
-    cross_attn.template prepare<B, N, M, T>(m.data(), cross);
+    cross_attn.template prepare<B, N, M, T>(m.data(), cross, pool);
     Fm::template branch_input<B * N, D>(sn2, x.data(), w.a.data(), rows, 1);
-    cross_attn.template forward_add<B, N, M, T>(w.a.data(), x.data(), cross, Mask<B, M>{.keys = memory_mask});
+    cross_attn.template forward_add<B, N, M, T>(w.a.data(), x.data(), cross, Mask<B, M>{.keys = memory_mask}, pool);
     Fm::template branch_output<B * N>(sn2, x.data());
     Fm::template branch_input<B * N, D>(sn3, x.data(), w.a.data(), rows, 2);
-    ffn.template add_tiled<B * N, Wk::Tf>(w.a.data(), x.data(), w.phase.template start<typename Wk::FfnTile>());
+    ffn.template add_tiled<B * N, Wk::Tf>(w.a.data(), x.data(), w.phase.template start<typename Wk::FfnTile>(), pool);
     Fm::template branch_output<B * N>(sn3, x.data());
   }
 
@@ -106,12 +107,13 @@ struct DecoderBlock {
     TensorOf<Stream, B, N, D> out;
     Work<B, N, M> w;
 
-    template <class X, class Mem>
-    const TensorOf<Stream, B, N, D>& forward(const DecoderBlock& p, const X& x, const Mem& m, const KeyMask<B, M>* memory_mask = nullptr) {
+    template <class X, class Mem, class Pool = Serial>
+    const TensorOf<Stream, B, N, D>& forward(const DecoderBlock& p, const X& x, const Mem& m, const KeyMask<B, M>* memory_mask = nullptr,
+                                             Pool&& pool = Pool{}) {
       static_assert(typed_shape_is<Stream, X, B, N, D>, "DecoderBlock: input rows x must be [B, N, D] (the pass's sizes, the block's width D)");
       static_assert(typed_shape_is<Stream, Mem, B, M, D>, "DecoderBlock: encoder memory m must be [B, M, D] (the pass's sizes, the block's width D)");
       if (&x != &out) std::copy(x.begin(), x.end(), out.begin());
-      p.forward_in_place(out, m, w, memory_mask);
+      p.forward_in_place(out, m, w, memory_mask, pool);
       return out;
     }
   };

@@ -73,16 +73,18 @@ struct EncoderBlock {
     Phases<AttentionWork, FfnTile> phase;
   };
 
-  template <size_t B, size_t N, size_t T>
-  void forward_in_place(TensorOf<Stream, B, N, D>& h, Work<B, N, T>& w, Mask<B, N> mask = {}) const {
+  // pool: the threads to run on (Serial, or a ThreadPool; in integers the calling thread): the
+  // products and the attention in parts of rows, the same bits for any pool.
+  template <size_t B, size_t N, size_t T, class Pool = Serial>
+  void forward_in_place(TensorOf<Stream, B, N, D>& h, Work<B, N, T>& w, Mask<B, N> mask = {}, Pool&& pool = Pool{}) const {
     using Wk = Work<B, N, T>;
     auto& attention = w.phase.template start<typename Wk::AttentionWork>();
     Fm::template branch_input<B * N, D>(sn1, h.data(), w.a.data(), rows, 0);
-    attn.template prepare<B, N, N, T>(w.a.data(), attention);
-    attn.template forward_add<B, N, N, T>(w.a.data(), h.data(), attention, mask);
+    attn.template prepare<B, N, N, T>(w.a.data(), attention, pool);
+    attn.template forward_add<B, N, N, T>(w.a.data(), h.data(), attention, mask, pool);
     Fm::template branch_output<B * N>(sn1, h.data());
     Fm::template branch_input<B * N, D>(sn2, h.data(), w.a.data(), rows, 1);
-    ffn.template add_tiled<B * N, Wk::Tf>(w.a.data(), h.data(), w.phase.template start<typename Wk::FfnTile>());
+    ffn.template add_tiled<B * N, Wk::Tf>(w.a.data(), h.data(), w.phase.template start<typename Wk::FfnTile>(), pool);
     Fm::template branch_output<B * N>(sn2, h.data());
   }
 
@@ -98,11 +100,11 @@ struct EncoderBlock {
     TensorOf<Stream, B, N, D> out;
     Work<B, N> w;
 
-    template <class X>
-    const TensorOf<Stream, B, N, D>& forward(const EncoderBlock& p, const X& x, Mask<B, N> mask = {}) {
+    template <class X, class Pool = Serial>
+    const TensorOf<Stream, B, N, D>& forward(const EncoderBlock& p, const X& x, Mask<B, N> mask = {}, Pool&& pool = Pool{}) {
       static_assert(typed_shape_is<Stream, X, B, N, D>, "EncoderBlock: input rows x must be [B, N, D] (the pass's sizes, the block's width D)");
       if (&x != &out) std::copy(x.begin(), x.end(), out.begin());
-      p.forward_in_place(out, w, mask);
+      p.forward_in_place(out, w, mask, pool);
       return out;
     }
   };

@@ -76,17 +76,23 @@ struct FeedForward {
         fc2.template add_to<R, !Add>(w.hid.data(), w.acc.data(), y + i * D);
       });
     } else {
-      fc1.template with_panels<Rows, T>([&](const auto* panels1) {
-        fc2.template with_panels<Rows, T>([&](const auto* panels2) {
-          for_tiles<Rows, T>([&]<size_t R>(size_t i) {
-            fc1.template apply<R, relu, Rows>(x + i * D, w.hid.data(), panels1);
-            if constexpr (!relu) act::apply<Act, R * F>(w.hid.data());
-            fc2.template apply<R, false, Rows>(w.hid.data(), x + i * D, panels2);
-            if constexpr (Add) kernels::add_to<R * D>(x + i * D, y + i * D);
-          });
+      float_tiled<Rows, T, Add>(x, y, w.hid.data());
+    }
+  }
+  // The float layer's tiles through hid [T, F]; Of: as Linear::apply's (these Rows rows one part
+  // of a layer of Of rows).
+  template <size_t Rows, size_t T, bool Add, size_t Of = Rows>
+  void float_tiled(float* x, float* y, float* hid) const {
+    fc1.template with_panels<Rows, T, Of>([&](const auto* panels1) {
+      fc2.template with_panels<Rows, T, Of>([&](const auto* panels2) {
+        for_tiles<Rows, T>([&]<size_t R>(size_t i) {
+          fc1.template apply<R, relu, Of>(x + i * D, hid, panels1);
+          if constexpr (!relu) act::apply<Act, R * F>(hid);
+          fc2.template apply<R, false, Of>(hid, x + i * D, panels2);
+          if constexpr (Add) kernels::add_to<R * D>(x + i * D, y + i * D);
         });
       });
-    }
+    });
   }
 
   // In a composite block: residual [Rows, D] += FFN(x [Rows, D]) T rows at a time (x int8 rows
@@ -94,6 +100,19 @@ struct FeedForward {
   template <size_t Rows, size_t T, class X>
   void add_tiled(X* x, Stream* residual, Tile<T>& w) const {
     apply_tiled<Rows, T, true>(x, residual, w);
+  }
+  // The same on the threads of pool (float; in integers on one): the rows in S parts
+  // (stformer/tensor.hpp: for_parts), part s through its own T/S rows of the tile.
+  template <size_t Rows, size_t T, class X, class Pool>
+  void add_tiled(X* x, Stream* residual, Tile<T>& w, Pool& pool) const {
+    with_parts(pool, [&]<size_t S>() {
+      if constexpr (P::integer || S == 1 || T < S)
+        apply_tiled<Rows, T, true>(x, residual, w);
+      else
+        for_parts<Rows, S>(pool, [&]<size_t R>(size_t r0, size_t s) {
+          float_tiled<R, T / S, true, Rows>(x + r0 * D, residual + r0 * D, w.hid.data() + s * (T / S) * F);
+        });
+    });
   }
 
   // A step of a Sequential (stformer/sequential.hpp), in place on rows [B, N, D] (in integers its

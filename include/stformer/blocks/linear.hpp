@@ -36,9 +36,9 @@ struct LinearCalls {
   // several tiles, else null (each tile packs its own: a tile of 16 rows spends about as long
   // packing a weight as multiplying by it). The same bits either way. Not with Helium: a
   // microcontroller's stack is small, and there packing each tile's panel costs no more instructions.
-  template <size_t Rows, size_t T, class Fn>
+  template <size_t Rows, size_t T, size_t Of = Rows, class Fn>
   void with_panels(Fn&& fn) const {
-    if constexpr (T < Rows && kernels::packs<Rows> && !kernels::transposes<Rows, Out, In> && sizeof(Panels) <= kernels::tuning.stack_panels) {
+    if constexpr (T < Rows && kernels::packs<Of> && !kernels::transposes<Of, Out, In> && sizeof(Panels) <= kernels::tuning.stack_panels) {
       Panels panels;
       panels.pack(self().weight.data(), In);
       fn(&panels);
@@ -50,16 +50,65 @@ struct LinearCalls {
   // The same on Rows rows T at a time, each tile into tile [T, Out], then y_t = tile (y may be
   // x when In = Out: in place), or y_t += tile when Add (a residual connection: the same bits as
   // adding the whole output afterwards).
-  template <size_t Rows, size_t T, bool Relu = false, bool Add = false>
+  // Of: as apply's (these Rows rows one part of a layer of Of rows).
+  template <size_t Rows, size_t T, bool Relu = false, bool Add = false, size_t Of = Rows>
   void apply_tiled(const float* x, float* y, float* tile) const {
-    with_panels<Rows, T>([&](const Panels* panels) {
+    with_panels<Rows, T, Of>([&](const Panels* panels) {
       for_tiles<Rows, T>([&]<size_t R>(size_t i) {
-        apply<R, Relu, Rows>(x + i * In, tile, panels);
+        apply<R, Relu, Of>(x + i * In, tile, panels);
         if constexpr (Add)
           kernels::add_to<R * Out>(tile, y + i * Out);
         else
           std::copy_n(tile, R * Out, y + i * Out);
       });
+    });
+  }
+
+  // On the threads of pool (stformer/tensor.hpp: with_parts), the same bits as on one:
+  // apply_tiled with the rows in S parts, part s through its own T/S rows of tile (one part
+  // when T < S); apply_rows with the rows in S parts; apply_columns with the outputs (W's rows)
+  // in S parts of whole panels, for a wide layer over few rows (the language model's head).
+  template <size_t Rows, size_t T, bool Relu = false, bool Add = false, class Pool>
+  void apply_tiled(const float* x, float* y, float* tile, Pool& pool) const {
+    with_parts(pool, [&]<size_t S>() {
+      if constexpr (S == 1 || T < S) {
+        apply_tiled<Rows, T, Relu, Add>(x, y, tile);
+      } else {
+        constexpr size_t Ts = T / S;
+        for_parts<Rows, S>(pool, [&]<size_t R>(size_t r0, size_t s) {
+          apply_tiled<R, Ts, Relu, Add, Rows>(x + r0 * In, y + r0 * Out, tile + s * Ts * Out);
+        });
+      }
+    });
+  }
+  template <size_t Rows, bool Relu = false, class Pool>
+  void apply_rows(const float* x, float* y, Pool& pool) const {
+    with_parts(pool, [&]<size_t S>() {
+      if constexpr (S == 1)
+        apply<Rows, Relu>(x, y);
+      else
+        for_parts<Rows, S>(pool, [&]<size_t R>(size_t r0, size_t) { apply<R, Relu, Rows>(x + r0 * In, y + r0 * Out); });
+    });
+  }
+  template <size_t Rows, class Pool>
+  void apply_columns(const float* x, float* y, Pool& pool) const {
+    with_parts(pool, [&]<size_t S>() {
+      constexpr size_t G = kernels::panel_width<Out>, Q = ((Out + S - 1) / S + G - 1) / G * G;
+      if constexpr (S == 1 || Q >= Out || kernels::transposes<Rows, Q, In> != kernels::transposes<Rows, Out, In>) {
+        apply<Rows>(x, y);
+      } else {
+        constexpr size_t parts = (Out + Q - 1) / Q, last = Out - (parts - 1) * Q;
+        const float* b = self().bias.data();
+        auto columns = [&]<size_t C>(size_t c0) {
+          kernels::matmul_nt<Rows, C, In, false, Rows>(x, In, self().weight.data() + c0 * In, In, y + c0, Out, 1.0f, b ? b + c0 : nullptr);
+        };
+        pool.run(parts, [&](size_t s) {
+          if (s + 1 < parts)
+            columns.template operator()<Q>(s * Q);
+          else
+            columns.template operator()<last>(s * Q);
+        });
+      }
     });
   }
 
@@ -107,6 +156,10 @@ struct Linear : LinearCalls<Linear<In, Out, WeightInit, HasBias>, In, Out> {
   template <size_t B, size_t N>
   void run(const Input<B, N>& x, Output<B, N>& y, const Mask<B, N>&) const {
     this->template apply<B * N>(x.data(), y.data());
+  }
+  template <size_t B, size_t N, class Pool>
+  void run(const Input<B, N>& x, Output<B, N>& y, const Mask<B, N>&, Pool& pool) const {
+    this->template apply_columns<B * N>(x.data(), y.data(), pool);
   }
 
   template <size_t... L>

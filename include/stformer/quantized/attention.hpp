@@ -123,8 +123,9 @@ struct QMultiHeadAttention {
 
   // k, v of xkv [B, Nk, Dkv] (Row, or an int16 stream: a decoder's memory) into w, T rows at a
   // time (the one to transpose through `rows`).
-  template <size_t B, size_t Nq, size_t Nk, size_t T, class X>
-  void prepare(const X* xkv, Work<B, Nq, Nk, T>& w) const {
+  // (pool: the float form's; in integers the pass runs on the calling thread.)
+  template <size_t B, size_t Nq, size_t Nk, size_t T, class X, class Pool = Serial>
+  void prepare(const X* xkv, Work<B, Nq, Nk, T>& w, Pool&& = Pool{}) const {
     for_tiles<B * Nk, T>([&]<size_t R>(size_t i) {
       Row rows[R * D];
       const auto transposed = [&](Row* t) {  // rows i … i + R − 1 into t [B, D, Nk]
@@ -183,8 +184,8 @@ struct QMultiHeadAttention {
 
   // residual [B, Nq, D] (int16) += MHA(x, keys of w); x (Dq = D) is overwritten: by the heads
   // (and first by q, with int8 rows). The projections T rows at a time.
-  template <size_t B, size_t Nq, size_t Nk, size_t T>
-  void forward_add(Row* x, std::int16_t* residual, Work<B, Nq, Nk, T>& w, const Mask<B, Nk>& mask) const {
+  template <size_t B, size_t Nq, size_t Nk, size_t T, class Pool = Serial>
+  void forward_add(Row* x, std::int16_t* residual, Work<B, Nq, Nk, T>& w, const Mask<B, Nk>& mask, Pool&& = Pool{}) const {
     static_assert(Dq == D, "QMultiHeadAttention::forward_add: the queries' rows become the heads in place (Dq = D)");
     std::int8_t* q;
     if constexpr (wide)
