@@ -355,7 +355,7 @@ inline void requantize(const std::int32_t* x, size_t rows, size_t channels, cons
   for (size_t r = 0; r < rows; ++r, x += channels, y += channels) {
     for (size_t c = 0; c < whole; c += L)
       store_as(y + c, qv::clamp_add(qv::apply(qv::load_acc(x + c), qv::load_acc(q + c), qv::load_acc(shift + c)), zero, lo, hi));
-    for (size_t c = whole; c < channels; ++c) y[c] = Out(clamp_i32(apply(x[c], q[c], shift[c]), lo - zero, hi - zero) + zero);
+    for (size_t c = whole; c < channels; ++c) y[c] = requantize_entry<Out>(x[c], q[c], shift[c], zero, lo, hi);
   }
 }
 
@@ -368,7 +368,7 @@ inline void requantize(const std::int32_t* x, size_t n, Multiplier m, std::int32
   const qv qq = qv::load_acc(q), ss = qv::load_acc(shift);
   const size_t whole = n / L * L;  // entries in whole vectors
   for (size_t c = 0; c < whole; c += L) store_as(y + c, qv::clamp_add(qv::apply(qv::load_acc(x + c), qq, ss), zero, lo, hi));
-  for (size_t c = whole; c < n; ++c) y[c] = Out(clamp_i32(apply(x[c], m), lo - zero, hi - zero) + zero);
+  for (size_t c = whole; c < n; ++c) y[c] = requantize_entry<Out>(x[c], m.q, m.shift, zero, lo, hi);
 }
 
 // Y[M,N] = clamp(zero + apply(A·Bᵀ + bias, q[c], shift[c]), lo, hi) for each output column c,

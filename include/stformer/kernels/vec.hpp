@@ -22,3 +22,12 @@
 #include "../config.hpp"
 
 #include STFORMER_BACKEND_FILE
+
+namespace stformer::inline STFORMER_ABI::kernels {
+
+template <class Out>
+[[gnu::always_inline]] inline Out requantize_entry(std::int32_t x, std::int32_t q, int shift, std::int32_t zero, std::int32_t lo, std::int32_t hi) {
+  return Out(clamp_i32(apply(x, q, shift), lo - zero, hi - zero) + zero);
+}
+
+}  // namespace stformer::kernels

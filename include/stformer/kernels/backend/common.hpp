@@ -89,6 +89,12 @@ struct PackedPart {
 // min(max(x, lo), hi) by value (std::clamp returns a reference, and at -Os GCC calls it).
 [[gnu::always_inline]] constexpr std::int32_t clamp_i32(std::int32_t x, std::int32_t lo, std::int32_t hi) { return x < lo ? lo : hi < x ? hi : x; }
 
+// One entry requantized, clamp(zero + apply(x, q, shift), lo, hi), clamped before zero is added
+// (no sum overflows): the scalar tails of the requantizations and of the fused tiles. Defined in
+// kernels/vec.hpp, after the backend's apply.
+template <class Out>
+Out requantize_entry(std::int32_t x, std::int32_t q, int shift, std::int32_t zero, std::int32_t lo, std::int32_t hi);
+
 namespace generic {
 
 // The float vector's horizontal reductions one vector at a time (out[i] = one(v[i])), a tile

@@ -212,7 +212,7 @@ inline bool fused_rows(const TA* A, size_t lda, const std::int8_t* B, size_t ldb
             vstrhq_scatter_shifted_offset_s32(reinterpret_cast<std::int16_t*>(Y + i * N + j), rows, y);
         },
         [&](size_t i, size_t j, std::int32_t s) __attribute__((always_inline)) {
-          Y[i * N + j] = Out(clamp_i32(apply(s, rq.q[rq.at(j)], rq.shift[rq.at(j)]), rq.lo - rq.zero, rq.hi - rq.zero) + rq.zero);
+          Y[i * N + j] = requantize_entry<Out>(s, rq.q[rq.at(j)], rq.shift[rq.at(j)], rq.zero, rq.lo, rq.hi);
         });
     return true;
   }
