@@ -35,7 +35,8 @@
 //   template <class X> using OutputFrom = ...;   run(const X& x, OutputFrom<X>& y, const Mask<B, N>& mask) const
 // Scratch<B, N, Room> is the block's work memory when Room bytes are free beside its input and
 // output; a block may take more rows per tile there, never more than max(Room, its
-// Scratch<B, N, 0>).
+// Scratch<B, N, 0>). A block that can run on several threads also takes, after the mask, the pool
+// of Infer::forward (forward_in_place(h, w, mask, pool), run(x, y, [w,] mask, pool)).
 //
 // The plan of InferOf<Model, B, N>. Step i reads its input, writes its output and uses its
 // scratch; these three are live together, and nothing else is: the model's input is the

@@ -18,6 +18,10 @@
 
 #include <xtensor/xfixed.hpp>
 
+#if defined(__SSE__)
+#include <xmmintrin.h>
+#endif
+
 #if defined(__cpp_exceptions)
 #include <stdexcept>
 #else
@@ -177,24 +181,53 @@ void for_tiles(F&& f) {
   if constexpr (Rows % T != 0) f.template operator()<Rows % T>(i);
 }
 
+// While it lives, the calling thread flushes subnormal floats to zero (inputs and results).
+class FlushDenormals {
+ public:
+  FlushDenormals(const FlushDenormals&) = delete;
+  FlushDenormals& operator=(const FlushDenormals&) = delete;
+#if defined(__SSE__)
+  FlushDenormals() : saved_(_mm_getcsr()) { _mm_setcsr(saved_ | 0x8040); }  // FTZ (bit 15), DAZ (bit 6)
+  ~FlushDenormals() { _mm_setcsr(saved_); }
+
+ private:
+  unsigned saved_;
+#elif defined(__aarch64__)
+  FlushDenormals() : saved_(__builtin_aarch64_get_fpcr64()) { __builtin_aarch64_set_fpcr64(saved_ | (1ull << 24)); }  // FZ
+  ~FlushDenormals() { __builtin_aarch64_set_fpcr64(saved_); }
+
+ private:
+  unsigned long long saved_;
+#else
+  FlushDenormals() = default;  // other targets: the floating-point mode is left as it is
+#endif
+};
+
 // Forward-only passes on several threads: a pool (Serial, stformer/params.hpp, or ThreadPool,
-// stformer/train/parallel.hpp) runs a pass's rows in S contiguous parts, S = 1, 2 or 4 (the most
-// its threads allow), part s on thread s. with_parts(pool, f) calls f.template operator()<S>().
+// stformer/train/parallel.hpp) runs a stage's rows in S contiguous parts, S = 1, 2 or 4 (the
+// most its threads allow; threads beyond the fourth wait), part s on thread s.
+// with_parts(pool, f) calls f.template operator()<S>(), subnormals flushed to zero on the
+// calling thread for any pool but Serial, as the pool's threads flush them in every task: so a
+// stage is flushed or not whatever S is, and any number of threads gives the same bits.
 template <class Pool, class F>
 decltype(auto) with_parts(const Pool& pool, F&& f) {
-  if constexpr (requires { Pool::one_thread; })  // Serial: one part, nothing else instantiated
+  if constexpr (requires { Pool::one_thread; }) {  // Serial: one part, nothing else instantiated
     return f.template operator()<1>();
-  else if (pool.size() >= 4)
-    return f.template operator()<4>();
-  else if (pool.size() >= 2)
-    return f.template operator()<2>();
-  else
-    return f.template operator()<1>();
+  } else {
+    FlushDenormals flush;
+    if (pool.size() >= 4)
+      return f.template operator()<4>();
+    else if (pool.size() >= 2)
+      return f.template operator()<2>();
+    else
+      return f.template operator()<1>();
+  }
 }
-// Rows in parts of ceil(Rows/S) rows (the last the rest; fewer parts when the rows are few):
-// f.template operator()<R>(r0, s) for part s, rows r0 … r0 + R − 1, on pool's task s.
+// Rows per part when Rows rows are cut in S parts: ceil(Rows/S).
 template <size_t Rows, size_t S>
 inline constexpr size_t part_rows = (Rows + S - 1) / S;
+// Rows in parts of part_rows (the last the rest; fewer parts when the rows are few):
+// f.template operator()<R>(r0, s) for part s, rows r0 … r0 + R − 1, on pool's task s.
 template <size_t Rows, size_t S, class Pool, class F>
 void for_parts(Pool& pool, F&& f) {
   constexpr size_t Q = part_rows<Rows, S>, parts = (Rows + Q - 1) / Q, last = Rows - (parts - 1) * Q;

@@ -318,24 +318,33 @@ struct MultiHeadAttention : AttentionProjections<Dq, Dkv, D, Pr> {
       w.xkv = xkv;
     } else {
       k_proj().template apply_rows<B * Nk>(xkv, w.v.data(), pool);
-      pool.run(B * H, [&](size_t i) {
-        const size_t b = i / H, h = i % H;
-        kernels::transpose<Dh>(w.v.data() + b * Nk * D + h * Dh, D, Nk, w.kt.data() + (b * D + h * Dh) * Nk, Nk);
+      with_parts(pool, [&]<size_t Parts>() {
+        if constexpr (Parts == 1)  // whole rows: W × W register tiles even where Dh < W
+          for (size_t b = 0; b < B; ++b) kernels::transpose<D>(w.v.data() + b * Nk * D, D, Nk, w.kt.data() + b * D * Nk, Nk);
+        else
+          pool.run(B * H, [&](size_t i) {
+            const size_t b = i / H, h = i % H;
+            kernels::transpose<Dh>(w.v.data() + b * Nk * D + h * Dh, D, Nk, w.kt.data() + (b * D + h * Dh) * Nk, Nk);
+          });
       });
       v_proj().template apply_rows<B * Nk>(xkv, w.v.data(), pool);
     }
   }
 
-  // Whether a block of query rows may be split into parts of `Part` rows: each part's products
-  // take the same path as the whole block's (none of them narrow, stformer/kernels/matmul.hpp),
-  // so every entry has the same bits.
+  // Whether a block of query rows may be split into parts of fewer rows with the same bits. What
+  // depends on the row count R: the products' path (kernels::narrow<R, N>: R ≥ W and N < W), so
+  // none of the block's products may be narrow (then none of the parts' are); softmax_rows and
+  // softmax_step treat every row alike whatever R.
   template <size_t Nk, size_t Block, size_t KeyTile>
   static constexpr bool splits_rows = !kernels::narrow<Block, Nk> && !kernels::narrow<Block, Dh> && !kernels::narrow<Block, KeyTile> &&
                                       !kernels::narrow<Block, Nk % KeyTile == 0 ? KeyTile : Nk % KeyTile>;
 
   // q [B, Nq, D], the projected queries, ← concat_h(o_h) in place, against the keys of w. On the
   // threads of pool: every block of query rows in S parts, part s on thread s with its own rows
-  // of the tile (S = 1 for the folded form). The same bits for any pool.
+  // of the tile: scores from row s·Qb, and with the online softmax its o, m, l from s·Qb·(Dh + 2)
+  // past the scores (S = 1 for the folded form). Qb = ⌈QB/S⌉ and a part has at most Qb rows; the
+  // slices fit the tile because QB = 16 is a multiple of S = 2 or 4 when Nq ≥ 16, and below that
+  // there is one block, of QB rows. The same bits for any pool.
   template <size_t B, size_t Nq, size_t Nk, size_t T, class Pool = Serial>
   void attend(float* q, Work<B, Nq, Nk, T>& w, const Mask<B, Nk>& mask, Pool&& pool = Pool{}) const {
     if constexpr (folds<Nq, Nk>) {
@@ -347,7 +356,6 @@ struct MultiHeadAttention : AttentionProjections<Dq, Dkv, D, Pr> {
         constexpr size_t S1 = splits_rows<Nk, Wk::QB, Wk::KT> ? Parts : 1, Qb = part_rows<Wk::QB, S1>;
         pool.run(S1, [&](size_t s) {
           float* scores = w.tile + s * Qb * Wk::KT;
-          float* acc = w.tile + Wk::QB * Wk::KT + s * Qb * (Dh + 2);
           for (size_t b = 0; b < B; ++b)
             for (size_t h = 0; h < H; ++h)
               for_tiles<Nq, query_block>([&]<size_t R>(size_t i0) {
@@ -359,7 +367,7 @@ struct MultiHeadAttention : AttentionProjections<Dq, Dkv, D, Pr> {
                   if constexpr (Wk::online == 0)
                     attend_block<Rs>(qh, kth, vh, scores, qh, b, i, mask);
                   else
-                    online_block<Rs, Wk::KT>(qh, kth, vh, scores, acc, b, i, mask);
+                    online_block<Rs, Wk::KT>(qh, kth, vh, scores, w.tile + Wk::QB * Wk::KT + s * Qb * (Dh + 2), b, i, mask);
                 };
                 if (s + 1 < parts)
                   part.template operator()<Qr>(i0 + s * Qr);

@@ -94,7 +94,7 @@ struct LinearCalls {
   void apply_columns(const float* x, float* y, Pool& pool) const {
     with_parts(pool, [&]<size_t S>() {
       constexpr size_t G = kernels::panel_width<Out>, Q = ((Out + S - 1) / S + G - 1) / G * G;
-      if constexpr (S == 1 || Q >= Out || kernels::transposes<Rows, Q, In> != kernels::transposes<Rows, Out, In>) {
+      if constexpr (S == 1 || Q >= Out) {
         apply<Rows>(x, y);
       } else {
         constexpr size_t parts = (Out + Q - 1) / Q, last = Out - (parts - 1) * Q;

@@ -125,9 +125,13 @@ inline void softmax_step(float* s, float c, float* m, float* l, float* corr) {
     m1[r] = m[r] > m1[r] ? m[r] : m1[r];
     corr[r] = (m[r] - m1[r]) * k;
   }
-  constexpr size_t RV = R / W * W;
-  for (size_t i = 0; i < RV; i += W) store(corr + i, vexp2<true>(load(corr + i)));
-  for (size_t i = RV; i < R; ++i) corr[i] = std::exp2(corr[i]);
+  // every row's corr by the same vexp2, the rows padded to whole vectors (2⁰ past them), so that a
+  // row's bits do not depend on R (forward-only passes split blocks of queries between threads)
+  constexpr size_t RP = (R + W - 1) / W * W;
+  alignas(64) float t[RP] = {};
+  std::copy_n(corr, R, t);
+  for (size_t i = 0; i < RP; i += W) store(t + i, vexp2<true>(load(t + i)));
+  std::copy_n(t, R, corr);
   for (size_t r = 0; r < R; ++r) {
     if (m1[r] == neg_inf) {
       fill<N>(s + r * N, 0.0f);

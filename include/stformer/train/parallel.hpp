@@ -11,7 +11,7 @@
 // depend on the number of threads, so every T gives bit-identical parameters.
 //
 // Subnormal floats (below 2^-126, ~1.2e-38) are flushed to zero in the pool's tasks, on every
-// thread (FlushDenormals: FTZ and DAZ on x86, FZ on aarch64; the caller's own mode is restored
+// thread (FlushDenormals, stformer/tensor.hpp: FTZ and DAZ on x86, FZ on aarch64; the caller's own mode is restored
 // when run returns). Once a model fits its training set, softmax tails and gradients fall into
 // that range, and x86 cores take a slow microcode path for every operation on them: the SPEC
 // pointer run went from 10 ms per iteration at its start to over 100 ms at its end. Flushing
@@ -37,41 +37,18 @@
 
 #if defined(__SSE2__)
 #include <emmintrin.h>
-#elif defined(__SSE__)
-#include <xmmintrin.h>
 #endif
 
 #include "../params.hpp"
 
 namespace stformer::inline STFORMER_ABI {
 
-// While it lives, the calling thread flushes subnormal floats to zero (inputs and results).
-class FlushDenormals {
- public:
-  FlushDenormals(const FlushDenormals&) = delete;
-  FlushDenormals& operator=(const FlushDenormals&) = delete;
-#if defined(__SSE__)
-  FlushDenormals() : saved_(_mm_getcsr()) { _mm_setcsr(saved_ | 0x8040); }  // FTZ (bit 15), DAZ (bit 6)
-  ~FlushDenormals() { _mm_setcsr(saved_); }
-
- private:
-  unsigned saved_;
-#elif defined(__aarch64__)
-  FlushDenormals() : saved_(__builtin_aarch64_get_fpcr64()) { __builtin_aarch64_set_fpcr64(saved_ | (1ull << 24)); }  // FZ
-  ~FlushDenormals() { __builtin_aarch64_set_fpcr64(saved_); }
-
- private:
-  unsigned long long saved_;
-#else
-  FlushDenormals() = default;  // other targets: the floating-point mode is left as it is
-#endif
-};
-
 class ThreadPool {
  public:
   // Throws std::runtime_error when a thread cannot be started (a limit on threads or memory),
   // after stopping the ones that were.
-  explicit ThreadPool(size_t threads = 1) : size_(threads == 0 ? 1 : threads) {
+  explicit ThreadPool(size_t threads = 1)
+      : size_(threads == 0 ? 1 : threads), spin_(size_ <= std::max<size_t>(std::thread::hardware_concurrency(), 1) ? spin_rounds : 0) {
     workers_.reserve(size_ - 1);
     for (size_t t = 1; t < size_; ++t) {
       try {
@@ -94,9 +71,10 @@ class ThreadPool {
   // f(i) for i in [0, tasks); task i runs on thread i % size(), tasks of one thread in
   // increasing order, subnormals flushed to zero. An exception thrown by a task is rethrown
   // here (the first one). Forward-only passes call run several times per block: a thread
-  // that finishes waits for the next call spinning for about spin_rounds pauses (some tens of
+  // that finishes waits for the next call spinning for spin_rounds pauses (some tens of
   // microseconds) before it sleeps, so that a call costs well under a microsecond when calls
-  // follow each other, and an idle pool takes no CPU.
+  // follow each other, and an idle pool takes no CPU. (No spinning when the pool has more
+  // threads than the machine: a spinning thread would take a core from one that works.)
   template <class F>
   void run(size_t tasks, F&& f) {
     using Fn = std::remove_reference_t<F>;
@@ -115,7 +93,7 @@ class ThreadPool {
     }
     wake_.notify_all();
     share(0);
-    for (size_t i = 0; i < spin_rounds && pending_.load(std::memory_order_acquire) != 0; ++i) pause();
+    for (size_t i = 0; i < spin_ && pending_.load(std::memory_order_acquire) != 0; ++i) pause();
     if (pending_.load(std::memory_order_acquire) != 0) {
       std::unique_lock<std::mutex> lock(mutex_);
       done_.wait(lock, [this] { return pending_.load(std::memory_order_acquire) == 0; });
@@ -158,7 +136,7 @@ class ThreadPool {
   void work(size_t thread) {
     size_t seen = 0;
     for (;;) {
-      for (size_t i = 0; i < spin_rounds && generation_.load(std::memory_order_acquire) == seen; ++i) pause();
+      for (size_t i = 0; i < spin_ && generation_.load(std::memory_order_acquire) == seen; ++i) pause();
       {
         std::unique_lock<std::mutex> lock(mutex_);
         wake_.wait(lock, [&] { return generation_.load(std::memory_order_acquire) != seen; });
@@ -173,7 +151,7 @@ class ThreadPool {
     }
   }
 
-  size_t size_;
+  size_t size_, spin_;
   std::vector<std::thread> workers_;
   std::mutex mutex_;
   std::condition_variable wake_, done_;
