@@ -226,17 +226,24 @@ decltype(auto) with_parts(const Pool& pool, F&& f) {
 // Rows per part when Rows rows are cut in S parts: ceil(Rows/S).
 template <size_t Rows, size_t S>
 inline constexpr size_t part_rows = (Rows + S - 1) / S;
-// Rows in parts of part_rows (the last the rest; fewer parts when the rows are few):
+// Part s of Rows rows cut in parts of Q, ⌈Rows/Q⌉ parts (the last the rest):
+// f.template operator()<R>(r0) with its rows r0 … r0 + R − 1; nothing when s is past the last.
+template <size_t Rows, size_t Q>
+inline constexpr size_t parts_of = (Rows + Q - 1) / Q;
+template <size_t Rows, size_t Q, class F>
+void nth_part(size_t s, F&& f) {
+  constexpr size_t parts = parts_of<Rows, Q>;
+  if (s + 1 < parts)
+    f.template operator()<Q>(s * Q);
+  else if (s + 1 == parts)
+    f.template operator()<Rows - (parts - 1) * Q>(s * Q);
+}
+// Rows in parts of part_rows<Rows, S> (fewer parts when the rows are few):
 // f.template operator()<R>(r0, s) for part s, rows r0 … r0 + R − 1, on pool's task s.
 template <size_t Rows, size_t S, class Pool, class F>
 void for_parts(Pool& pool, F&& f) {
-  constexpr size_t Q = part_rows<Rows, S>, parts = (Rows + Q - 1) / Q, last = Rows - (parts - 1) * Q;
-  pool.run(parts, [&](size_t s) {
-    if (s + 1 < parts)
-      f.template operator()<Q>(s * Q, s);
-    else
-      f.template operator()<last>(s * Q, s);
-  });
+  constexpr size_t Q = part_rows<Rows, S>;
+  pool.run(parts_of<Rows, Q>, [&](size_t s) { nth_part<Rows, Q>(s, [&]<size_t R>(size_t r0) { f.template operator()<R>(r0, s); }); });
 }
 
 // Rows per tile of the in-place projections and feed-forward layers of forward-only passes

@@ -359,8 +359,8 @@ struct MultiHeadAttention : AttentionProjections<Dq, Dkv, D, Pr> {
           for (size_t b = 0; b < B; ++b)
             for (size_t h = 0; h < H; ++h)
               for_tiles<Nq, query_block>([&]<size_t R>(size_t i0) {
-                constexpr size_t Qr = part_rows<R, S1>, parts = (R + Qr - 1) / Qr;
-                auto part = [&]<size_t Rs>(size_t i) {
+                nth_part<R, part_rows<R, S1>>(s, [&]<size_t Rs>(size_t r0) {
+                  const size_t i = i0 + r0;
                   float* qh = q + (b * Nq + i) * D + h * Dh;
                   const float* kth = w.kt.data() + (b * D + h * Dh) * Nk;
                   const float* vh = w.v.data() + b * Nk * D + h * Dh;
@@ -368,11 +368,7 @@ struct MultiHeadAttention : AttentionProjections<Dq, Dkv, D, Pr> {
                     attend_block<Rs>(qh, kth, vh, scores, qh, b, i, mask);
                   else
                     online_block<Rs, Wk::KT>(qh, kth, vh, scores, w.tile + Wk::QB * Wk::KT + s * Qb * (Dh + 2), b, i, mask);
-                };
-                if (s + 1 < parts)
-                  part.template operator()<Qr>(i0 + s * Qr);
-                else if (s + 1 == parts)
-                  part.template operator()<R - (parts - 1) * Qr>(i0 + s * Qr);
+                });
               });
         });
       });

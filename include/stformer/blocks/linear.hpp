@@ -97,16 +97,11 @@ struct LinearCalls {
       if constexpr (S == 1 || Q >= Out) {
         apply<Rows>(x, y);
       } else {
-        constexpr size_t parts = (Out + Q - 1) / Q, last = Out - (parts - 1) * Q;
         const float* b = self().bias.data();
-        auto columns = [&]<size_t C>(size_t c0) {
-          kernels::matmul_nt<Rows, C, In, false, Rows>(x, In, self().weight.data() + c0 * In, In, y + c0, Out, 1.0f, b ? b + c0 : nullptr);
-        };
-        pool.run(parts, [&](size_t s) {
-          if (s + 1 < parts)
-            columns.template operator()<Q>(s * Q);
-          else
-            columns.template operator()<last>(s * Q);
+        pool.run(parts_of<Out, Q>, [&](size_t s) {
+          nth_part<Out, Q>(s, [&]<size_t C>(size_t c0) {
+            kernels::matmul_nt<Rows, C, In, false, Rows>(x, In, self().weight.data() + c0 * In, In, y + c0, Out, 1.0f, b ? b + c0 : nullptr);
+          });
         });
       }
     });
@@ -153,12 +148,8 @@ struct Linear : LinearCalls<Linear<In, Out, WeightInit, HasBias>, In, Out> {
   using Input = Tensor<B, N, In>;
   template <size_t B, size_t N>
   using Output = Tensor<B, N, Out>;
-  template <size_t B, size_t N>
-  void run(const Input<B, N>& x, Output<B, N>& y, const Mask<B, N>&) const {
-    this->template apply<B * N>(x.data(), y.data());
-  }
-  template <size_t B, size_t N, class Pool>
-  void run(const Input<B, N>& x, Output<B, N>& y, const Mask<B, N>&, Pool& pool) const {
+  template <size_t B, size_t N, class Pool = Serial>
+  void run(const Input<B, N>& x, Output<B, N>& y, const Mask<B, N>&, Pool&& pool = Pool{}) const {
     this->template apply_columns<B * N>(x.data(), y.data(), pool);
   }
 
