@@ -6,7 +6,8 @@
 # the backends' agreement) for the plain C++ backend (none, no xsimd) and, when this CPU has
 # AVX-512, x86-64-v4. Warnings are errors. Then:
 # - the suite again with AddressSanitizer and UndefinedBehaviorSanitizer (no report allowed),
-#   all but the suite 'compile' (tests that run the compiler themselves, the same in every build);
+#   all but the suite 'compile' (tests that run the compiler themselves, the same in every build)
+#   and the tests of numbers only that tests/meson.build leaves out of sanitized builds;
 # - the tests that run the thread pool (unit, max_value, language_model: the pool itself, training
 #   on two lanes and two threads) with ThreadSanitizer, no report allowed;
 # - the libFuzzer programs (clang) for 60 seconds each (tests/fuzz);
