@@ -12,6 +12,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <limits>
+#include <type_traits>
 #include <string>
 #include <vector>
 
@@ -211,6 +212,52 @@ TEST_CASE("requantize: the formula on vectors of channels, the zero point added,
   for (int i = 0; i < 8; ++i) CHECK(int(out[i]) == want[i]);
 }
 
+// qlinear's Y = clamp(zero + apply(A·Bᵀ + bias, M_c), lo, hi) against the formula on the integer
+// loop's sums, per channel or one multiplier, and in place (Y = A).
+template <size_t M, size_t N, size_t K, class Out>
+void check_qlinear(bool per_channel, bool in_place) {
+  stformer::Rng rng(M * 7919 + N * 31 + K + per_channel + 2 * in_place + sizeof(Out), 9);
+  auto A = random_ints<std::int8_t>(M * K, rng), B = random_ints<std::int8_t>(N * K, rng);
+  for (auto& b : B) b = std::max<std::int8_t>(b, -127);  // symmetric weights
+  std::vector<std::int32_t> bias(N), q(N), shift(N);
+  for (size_t c = 0; c < N; ++c) {  // outputs from a few steps to past the clamp
+    bias[c] = std::int32_t(rng.below(1 << 16)) - (1 << 15);
+    const auto m = k::quantize_multiplier(std::ldexp(0.5 + 0.5 * rng.uniform(), -int(10 + rng.below(6))));
+    q[c] = m.q, shift[c] = m.shift;
+  }
+  const std::int32_t zero = -3, lo = std::numeric_limits<Out>::min(), hi = std::numeric_limits<Out>::max();
+  const k::Requantization rq{q.data(), shift.data(), zero, lo, hi, per_channel};
+  std::vector<Out> Y(M * N);
+  std::vector<std::int32_t> C(M * N);
+  if constexpr (std::is_same_v<Out, std::int8_t> && N == K) {
+    if (in_place) {
+      std::copy(A.begin(), A.end(), Y.begin());
+      k::qlinear<M, N, K>(Y.data(), K, B.data(), K, bias.data(), rq, Y.data(), C.data());
+    }
+  }
+  if (!in_place) k::qlinear<M, N, K>(A.data(), K, B.data(), K, bias.data(), rq, Y.data(), C.data());
+  size_t wrong = 0;
+  for (size_t i = 0; i < M; ++i)
+    for (size_t j = 0; j < N; ++j) {
+      std::int64_t s = bias[j];
+      for (size_t kk = 0; kk < K; ++kk) s += std::int64_t(A[i * K + kk]) * B[j * K + kk];
+      const size_t c = per_channel ? j : 0;
+      wrong += Y[i * N + j] != std::clamp(reference(std::int32_t(s), {q[c], shift[c]}) + zero, lo, hi);
+    }
+  INFO("M=", M, " N=", N, " K=", K, " per channel ", per_channel, " in place ", in_place, " out bytes ", sizeof(Out), "; backend ",
+       std::string(k::qv::name()));
+  CHECK(wrong == 0);
+}
+
+TEST_CASE("qlinear: the product requantized per channel or with one multiplier, and in place") {
+  for (bool per_channel : {true, false}) {
+    check_qlinear<50, 16, 16, std::int8_t>(per_channel, false);
+    check_qlinear<13, 37, 300, std::int8_t>(per_channel, false);  // a part of a vector of columns, K over one block
+    check_qlinear<70, 70, 40, std::int16_t>(per_channel, false);  // rows over one chunk of A
+    check_qlinear<64, 64, 64, std::int8_t>(per_channel, true);    // in place
+  }
+}
+
 TEST_CASE("integer square root, exactly") {
   stformer::Rng rng(14, 3);
   for (std::uint64_t n : {std::uint64_t(0), std::uint64_t(1), std::uint64_t(2), std::uint64_t(3), std::uint64_t(4), std::uint64_t(99),
@@ -292,6 +339,38 @@ TEST_CASE("softmax_u8: 255·2^(−Δ) over the row's maximum within 0.85 of a st
     k::softmax_u8<2>(row, k::quantize_multiplier(1.0 / 256), e);
     INFO("difference ", d);
     REQUIRE(std::abs(int(e[1]) + 128 - 255 * std::exp2(-double(d) / 65536)) < 0.85);
+  }
+  // rows of every length class (whole and partial vectors of the table's look-ups) against the
+  // formula entry by entry, with exp2_neg for the table
+  auto check_row = [&]<size_t C>(double scale) {
+    stformer::Rng rng(C, 17);
+    std::int32_t row[C];
+    for (auto& v : row) v = std::int32_t(rng.below(1 << 20)) - (1 << 19);
+    if (C > 3) row[3] = INT32_MIN;  // masked
+    const k::Multiplier E = k::quantize_multiplier(scale);
+    std::int8_t out[C];
+    const std::int32_t got = k::softmax_u8<C>(row, E, out);
+    const std::int32_t mx = *std::max_element(row, row + C), e15 = E.q >> 16, K = 15 - std::min(E.shift, 14);
+    const std::int32_t a = K > 17 ? K - 17 : 0, kk = K - a;
+    std::int32_t total = 0;
+    size_t wrong = 0;
+    for (size_t j = 0; j < C; ++j) {
+      const std::int64_t d = std::min<std::int64_t>((std::int64_t(mx) - row[j]) >> a, 65535);
+      const std::int32_t u = std::int32_t(std::min<std::int64_t>((d * e15 + (std::int64_t(1) << (kk - 1))) >> kk, 16 * 256)), n = u >> 8;
+      const std::int32_t e = (k::exp2_neg((u & 255) << 8) * 255 + (1 << (14 + n))) >> (15 + n);
+      wrong += int(out[j]) + 128 != e;
+      total += e;
+    }
+    INFO("C = ", C, " scale ", scale);
+    CHECK(wrong == 0);
+    CHECK(got == total);
+  };
+  for (double scale : {0.01, 0.3, 40.0}) {
+    check_row.template operator()<17>(scale);
+    check_row.template operator()<50>(scale);
+    check_row.template operator()<64>(scale);
+    check_row.template operator()<100>(scale);
+    check_row.template operator()<300>(scale);
   }
   const std::int32_t masked[3] = {INT32_MIN, INT32_MIN, INT32_MIN};
   std::int8_t pm[3];

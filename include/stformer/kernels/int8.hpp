@@ -271,13 +271,21 @@ inline void qmatmul_nt(const std::int8_t* A, size_t lda, const std::int8_t* B, s
   }
 }
 
-// 2^(−f/256) in Q15 for f = 0 … 255 (exp2_neg, at compile time; 32-bit entries, 1 KB, so that
-// the loops that read it vectorize with gathers).
+// 2^(−f/256) in Q15 for f = 0 … 255 (exp2_neg, at compile time): 32-bit entries (1 KB), so
+// that the loops that read it vectorize with gathers, and as 16-bit words (32768 = 1) for the
+// backends that look them up in registers (tuning.q_lookup_words).
 inline constexpr auto exp2_q15 = [] {
   struct {
     std::uint32_t v[256];
   } t{};
   for (int f = 0; f < 256; ++f) t.v[f] = std::uint32_t(exp2_neg(f << 8));
+  return t;
+}();
+inline constexpr auto exp2_q15_words = [] {
+  struct {
+    std::uint16_t v[256];
+  } t{};
+  for (int f = 0; f < 256; ++f) t.v[f] = std::uint16_t(exp2_q15.v[f]);
   return t;
 }();
 
@@ -304,13 +312,33 @@ inline std::int32_t softmax_u8(const std::int32_t* x, Multiplier exponent, std::
   const int a = K > 17 ? K - 17 : 0, k = K - a;          // d·e15 < 2^31, and 2^16 steps still reach 16 octaves
   const std::uint32_t umx = std::uint32_t(mx);
   std::int32_t sum = 0;
-  for (size_t j = 0; j < C; ++j) {
-    const std::int32_t d = std::int32_t(std::min<std::uint32_t>((umx - std::uint32_t(x[j])) >> a, 65535));
-    const std::int32_t u = std::min<std::int32_t>((d * e15 + (1 << (k - 1))) >> k, 16 * 256);
-    const std::int32_t n = u >> 8;
-    const std::int32_t e = (std::int32_t(exp2_q15.v[u & 255]) * 255 + (1 << (14 + n))) >> (15 + n);
-    p[j] = std::int8_t(e - 128);
-    sum += e;
+  if constexpr (!tuning.q_lookup_words) {  // one loop: the table's entries by loads, or gathers where it vectorizes
+    for (size_t j = 0; j < C; ++j) {
+      const std::int32_t d = std::int32_t(std::min<std::uint32_t>((umx - std::uint32_t(x[j])) >> a, 65535));
+      const std::int32_t u = std::min<std::int32_t>((d * e15 + (1 << (k - 1))) >> k, 16 * 256), n = u >> 8;
+      const std::int32_t e = (std::int32_t(exp2_q15.v[u & 255]) * 255 + (1 << (14 + n))) >> (15 + n);
+      p[j] = std::int8_t(e - 128);
+      sum += e;
+    }
+  } else {  // S keys at a time: u_j, then the table's entries (lookup_words), then e_j
+    auto keys = [&]<size_t S>(size_t j0) {
+      std::int32_t u[S], t[S];
+      for (size_t j = 0; j < S; ++j) {
+        const std::int32_t d = std::int32_t(std::min<std::uint32_t>((umx - std::uint32_t(x[j0 + j])) >> a, 65535));
+        u[j] = std::min<std::int32_t>((d * e15 + (1 << (k - 1))) >> k, 16 * 256);
+        t[j] = u[j] & 255;
+      }
+      lookup_words<S>(exp2_q15_words.v, t, t);
+      for (size_t j = 0; j < S; ++j) {
+        const std::int32_t n = u[j] >> 8;
+        const std::int32_t e = (t[j] * 255 + (1 << (14 + n))) >> (15 + n);
+        p[j0 + j] = std::int8_t(e - 128);
+        sum += e;
+      }
+    };
+    constexpr size_t S = 64;
+    for (size_t j0 = 0; j0 + S <= C; j0 += S) keys.template operator()<S>(j0);
+    if constexpr (C % S != 0) keys.template operator()<C % S>(C / S * S);
   }
   return sum;
 }

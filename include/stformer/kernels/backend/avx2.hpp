@@ -47,6 +47,7 @@ inline void hmaxs(const vf* v, float* out) {
 // ---- int8 ----
 using generic::apply;
 using generic::fused_rows;
+using generic::lookup_words;
 // 8 int32 lanes; groups of two int16 along K (vpmaddwd: A and B widened once, when packed).
 struct qv {
   __m256i v;

@@ -111,6 +111,27 @@ struct qv {
   static qv load_acc(const std::int32_t* p) { return {_mm512_loadu_si512(p)}; }
   static void store(std::int32_t* p, qv x) { _mm512_storeu_si512(p, x.v); }
 };
+// t[i] = table[f[i]] (f[i] in [0, 255]) 32 at a time without gathers: the table's 256 words in
+// 8 registers, vpermi2w on index bits 0 … 5 from each pair, blends on bits 6 and 7.
+template <size_t n>
+inline void lookup_words(const std::uint16_t* table, const std::int32_t* f, std::int32_t* t) {
+  __m512i q[8];
+  for (int i = 0; i < 8; ++i) q[i] = _mm512_loadu_si512(table + 32 * i);
+  const __m512i words = _mm512_set_epi16(62, 60, 58, 56, 54, 52, 50, 48, 46, 44, 42, 40, 38, 36, 34, 32, 30, 28, 26, 24, 22, 20, 18, 16, 14, 12,
+                                         10, 8, 6, 4, 2, 0);  // the low words of two vectors of int32
+  const __m512i bit6 = _mm512_set1_epi16(64), bit7 = _mm512_set1_epi16(128);
+  for (size_t i = 0; i < n; i += 32) {  // the last 32 masked: lanes past n read and write nothing
+    const __mmask16 lo = i + 16 <= n ? 0xFFFF : __mmask16((1u << (n - i)) - 1), hi = i + 32 <= n ? 0xFFFF : i + 16 >= n ? 0 : __mmask16((1u << (n - i - 16)) - 1);
+    const __m512i idx = _mm512_permutex2var_epi16(_mm512_maskz_loadu_epi32(lo, f + i), words, _mm512_maskz_loadu_epi32(hi, f + i + 16));
+    const __m512i r0 = _mm512_permutex2var_epi16(q[0], idx, q[1]), r1 = _mm512_permutex2var_epi16(q[2], idx, q[3]);
+    const __m512i r2 = _mm512_permutex2var_epi16(q[4], idx, q[5]), r3 = _mm512_permutex2var_epi16(q[6], idx, q[7]);
+    const __mmask32 b6 = _mm512_test_epi16_mask(idx, bit6);
+    const __m512i r = _mm512_mask_blend_epi16(_mm512_test_epi16_mask(idx, bit7), _mm512_mask_blend_epi16(b6, r0, r1), _mm512_mask_blend_epi16(b6, r2, r3));
+    _mm512_mask_storeu_epi32(t + i, lo, _mm512_cvtepu16_epi32(_mm512_castsi512_si256(r)));
+    _mm512_mask_storeu_epi32(t + i + 16, hi, _mm512_cvtepu16_epi32(_mm512_extracti64x4_epi64(r, 1)));
+  }
+}
+
 // y[0 … 15] = x's lanes as Out (int8, int16 or int32), each already within Out's range.
 template <class Out>
 inline void store_as(Out* y, qv x) {
@@ -129,6 +150,6 @@ inline void store_as(Out* y, qv x) {
 inline constexpr Tuning tuning{.registers = 32, .nt_chains = 16, .nt_least_cols = 4, .nn_vectors = 4, .nn_rows = {4, 16, 8, 5, 6},
                                .nn_rows_short = 0, .nn_strips = false, .nt_panels = true, .panel_vectors = 4, .panel_k = 128,
                                .balance_tail = false, .nt_transposes = true, .stack_panels = 65536, .q_panels = true,
-                               .q_panel_vectors = 4, .q_tile_rows = 6, .q_block_k = 256};
+                               .q_panel_vectors = 4, .q_tile_rows = 6, .q_block_k = 256, .q_lookup_words = true};
 
 }  // namespace stformer::kernels

@@ -9,7 +9,7 @@
 //           in_register (kernels/vec.hpp says what each computes);
 //   int8    apply (requantization's multiply on one int32), qv (a vector of int32 accumulators:
 //           G, lanes, qa, qb, a_offset, dot, apply, clamp_add, broadcast, load, load_acc, store,
-//           name), pinned, store_as, dot_rows, fused_rows, pack_words (kernels/int8.hpp);
+//           name), pinned, store_as, dot_rows, fused_rows, pack_words, lookup_words (kernels/int8.hpp);
 //   tuning  its Tuning (below).
 // The kernels (vec.hpp, matmul.hpp, int8.hpp, rowwise.hpp, optim.hpp) are written once against
 // these names. Every backend computes the same integers, and each float kernel the same chain
@@ -53,6 +53,7 @@ struct Tuning {
   size_t q_panel_vectors;  // a panel's width in qv vectors, at most
   size_t q_tile_rows;      // rows of A per register tile
   size_t q_block_k;        // entries of K per block
+  bool q_lookup_words = false;  // softmax_u8's table as 16-bit words in registers (lookup_words), else loads or gathers
 };
 
 // 2^f for |f| ≤ 1/2 by Cephes' exp2f polynomial of degree 6, 1 + f·P(f) (relative error
@@ -140,6 +141,13 @@ inline bool fused_rows(const TA*, size_t, const std::int8_t*, size_t, const std:
 template <size_t NP, class QB>
 inline PackedPart pack_words(const std::int8_t*, size_t, size_t, size_t, QB*) {
   return {};
+}
+
+// t[i] = table[f[i]] for i < n and f[i] in [0, 255]: for the backends whose tuning says
+// q_lookup_words (softmax_u8's 2^(−f/256) in 16-bit words); elsewhere a loop, not called.
+template <size_t n>
+inline void lookup_words(const std::uint16_t* table, const std::int32_t* f, std::int32_t* t) {
+  for (size_t i = 0; i < n; ++i) t[i] = table[f[i]];
 }
 
 // y[0 … lanes − 1] = x's lanes as Out, each already within Out's range, through an int32 row.

@@ -27,6 +27,7 @@ struct dsp_lane {
 };
 using qv = one_lane_qv<dsp_lane>;
 using generic::pack_words;
+using generic::lookup_words;
 inline constexpr Tuning tuning = one_lane_tuning;
 
 namespace detail {

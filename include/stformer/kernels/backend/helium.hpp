@@ -104,6 +104,7 @@ template <class Out>
     qv::store(reinterpret_cast<std::int32_t*>(y), x);
 }
 using generic::pack_words;
+using generic::lookup_words;
 
 inline constexpr Tuning tuning{.registers = 16, .nt_chains = 8, .nt_least_cols = 4, .nn_vectors = 4, .nn_rows = {4, 8, 4, 4, 4},
                                .nn_rows_short = 4, .nn_strips = false, .nt_panels = true, .panel_vectors = 2, .panel_k = 128,

@@ -75,6 +75,7 @@ inline void store_as(Out* y, qv x) {
 }
 using generic::pack_words;
 using generic::fused_rows;
+using generic::lookup_words;
 
 namespace detail {
 

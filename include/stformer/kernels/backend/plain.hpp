@@ -15,6 +15,7 @@ using qv = one_lane_qv<plain_lane>;
 using generic::dot_rows;
 using generic::pack_words;
 using generic::fused_rows;
+using generic::lookup_words;
 inline constexpr Tuning tuning = one_lane_tuning;
 
 }  // namespace stformer::kernels
