@@ -120,15 +120,21 @@ inline void lookup_words(const std::uint16_t* table, const std::int32_t* f, std:
   const __m512i words = _mm512_set_epi16(62, 60, 58, 56, 54, 52, 50, 48, 46, 44, 42, 40, 38, 36, 34, 32, 30, 28, 26, 24, 22, 20, 18, 16, 14, 12,
                                          10, 8, 6, 4, 2, 0);  // the low words of two vectors of int32
   const __m512i bit6 = _mm512_set1_epi16(64), bit7 = _mm512_set1_epi16(128);
-  for (size_t i = 0; i < n; i += 32) {  // the last 32 masked: lanes past n read and write nothing
-    const __mmask16 lo = i + 16 <= n ? 0xFFFF : __mmask16((1u << (n - i)) - 1), hi = i + 32 <= n ? 0xFFFF : i + 16 >= n ? 0 : __mmask16((1u << (n - i - 16)) - 1);
-    const __m512i idx = _mm512_permutex2var_epi16(_mm512_maskz_loadu_epi32(lo, f + i), words, _mm512_maskz_loadu_epi32(hi, f + i + 16));
+  auto thirty_two = [&](const std::int32_t* from, std::int32_t* to) {
+    const __m512i idx = _mm512_permutex2var_epi16(_mm512_loadu_si512(from), words, _mm512_loadu_si512(from + 16));
     const __m512i r0 = _mm512_permutex2var_epi16(q[0], idx, q[1]), r1 = _mm512_permutex2var_epi16(q[2], idx, q[3]);
     const __m512i r2 = _mm512_permutex2var_epi16(q[4], idx, q[5]), r3 = _mm512_permutex2var_epi16(q[6], idx, q[7]);
     const __mmask32 b6 = _mm512_test_epi16_mask(idx, bit6);
     const __m512i r = _mm512_mask_blend_epi16(_mm512_test_epi16_mask(idx, bit7), _mm512_mask_blend_epi16(b6, r0, r1), _mm512_mask_blend_epi16(b6, r2, r3));
-    _mm512_mask_storeu_epi32(t + i, lo, _mm512_cvtepu16_epi32(_mm512_castsi512_si256(r)));
-    _mm512_mask_storeu_epi32(t + i + 16, hi, _mm512_cvtepu16_epi32(_mm512_extracti64x4_epi64(r, 1)));
+    _mm512_storeu_si512(to, _mm512_cvtepu16_epi32(_mm512_castsi512_si256(r)));
+    _mm512_storeu_si512(to + 16, _mm512_cvtepu16_epi32(_mm512_extracti64x4_epi64(r, 1)));
+  };
+  for (size_t i = 0; i + 32 <= n; i += 32) thirty_two(f + i, t + i);
+  if constexpr (n % 32 != 0) {  // the last n % 32 through a padded row
+    alignas(64) std::int32_t in[32] = {}, out[32];
+    std::copy_n(f + n / 32 * 32, n % 32, in);
+    thirty_two(in, out);
+    std::copy_n(out, n % 32, t + n / 32 * 32);
   }
 }
 
