@@ -12,8 +12,8 @@
 #include <cstdint>
 #include <cstdio>
 #include <limits>
-#include <type_traits>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include <stformer/kernels/int8.hpp>

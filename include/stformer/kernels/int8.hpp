@@ -311,27 +311,29 @@ inline std::int32_t softmax_u8(const std::int32_t* x, Multiplier exponent, std::
   const int K = 15 - std::min(exponent.shift, 14);       // ≥ 1
   const int a = K > 17 ? K - 17 : 0, k = K - a;          // d·e15 < 2^31, and 2^16 steps still reach 16 octaves
   const std::uint32_t umx = std::uint32_t(mx);
+  // u_j from x_j, and e_j from u_j and the table's entry t for u_j mod 256
+  auto octaves = [&](std::int32_t xj) {
+    const std::int32_t d = std::int32_t(std::min<std::uint32_t>((umx - std::uint32_t(xj)) >> a, 65535));
+    return std::min<std::int32_t>((d * e15 + (1 << (k - 1))) >> k, 16 * 256);
+  };
+  auto numerator = [](std::int32_t t, std::int32_t u) {
+    const std::int32_t n = u >> 8;
+    return (t * 255 + (1 << (14 + n))) >> (15 + n);
+  };
   std::int32_t sum = 0;
   if constexpr (!tuning.q_lookup_words) {  // one loop: the table's entries by loads, or gathers where it vectorizes
     for (size_t j = 0; j < C; ++j) {
-      const std::int32_t d = std::int32_t(std::min<std::uint32_t>((umx - std::uint32_t(x[j])) >> a, 65535));
-      const std::int32_t u = std::min<std::int32_t>((d * e15 + (1 << (k - 1))) >> k, 16 * 256), n = u >> 8;
-      const std::int32_t e = (std::int32_t(exp2_q15.v[u & 255]) * 255 + (1 << (14 + n))) >> (15 + n);
+      const std::int32_t u = octaves(x[j]), e = numerator(std::int32_t(exp2_q15.v[u & 255]), u);
       p[j] = std::int8_t(e - 128);
       sum += e;
     }
   } else {  // S keys at a time: u_j, then the table's entries (lookup_words), then e_j
     auto keys = [&]<size_t S>(size_t j0) {
       std::int32_t u[S], t[S];
-      for (size_t j = 0; j < S; ++j) {
-        const std::int32_t d = std::int32_t(std::min<std::uint32_t>((umx - std::uint32_t(x[j0 + j])) >> a, 65535));
-        u[j] = std::min<std::int32_t>((d * e15 + (1 << (k - 1))) >> k, 16 * 256);
-        t[j] = u[j] & 255;
-      }
+      for (size_t j = 0; j < S; ++j) u[j] = octaves(x[j0 + j]), t[j] = u[j] & 255;
       lookup_words<S>(exp2_q15_words.v, t, t);
       for (size_t j = 0; j < S; ++j) {
-        const std::int32_t n = u[j] >> 8;
-        const std::int32_t e = (t[j] * 255 + (1 << (14 + n))) >> (15 + n);
+        const std::int32_t e = numerator(t[j], u[j]);
         p[j0 + j] = std::int8_t(e - 128);
         sum += e;
       }
