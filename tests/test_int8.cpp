@@ -118,8 +118,9 @@ TEST_CASE("qmatmul_nt is exact against the integer loop on every size") {
       check_product<13, 70, 257>(pad, bias, false);  // K over one block (256) by one
       check_product<9, 33, 600>(pad, bias, false);
       check_product<1, 130, 2>(pad, bias, false);
-      check_product<70, 24, 40>(pad, bias, false);    // rows over one chunk of A (60: 10 tiles of 6)
-      check_product<131, 40, 300>(pad, bias, false);  // two chunks and a part, K over one block
+      check_product<64, 24, 40>(pad, bias, false);    // one chunk of A (66 rows: 11 tiles of 6), ending in a part of a tile
+      check_product<70, 24, 40>(pad, bias, false);    // rows over one chunk
+      check_product<140, 40, 300>(pad, bias, false);  // two chunks and a part, K over one block
     }
   check_product<11, 37, 1000>(1, true, true);  // sums near ±128·127·1000
 }

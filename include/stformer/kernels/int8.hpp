@@ -237,7 +237,7 @@ inline void qmatmul_nt(const std::int8_t* A, size_t lda, const std::int8_t* B, s
     constexpr size_t L = qv::lanes, G = qv::G, NVmax = tuning.q_panel_vectors;
     constexpr size_t NV = (N + L - 1) / L < NVmax ? (N + L - 1) / L : NVmax, NP = NV * L, TR = tuning.q_tile_rows;
     constexpr size_t KC = K < tuning.q_block_k ? K : tuning.q_block_k, KGC = (KC + G - 1) / G;  // a block: KC entries of K in KGC groups
-    constexpr size_t MC = TR * (64 / TR), RA = M < MC ? M : MC;         // rows of A at a time
+    constexpr size_t MC = TR * ((64 + TR - 1) / TR), RA = M < MC ? M : MC;  // rows of A at a time: 64 in one chunk
     alignas(64) qv::qb panel[KGC * NP * G];
     alignas(64) qv::qa rows[RA * KGC * G];
     alignas(64) std::int32_t add[NP];  // per block: the bias (first block) minus the offset's correction
@@ -328,19 +328,23 @@ inline std::int32_t softmax_u8(const std::int32_t* x, Multiplier exponent, std::
       sum += e;
     }
   } else {  // S keys at a time: u_j, then the table's entries (lookup_words), then e_j
+    // the sum of these keys' e_j; the output pointer and the sum in locals, as int8 stores may
+    // alias anything the lambda reaches by reference (and the loop would not vectorize)
     auto keys = [&]<size_t S>(size_t j0) {
-      std::int32_t u[S], t[S];
+      std::int32_t u[S], t[S], s = 0;
       for (size_t j = 0; j < S; ++j) u[j] = octaves(x[j0 + j]), t[j] = u[j] & 255;
       lookup_words<S>(exp2_q15_words.v, t, t);
+      std::int8_t* const out = p + j0;
       for (size_t j = 0; j < S; ++j) {
         const std::int32_t e = numerator(t[j], u[j]);
-        p[j0 + j] = std::int8_t(e - 128);
-        sum += e;
+        out[j] = std::int8_t(e - 128);
+        s += e;
       }
+      return s;
     };
     constexpr size_t S = 64;
-    for (size_t j0 = 0; j0 + S <= C; j0 += S) keys.template operator()<S>(j0);
-    if constexpr (C % S != 0) keys.template operator()<C % S>(C / S * S);
+    for (size_t j0 = 0; j0 + S <= C; j0 += S) sum += keys.template operator()<S>(j0);
+    if constexpr (C % S != 0) sum += keys.template operator()<C % S>(C / S * S);
   }
   return sum;
 }
