@@ -106,7 +106,7 @@ std::size_t allocations_in_forward(Args&... args) {
 // The same for the training activations (Acts) and the forward-only pass (Infer).
 template <class Block, size_t... Dims, class... Args>
 std::size_t allocations_in_passes(Args&... args) {
-  return allocations_in_forward<Block, ActsOf<Block, Dims...>>(args...) + allocations_in_forward<Block, InferOf<Block, Dims...>>(args...);
+  return allocations_in_forward<Block, TrainingOf<Block, Dims...>>(args...) + allocations_in_forward<Block, InferOf<Block, Dims...>>(args...);
 }
 }  // namespace
 
@@ -187,7 +187,13 @@ TEST_CASE("no heap allocation in forward-only passes on two threads") {
 
 // The bytes of a model and of its workspace are compile-time constants.
 static_assert(sizeof(SetTransformer<2, 64, 4, 16, 2>) >= 4 * 63819);
-static_assert(sizeof(ActsOf<SetTransformer<2, 64, 4, 16, 2>, 1, 50>) > 0);
+static_assert(sizeof(TrainingOf<SetTransformer<2, 64, 4, 16, 2>, 1, 50>) > 0);
+// A record keeps what backward reads and nothing it writes: a linear layer its input's address
+// and its output, no room for dx; an encoder block of SPEC's pointer model at most 60,000 B
+// (its backward's buffers, 29,200 B, are the workspace's).
+static_assert(sizeof(ActsOf<Linear<5, 7>, 2, 3>) < sizeof(void*) + sizeof(Tensor<2, 3, 7>) + sizeof(Tensor<2, 3, 5>));
+static_assert(sizeof(ActsOf<EncoderBlock<16, 1, 64>, 1, 50>) <= 60000);
+static_assert(sizeof(WorkspaceOf<ActsOf<EncoderBlock<16, 1, 64>, 1, 50>>) <= 30000);
 
 TEST_CASE("no heap allocation in a whole training step (forward, loss, backward, clipping, optimiser)") {
   constexpr size_t B = 4, N = 50;
@@ -195,12 +201,12 @@ TEST_CASE("no heap allocation in a whole training step (forward, loss, backward,
   using LM = LanguageModel<500, 32, 32, 4, 64, 2>;
   auto p = test::make<P>();
   auto g = test::make<P>();
-  auto a = test::make<ActsOf<P, B, N>>();
+  auto a = test::make<TrainingOf<P, B, N>>();
   auto adamw = std::make_unique<AdamW<P>>();
   auto sgd = std::make_unique<SGD<P>>(SGDOptions{.momentum = 0.9f, .weight_decay = 1e-4f, .nesterov = true});
   auto lm = test::make<LM>();
   auto lg = test::make<LM>();
-  auto la = test::make<ActsOf<LM, B>>();
+  auto la = test::make<TrainingOf<LM, B>>();
   auto adam = std::make_unique<Adam<LM>>();
   Rng rng(5);
   init_params(*p, rng);

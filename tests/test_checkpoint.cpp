@@ -25,7 +25,7 @@ constexpr size_t B = 8, N = 10;
 template <class Optimizer>
 void train(Model& p, Optimizer& opt, TrainingState& state, int steps) {
   auto g = test::make<Model>();
-  auto a = test::make<ActsOf<Model, B, N>>();
+  auto a = test::make<TrainingOf<Model, B, N>>();
   Tensor<B, N, 2> x;
   Tensor<B, 1, 2> y, dy;
   Schedule schedule{Schedule::warmup_cosine, 0.01f, 40, 5};

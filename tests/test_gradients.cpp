@@ -94,7 +94,7 @@ TEST_CASE("gradients: Linear, ScaleNorm (and a clamped row), FeedForward") {
   Tensor<B, N, 7> c;
   fill(x, rng);
   fill(c, rng);
-  ActsOf<Linear<5, 7>, B, N> a;
+  TrainingOf<Linear<5, 7>, B, N> a;
   a.forward(*lin, x);
   a.backward(*lin, *glin, c);
   auto loss = [&] { return project(c, B, [&](size_t b) { return ref::linear(ref::row(x, b), *lin); }); };
@@ -106,7 +106,7 @@ TEST_CASE("gradients: Linear, ScaleNorm (and a clamped row), FeedForward") {
   static_assert(sizeof(NoBiasLinear) == sizeof(Tensor<7, 5>));
   auto nb = random_block<NoBiasLinear>(rng);
   auto gnb = zero_grads<NoBiasLinear>();
-  ActsOf<NoBiasLinear, B, N> na;
+  TrainingOf<NoBiasLinear, B, N> na;
   na.forward(*nb, x);
   na.backward(*nb, *gnb, c);
   auto nloss = [&] { return project(c, B, [&](size_t b) { return ref::linear(ref::row(x, b), *nb); }); };
@@ -119,7 +119,7 @@ TEST_CASE("gradients: Linear, ScaleNorm (and a clamped row), FeedForward") {
   Tensor<B, N, 6> xs, cs;
   fill(xs, rng);
   fill(cs, rng);
-  ActsOf<ScaleNorm<6>, B, N> sa;
+  TrainingOf<ScaleNorm<6>, B, N> sa;
   for (size_t j = 0; j < 6; ++j) xs(1, 2, j) = 1e-8f;  // norm below eps: y = g·x/eps, dx = g·dy/eps
   sa.forward(sn, xs);
   sa.backward(sn, gsn, cs);
@@ -134,7 +134,7 @@ TEST_CASE("gradients: Linear, ScaleNorm (and a clamped row), FeedForward") {
 
   auto ff = random_block<FeedForward<6, 10>>(rng);
   auto gff = zero_grads<FeedForward<6, 10>>();
-  ActsOf<FeedForward<6, 10>, B, N> fa;
+  TrainingOf<FeedForward<6, 10>, B, N> fa;
   fa.forward(*ff, xs);
   const auto& fdx = fa.backward(*ff, *gff, cs);
   auto floss = [&] { return project(cs, B, [&](size_t b) { return ref::ffn(ref::row(xs, b), *ff); }); };
@@ -153,7 +153,7 @@ void check_rownorm(Rng& rng) {
   Tensor<B, N, D> x, c;
   fill(x, rng);
   fill(c, rng);
-  ActsOf<Norm, B, N> a;
+  TrainingOf<Norm, B, N> a;
   a.forward(*p, x);
   a.backward(*p, *g, c);
   auto loss = [&] { return project(c, B, [&](size_t b) { return ref::norm(ref::row(x, b), *p); }); };
@@ -176,7 +176,7 @@ void check_activation(Rng& rng, const char* kind) {
   Tensor<B, N, D> x, c;
   fill(x, rng, 3.0f);
   fill(c, rng);
-  ActsOf<Step, B, N> a;
+  TrainingOf<Step, B, N> a;
   for (size_t b = 0; b < B; ++b) ref::check_close(a.forward(s, x), b, ref::activation(ref::row(x, b), kind));
   a.backward(s, s, c);
   auto loss = [&] { return project(c, B, [&](size_t b) { return ref::activation(ref::row(x, b), kind); }); };
@@ -202,7 +202,7 @@ TEST_CASE("gradients: LayerNorm and RMSNorm (and rows of constant value), the ac
     using FF = FeedForward<6, 10, Act>;
     auto ff = random_block<FF>(rng);
     auto gff = zero_grads<FF>();
-    ActsOf<FF, B, N> fa;
+    TrainingOf<FF, B, N> fa;
     for (size_t b = 0; b < B; ++b) ref::check_close(fa.forward(*ff, x), b, ref::ffn(ref::row(x, b), *ff, kind));
     const auto& dx = fa.backward(*ff, *gff, c);
     auto loss = [&] { return project(c, B, [&](size_t b) { return ref::ffn(ref::row(x, b), *ff, kind); }); };
@@ -239,7 +239,7 @@ TEST_CASE_TEMPLATE("gradients: MultiHeadAttention, unmasked, causal, padded, all
   KeyMask<B, Nk> keys;
   for (size_t b = 0; b < B; ++b)
     for (size_t j = 0; j < Nk; ++j) keys(b, j) = b == 0 ? j != 1 : (b == 1 ? false : j < 2);  // a hole; all masked; a prefix
-  auto a = make<ActsOf<MHA, B, Nq, Nk>>();
+  auto a = make<TrainingOf<MHA, B, Nq, Nk>>();
   for (bool causal : {false, true})
     for (const KeyMask<B, Nk>* km : {(const KeyMask<B, Nk>*)nullptr, (const KeyMask<B, Nk>*)&keys}) {
       CAPTURE(causal);
@@ -269,7 +269,7 @@ TEST_CASE("gradients: EncoderBlock and DecoderBlock (with the gradient into the 
   fill(c, rng);
   fill(m, rng);
   auto keys = test::lengths_mask<B, N>({4, 2});
-  auto ea = make<ActsOf<EncoderBlock<D, 2, 12>, B, N>>();
+  auto ea = make<TrainingOf<EncoderBlock<D, 2, 12>, B, N>>();
   for (bool causal : {false, true}) {
     CAPTURE(causal);
     auto g = zero_grads<EncoderBlock<D, 2, 12>>();
@@ -280,7 +280,7 @@ TEST_CASE("gradients: EncoderBlock and DecoderBlock (with the gradient into the 
     check_fd("x", x.data(), ea->dx.data(), x.size(), loss);
   }
   auto mkeys = test::lengths_mask<B, M>({1, 3});
-  auto da = make<ActsOf<DecoderBlock<D, 2, 12>, B, N, M>>();
+  auto da = make<TrainingOf<DecoderBlock<D, 2, 12>, B, N, M>>();
   auto g = zero_grads<DecoderBlock<D, 2, 12>>();
   da->forward(*dec, x, m, &mkeys);
   const auto d = da->backward(*dec, *g, c);
@@ -309,7 +309,7 @@ TEST_CASE_TEMPLATE("gradients: MAB, SAB, ISAB (inducing points), PMA (seeds)", T
     auto keys = test::lengths_mask<B, N>({5, 3});
     {
       auto g = zero_grads<MAB<D, H, Norm>>();
-      auto a = make<ActsOf<MAB<D, H, Norm>, B, Nq, N>>();
+      auto a = make<TrainingOf<MAB<D, H, Norm>, B, Nq, N>>();
       a->forward(*mab, q, x, &keys);
       const auto d = a->backward(*mab, *g, cq);
       auto loss = [&] { return project(cq, B, [&](size_t b) { return ref::mab(ref::row(q, b), ref::row(x, b), *mab, H, test::mask_row(&keys, b)); }); };
@@ -319,7 +319,7 @@ TEST_CASE_TEMPLATE("gradients: MAB, SAB, ISAB (inducing points), PMA (seeds)", T
     }
     {
       auto g = zero_grads<SAB<D, H, Norm>>();
-      auto a = make<ActsOf<SAB<D, H, Norm>, B, N>>();
+      auto a = make<TrainingOf<SAB<D, H, Norm>, B, N>>();
       a->forward(*sab, x, &keys);
       a->backward(*sab, *g, cx);
       auto loss = [&] { return project(cx, B, [&](size_t b) { return ref::mab(ref::row(x, b), ref::row(x, b), sab->mab, H, test::mask_row(&keys, b)); }); };
@@ -328,7 +328,7 @@ TEST_CASE_TEMPLATE("gradients: MAB, SAB, ISAB (inducing points), PMA (seeds)", T
     }
     {
       auto g = zero_grads<ISAB<D, H, 3, Norm>>();
-      auto a = make<ActsOf<ISAB<D, H, 3, Norm>, B, N>>();
+      auto a = make<TrainingOf<ISAB<D, H, 3, Norm>, B, N>>();
       a->forward(*isab, x, &keys);
       a->backward(*isab, *g, cx);
       auto loss = [&] { return project(cx, B, [&](size_t b) { return ref::isab(ref::row(x, b), *isab, H, test::mask_row(&keys, b)); }); };
@@ -337,7 +337,7 @@ TEST_CASE_TEMPLATE("gradients: MAB, SAB, ISAB (inducing points), PMA (seeds)", T
     }
     {
       auto g = zero_grads<PMA<D, H, 2, Norm>>();
-      auto a = make<ActsOf<PMA<D, H, 2, Norm>, B, N>>();
+      auto a = make<TrainingOf<PMA<D, H, 2, Norm>, B, N>>();
       a->forward(*pma, x, &keys);
       const auto& dx = a->backward(*pma, *g, cp);
       auto loss = [&] { return project(cp, B, [&](size_t b) { return ref::pma(ref::row(x, b), *pma, H, test::mask_row(&keys, b)); }); };
@@ -363,7 +363,7 @@ TEST_CASE("gradients: PointerAttention (masked), Embedding rows, PositionalEncod
   fill(k, rng);
   fill(c, rng);
   auto keys = test::lengths_mask<B, Nk>({6, 4});
-  ActsOf<PointerAttention<5, 7, 8>, B, Nq, Nk> a;
+  TrainingOf<PointerAttention<5, 7, 8>, B, Nq, Nk> a;
   a.forward(*p, q, k, &keys);
   const auto d = a.backward(*p, *g, c);
   auto loss = [&] { return project(c, B, [&](size_t b) { return ref::pointer(ref::row(q, b), ref::row(k, b), *p, test::mask_row(&keys, b)); }); };
@@ -377,8 +377,8 @@ TEST_CASE("gradients: PointerAttention (masked), Embedding rows, PositionalEncod
   IdTensor<B, 3> ids = {{1, 5, 1}, {0, 1, 6}};
   Tensor<B, 3, 4> ce;
   fill(ce, rng);
-  ActsOf<Embedding<7, 4>, B, 3> ea;
-  ActsOf<PositionalEncoding<5, 4>, B, 3> pa;
+  TrainingOf<Embedding<7, 4>, B, 3> ea;
+  TrainingOf<PositionalEncoding<5, 4>, B, 3> pa;
   PositionalEncoding<5, 4> pe;
   pa.forward(pe, ea.forward(e, ids));
   ea.backward(e, ge, pa.backward(pe, pe, ce));
@@ -404,7 +404,7 @@ TEST_CASE("gradients: the SPEC models (pointer, set, language model)") {
     using P = PointerModel<2, 8, 2, 12, 2>;
     auto p = random_block<P>(rng);
     auto g = zero_grads<P>();
-    auto a = make<ActsOf<P, B, N>>();
+    auto a = make<TrainingOf<P, B, N>>();
     Tensor<B, 1, N> c;
     fill(c, rng);
     a->forward(*p, x);
@@ -423,7 +423,7 @@ TEST_CASE("gradients: the SPEC models (pointer, set, language model)") {
     using S = SetTransformer<2, 8, 2, 3, 2>;
     auto p = random_block<S>(rng);
     auto g = zero_grads<S>();
-    auto a = make<ActsOf<S, B, N>>();
+    auto a = make<TrainingOf<S, B, N>>();
     Tensor<B, 1, 2> c;
     fill(c, rng);
     a->forward(*p, x);
@@ -440,7 +440,7 @@ TEST_CASE("gradients: the SPEC models (pointer, set, language model)") {
     using LM = LanguageModel<11, 5, 8, 2, 12, 2>;
     auto p = random_block<LM>(rng);
     auto g = zero_grads<LM>();
-    auto a = make<ActsOf<LM, B>>();
+    auto a = make<TrainingOf<LM, B>>();
     IdTensor<B, 5> ids = {{3, 1, 4, 1, 5}, {9, 2, 6, 5, 3}};
     Tensor<B, 1, 11> c;
     fill(c, rng);
@@ -470,7 +470,7 @@ TEST_CASE("gradients: PositionEmbedding, ClassToken, FirstToken; a ViT-style cla
     auto g = zero_grads<PositionEmbedding<4, D>>();
     Tensor<B, N, D> c;
     fill(c, rng);
-    ActsOf<PositionEmbedding<4, D>, B, N> a;
+    TrainingOf<PositionEmbedding<4, D>, B, N> a;
     a.forward(*p, x);
     const auto& dx = a.backward(*p, *g, c);
     auto loss = [&] {  // Σ c ⊙ (x + weight[n])
@@ -488,7 +488,7 @@ TEST_CASE("gradients: PositionEmbedding, ClassToken, FirstToken; a ViT-style cla
     auto g = zero_grads<ClassToken<D>>();
     Tensor<B, N + 1, D> c;
     fill(c, rng);
-    ActsOf<ClassToken<D>, B, N> a;
+    TrainingOf<ClassToken<D>, B, N> a;
     const auto& y = a.forward(*p, x);
     for (size_t j = 0; j < D; ++j) CHECK((y(1, 0, j) == p->cls_token(0, 0, j) && y(1, 3, j) == x(1, 2, j)));
     const auto& dx = a.backward(*p, *g, c);
@@ -508,7 +508,7 @@ TEST_CASE("gradients: PositionEmbedding, ClassToken, FirstToken; a ViT-style cla
     FirstToken<D> p;
     Tensor<B, 1, D> c;
     fill(c, rng);
-    ActsOf<FirstToken<D>, B, N> a;
+    TrainingOf<FirstToken<D>, B, N> a;
     a.forward(p, x);
     const auto& dx = a.backward(p, p, c);
     auto loss = [&] {
@@ -527,7 +527,7 @@ TEST_CASE("gradients: PositionEmbedding, ClassToken, FirstToken; a ViT-style cla
   for (const char* n : {"1.cls_token", "2.weight", "3.0.self_attn.in_proj_weight", "3.1.linear2.bias", "3.1.norm2.weight", "5.weight", "head.weight"})
     CHECK_MESSAGE(std::find(names.begin(), names.end(), n) != names.end(), n);
   CHECK(std::find(names.begin(), names.end(), "5.bias") == names.end());  // Bias::no: no bias tensor
-  ActsOf<M, B, N> a;
+  TrainingOf<M, B, N> a;
   InferOf<M, B, N> inf;
   const Tensor<B, 1, 2> want = a.forward(*m, x);
   CHECK(inf.forward(*m, x) == want);

@@ -48,8 +48,8 @@ void check_same_passes(const W& w, const C& c, const X& x, Rng& rng, const Mask&
   auto wi = make<InferOf<W, Dims...>>();
   auto ci = make<InferOf<C, Dims...>>();
   CHECK(same_bits(wi->forward(w, x, mask...), ci->forward(c, x, mask...)));
-  auto wa = make<ActsOf<W, Dims...>>();
-  auto ca = make<ActsOf<C, Dims...>>();
+  auto wa = make<TrainingOf<W, Dims...>>();
+  auto ca = make<TrainingOf<C, Dims...>>();
   const auto& y = wa->forward(w, x, mask...);
   CHECK(same_bits(y, ca->forward(c, x, mask...)));
   auto dy = make<std::remove_cvref_t<decltype(y)>>();
@@ -139,8 +139,8 @@ TEST_CASE("Sequential: the language model is the hand-written one, bit for bit; 
   auto wi = make<InferOf<W, B>>();
   auto ci = make<InferOf<C, B, L>>();
   CHECK(same_bits(wi->forward(*w, ids), ci->forward(*c, ids)));
-  auto wa = make<ActsOf<W, B>>();
-  auto ca = make<ActsOf<C, B, L>>();
+  auto wa = make<TrainingOf<W, B>>();
+  auto ca = make<TrainingOf<C, B, L>>();
   CHECK(same_bits(wa->forward(*w, ids), ca->forward(*c, ids)));
   Tensor<B, 1, V> dy;
   fill(dy, rng);
@@ -196,7 +196,7 @@ TEST_CASE("Sequential: a sequence classifier, forward against the reference, gra
     return ref::linear(mean, p->get<"head">());
   };
   auto infer = make<InferOf<M, B, L>>();
-  auto acts = make<ActsOf<M, B, L>>();
+  auto acts = make<TrainingOf<M, B, L>>();
   const auto& y = infer->forward(*p, ids, &keys);
   CHECK(same_bits(y, acts->forward(*p, ids, &keys)));
   for (size_t b = 0; b < B; ++b) ref::check_close(y, b, reference(b));
@@ -246,7 +246,7 @@ TEST_CASE("Sequential: the sequence classifier learns (Adam, a few hundred steps
   init_params(*p, rng);
   auto opt = make<Adam<M>>();
   auto g = make<M>();
-  auto acts = make<ActsOf<M, B, L>>();
+  auto acts = make<TrainingOf<M, B, L>>();
   IdTensor<B, L> ids;
   IdTensor<B> label;
   KeyMask<B, L> keys;
@@ -310,7 +310,7 @@ TEST_CASE("Sequential: Repeat of a block that is not in place alternates its buf
   for (size_t i = 0; i < 2; ++i) h = &l[3 + i].forward(p->get<2>()[i], *h);
   auto infer = make<InferOf<M, B, N>>();
   CHECK(same_bits(infer->forward(*p, x), sn.forward(p->get<3>(), *h)));
-  auto acts = make<ActsOf<M, B, N>>();
+  auto acts = make<TrainingOf<M, B, N>>();
   CHECK(same_bits(acts->forward(*p, x), infer->forward(*p, x)));
 
   constexpr auto& plan = InferOf<M, B, N>::plan();
@@ -344,7 +344,7 @@ TEST_CASE("Sequential: the key-padding mask follows the rows past a ClassToken; 
   fill(x, rng);
   const auto keys = test::lengths_mask<2, 6>({6, 3});
   auto inf = make<InferOf<M, 2, 6>>();
-  auto acts = make<ActsOf<M, 2, 6>>();
+  auto acts = make<TrainingOf<M, 2, 6>>();
   const auto& y = inf->forward(*p, x, &keys);
   CHECK(same_bits(y, acts->forward(*p, x, &keys)));
   // batch row 1 alone, its 3 real rows only: the same output (the class token sees rows 1…3 only)

@@ -114,7 +114,7 @@ float mse(const T& out, const T& y, T& dy) {
 
 TEST_CASE("PyTorch parity: pointer model (encoder blocks, key padding, NLL)") {
   using M = PointerModel<2, 16, 2, 32, 2>;
-  using A = ActsOf<M, 4, 12>;
+  using A = TrainingOf<M, 4, 12>;
   auto f = safetensors::File::read(parity_file("pointer.safetensors"));
   Tensor<4, 12, 2> x;
   KeyMask<4, 12> keys;
@@ -134,7 +134,7 @@ TEST_CASE("PyTorch parity: pointer model (encoder blocks, key padding, NLL)") {
 
 TEST_CASE("PyTorch parity: Set Transformer (ISAB + PMA, Euclidean distance)") {
   using M = SetTransformer<2, 16, 4, 4, 2>;
-  using A = ActsOf<M, 4, 12>;
+  using A = TrainingOf<M, 4, 12>;
   auto f = safetensors::File::read(parity_file("set.safetensors"));
   Tensor<4, 12, 2> x;
   Tensor<4, 1, 2> y, dy;
@@ -151,7 +151,7 @@ TEST_CASE("PyTorch parity: Set Transformer (ISAB + PMA, Euclidean distance)") {
 
 TEST_CASE("PyTorch parity: language model (embedding, positions, encoder blocks, PMA, cross-entropy)") {
   using M = LanguageModel<50, 8, 16, 2, 32, 2>;
-  using A = ActsOf<M, 4>;
+  using A = TrainingOf<M, 4>;
   auto f = safetensors::File::read(parity_file("lm.safetensors"));
   IdTensor<4, 8> ids;
   IdTensor<4> target;
@@ -170,7 +170,7 @@ TEST_CASE("PyTorch parity: language model (embedding, positions, encoder blocks,
 TEST_CASE("PyTorch parity: PyTorch's LayerNorm, GELU (erf and tanh), SiLU, Linear (with and without bias) in nn.Sequential; RMSNorm; a GELU feed-forward layer") {
   using M = Sequential<LayerNorm<6>, Linear<6, 24>, GELU<24>, Linear<24, 24, Init::xavier_normal, Bias::no>, SiLU<24>, RMSNorm<24>, GELUTanh<24>,
                        FeedForward<24, 48, act::GELU>, LayerNorm<24>, Linear<24, 3>>;
-  using A = ActsOf<M, 4, 12>;
+  using A = TrainingOf<M, 4, 12>;
   auto f = safetensors::File::read(parity_file("layers.safetensors"));
   Tensor<4, 12, 6> x;
   Tensor<4, 12, 3> y, dy;
@@ -191,7 +191,7 @@ TEST_CASE("PyTorch parity: PyTorch's LayerNorm, GELU (erf and tanh), SiLU, Linea
 template <class Form>
 void encoder_layer_case(const char* file, bool causal) {
   using M = EncoderBlock<16, 2, 32, Form>;
-  using A = ActsOf<M, 4, 12>;
+  using A = TrainingOf<M, 4, 12>;
   auto f = safetensors::File::read(parity_file(file));
   Tensor<4, 12, 16> x, y, dy;
   KeyMask<4, 12> keys;
@@ -226,7 +226,7 @@ TEST_CASE("PyTorch parity: nn.TransformerEncoderLayer, post-norm and norm_first,
 // loaded by PyTorch's names; with memory_grad the loss's gradient with respect to the memory too.
 template <class M>
 void decoder_case(const char* file, bool memory_grad = false) {
-  using A = ActsOf<M, 4, 12, 10>;
+  using A = TrainingOf<M, 4, 12, 10>;
   auto f = safetensors::File::read(parity_file(file));
   Tensor<4, 12, 16> x, y, dy;
   Tensor<4, 10, 16> m;
@@ -281,7 +281,7 @@ TEST_CASE("PyTorch parity: nn.MultiheadAttention (packed projections) against a 
   using MHA = PackedAttention;
   using M = InAttn;
   struct Acts {
-    ActsOf<MHA, 4, 12, 10> a;
+    TrainingOf<MHA, 4, 12, 10> a;
   };
   auto f = safetensors::File::read(parity_file("mha.safetensors"));
   Tensor<4, 12, 16> x, y, dy;
@@ -303,7 +303,7 @@ TEST_CASE("PyTorch parity: nn.MultiheadAttention (packed projections) against a 
 
 TEST_CASE("PyTorch parity: nn.TransformerEncoder of two post-norm GELU layers and a final LayerNorm, as a Sequential") {
   using M = Sequential<Named<"layers", Repeat<EncoderBlock<16, 2, 32, PostNorm<act::GELU>>, 2>>, Named<"norm", LayerNorm<16>>>;
-  using A = ActsOf<M, 4, 12>;
+  using A = TrainingOf<M, 4, 12>;
   auto f = safetensors::File::read(parity_file("encoder_stack.safetensors"));
   Tensor<4, 12, 16> x, y, dy;
   KeyMask<4, 12> keys;

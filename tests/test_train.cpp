@@ -227,7 +227,7 @@ TEST_CASE("training learns: pointer model on small max-norm sets") {
   using P = PointerModel<2, 16, 1, 32, 1>;
   auto p = test::make<P>();
   auto g = test::make<P>();
-  auto a = test::make<ActsOf<P, B, N>>();
+  auto a = test::make<TrainingOf<P, B, N>>();
   Rng rng(23);
   init_params(*p, rng);
   AdamW<P> opt(0.01f);

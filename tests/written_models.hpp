@@ -63,12 +63,13 @@ struct PointerModel {
 
   template <size_t B, size_t N>
   struct Acts {
-    ActsOf<Linear<In, D>, B, N> proj;
-    std::array<ActsOf<EncoderBlock<D, H, F>, B, N>, Blocks> blocks;
-    ActsOf<ScaleNorm<D>, B, N> sn_v;
+    static constexpr bool whole = true;  // its own workspace (its blocks' TrainingOf)
+    TrainingOf<Linear<In, D>, B, N> proj;
+    std::array<TrainingOf<EncoderBlock<D, H, F>, B, N>, Blocks> blocks;
+    TrainingOf<ScaleNorm<D>, B, N> sn_v;
     Tensor<B, 1, D> query;  // the learned query repeated over the batch
-    ActsOf<ScaleNorm<D>, B, 1> sn_q;
-    ActsOf<PointerAttention<D, D, D>, B, 1, N> pointer;
+    TrainingOf<ScaleNorm<D>, B, 1> sn_q;
+    TrainingOf<PointerAttention<D, D, D>, B, 1, N> pointer;
 
     template <class X>
     const Tensor<B, 1, N>& forward(const PointerModel& p, const X& x, const KeyMask<B, N>* keys = nullptr) {
@@ -135,10 +136,11 @@ struct SetTransformer {
 
   template <size_t B, size_t N>
   struct Acts {
-    ActsOf<Linear<In, D>, B, N> proj;
-    ActsOf<ISAB<D, H, M, Norm>, B, N> isab;
-    ActsOf<PMA<D, H, 1, Norm>, B, N> pool;
-    ActsOf<Linear<D, Out>, B, 1> head;
+    static constexpr bool whole = true;  // its own workspace (its blocks' TrainingOf)
+    TrainingOf<Linear<In, D>, B, N> proj;
+    TrainingOf<ISAB<D, H, M, Norm>, B, N> isab;
+    TrainingOf<PMA<D, H, 1, Norm>, B, N> pool;
+    TrainingOf<Linear<D, Out>, B, 1> head;
 
     template <class X>
     const Tensor<B, 1, Out>& forward(const SetTransformer& p, const X& x, const KeyMask<B, N>* keys = nullptr) {
@@ -203,11 +205,12 @@ struct LanguageModel {
 
   template <size_t B>
   struct Acts {
-    ActsOf<Embedding<V, D>, B, L> embedding;
-    ActsOf<PositionalEncoding<L, D>, B, L> pe;
-    std::array<ActsOf<EncoderBlock<D, H, F>, B, L>, Blocks> blocks;
-    ActsOf<PMA<D, H, 1>, B, L> pool;
-    ActsOf<Linear<D, V>, B, 1> head;
+    static constexpr bool whole = true;  // its own workspace (its blocks' TrainingOf)
+    TrainingOf<Embedding<V, D>, B, L> embedding;
+    TrainingOf<PositionalEncoding<L, D>, B, L> pe;
+    std::array<TrainingOf<EncoderBlock<D, H, F>, B, L>, Blocks> blocks;
+    TrainingOf<PMA<D, H, 1>, B, L> pool;
+    TrainingOf<Linear<D, V>, B, 1> head;
 
     const Tensor<B, 1, V>& forward(const LanguageModel& p, const IdTensor<B, L>& ids) { return head.forward(p.head, forward_pooled(p, ids)); }
 

@@ -286,6 +286,11 @@ struct Repeat : std::array<Block, Count> {
   template <size_t B, size_t N>
   struct Acts {
     std::array<ActsOf<Block, B, N>, Count> blocks;
+    using Dx = Input<B, N>;
+    struct Workspace {
+      std::array<Output<B, N>, std::min<size_t>(Count - 1, 2)> d;  // the gradients between the blocks, in turn
+      WorkspaceOf<ActsOf<Block, B, N>> block;
+    };
 
     template <class X>
     const Output<B, N>& forward(const Repeat& p, const X& x, const Mask<B, N>& mask = {}) {
@@ -293,9 +298,9 @@ struct Repeat : std::array<Block, Count> {
       for (size_t i = 1; i < Count; ++i) h = &step::forward(blocks[i], p[i], *h, mask);
       return *h;
     }
-    const Input<B, N>& backward(const Repeat& p, Repeat& grad, const Output<B, N>& dout) {
+    const Input<B, N>& backward(const Repeat& p, Repeat& grad, const Output<B, N>& dout, Input<B, N>& dx, Workspace& ws) {
       const Output<B, N>* d = &dout;
-      for (size_t i = Count; i-- > 0;) d = &blocks[i].backward(p[i], grad[i], *d);
+      for (size_t i = Count; i-- > 0;) d = &backward_with(blocks[i], p[i], grad[i], *d, i == 0 ? dx : ws.d[(Count - 1 - i) % 2], ws.block);
       return *d;
     }
   };
@@ -466,6 +471,23 @@ struct Sequential {
     };
     typename ActsFor<std::make_index_sequence<steps>>::type acts;
     [[no_unique_address]] Shifted<B, N> shifted;  // the keys after a ClassToken (mask_at)
+    // backward's memory: the steps' workspaces, one at a time, and the gradients between steps
+    // (each step's Dx) in two buffers in turn.
+    static constexpr bool whole = true;
+    template <size_t I>
+    using StepActs = ActsOf<BlockAt<I>, B, length<B, N, I>()>;
+    template <size_t I>
+    using StepDx = std::conditional_t<std::is_void_v<typename StepActs<I>::Dx>, Nothing, typename StepActs<I>::Dx>;
+    template <class I>
+    struct BackFor;
+    template <size_t... I>
+    struct BackFor<std::index_sequence<I...>> {
+      using Workspace = Phases<WorkspaceOf<StepActs<I>>...>;
+      using Grads = Phases<StepDx<I>...>;
+    };
+    using Back = BackFor<std::make_index_sequence<steps>>;
+    typename Back::Workspace ws;
+    std::array<typename Back::Grads, 2> grads;
 
     // Step I's activations, or those of the step named Name.
     template <size_t I>
@@ -513,10 +535,18 @@ struct Sequential {
     }
     template <size_t To, size_t I = steps - 1>
     decltype(auto) backward_to(const Sequential& p, Sequential& grad, const OutputAt<B, N, I>& dout) {
-      if constexpr (I == To)
+      auto& w = ws.template start<WorkspaceOf<StepActs<I>>>();
+      if constexpr (std::is_void_v<typename StepActs<I>::Dx>) {
+        static_assert(I == To, "Sequential: backward past a step whose input has no gradient (an Embedding's ids)");
         return at<I>().backward(p.template get<I>(), grad.template get<I>(), dout);
-      else
-        return backward_to<To, I - 1>(p, grad, at<I>().backward(p.template get<I>(), grad.template get<I>(), dout));
+      } else {
+        auto& dx = grads[static_cast<const void*>(&dout) == static_cast<const void*>(&grads[0]) ? 1 : 0].template start<StepDx<I>>();
+        const auto& d = backward_with(at<I>(), p.template get<I>(), grad.template get<I>(), dout, dx, w);
+        if constexpr (I == To)
+          return d;
+        else
+          return backward_to<To, I - 1>(p, grad, d);
+      }
     }
   };
 

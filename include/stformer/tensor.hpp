@@ -152,14 +152,18 @@ KeyMask<B, Nk> key_mask_from_lengths(const size_t (&length)[B]) {
 
 namespace stformer::inline STFORMER_ABI {
 
-// The convention of every block's Acts: forward(params, inputs..., masks) returns its output;
-// backward(params, grad, dout) accumulates the parameter gradients into grad and returns the
-// gradient of its input (dx), or for a block of two inputs (queries and keys/values; a
-// decoder's rows and memory) both, as InputGrads {dq, dkv}. What Acts remember is theirs.
+// The convention of every block's Acts (its training record): forward(params, inputs...,
+// masks) returns its output and keeps what backward reads; backward(params, grad, dout, dx
+// [, ws]) accumulates the parameter gradients into grad, writes the gradient of its input into
+// dx and returns it. dx is the caller's: a tensor, or for a block of two inputs (queries and
+// keys/values; a decoder's rows and memory) InputGrads {dq, dkv}, two tensors the caller
+// chooses. ws, the block's Workspace when it has one (WorkspaceOf), holds what backward writes
+// besides dx; it is used only during the call, so one workspace serves every block of a model
+// in turn. A record is read by one backward after its forward.
 template <class Q, class KV>
 struct InputGrads {
-  const Q& dq;
-  const KV& dkv;
+  Q& dq;
+  KV& dkv;
 };
 
 // Activations of Block for the given batch/sequence sizes: ActsOf<Linear<2, 16>, B, N>.
@@ -309,6 +313,71 @@ class Phases {
  private:
   alignas(P...) unsigned char bytes_[std::max({sizeof(P)...})];
 };
+
+// The workspace of a block's record A: A::Workspace, or Nothing (a leaf: a linear layer, a norm).
+template <class A>
+struct WorkspaceFor {
+  using type = Nothing;
+};
+template <class A>
+  requires requires { typename A::Workspace; }
+struct WorkspaceFor<A> {
+  using type = typename A::Workspace;
+};
+template <class A>
+using WorkspaceOf = typename WorkspaceFor<A>::type;
+
+// acts.backward(p, grad, dout, dx, ws), without ws when the record has no workspace.
+template <class A, class P, class D, class Dx, class W>
+decltype(auto) backward_with(A& acts, const P& p, P& grad, const D& dout, Dx&& dx, W& ws) {
+  if constexpr (std::is_same_v<W, Nothing>)
+    return acts.backward(p, grad, dout, dx);
+  else
+    return acts.backward(p, grad, dout, dx, ws);
+}
+
+// Storage for a record's input gradient (its Dx: a tensor dx, InputGrads<Q, KV> as dq and
+// dkv, or void: an Embedding's ids have none); ref() is what backward takes.
+template <class Dx>
+struct GradStorage {
+  Dx dx;
+  Dx& ref() { return dx; }
+};
+template <class Q, class KV>
+struct GradStorage<InputGrads<Q, KV>> {
+  Q dq;
+  KV dkv;
+  InputGrads<Q, KV> ref() { return {dq, dkv}; }
+};
+template <>
+struct GradStorage<void> {};
+
+// A block's whole training memory: its record A (ActsOf), its workspace and its input's
+// gradient, with backward(p, grad, dout) -> the input's gradient. TrainingOf<Block, Dims...>
+// trains one block alone; a model's ActsOf (Sequential, stformer/sequential.hpp) is already
+// whole, and is its own TrainingOf.
+template <class A>
+struct Training : A, GradStorage<typename A::Dx> {
+  [[no_unique_address]] WorkspaceOf<A> ws;
+  template <class P, class D>
+  decltype(auto) backward(const P& p, P& grad, const D& dout) {
+    if constexpr (std::is_void_v<typename A::Dx>)
+      return A::backward(p, grad, dout);
+    else
+      return backward_with(static_cast<A&>(*this), p, grad, dout, this->ref(), ws);
+  }
+};
+template <class A>
+struct TrainingFor {
+  using type = Training<A>;
+};
+template <class A>
+  requires requires { A::whole; }
+struct TrainingFor<A> {
+  using type = A;
+};
+template <class Block, size_t... Dims>
+using TrainingOf = typename TrainingFor<ActsOf<Block, Dims...>>::type;
 
 // 1/sqrt(n) at compile time (Newton's iteration in double).
 constexpr float inv_sqrt(size_t n) {

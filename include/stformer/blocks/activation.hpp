@@ -99,8 +99,9 @@ struct Activation {
 
   template <size_t... L>
   struct Acts {
+    using Dx = Tensor<L..., D>;
     const Tensor<L..., D>* x = nullptr;  // the input of the last forward
-    Tensor<L..., D> out, dx;
+    Tensor<L..., D> out;
 
     template <class X>
     const Tensor<L..., D>& forward(const Activation&, const X& in) {
@@ -110,7 +111,7 @@ struct Activation {
       act::apply<Kind, (L * ... * 1) * D>(out.data());
       return out;
     }
-    const Tensor<L..., D>& backward(const Activation&, Activation&, const Tensor<L..., D>& dout) {
+    const Tensor<L..., D>& backward(const Activation&, Activation&, const Tensor<L..., D>& dout, Tensor<L..., D>& dx) {
       dx = dout;
       act::backward<Kind, (L * ... * 1) * D>(x->data(), dx.data());
       return dx;

@@ -143,11 +143,14 @@ struct MultiHeadAttention : AttentionProjections<Dq, Dkv, D, Pr> {
     Tensor<B, H, Nq, Nk> attn;  // A_h
     Tensor<B, Nq, D> heads;     // concat_h(o_h)
     ActsOf<Linear<D, D>, B, Nq> o;
-    Tensor<B, Nq, D> dq;
-    Tensor<B, Nk, D> dk, dv;
-    Tensor<Nq, Nk> ds;  // one head's dA, then dS
-    Tensor<Dh, Nk> kt;  // one head's k_hᵀ
-    Tensor<B, Nk, Dkv> dxkv;
+    Tensor<Dh, Nk> kt;  // one head's k_hᵀ (forward)
+    using Dx = InputGrads<Tensor<B, Nq, Dq>, Tensor<B, Nk, Dkv>>;
+    struct Workspace {
+      Phases<Tensor<B, Nq, D>, Tensor<B, Nk, Dkv>> dheads;  // dO, then the values' dxkv
+      Tensor<B, Nq, D> dq;
+      Tensor<B, Nk, D> dk, dv;
+      Tensor<Nq, Nk> ds;  // one head's dA, then dS
+    };
 
     template <class XQ, class XKV>
     const Tensor<B, Nq, D>& forward(const MultiHeadAttention& p, const XQ& xq, const XKV& xkv, Mask<B, Nk> mask = {}) {
@@ -167,8 +170,9 @@ struct MultiHeadAttention : AttentionProjections<Dq, Dkv, D, Pr> {
       return o.forward(p.wo, heads);
     }
 
-    InputGrads<Tensor<B, Nq, Dq>, Tensor<B, Nk, Dkv>> backward(const MultiHeadAttention& p, MultiHeadAttention& grad, const Tensor<B, Nq, D>& dout) {
-      const auto& dheads = o.backward(p.wo, grad.wo, dout);
+    Dx backward(const MultiHeadAttention& p, MultiHeadAttention& grad, const Tensor<B, Nq, D>& dout, Dx dx, Workspace& w) {
+      auto& [dheads_or_dxv, dq, dk, dv, ds] = w;
+      const auto& dheads = o.backward(p.wo, grad.wo, dout, dheads_or_dxv.template start<Tensor<B, Nq, D>>());
       for (size_t b = 0; b < B; ++b)
         for (size_t h = 0; h < H; ++h) {
           size_t qo = b * Nq * D + h * Dh, ko = b * Nk * D + h * Dh;
@@ -180,8 +184,10 @@ struct MultiHeadAttention : AttentionProjections<Dq, Dkv, D, Pr> {
           kernels::matmul_nn<Nq, Dh, Nk>(ds.data(), Nk, k.out.data() + ko, D, dq.data() + qo, D);
           kernels::matmul_tn<Nk, Dh, Nq, false>(ds.data(), Nk, q.out.data() + qo, D, dk.data() + ko, D);
         }
-      kernels::add<B * Nk * Dkv>(k.backward(p.k_proj(), grad.k_proj(), dk).data(), v.backward(p.v_proj(), grad.v_proj(), dv).data(), dxkv.data());
-      return {q.backward(p.q_proj(), grad.q_proj(), dq), dxkv};
+      k.backward(p.k_proj(), grad.k_proj(), dk, dx.dkv);
+      kernels::add_to<B * Nk * Dkv>(v.backward(p.v_proj(), grad.v_proj(), dv, dheads_or_dxv.template start<Tensor<B, Nk, Dkv>>()).data(), dx.dkv.data());
+      q.backward(p.q_proj(), grad.q_proj(), dq, dx.dq);
+      return dx;
     }
   };
 
@@ -222,10 +228,12 @@ struct MultiHeadAttention : AttentionProjections<Dq, Dkv, D, Pr> {
     Tensor<B, H, Nq, Nk> attn;  // A_h
     Tensor<B, Nq, D> heads;     // concat_h(o_h)
     ActsOf<Linear<D, D>, B, Nq> o;
-    Tensor<B, Nq, D> dq;
-    Tensor<H, Nq, Dkv> dax, dqk;  // one batch row's
-    Tensor<H, Nq, Nk> ds;         // one batch row's dA, then dS
-    Tensor<B, Nk, Dkv> dxkv;
+    using Dx = InputGrads<Tensor<B, Nq, Dq>, Tensor<B, Nk, Dkv>>;
+    struct Workspace {
+      Tensor<B, Nq, D> dheads, dq;
+      Tensor<H, Nq, Dkv> dax, dqk;  // one batch row's
+      Tensor<H, Nq, Nk> ds;         // one batch row's dA, then dS
+    };
 
     template <class XQ, class XKV>
     const Tensor<B, Nq, D>& forward(const MultiHeadAttention& p, const XQ& xq, const XKV& x_kv, Mask<B, Nk> mask = {}) {
@@ -238,8 +246,9 @@ struct MultiHeadAttention : AttentionProjections<Dq, Dkv, D, Pr> {
       return o.forward(p.wo, heads);
     }
 
-    InputGrads<Tensor<B, Nq, Dq>, Tensor<B, Nk, Dkv>> backward(const MultiHeadAttention& p, MultiHeadAttention& grad, const Tensor<B, Nq, D>& dout) {
-      const auto& dheads = o.backward(p.wo, grad.wo, dout);
+    Dx backward(const MultiHeadAttention& p, MultiHeadAttention& grad, const Tensor<B, Nq, D>& dout, Dx dx, Workspace& w) {
+      auto& [dheads, dq, dax, dqk, ds] = w;
+      o.backward(p.wo, grad.wo, dout, dheads);
       for (size_t b = 0; b < B; ++b) {
         const float* x = xkv->data() + b * Nk * Dkv;
         const float* a = attn.data() + b * R * Nk;
@@ -252,9 +261,9 @@ struct MultiHeadAttention : AttentionProjections<Dq, Dkv, D, Pr> {
           if (sees_a_key<Nk>(a + i * Nk)) kernels::add_to<D>(dheads.data() + (b * Nq + i) * D, grad.v_proj().bias.data());
         kernels::matmul_nt<R, Nk, Dkv>(dax.data(), Dkv, x, Dkv, ds.data(), Nk);
         for (size_t r = 0; r < R; ++r) kernels::softmax_backward_row<Nk>(a + r * Nk, ds.data() + r * Nk, score_scale);
-        float* dx = dxkv.data() + b * Nk * Dkv;
-        kernels::matmul_tn<Nk, Dkv, R, false>(a, Nk, dax.data(), Dkv, dx, Dkv);
-        kernels::matmul_tn<Nk, Dkv, R, true>(ds.data(), Nk, qk.data() + b * R * Dkv, Dkv, dx, Dkv);
+        float* dxb = dx.dkv.data() + b * Nk * Dkv;
+        kernels::matmul_tn<Nk, Dkv, R, false>(a, Nk, dax.data(), Dkv, dxb, Dkv);
+        kernels::matmul_tn<Nk, Dkv, R, true>(ds.data(), Nk, qk.data() + b * R * Dkv, Dkv, dxb, Dkv);
         kernels::matmul_nn<R, Dkv, Nk>(ds.data(), Nk, x, Dkv, dqk.data(), Dkv);
         for (size_t h = 0; h < H; ++h) {
           const float* dqkh = dqk.data() + h * Nq * Dkv;
@@ -262,7 +271,8 @@ struct MultiHeadAttention : AttentionProjections<Dq, Dkv, D, Pr> {
           kernels::matmul_tn<Dh, Dkv, Nq>(q.out.data() + b * Nq * D + h * Dh, D, dqkh, Dkv, grad.k_proj().weight.data() + h * Dh * Dkv, Dkv);
         }
       }
-      return {q.backward(p.q_proj(), grad.q_proj(), dq), dxkv};
+      q.backward(p.q_proj(), grad.q_proj(), dq, dx.dq);
+      return dx;
     }
   };
 

@@ -163,7 +163,11 @@ struct DecoderBlock {
     ActsOf<Norm, B, N> sn3;
     ActsOf<FeedForward<D, F, typename Fm::Act>, B, N> ffn;
     Tensor<B, N, D> out;
-    Tensor<B, N, D> dh2, dh1, dn1, dx;
+    using Dx = InputGrads<Tensor<B, N, D>, Tensor<B, M, D>>;  // into the rows x and the memory m
+    struct Workspace {
+      Tensor<B, N, D> dh, a, b;  // dh2 then dh1, and two gradients between the parts
+      Phases<WorkspaceOf<decltype(self_attn)>, WorkspaceOf<decltype(cross_attn)>, WorkspaceOf<decltype(ffn)>> part;
+    };
 
     template <class X, class Mem>
     const Tensor<B, N, D>& forward(const DecoderBlock& p, const X& x, const Mem& m, const KeyMask<B, M>* memory_mask = nullptr) {
@@ -188,27 +192,32 @@ struct DecoderBlock {
       }
     }
 
-    InputGrads<Tensor<B, N, D>, Tensor<B, M, D>> backward(const DecoderBlock& p, DecoderBlock& grad, const Tensor<B, N, D>& dout) {
+    // The memory's gradient goes straight to dx.dkv; the rows' pass through ws (dh: dh2, then
+    // dh1; post-norm the sums before the norms), the sums in the formulas' order.
+    Dx backward(const DecoderBlock& p, DecoderBlock& grad, const Tensor<B, N, D>& dout, Dx dx, Workspace& ws) {
+      auto& [dh, a, b, part] = ws;
+      auto self_ws = [&]() -> auto& { return part.template start<WorkspaceOf<decltype(self_attn)>>(); };
+      auto cross_ws = [&]() -> auto& { return part.template start<WorkspaceOf<decltype(cross_attn)>>(); };
       if constexpr (pre) {
-        kernels::add<B * N * D>(dout.data(), sn3.backward(p.sn3, grad.sn3, ffn.backward(p.ffn, grad.ffn, dout)).data(), dh2.data());
-        const auto dc = cross_attn.backward(p.cross_attn, grad.cross_attn, dh2);
-        kernels::add<B * N * D>(dh2.data(), sn2.backward(p.sn2, grad.sn2, dc.dq).data(), dh1.data());
-        const auto ds = self_attn.backward(p.self_attn, grad.self_attn, dh1);
-        kernels::add<B * N * D>(ds.dq.data(), ds.dkv.data(), dn1.data());
-        kernels::add<B * N * D>(dh1.data(), sn1.backward(p.sn1, grad.sn1, dn1).data(), dx.data());
-        return {dx, dc.dkv};
+        ffn.backward(p.ffn, grad.ffn, dout, a, part.template start<WorkspaceOf<decltype(ffn)>>());
+        kernels::add<B * N * D>(dout.data(), sn3.backward(p.sn3, grad.sn3, a, b).data(), dh.data());  // dh2
+        cross_attn.backward(p.cross_attn, grad.cross_attn, dh, {a, dx.dkv}, cross_ws());
+        kernels::add<B * N * D>(dh.data(), sn2.backward(p.sn2, grad.sn2, a, b).data(), dh.data());  // dh1
+        self_attn.backward(p.self_attn, grad.self_attn, dh, {a, b}, self_ws());
+        kernels::add<B * N * D>(a.data(), b.data(), a.data());  // dn1
+        kernels::add<B * N * D>(dh.data(), sn1.backward(p.sn1, grad.sn1, a, b).data(), dx.dq.data());
       } else {
-        const auto& ds3 = sn3.backward(p.sn3, grad.sn3, dout);
-        kernels::add<B * N * D>(ds3.data(), ffn.backward(p.ffn, grad.ffn, ds3).data(), dh2.data());
-        const auto& ds2 = sn2.backward(p.sn2, grad.sn2, dh2);
-        const auto dc = cross_attn.backward(p.cross_attn, grad.cross_attn, ds2);
-        kernels::add<B * N * D>(ds2.data(), dc.dq.data(), dh1.data());
-        const auto& ds1 = sn1.backward(p.sn1, grad.sn1, dh1);
-        const auto ds = self_attn.backward(p.self_attn, grad.self_attn, ds1);
-        kernels::add<B * N * D>(ds.dq.data(), ds.dkv.data(), dn1.data());
-        kernels::add<B * N * D>(ds1.data(), dn1.data(), dx.data());
-        return {dx, dc.dkv};
+        const auto& ds3 = sn3.backward(p.sn3, grad.sn3, dout, a);
+        kernels::add<B * N * D>(ds3.data(), ffn.backward(p.ffn, grad.ffn, ds3, b, part.template start<WorkspaceOf<decltype(ffn)>>()).data(), dh.data());
+        const auto& ds2 = sn2.backward(p.sn2, grad.sn2, dh, a);
+        cross_attn.backward(p.cross_attn, grad.cross_attn, ds2, {b, dx.dkv}, cross_ws());
+        kernels::add<B * N * D>(ds2.data(), b.data(), dh.data());  // dh1
+        const auto& ds1 = sn1.backward(p.sn1, grad.sn1, dh, a);
+        self_attn.backward(p.self_attn, grad.self_attn, ds1, {b, dh}, self_ws());
+        kernels::add<B * N * D>(b.data(), dh.data(), b.data());  // dn1
+        kernels::add<B * N * D>(ds1.data(), b.data(), dx.dq.data());
       }
+      return dx;
     }
   };
 };
@@ -267,7 +276,12 @@ struct TransformerDecoder {
   struct Acts {
     std::array<ActsOf<Layer, B, N, M>, L> layers;
     [[no_unique_address]] typename detail::NormActs<Norm, B, N>::type norm;
-    Tensor<B, M, D> dm;
+    using Dx = InputGrads<Tensor<B, N, D>, Tensor<B, M, D>>;
+    struct Workspace {
+      std::array<Tensor<B, N, D>, 2> d;  // the gradients between the layers, in turn
+      Tensor<B, M, D> dm;                // one layer's gradient of the memory
+      WorkspaceOf<ActsOf<Layer, B, N, M>> layer;
+    };
 
     template <class X, class Mem>
     const Tensor<B, N, D>& forward(const TransformerDecoder& p, const X& x, const Mem& m, const KeyMask<B, M>* memory_mask = nullptr) {
@@ -278,16 +292,18 @@ struct TransformerDecoder {
       return *h;
     }
 
-    InputGrads<Tensor<B, N, D>, Tensor<B, M, D>> backward(const TransformerDecoder& p, TransformerDecoder& grad, const Tensor<B, N, D>& dout) {
+    // dx.dkv: the layers' gradients of the memory summed, the last layer's first.
+    Dx backward(const TransformerDecoder& p, TransformerDecoder& grad, const Tensor<B, N, D>& dout, Dx dx, Workspace& ws) {
       const Tensor<B, N, D>* d = &dout;
-      if constexpr (has_norm) d = &norm.backward(p.norm, grad.norm, dout);
-      kernels::fill<B * M * D>(dm.data(), 0.0f);
+      if constexpr (has_norm) d = &norm.backward(p.norm, grad.norm, dout, ws.d[0]);
+      kernels::fill<B * M * D>(dx.dkv.data(), 0.0f);
       for (size_t i = L; i-- > 0;) {
-        const auto g = layers[i].backward(p.layers[i], grad.layers[i], *d);
-        kernels::add_to<B * M * D>(g.dkv.data(), dm.data());
-        d = &g.dq;
+        Tensor<B, N, D>& next = i == 0 ? dx.dq : d == &ws.d[0] ? ws.d[1] : ws.d[0];
+        layers[i].backward(p.layers[i], grad.layers[i], *d, {next, ws.dm}, ws.layer);
+        kernels::add_to<B * M * D>(ws.dm.data(), dx.dkv.data());
+        d = &next;
       }
-      return {*d, dm};
+      return dx;
     }
   };
 };

@@ -55,6 +55,7 @@ struct Embedding {
 
   template <size_t B, size_t N>
   struct Acts {
+    using Dx = void;                      // ids have no gradient
     const IdTensor<B, N>* ids = nullptr;  // the input of the last forward
     Tensor<B, N, D> out;
 

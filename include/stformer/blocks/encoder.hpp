@@ -149,7 +149,11 @@ struct EncoderBlock {
     ActsOf<Norm, B, N> sn2;
     ActsOf<FeedForward<D, F, typename Fm::Act>, B, N> ffn;
     Tensor<B, N, D> out;  // post-norm: s2 = h + FFN(h) here, out = N2(s2) in sn2
-    Tensor<B, N, D> dh, dn1, dx;
+    using Dx = Tensor<B, N, D>;
+    struct Workspace {
+      Tensor<B, N, D> dh, a;  // pre-norm dh and a gradient between the parts; post-norm two such
+      Phases<WorkspaceOf<decltype(attn)>, WorkspaceOf<decltype(ffn)>> part;
+    };
 
     template <class X>
     const Tensor<B, N, D>& forward(const EncoderBlock& p, const X& x, Mask<B, N> mask = {}) {
@@ -167,19 +171,23 @@ struct EncoderBlock {
       }
     }
 
-    const Tensor<B, N, D>& backward(const EncoderBlock& p, EncoderBlock& grad, const Tensor<B, N, D>& dout) {
+    // The parts' gradients pass through ws.a and dx (post-norm also ws.dh); the sums are those
+    // of the formulas at the top, in their order.
+    const Tensor<B, N, D>& backward(const EncoderBlock& p, EncoderBlock& grad, const Tensor<B, N, D>& dout, Tensor<B, N, D>& dx, Workspace& ws) {
+      auto& [dh, a, part] = ws;
       if constexpr (pre) {
-        kernels::add<B * N * D>(dout.data(), sn2.backward(p.sn2, grad.sn2, ffn.backward(p.ffn, grad.ffn, dout)).data(), dh.data());
-        const auto da = attn.backward(p.attn, grad.attn, dh);
-        kernels::add<B * N * D>(da.dq.data(), da.dkv.data(), dn1.data());
-        kernels::add<B * N * D>(dh.data(), sn1.backward(p.sn1, grad.sn1, dn1).data(), dx.data());
+        ffn.backward(p.ffn, grad.ffn, dout, a, part.template start<WorkspaceOf<decltype(ffn)>>());
+        kernels::add<B * N * D>(dout.data(), sn2.backward(p.sn2, grad.sn2, a, dx).data(), dh.data());
+        const auto da = attn.backward(p.attn, grad.attn, dh, {a, dx}, part.template start<WorkspaceOf<decltype(attn)>>());
+        kernels::add<B * N * D>(da.dq.data(), da.dkv.data(), a.data());  // dn1
+        kernels::add<B * N * D>(dh.data(), sn1.backward(p.sn1, grad.sn1, a, dx).data(), dx.data());
       } else {
-        const auto& ds2 = sn2.backward(p.sn2, grad.sn2, dout);
-        kernels::add<B * N * D>(ds2.data(), ffn.backward(p.ffn, grad.ffn, ds2).data(), dh.data());
-        const auto& ds1 = sn1.backward(p.sn1, grad.sn1, dh);
-        const auto da = attn.backward(p.attn, grad.attn, ds1);
-        kernels::add<B * N * D>(da.dq.data(), da.dkv.data(), dn1.data());
-        kernels::add<B * N * D>(ds1.data(), dn1.data(), dx.data());
+        const auto& ds2 = sn2.backward(p.sn2, grad.sn2, dout, a);
+        kernels::add<B * N * D>(ds2.data(), ffn.backward(p.ffn, grad.ffn, ds2, dh, part.template start<WorkspaceOf<decltype(ffn)>>()).data(), dx.data());
+        const auto& ds1 = sn1.backward(p.sn1, grad.sn1, dx, a);  // dx holds dh
+        const auto da = attn.backward(p.attn, grad.attn, ds1, {dh, dx}, part.template start<WorkspaceOf<decltype(attn)>>());
+        kernels::add<B * N * D>(da.dq.data(), da.dkv.data(), dh.data());  // dn1
+        kernels::add<B * N * D>(ds1.data(), dh.data(), dx.data());
       }
       return dx;
     }

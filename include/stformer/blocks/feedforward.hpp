@@ -163,6 +163,8 @@ struct FeedForward {
     ActsOf<Linear<D, F, Init::kaiming_normal>, L...> fc1;  // fc1.out: ReLU(x W1ᵀ + b1), or x W1ᵀ + b1
     [[no_unique_address]] std::conditional_t<relu, Nothing, Tensor<L..., F>> hid;  // Act(fc1.out)
     ActsOf<Linear<F, D, Init::kaiming_normal>, L...> fc2;
+    using Dx = Tensor<L..., D>;
+    using Workspace = Tensor<L..., F>;  // the gradient of the hidden rows
 
     template <class X>
     const Tensor<L..., D>& forward(const FeedForward& p, const X& x) {
@@ -176,13 +178,13 @@ struct FeedForward {
       }
     }
 
-    const Tensor<L..., D>& backward(const FeedForward& p, FeedForward& grad, const Tensor<L..., D>& dout) {
-      fc2.backward(p.fc2, grad.fc2, dout);
+    const Tensor<L..., D>& backward(const FeedForward& p, FeedForward& grad, const Tensor<L..., D>& dout, Tensor<L..., D>& dx, Workspace& dhid) {
+      fc2.backward(p.fc2, grad.fc2, dout, dhid);
       if constexpr (relu)
-        kernels::relu_backward<rows * F>(fc1.out.data(), fc2.dx.data());
+        kernels::relu_backward<rows * F>(fc1.out.data(), dhid.data());
       else
-        act::backward<Act, rows * F>(fc1.out.data(), fc2.dx.data());
-      return fc1.backward(p.fc1, grad.fc1, fc2.dx);
+        act::backward<Act, rows * F>(fc1.out.data(), dhid.data());
+      return fc1.backward(p.fc1, grad.fc1, dhid, dx);
     }
   };
 

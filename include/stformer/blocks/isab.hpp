@@ -103,7 +103,12 @@ struct ISAB {
     Tensor<B, M, D> i;  // I repeated over the batch
     ActsOf<MAB<D, H, Norm>, B, M, N> mab1;
     ActsOf<MAB<D, H, Norm>, B, N, M> mab2;
-    Tensor<B, N, D> dx;
+    using Dx = Tensor<B, N, D>;
+    struct Workspace {
+      Tensor<B, M, D> dh, di;  // dL/dH (H = MAB1(I, X)), dL/dI
+      Tensor<B, N, D> dxk;     // dL/dX through MAB1's keys
+      Phases<WorkspaceOf<decltype(mab1)>, WorkspaceOf<decltype(mab2)>> mab;
+    };
 
     template <class X>
     const Tensor<B, N, D>& forward(const ISAB& p, const X& x, const KeyMask<B, N>* keys = nullptr) {
@@ -112,11 +117,11 @@ struct ISAB {
       return mab2.forward(p.mab2, x, mab1.forward(p.mab1, i, x, keys));
     }
 
-    const Tensor<B, N, D>& backward(const ISAB& p, ISAB& grad, const Tensor<B, N, D>& dout) {
-      const auto d2 = mab2.backward(p.mab2, grad.mab2, dout);
-      const auto d1 = mab1.backward(p.mab1, grad.mab1, d2.dkv);
-      for (size_t b = 0; b < B; ++b) kernels::add_to<M * D>(d1.dq.data() + b * M * D, grad.inducing.data());
-      kernels::add<B * N * D>(d2.dq.data(), d1.dkv.data(), dx.data());
+    const Tensor<B, N, D>& backward(const ISAB& p, ISAB& grad, const Tensor<B, N, D>& dout, Tensor<B, N, D>& dx, Workspace& ws) {
+      mab2.backward(p.mab2, grad.mab2, dout, {dx, ws.dh}, ws.mab.template start<WorkspaceOf<decltype(mab2)>>());
+      mab1.backward(p.mab1, grad.mab1, ws.dh, {ws.di, ws.dxk}, ws.mab.template start<WorkspaceOf<decltype(mab1)>>());
+      for (size_t b = 0; b < B; ++b) kernels::add_to<M * D>(ws.di.data() + b * M * D, grad.inducing.data());
+      kernels::add<B * N * D>(dx.data(), ws.dxk.data(), dx.data());
       return dx;
     }
   };

@@ -54,8 +54,9 @@ struct RowNorm {
   template <size_t... L>
   struct Acts {
     static constexpr size_t rows = (L * ... * 1);
+    using Dx = Tensor<L..., D>;
     const Tensor<L..., D>* x = nullptr;  // the input of the last forward
-    Tensor<L..., D> out, dx;
+    Tensor<L..., D> out;
     [[no_unique_address]] std::conditional_t<Centred, Tensor<rows>, Nothing> mean;
     Tensor<rows> rstd;
 
@@ -67,7 +68,7 @@ struct RowNorm {
       return out;
     }
 
-    const Tensor<L..., D>& backward(const RowNorm& p, RowNorm& grad, const Tensor<L..., D>& dout) {
+    const Tensor<L..., D>& backward(const RowNorm& p, RowNorm& grad, const Tensor<L..., D>& dout, Tensor<L..., D>& dx) {
       kernels::norm_backward_rows<rows, D>(x->data(), dout.data(), p.weight.data(), mean_data(), rstd.data(), dx.data(),
                                            grad.weight.data(), bias_data(grad));
       return dx;

@@ -156,9 +156,9 @@ struct Linear : LinearCalls<Linear<In, Out, WeightInit, HasBias>, In, Out> {
   template <size_t... L>
   struct Acts {
     static constexpr size_t rows = (L * ... * 1);
+    using Dx = Tensor<L..., In>;
     const Tensor<L..., In>* x = nullptr;  // the input of the last forward
     Tensor<L..., Out> out;
-    Tensor<L..., In> dx;
 
     // Relu: out = max(x Wᵀ + b, 0) in the same pass (FeedForward's first layer). p: a Linear, or
     // a LinearRef (and grad: the gradients' Linear or LinearRef<In, Out, float>).
@@ -171,7 +171,7 @@ struct Linear : LinearCalls<Linear<In, Out, WeightInit, HasBias>, In, Out> {
     }
 
     template <class Lin, class Grad>
-    const Tensor<L..., In>& backward(const Lin& p, Grad&& grad, const Tensor<L..., Out>& dout) {
+    const Tensor<L..., In>& backward(const Lin& p, Grad&& grad, const Tensor<L..., Out>& dout, Tensor<L..., In>& dx) {
       kernels::matmul_tn<Out, In, rows>(dout.data(), Out, x->data(), In, grad.weight.data(), In);
       if (float* db = grad.bias.data()) kernels::add_column_sums<rows, Out>(dout.data(), db);
       kernels::matmul_nn<rows, In, Out>(dout.data(), Out, p.weight.data(), In, dx.data(), In);

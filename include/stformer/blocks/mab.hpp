@@ -119,8 +119,12 @@ struct MAB {
     ActsOf<Norm<D>, B, Nq> nff;
     ActsOf<Linear<D, D, Init::kaiming_normal>, B, Nq> fc;  // fc.out holds ReLU(Nff(h) Wfcᵀ + bfc)
     Tensor<B, Nq, D> out;
-    Tensor<B, Nq, D> dfc, dh, dx;  // dx: gradient into the query set X
-    Tensor<B, Nk, D> dy;           // gradient into the key set Y
+    using Dx = InputGrads<Tensor<B, Nq, D>, Tensor<B, Nk, D>>;  // into the query set X and the key set Y
+    struct Workspace {
+      Tensor<B, Nq, D> dfc, dh, a;
+      Tensor<B, Nk, D> dkv;
+      WorkspaceOf<decltype(attn)> part;
+    };
 
     template <class X, class Y>
     const Tensor<B, Nq, D>& forward(const MAB& p, const X& x, const Y& y, const KeyMask<B, Nk>* keys = nullptr) {
@@ -132,14 +136,15 @@ struct MAB {
       return out;
     }
 
-    InputGrads<Tensor<B, Nq, D>, Tensor<B, Nk, D>> backward(const MAB& p, MAB& grad, const Tensor<B, Nq, D>& dout) {
+    Dx backward(const MAB& p, MAB& grad, const Tensor<B, Nq, D>& dout, Dx dx, Workspace& ws) {
+      auto& [dfc, dh, a, dkv, attn_ws] = ws;
       dfc = dout;
       kernels::relu_backward<B * Nq * D>(fc.out.data(), dfc.data());
-      kernels::add<B * Nq * D>(dout.data(), nff.backward(p.nff, grad.nff, fc.backward(p.fc, grad.fc, dfc)).data(), dh.data());
-      const auto da = attn.backward(p.attn, grad.attn, dh);
-      kernels::add<B * Nq * D>(dh.data(), nq.backward(p.nq, grad.nq, da.dq).data(), dx.data());
-      dy = nkv.backward(p.nkv, grad.nkv, da.dkv);
-      return {dx, dy};
+      kernels::add<B * Nq * D>(dout.data(), nff.backward(p.nff, grad.nff, fc.backward(p.fc, grad.fc, dfc, a), dfc).data(), dh.data());
+      attn.backward(p.attn, grad.attn, dh, {a, dkv}, attn_ws);
+      kernels::add<B * Nq * D>(dh.data(), nq.backward(p.nq, grad.nq, a, dfc).data(), dx.dq.data());
+      nkv.backward(p.nkv, grad.nkv, dkv, dx.dkv);
+      return dx;
     }
   };
 };

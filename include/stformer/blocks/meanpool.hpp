@@ -54,8 +54,8 @@ struct MeanPool {
 
   template <size_t B, size_t N>
   struct Acts {
+    using Dx = Tensor<B, N, D>;
     Tensor<B, 1, D> out;
-    Tensor<B, N, D> dx;
     KeyMask<B, N> seen;  // the rows pooled
     Tensor<B> inv;       // 1/n_b
 
@@ -69,7 +69,7 @@ struct MeanPool {
       return out;
     }
 
-    const Tensor<B, N, D>& backward(const MeanPool&, MeanPool&, const Tensor<B, 1, D>& dout) {
+    const Tensor<B, N, D>& backward(const MeanPool&, MeanPool&, const Tensor<B, 1, D>& dout, Tensor<B, N, D>& dx) {
       for (size_t b = 0; b < B; ++b)
         for (size_t j = 0; j < N; ++j) {
           float* d = dx.data() + (b * N + j) * D;

@@ -88,6 +88,11 @@ struct PMA {
   struct Acts {
     Tensor<B, K, D> s;  // S repeated over the batch
     ActsOf<MAB<D, H, Norm>, B, K, N> mab;
+    using Dx = Tensor<B, N, D>;
+    struct Workspace {
+      Tensor<B, K, D> ds;
+      WorkspaceOf<decltype(mab)> part;
+    };
 
     template <class X>
     const Tensor<B, K, D>& forward(const PMA& p, const X& x, const KeyMask<B, N>* keys = nullptr) {
@@ -97,10 +102,10 @@ struct PMA {
     }
 
     // dS (summed over the batch) goes to the seeds; returns dX.
-    const Tensor<B, N, D>& backward(const PMA& p, PMA& grad, const Tensor<B, K, D>& dout) {
-      const auto d = mab.backward(p.mab, grad.mab, dout);
-      for (size_t b = 0; b < B; ++b) kernels::add_to<K * D>(d.dq.data() + b * K * D, grad.seeds.data());
-      return d.dkv;
+    const Tensor<B, N, D>& backward(const PMA& p, PMA& grad, const Tensor<B, K, D>& dout, Tensor<B, N, D>& dx, Workspace& ws) {
+      mab.backward(p.mab, grad.mab, dout, {ws.ds, dx}, ws.part);
+      for (size_t b = 0; b < B; ++b) kernels::add_to<K * D>(ws.ds.data() + b * K * D, grad.seeds.data());
+      return dx;
     }
   };
 };

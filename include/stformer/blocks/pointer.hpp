@@ -87,9 +87,12 @@ struct PointerAttention {
     ActsOf<Linear<Dq, Da>, B, Nq> q;
     ActsOf<Linear<Dk, Da>, B, Nk> k;
     Tensor<B, Nq, Nk> logp;
-    Tensor<B, Nq, Nk> ds;
-    Tensor<B, Nq, Da> dq;
-    Tensor<B, Nk, Da> dk;
+    using Dx = InputGrads<Tensor<B, Nq, Dq>, Tensor<B, Nk, Dk>>;
+    struct Workspace {
+      Tensor<B, Nq, Nk> ds;
+      Tensor<B, Nq, Da> dq;
+      Tensor<B, Nk, Da> dk;
+    };
 
     template <class XQ, class XK>
     const Tensor<B, Nq, Nk>& forward(const PointerAttention& p, const XQ& xq, const XK& xk, const KeyMask<B, Nk>* keys = nullptr) {
@@ -100,7 +103,8 @@ struct PointerAttention {
       return logp;
     }
 
-    InputGrads<Tensor<B, Nq, Dq>, Tensor<B, Nk, Dk>> backward(const PointerAttention& p, PointerAttention& grad, const Tensor<B, Nq, Nk>& dlogp) {
+    Dx backward(const PointerAttention& p, PointerAttention& grad, const Tensor<B, Nq, Nk>& dlogp, Dx dx, Workspace& ws) {
+      auto& [ds, dq, dk] = ws;
       ds = dlogp;
       for (size_t b = 0; b < B; ++b) {
         float* d = ds.data() + b * Nq * Nk;
@@ -111,7 +115,9 @@ struct PointerAttention {
         kernels::matmul_nn<Nq, Da, Nk>(d, Nk, k.out.data() + b * Nk * Da, Da, dq.data() + b * Nq * Da, Da);
         kernels::matmul_tn<Nk, Da, Nq, false>(d, Nk, q.out.data() + b * Nq * Da, Da, dk.data() + b * Nk * Da, Da);
       }
-      return {q.backward(p.wq, grad.wq, dq), k.backward(p.wk, grad.wk, dk)};
+      q.backward(p.wq, grad.wq, dq, dx.dq);
+      k.backward(p.wk, grad.wk, dk, dx.dkv);
+      return dx;
     }
   };
 };
@@ -187,6 +193,11 @@ struct PointerHead {
     Tensor<B, 1, D> q;  // the learned query repeated over the batch
     ActsOf<ScaleNorm<D>, B, 1> sn_q;
     ActsOf<PointerAttention<D, D, D>, B, 1, N> pointer;
+    using Dx = Tensor<B, N, D>;
+    struct Workspace {
+      Tensor<B, 1, D> dq, dsq;  // dL/d(sn_q(q)), dL/dq
+      WorkspaceOf<decltype(pointer)> part;
+    };
 
     template <class X>
     const Tensor<B, 1, N>& forward(const PointerHead& p, const X& x, const KeyMask<B, N>* keys = nullptr) {
@@ -196,11 +207,11 @@ struct PointerHead {
     }
 
     // dquery += Σ_b (sn_qᵀ dq)[b]; returns dL/dx.
-    const Tensor<B, N, D>& backward(const PointerHead& p, PointerHead& grad, const Tensor<B, 1, N>& dlogp) {
-      const auto dp = pointer.backward(p.pointer, grad.pointer, dlogp);
-      const auto& dq = sn_q.backward(p.sn_q, grad.sn_q, dp.dq);
+    const Tensor<B, N, D>& backward(const PointerHead& p, PointerHead& grad, const Tensor<B, 1, N>& dlogp, Tensor<B, N, D>& dx, Workspace& ws) {
+      pointer.backward(p.pointer, grad.pointer, dlogp, {ws.dq, dx}, ws.part);
+      const auto& dq = sn_q.backward(p.sn_q, grad.sn_q, ws.dq, ws.dsq);
       for (size_t b = 0; b < B; ++b) kernels::add_to<D>(dq.data() + b * D, grad.query.data());
-      return dp.dkv;
+      return dx;
     }
   };
 };

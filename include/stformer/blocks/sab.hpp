@@ -70,7 +70,11 @@ struct SAB {
   template <size_t B, size_t N>
   struct Acts {
     ActsOf<MAB<D, H, Norm>, B, N, N> mab;
-    Tensor<B, N, D> dx;
+    using Dx = Tensor<B, N, D>;
+    struct Workspace {
+      Tensor<B, N, D> dkv;
+      WorkspaceOf<decltype(mab)> part;
+    };
 
     template <class X>
     const Tensor<B, N, D>& forward(const SAB& p, const X& x, const KeyMask<B, N>* keys = nullptr) {
@@ -79,9 +83,9 @@ struct SAB {
     }
 
     // dX = dX(query side) + dX(key side)
-    const Tensor<B, N, D>& backward(const SAB& p, SAB& grad, const Tensor<B, N, D>& dout) {
-      const auto d = mab.backward(p.mab, grad.mab, dout);
-      kernels::add<B * N * D>(d.dq.data(), d.dkv.data(), dx.data());
+    const Tensor<B, N, D>& backward(const SAB& p, SAB& grad, const Tensor<B, N, D>& dout, Tensor<B, N, D>& dx, Workspace& ws) {
+      mab.backward(p.mab, grad.mab, dout, {dx, ws.dkv}, ws.part);
+      kernels::add<B * N * D>(dx.data(), ws.dkv.data(), dx.data());
       return dx;
     }
   };

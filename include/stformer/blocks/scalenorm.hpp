@@ -42,8 +42,9 @@ struct ScaleNorm {
   template <size_t... L>
   struct Acts {
     static constexpr size_t rows = (L * ... * 1);
+    using Dx = Tensor<L..., D>;
     const Tensor<L..., D>* x = nullptr;  // the input of the last forward
-    Tensor<L..., D> out, dx;
+    Tensor<L..., D> out;
     Tensor<rows> rnorm;  // 1 / max(‖x‖, eps) of each row
 
     template <class X>
@@ -54,7 +55,7 @@ struct ScaleNorm {
       return out;
     }
 
-    const Tensor<L..., D>& backward(const ScaleNorm& p, ScaleNorm& grad, const Tensor<L..., D>& dout) {
+    const Tensor<L..., D>& backward(const ScaleNorm& p, ScaleNorm& grad, const Tensor<L..., D>& dout, Tensor<L..., D>& dx) {
       kernels::scalenorm_backward_rows<rows, D>(x->data(), dout.data(), p.g(0), rnorm.data(), dx.data(), grad.g(0));
       return dx;
     }
@@ -92,7 +93,11 @@ struct Identity {
       static_assert(shape_is<X, L..., D>, "Identity: input rows x must be [..., D] (the pass's sizes, the norm's width D)");
       return x;
     }
-    const Tensor<L..., D>& backward(const Identity&, Identity&, const Tensor<L..., D>& dout) { return dout; }
+    using Dx = Tensor<L..., D>;
+    const Tensor<L..., D>& backward(const Identity&, Identity&, const Tensor<L..., D>& dout, Tensor<L..., D>& dx) {
+      if (&dx != &dout) dx = dout;
+      return dx;
+    }
   };
   template <size_t... L>
   using Infer = Acts<L...>;

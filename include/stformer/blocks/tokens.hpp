@@ -52,9 +52,11 @@ struct PositionEmbedding {
   };
   template <size_t B, size_t N>
   struct Acts : Infer<B, N> {
-    const Tensor<B, N, D>& backward(const PositionEmbedding&, PositionEmbedding& grad, const Tensor<B, N, D>& dout) {
+    using Dx = Tensor<B, N, D>;
+    const Tensor<B, N, D>& backward(const PositionEmbedding&, PositionEmbedding& grad, const Tensor<B, N, D>& dout, Tensor<B, N, D>& dx) {
       for (size_t b = 0; b < B; ++b) kernels::add_to<N * D>(dout.data() + b * N * D, grad.weight.data());
-      return dout;
+      if (&dx != &dout) dx = dout;
+      return dx;
     }
   };
 };
@@ -93,8 +95,8 @@ struct ClassToken {
   };
   template <size_t B, size_t N>
   struct Acts : Infer<B, N> {
-    Tensor<B, N, D> dx;
-    const Tensor<B, N, D>& backward(const ClassToken&, ClassToken& grad, const Tensor<B, N + 1, D>& dout) {
+    using Dx = Tensor<B, N, D>;
+    const Tensor<B, N, D>& backward(const ClassToken&, ClassToken& grad, const Tensor<B, N + 1, D>& dout, Tensor<B, N, D>& dx) {
       for (size_t b = 0; b < B; ++b) {
         kernels::add_to<D>(dout.data() + b * (N + 1) * D, grad.cls_token.data());
         std::copy_n(dout.data() + (b * (N + 1) + 1) * D, N * D, dx.data() + b * N * D);
@@ -130,8 +132,8 @@ struct FirstToken {
   };
   template <size_t B, size_t N>
   struct Acts : Infer<B, N> {
-    Tensor<B, N, D> dx;
-    const Tensor<B, N, D>& backward(const FirstToken&, FirstToken&, const Tensor<B, 1, D>& dout) {
+    using Dx = Tensor<B, N, D>;
+    const Tensor<B, N, D>& backward(const FirstToken&, FirstToken&, const Tensor<B, 1, D>& dout, Tensor<B, N, D>& dx) {
       std::fill(dx.begin(), dx.end(), 0.0f);
       for (size_t b = 0; b < B; ++b) std::copy_n(dout.data() + b * D, D, dx.data() + b * N * D);
       return dx;
