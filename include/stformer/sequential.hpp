@@ -220,6 +220,17 @@ decltype(auto) forward(A& acts, const P& p, const X& x, const Mask<B, N>& mask) 
   return call_masked([&](const auto&... m) -> decltype(acts.forward(p, x, m...)) { return acts.forward(p, x, m...); }, mask);
 }
 
+// A step's record, with the Memory M where its Acts takes one (Repeat).
+template <class Block, size_t B, size_t N, Memory M>
+struct ActsWith {
+  using type = ActsOf<Block, B, N>;
+};
+template <class Block, size_t B, size_t N, Memory M>
+  requires requires { typename Block::template Acts<B, N, M>; }
+struct ActsWith<Block, B, N, M> {
+  using type = typename Block::template Acts<B, N, M>;
+};
+
 // Storage in declaration order (a standard-layout struct of its members, no padding between
 // blocks of tensors): the model's object representation is its parameters in visit order.
 template <class... T>
@@ -283,24 +294,41 @@ struct Repeat : std::array<Block, Count> {
     }
   }
 
-  template <size_t B, size_t N>
+  // Memory::replay: one record, and the inputs of blocks 1 ... Count - 1 (block 0's is the
+  // caller's, kept by pointer, as a record keeps its input).
+  template <size_t B, size_t N, Memory M = Memory::keep>
   struct Acts {
-    std::array<ActsOf<Block, B, N>, Count> blocks;
+    static constexpr bool replay = M == Memory::replay && Count > 1;
+    std::array<ActsOf<Block, B, N>, replay ? 1 : Count> blocks;
+    [[no_unique_address]] std::conditional_t<replay, std::array<Input<B, N>, Count - 1>, Nothing> inputs;
+    [[no_unique_address]] std::conditional_t<replay, Mask<B, N>, Nothing> mask;
+    const Input<B, N>* x = nullptr;
     using Dx = Input<B, N>;
     struct Workspace {
       std::array<Output<B, N>, std::min<size_t>(Count - 1, 2)> d;  // the gradients between the blocks, in turn
       WorkspaceOf<ActsOf<Block, B, N>> block;
     };
 
-    template <class X>
-    const Output<B, N>& forward(const Repeat& p, const X& x, const Mask<B, N>& mask = {}) {
-      const Output<B, N>* h = &step::forward(blocks[0], p[0], x, mask);
-      for (size_t i = 1; i < Count; ++i) h = &step::forward(blocks[i], p[i], *h, mask);
+    ActsOf<Block, B, N>& record(size_t i) { return blocks[replay ? 0 : i]; }
+
+    const Output<B, N>& forward(const Repeat& p, const Input<B, N>& in, const Mask<B, N>& m = {}) {
+      x = &in;
+      const Output<B, N>* h = &in;
+      if constexpr (replay) mask = m;
+      for (size_t i = 0; i < Count; ++i) {
+        h = &step::forward(record(i), p[i], *h, m);
+        if constexpr (replay)
+          if (i + 1 < Count) h = &(inputs[i] = *h);
+      }
       return *h;
     }
     const Input<B, N>& backward(const Repeat& p, Repeat& grad, const Output<B, N>& dout, Input<B, N>& dx, Workspace& ws) {
       const Output<B, N>* d = &dout;
-      for (size_t i = Count; i-- > 0;) d = &backward_with(blocks[i], p[i], grad[i], *d, i == 0 ? dx : ws.d[(Count - 1 - i) % 2], ws.block);
+      for (size_t i = Count; i-- > 0;) {
+        if constexpr (replay)
+          if (i + 1 < Count) step::forward(record(i), p[i], i == 0 ? *x : inputs[i - 1], mask);
+        d = &backward_with(record(i), p[i], grad[i], *d, i == 0 ? dx : ws.d[(Count - 1 - i) % 2], ws.block);
+      }
       return *d;
     }
   };
@@ -460,22 +488,23 @@ struct Sequential {
     static_assert(same_shape<Input<B, N>, X>(), "Sequential: the model's input x is not the first step's Input<B, N> (the dimension and sizes above)");
   }
 
-  template <size_t B, size_t N>
+  // M: what the records keep (Memory::replay: a Repeat's blocks replayed, ReplayActsOf).
+  template <size_t B, size_t N, Memory M = Memory::keep>
   struct Acts {
     static_assert(chain_fits<B, N>);
+    template <size_t I>
+    using StepActs = typename step::ActsWith<BlockAt<I>, B, length<B, N, I>(), M>::type;
     template <class I>
     struct ActsFor;
     template <size_t... I>
     struct ActsFor<std::index_sequence<I...>> {
-      using type = step::Members<ActsOf<BlockAt<I>, B, length<B, N, I>()>...>;
+      using type = step::Members<StepActs<I>...>;
     };
     typename ActsFor<std::make_index_sequence<steps>>::type acts;
     [[no_unique_address]] Shifted<B, N> shifted;  // the keys after a ClassToken (mask_at)
     // backward's memory: the steps' workspaces, one at a time, and the gradients between steps
     // (each step's Dx) in two buffers in turn.
     static constexpr bool whole = true;
-    template <size_t I>
-    using StepActs = ActsOf<BlockAt<I>, B, length<B, N, I>()>;
     template <size_t I>
     using StepDx = std::conditional_t<std::is_void_v<typename StepActs<I>::Dx>, Nothing, typename StepActs<I>::Dx>;
     template <class I>
@@ -700,6 +729,11 @@ struct Sequential {
       stformer::visit(at / Info::name, f, m.template get<I>()...);
   }
 };
+
+// A model's training record that replays its Repeat's blocks (Memory::replay): the memory of one
+// block's record instead of all of theirs, for one more forward of all but the last block.
+template <class Model, size_t B, size_t N>
+using ReplayActsOf = typename Model::template Acts<B, N, Memory::replay>;
 
 // The plan of an Infer of a Sequential, one line per phase: the step, the shapes of its input
 // and output, and the bytes of its input (the caller's for the first step), output and scratch

@@ -314,6 +314,11 @@ class Phases {
   alignas(P...) unsigned char bytes_[std::max({sizeof(P)...})];
 };
 
+// What a model's training record keeps: keep, every block's record; replay, of the blocks of a
+// Repeat only their inputs and one record, each block's forward run again into it just before
+// its backward (the same operations in the same order: the same bits, for a forward's time).
+enum class Memory { keep, replay };
+
 // The workspace of a block's record A: A::Workspace, or Nothing (a leaf: a linear layer, a norm).
 template <class A>
 struct WorkspaceFor {

@@ -2,9 +2,11 @@
 // reference (train_reference.cpp), one code for both. SPEC's pointer model, from initial
 // parameters made on the host, takes Steps AdamW steps (PyTorch's rule, weight decay 0.01,
 // constant lr 0.01) on one batch of B sets, as max_value trains it: forward and backward
-// through the training activations (Acts), the nll loss of each set's largest-norm point.
+// through the training record, the nll loss of each set's largest-norm point. The record
+// replays the encoder blocks (ReplayActsOf: one block's record, and the second block's input),
+// which gives the same bits as keeping both.
 // State holds everything a step touches: the model, its gradients, the optimiser's two
-// moments, the activations, the batch; its size is known at compile time.
+// moments, the training record with its workspace, the batch; its size is known at compile time.
 #pragma once
 
 #include <stformer/models/pointer_model.hpp>
@@ -20,7 +22,7 @@ using Net = stformer::PointerModel<2, 16, 1, 64, 2>;  // SPEC's `pointer` config
 struct State {
   Net model, grad;
   stformer::AdamW<Net> opt{0.01f};
-  stformer::ActsOf<Net, B, N> acts;
+  stformer::ReplayActsOf<Net, B, N> acts;
   stformer::Tensor<B, N, 2> x;       // the batch's sets
   stformer::IdTensor<B> target;      // each set's largest-norm point
   stformer::Tensor<B, 1, N> dlogp;   // dL/d log-probabilities

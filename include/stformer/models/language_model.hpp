@@ -31,8 +31,8 @@ template <size_t V, size_t L, size_t D, size_t H, size_t F, size_t Blocks, class
 struct LanguageModel : LanguageModelChain<V, L, D, H, F, Blocks, Embed, Head> {
   template <size_t B, size_t N = L>
   using Infer = typename LanguageModelChain<V, L, D, H, F, Blocks, Embed, Head>::template Infer<B, N>;
-  template <size_t B, size_t N = L>
-  using Acts = typename LanguageModelChain<V, L, D, H, F, Blocks, Embed, Head>::template Acts<B, N>;
+  template <size_t B, size_t N = L, Memory M = Memory::keep>
+  using Acts = typename LanguageModelChain<V, L, D, H, F, Blocks, Embed, Head>::template Acts<B, N, M>;
 };
 
 }  // namespace stformer
