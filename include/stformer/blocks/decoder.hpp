@@ -196,8 +196,8 @@ struct DecoderBlock {
     // dh1; post-norm the sums before the norms), the sums in the formulas' order.
     Dx backward(const DecoderBlock& p, DecoderBlock& grad, const Tensor<B, N, D>& dout, Dx dx, Workspace& ws) {
       auto& [dh, a, b, part] = ws;
-      auto self_ws = [&]() -> auto& { return part.template start<WorkspaceOf<decltype(self_attn)>>(); };
-      auto cross_ws = [&]() -> auto& { return part.template start<WorkspaceOf<decltype(cross_attn)>>(); };
+      auto self_ws = [&ws]() -> auto& { return ws.part.template start<WorkspaceOf<decltype(self_attn)>>(); };
+      auto cross_ws = [&ws]() -> auto& { return ws.part.template start<WorkspaceOf<decltype(cross_attn)>>(); };
       if constexpr (pre) {
         ffn.backward(p.ffn, grad.ffn, dout, a, part.template start<WorkspaceOf<decltype(ffn)>>());
         kernels::add<B * N * D>(dout.data(), sn3.backward(p.sn3, grad.sn3, a, b).data(), dh.data());  // dh2
