@@ -338,6 +338,17 @@ TEST_CASE("Sequential: replayed blocks give the kept records' bits; SPEC's point
     for (auto& id : ids) id = std::int32_t(rng.below(V));
     check_replay<LM, B, L>(rng, ids, Mask<B, L>{.causal = true});
   }
+  {
+    // post-norm GELU (PyTorch's layer) and LayerNorm pre-norm blocks, two heads, a key mask; a
+    // block alone replays its attention half too
+    constexpr size_t B = 2, N = 12;
+    Tensor<B, N, 3> x;
+    fill(x, rng);
+    const auto keys = test::lengths_mask<B, N>({12, 5});
+    check_replay<Sequential<Linear<3, 16>, Repeat<EncoderBlock<16, 2, 32, PostNorm<act::GELU>>, 2>, Linear<16, 2>>, B, N>(rng, x, &keys);
+    check_replay<Sequential<Linear<3, 16>, Repeat<EncoderBlock<16, 2, 32, PreNorm<act::GELU>>, 3>, Linear<16, 2>>, B, N>(rng, x, &keys);
+    check_replay<Sequential<Linear<3, 16>, EncoderBlock<16, 4, 32>, Linear<16, 2>>, B, N>(rng, x, &keys);
+  }
   static_assert(sizeof(ReplayActsOf<PointerModel<2, 16, 1, 64, 2>, 2, 50>) <= 260000);
 }
 

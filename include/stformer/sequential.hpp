@@ -299,17 +299,18 @@ struct Repeat : std::array<Block, Count> {
   template <size_t B, size_t N, Memory M = Memory::keep>
   struct Acts {
     static constexpr bool replay = M == Memory::replay && Count > 1;
-    std::array<ActsOf<Block, B, N>, replay ? 1 : Count> blocks;
+    using Record = typename step::ActsWith<Block, B, N, M>::type;
+    std::array<Record, replay ? 1 : Count> blocks;
     [[no_unique_address]] std::conditional_t<replay, std::array<Input<B, N>, Count - 1>, Nothing> inputs;
     [[no_unique_address]] std::conditional_t<replay, Mask<B, N>, Nothing> mask;
     const Input<B, N>* x = nullptr;
     using Dx = Input<B, N>;
     struct Workspace {
       std::array<Output<B, N>, std::min<size_t>(Count - 1, 2)> d;  // the gradients between the blocks, in turn
-      WorkspaceOf<ActsOf<Block, B, N>> block;
+      WorkspaceOf<Record> block;
     };
 
-    ActsOf<Block, B, N>& record(size_t i) { return blocks[replay ? 0 : i]; }
+    Record& record(size_t i) { return blocks[replay ? 0 : i]; }
 
     const Output<B, N>& forward(const Repeat& p, const Input<B, N>& in, const Mask<B, N>& m = {}) {
       x = &in;

@@ -309,6 +309,12 @@ class Phases {
     static_assert((std::is_same_v<Q, P> || ...), "Phases::start: not one of this arena's phases");
     return *::new (static_cast<void*>(bytes_)) Q;
   }
+  // The phase begun last, which must be Q.
+  template <class Q>
+  Q& current() {
+    static_assert((std::is_same_v<Q, P> || ...), "Phases::current: not one of this arena's phases");
+    return *std::launder(reinterpret_cast<Q*>(bytes_));
+  }
 
  private:
   alignas(P...) unsigned char bytes_[std::max({sizeof(P)...})];

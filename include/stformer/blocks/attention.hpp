@@ -136,24 +136,50 @@ struct MultiHeadAttention : AttentionProjections<Dq, Dkv, D, Pr> {
     kernels::matmul_nn<R, Dh, Nk>(a, Nk, vh, D, oh, D);
   }
 
-  template <size_t B, size_t Nq, size_t Nk>
+  // Memory::replay (an encoder block's record that replays its attention, blocks/encoder.hpp):
+  // forward takes the workspace, whose dheads holds the output and dk each head's k_hᵀ (backward
+  // writes them later); backward writes dS_h over A_h a row at a time (the row's dA in ds), then
+  // takes dq and dk from every head's dS_h, dq where dO was. The record lacks o's output and kᵀ,
+  // the workspace dq and all but one row of dS; the bits are the same (matmul_nt's entries are
+  // the same for a row as for the whole product, and each gradient is the same sum).
+  template <size_t B, size_t Nq, size_t Nk, Memory M = Memory::keep>
   struct FullActs {
+    static constexpr bool replay = M == Memory::replay;
     ActsOf<Linear<Dq, D>, B, Nq> q;
     ActsOf<Linear<Dkv, D>, B, Nk> k, v;
-    Tensor<B, H, Nq, Nk> attn;  // A_h
+    Tensor<B, H, Nq, Nk> attn;  // A_h (replay: dS_h after backward)
     Tensor<B, Nq, D> heads;     // concat_h(o_h)
-    ActsOf<Linear<D, D>, B, Nq> o;
-    Tensor<Dh, Nk> kt;  // one head's k_hᵀ (forward)
+    [[no_unique_address]] std::conditional_t<replay, Nothing, ActsOf<Linear<D, D>, B, Nq>> o;
+    [[no_unique_address]] std::conditional_t<replay, Nothing, Tensor<Dh, Nk>> kt;  // one head's k_hᵀ (forward)
     using Dx = InputGrads<Tensor<B, Nq, Dq>, Tensor<B, Nk, Dkv>>;
     struct Workspace {
-      Phases<Tensor<B, Nq, D>, Tensor<B, Nk, Dkv>> dheads;  // dO, then the values' dxkv
-      Tensor<B, Nq, D> dq;
+      Phases<Tensor<B, Nq, D>, Tensor<B, Nk, Dkv>> dheads;  // dO, then the values' dxkv (replay: the output, dO, dq, dxkv)
+      [[no_unique_address]] std::conditional_t<replay, Nothing, Tensor<B, Nq, D>> dq;
       Tensor<B, Nk, D> dk, dv;
-      Tensor<Nq, Nk> ds;  // one head's dA, then dS
+      Tensor<replay ? 1 : Nq, Nk> ds;  // one head's dA, then dS (replay: one row's)
     };
 
     template <class XQ, class XKV>
-    const Tensor<B, Nq, D>& forward(const MultiHeadAttention& p, const XQ& xq, const XKV& xkv, Mask<B, Nk> mask = {}) {
+    const Tensor<B, Nq, D>& forward(const MultiHeadAttention& p, const XQ& xq, const XKV& xkv, Mask<B, Nk> mask = {})
+      requires(!replay)
+    {
+      attend(p, xq, xkv, mask, kt.data());
+      return o.forward(p.wo, heads);
+    }
+    template <class XQ, class XKV>
+    const Tensor<B, Nq, D>& forward(const MultiHeadAttention& p, const XQ& xq, const XKV& xkv, Mask<B, Nk> mask, Workspace& w)
+      requires replay
+    {
+      static_assert(Dh * Nk <= B * Nk * D);
+      attend(p, xq, xkv, mask, w.dk.data());
+      auto& y = w.dheads.template start<Tensor<B, Nq, D>>();
+      p.wo.template apply<B * Nq>(heads.data(), y.data());
+      return y;
+    }
+
+    // q, k, v, A_h and concat_h(o_h), each head's k_hᵀ at kth in turn.
+    template <class XQ, class XKV>
+    void attend(const MultiHeadAttention& p, const XQ& xq, const XKV& xkv, const Mask<B, Nk>& mask, float* kth) {
       check_inputs<B, Nq, Nk, XQ, XKV>();
       q.forward(p.q_proj(), xq);
       k.forward(p.k_proj(), xkv);
@@ -161,32 +187,54 @@ struct MultiHeadAttention : AttentionProjections<Dq, Dkv, D, Pr> {
       for (size_t b = 0; b < B; ++b)
         for (size_t h = 0; h < H; ++h) {
           const size_t qo = b * Nq * D + h * Dh;
-          kernels::transpose<Dh>(k.out.data() + b * Nk * D + h * Dh, D, Nk, kt.data(), Nk);
+          kernels::transpose<Dh>(k.out.data() + b * Nk * D + h * Dh, D, Nk, kth, Nk);
           for_tiles<Nq, query_block>([&]<size_t R>(size_t i0) {
-            attend_block<R>(q.out.data() + qo + i0 * D, kt.data(), v.out.data() + b * Nk * D + h * Dh,
+            attend_block<R>(q.out.data() + qo + i0 * D, kth, v.out.data() + b * Nk * D + h * Dh,
                             attn.data() + ((b * H + h) * Nq + i0) * Nk, heads.data() + qo + i0 * D, b, i0, mask);
           });
         }
-      return o.forward(p.wo, heads);
     }
 
     Dx backward(const MultiHeadAttention& p, MultiHeadAttention& grad, const Tensor<B, Nq, D>& dout, Dx dx, Workspace& w) {
-      auto& [dheads_or_dxv, dq, dk, dv, ds] = w;
-      const auto& dheads = o.backward(p.wo, grad.wo, dout, dheads_or_dxv.template start<Tensor<B, Nq, D>>());
+      auto& [dheads_or_dxv, dq_kept, dk, dv, ds] = w;
+      auto& dheads = dheads_or_dxv.template start<Tensor<B, Nq, D>>();
+      if constexpr (replay)
+        p.wo.template backward_rows<B * Nq>(heads.data(), dout.data(), grad.wo, dheads.data());
+      else
+        o.backward(p.wo, grad.wo, dout, dheads);
+      // dq_h = dS_h k_h, dk_h = dS_hᵀ q_h for head h of batch row b, dS_h at s
+      auto dq_dk = [&](const float* s, float* dq, size_t b, size_t h) {
+        const size_t qo = b * Nq * D + h * Dh, ko = b * Nk * D + h * Dh;
+        kernels::matmul_nn<Nq, Dh, Nk>(s, Nk, k.out.data() + ko, D, dq + qo, D);
+        kernels::matmul_tn<Nk, Dh, Nq, false>(s, Nk, q.out.data() + qo, D, w.dk.data() + ko, D);
+      };
       for (size_t b = 0; b < B; ++b)
         for (size_t h = 0; h < H; ++h) {
-          size_t qo = b * Nq * D + h * Dh, ko = b * Nk * D + h * Dh;
-          const float* a = attn.data() + (b * H + h) * Nq * Nk;
+          const size_t qo = b * Nq * D + h * Dh, ko = b * Nk * D + h * Dh;
+          float* a = attn.data() + (b * H + h) * Nq * Nk;
           const float* doh = dheads.data() + qo;
           kernels::matmul_tn<Nk, Dh, Nq, false>(a, Nk, doh, D, dv.data() + ko, D);
-          kernels::matmul_nt<Nq, Nk, Dh>(doh, D, v.out.data() + ko, D, ds.data(), Nk);
-          for (size_t i = 0; i < Nq; ++i) kernels::softmax_backward_row<Nk>(a + i * Nk, ds.data() + i * Nk, score_scale);
-          kernels::matmul_nn<Nq, Dh, Nk>(ds.data(), Nk, k.out.data() + ko, D, dq.data() + qo, D);
-          kernels::matmul_tn<Nk, Dh, Nq, false>(ds.data(), Nk, q.out.data() + qo, D, dk.data() + ko, D);
+          if constexpr (replay) {
+            for (size_t i = 0; i < Nq; ++i) {
+              kernels::matmul_nt<1, Nk, Dh, false, Nq>(doh + i * D, D, v.out.data() + ko, D, ds.data(), Nk);
+              kernels::softmax_backward_row<Nk>(a + i * Nk, ds.data(), score_scale);
+              std::copy_n(ds.data(), Nk, a + i * Nk);
+            }
+          } else {
+            kernels::matmul_nt<Nq, Nk, Dh>(doh, D, v.out.data() + ko, D, ds.data(), Nk);
+            for (size_t i = 0; i < Nq; ++i) kernels::softmax_backward_row<Nk>(a + i * Nk, ds.data() + i * Nk, score_scale);
+            dq_dk(ds.data(), dq_kept.data(), b, h);
+          }
         }
+      if constexpr (replay) {  // dq where dO was, then dxkv
+        auto& dq = dheads_or_dxv.template start<Tensor<B, Nq, D>>();
+        for (size_t b = 0; b < B; ++b)
+          for (size_t h = 0; h < H; ++h) dq_dk(attn.data() + (b * H + h) * Nq * Nk, dq.data(), b, h);
+        q.backward(p.q_proj(), grad.q_proj(), dq, dx.dq);
+      }
       k.backward(p.k_proj(), grad.k_proj(), dk, dx.dkv);
       kernels::add_to<B * Nk * Dkv>(v.backward(p.v_proj(), grad.v_proj(), dv, dheads_or_dxv.template start<Tensor<B, Nk, Dkv>>()).data(), dx.dkv.data());
-      q.backward(p.q_proj(), grad.q_proj(), dq, dx.dq);
+      if constexpr (!replay) q.backward(p.q_proj(), grad.q_proj(), dq_kept, dx.dq);
       return dx;
     }
   };
@@ -279,8 +327,8 @@ struct MultiHeadAttention : AttentionProjections<Dq, Dkv, D, Pr> {
   template <size_t Nq, size_t Nk>
   static constexpr bool folds = Nq * D * Dkv + H * Nq * Nk * Dkv < Nk * Dkv * D + Nq * Nk * D;
 
-  template <size_t B, size_t Nq, size_t Nk>
-  using Acts = std::conditional_t<folds<Nq, Nk>, FoldedActs<B, Nq, Nk>, FullActs<B, Nq, Nk>>;
+  template <size_t B, size_t Nq, size_t Nk, Memory M = Memory::keep>
+  using Acts = std::conditional_t<folds<Nq, Nk>, FoldedActs<B, Nq, Nk>, FullActs<B, Nq, Nk, M>>;
 
   // Forward only. The buffers of an attention besides its queries' rows (which the caller keeps,
   // and which become the output in place): Work<B, Nq, Nk, T>, with T the rows per tile of the

@@ -142,7 +142,7 @@ struct EncoderBlock {
   }
 
   template <size_t B, size_t N>
-  struct Acts {
+  struct KeptActs {
     ActsOf<Norm, B, N> sn1;
     ActsOf<FloatAttention, B, N, N> attn;
     Tensor<B, N, D> h;  // post-norm: s1 = x + MHA(x, x) here, h = N1(s1) in sn1
@@ -192,6 +192,82 @@ struct EncoderBlock {
       return dx;
     }
   };
+
+  // Memory::replay (ReplayActsOf): the block's input (by pointer), its mask, h and out (and
+  // post-norm the norms' records), and over one storage one half at a time, each with its
+  // workspace: the attention's (pre-norm with N1's), or the feed-forward layer's (pre-norm with
+  // N2's). forward ends in the feed-forward half; backward takes it, then runs the attention
+  // half's forward again and takes that: KeptActs's operations in their order, so its bits.
+  template <size_t B, size_t N>
+  struct ReplayedActs {
+    template <class A>
+    struct Half {
+      [[no_unique_address]] std::conditional_t<pre, ActsOf<Norm, B, N>, Nothing> sn;
+      A acts;
+      WorkspaceOf<A> ws;
+    };
+    using AttentionHalf = Half<typename FloatAttention::template Acts<B, N, N, Memory::replay>>;
+    using FfnHalf = Half<ActsOf<FeedForward<D, F, typename Fm::Act>, B, N>>;
+    const Tensor<B, N, D>* x = nullptr;
+    Mask<B, N> mask;
+    [[no_unique_address]] std::conditional_t<pre, Nothing, ActsOf<Norm, B, N>> sn1, sn2;
+    Tensor<B, N, D> h, out;  // as KeptActs's
+    Phases<AttentionHalf, FfnHalf> half;
+    using Dx = Tensor<B, N, D>;
+    struct Workspace {
+      Tensor<B, N, D> dh, a;  // as KeptActs's
+    };
+
+    template <class X>
+    const Tensor<B, N, D>& forward(const EncoderBlock& p, const X& in, Mask<B, N> m = {}) {
+      static_assert(shape_is<X, B, N, D>, "EncoderBlock: input rows x must be [B, N, D] (the pass's sizes, the block's width D)");
+      x = &in, mask = m;
+      attention(p);
+      auto& f = half.template start<FfnHalf>();
+      if constexpr (pre) {
+        kernels::add<B * N * D>(h.data(), f.acts.forward(p.ffn, f.sn.forward(p.sn2, h)).data(), out.data());
+        return out;
+      } else {
+        const auto& hn = sn1.forward(p.sn1, h);
+        kernels::add<B * N * D>(hn.data(), f.acts.forward(p.ffn, hn).data(), out.data());
+        return sn2.forward(p.sn2, out);
+      }
+    }
+
+    // The attention half's forward: h = x + MHA(N1(x), N1(x)) (post-norm s1 = x + MHA(x, x)).
+    AttentionHalf& attention(const EncoderBlock& p) {
+      auto& a = half.template start<AttentionHalf>();
+      const Tensor<B, N, D>* in = x;
+      if constexpr (pre) in = &a.sn.forward(p.sn1, *x);
+      kernels::add<B * N * D>(x->data(), a.acts.forward(p.attn, *in, *in, mask, a.ws).data(), h.data());
+      return a;
+    }
+
+    const Tensor<B, N, D>& backward(const EncoderBlock& p, EncoderBlock& grad, const Tensor<B, N, D>& dout, Tensor<B, N, D>& dx, Workspace& ws) {
+      auto& f = half.template current<FfnHalf>();
+      if constexpr (pre) {
+        f.acts.backward(p.ffn, grad.ffn, dout, ws.a, f.ws);
+        kernels::add<B * N * D>(dout.data(), f.sn.backward(p.sn2, grad.sn2, ws.a, dx).data(), ws.dh.data());
+        auto& a = attention(p);
+        const auto da = a.acts.backward(p.attn, grad.attn, ws.dh, {ws.a, dx}, a.ws);
+        kernels::add<B * N * D>(da.dq.data(), da.dkv.data(), ws.a.data());  // dn1
+        kernels::add<B * N * D>(ws.dh.data(), a.sn.backward(p.sn1, grad.sn1, ws.a, dx).data(), dx.data());
+      } else {
+        const auto& ds2 = sn2.backward(p.sn2, grad.sn2, dout, ws.a);
+        kernels::add<B * N * D>(ds2.data(), f.acts.backward(p.ffn, grad.ffn, ds2, ws.dh, f.ws).data(), dx.data());
+        const auto& ds1 = sn1.backward(p.sn1, grad.sn1, dx, ws.a);  // dx holds dh
+        auto& a = attention(p);
+        const auto da = a.acts.backward(p.attn, grad.attn, ds1, {ws.dh, dx}, a.ws);
+        kernels::add<B * N * D>(da.dq.data(), da.dkv.data(), ws.dh.data());  // dn1
+        kernels::add<B * N * D>(ds1.data(), ws.dh.data(), dx.data());
+      }
+      return dx;
+    }
+  };
+
+  // The training record: KeptActs, or under Memory::replay ReplayedActs.
+  template <size_t B, size_t N, Memory M = Memory::keep>
+  using Acts = std::conditional_t<M == Memory::replay, ReplayedActs<B, N>, KeptActs<B, N>>;
 };
 
 // Its integer form (stformer/quantize.hpp): the same block at precision::int8.

@@ -64,6 +64,15 @@ struct LinearCalls {
     });
   }
 
+  // The backward of Rows rows x [Rows, In] given dy [Rows, Out]: dW += dyᵀ x, db += Σ_rows dy
+  // (into grad, the gradients' layer), dx [Rows, In] = dy W.
+  template <size_t Rows, class Grad>
+  void backward_rows(const float* x, const float* dy, Grad&& grad, float* dx) const {
+    kernels::matmul_tn<Out, In, Rows>(dy, Out, x, In, grad.weight.data(), In);
+    if (float* db = grad.bias.data()) kernels::add_column_sums<Rows, Out>(dy, db);
+    kernels::matmul_nn<Rows, In, Out>(dy, Out, self().weight.data(), In, dx, In);
+  }
+
   // On the threads of pool (stformer/tensor.hpp: with_parts), the same bits as on one:
   // apply_tiled with the rows in S parts, part s through its own T/S rows of tile (one part
   // when T < S); apply_rows with the rows in S parts; apply_columns with the outputs (W's rows)
@@ -172,9 +181,7 @@ struct Linear : LinearCalls<Linear<In, Out, WeightInit, HasBias>, In, Out> {
 
     template <class Lin, class Grad>
     const Tensor<L..., In>& backward(const Lin& p, Grad&& grad, const Tensor<L..., Out>& dout, Tensor<L..., In>& dx) {
-      kernels::matmul_tn<Out, In, rows>(dout.data(), Out, x->data(), In, grad.weight.data(), In);
-      if (float* db = grad.bias.data()) kernels::add_column_sums<rows, Out>(dout.data(), db);
-      kernels::matmul_nn<rows, In, Out>(dout.data(), Out, p.weight.data(), In, dx.data(), In);
+      p.template backward_rows<rows>(x->data(), dout.data(), grad, dx.data());
       return dx;
     }
   };
