@@ -22,9 +22,11 @@
 #             integer model's image (torchcls_q.hpp: --image) and the host's outputs for 8 test
 #             sequences (torchcls_expected.hpp, torchcls_expected.h: x, logits, x_q, out_q)
 # and, given a native build with the plain C++ kernels PLAIN (-Dsimd=none), the host's side of
-# the Cortex-M7's training run (its train_reference program):
-#   train_init.hpp      the initial parameters
-#   train_expected.hpp  the batch, each step's loss and the parameters after the last step
+# the firmware's training runs (its train_reference program):
+#   train_init.hpp              the initial parameters
+#   train_expected.hpp          the batch, each step's loss and the parameters after the last
+#                               step, the batch's 2 sets at once (the Cortex-M7's run)
+#   train_expected_chunked.hpp  the same a set at a time (the STM32F405's)
 # The generator compiles its host program with $CXX (default c++), the plain C++ kernels.
 set -euo pipefail
 build=$1 out=$2 plain=${3:-}
@@ -63,7 +65,7 @@ generate "$out/torchcls/trained.hpp" torchcls_q 'stformer::Quantized<trained>' "
 "$build/targets/firmware/checkpoint_header" --c --namespace torchcls_expected "$build/tests/trained_firmware.safetensors" "$out/torchcls/torchcls_expected.h"
 if [ -n "$plain" ]; then
   "$plain/targets/firmware/train_reference" "$out/sets.safetensors" "$out"
-  for name in train_init train_expected; do
+  for name in train_init train_expected train_expected_chunked; do
     "$build/targets/firmware/checkpoint_header" --namespace "$name" "$out/$name.safetensors" "$out/$name.hpp"
   done
 fi

@@ -1,13 +1,18 @@
-// Training on the device: the run of the Cortex-M7 firmware (mps2/train.cpp) and of its host
-// reference (train_reference.cpp), one code for both. SPEC's pointer model, from initial
+// Training on the device: the runs of the Cortex-M firmware (mps2/train.cpp) and of their host
+// reference (train_reference.cpp), one code for all. SPEC's pointer model, from initial
 // parameters made on the host, takes Steps AdamW steps (PyTorch's rule, weight decay 0.01,
 // constant lr 0.01) on one batch of B sets, as max_value trains it: forward and backward
-// through the training record, the nll loss of each set's largest-norm point. The record
-// replays the encoder blocks (ReplayActsOf: one block's record, and the second block's input),
-// which gives the same bits as keeping both.
-// State holds everything a step touches: the model, its gradients, the optimiser's two
-// moments, the training record with its workspace, the batch; its size is known at compile time.
+// through the training record, the nll loss of each set's largest-norm point. The batch goes
+// through in chunks of C sets (B / C of them) whose gradients add up in grad before the step:
+// C = B on the Cortex-M7, C = 1 on the STM32F405, whose RAM holds one set's record. The record
+// replays the encoder blocks (ReplayActsOf: one block's record, one half of it at a time, and
+// the second block's input), which gives the same bits as keeping them all.
+// State holds what a chunk's forward and backward touch: the model, its gradients, the training
+// record with its workspace, the chunk; the optimiser's moments (AdamW) are apart, so that a
+// firmware image can place them in another memory. Their sizes are known at compile time.
 #pragma once
+
+#include <algorithm>
 
 #include <stformer/models/pointer_model.hpp>
 #include <stformer/train/loss.hpp>
@@ -18,18 +23,22 @@ namespace firmware_train {
 constexpr size_t B = 2, N = 50, Steps = 5;
 constexpr float lr = 0.01f;
 using Net = stformer::PointerModel<2, 16, 1, 64, 2>;  // SPEC's `pointer` configuration
+using Optimiser = stformer::AdamW<Net>;
 
+template <size_t C>
 struct State {
+  static_assert(B % C == 0, "firmware_train::State: the batch must be whole chunks");
   Net model, grad;
-  stformer::AdamW<Net> opt{0.01f};
-  stformer::ReplayActsOf<Net, B, N> acts;
-  stformer::Tensor<B, N, 2> x;       // the batch's sets
-  stformer::IdTensor<B> target;      // each set's largest-norm point
-  stformer::Tensor<B, 1, N> dlogp;   // dL/d log-probabilities
+  stformer::ReplayActsOf<Net, C, N> acts;
+  stformer::Tensor<C, N, 2> x;       // a chunk's sets
+  stformer::IdTensor<C> target;      // each set's largest-norm point
+  stformer::Tensor<C, 1, N> dlogp;   // dL/d log-probabilities
 
-  // target(b) = the index of set b's largest-norm point (max_value's label).
-  void label() {
-    for (size_t b = 0; b < B; ++b) {
+  // x ← the chunk's sets from sets [C, N, 2]; target(b) = the index of set b's largest-norm
+  // point (max_value's label).
+  void load(const float* sets) {
+    std::copy_n(sets, C * N * 2, x.data());
+    for (size_t b = 0; b < C; ++b) {
       float best = -1;
       for (size_t i = 0; i < N; ++i) {
         const float n = x(b, i, 0) * x(b, i, 0) + x(b, i, 1) * x(b, i, 1);
@@ -38,11 +47,16 @@ struct State {
     }
   }
 
-  // One step; returns the batch's mean loss before it.
-  float step() {
+  // One step on the batch's sets [B, N, 2], chunk by chunk (each chunk's loss and gradient
+  // divided by B: they add up to the batch's mean); returns the batch's loss before it.
+  float step(Optimiser& opt, const float* sets) {
     stformer::zero_grad(grad);
-    const float loss = stformer::nll_loss(acts.forward(model, x), target, dlogp);
-    acts.backward(model, grad, dlogp);
+    float loss = 0;
+    for (size_t c = 0; c < B; c += C) {
+      load(sets + c * N * 2);
+      loss += stformer::nll_loss(acts.forward(model, x), target, dlogp, B);
+      acts.backward(model, grad, dlogp);
+    }
     opt.step(model, grad, lr);
     return loss;
   }

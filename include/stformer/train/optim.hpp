@@ -60,6 +60,15 @@ struct AdamOptions {
   bool decoupled = false;  // true: AdamW
 };
 
+// bᵗ by repeated squaring, in double: the same bits on every C library (pow's last bit
+// differs between glibc's and newlib's for a core without double-precision FPU).
+inline double power(double b, std::int64_t t) {
+  double r = 1;
+  for (; t > 0; t >>= 1, b *= b)
+    if (t & 1) r *= b;
+  return r;
+}
+
 template <class M>
 struct Adam {
   AdamOptions options;
@@ -84,7 +93,7 @@ struct Adam {
   void step(M& params, const M& grads, float lr, Pool&& pool = Pool{}, float grad_scale = 1) {
     const auto& o = options;
     ++steps;
-    double bc1 = 1 - std::pow(double(o.beta1), double(steps)), bc2 = 1 - std::pow(double(o.beta2), double(steps));
+    double bc1 = 1 - power(o.beta1, steps), bc2 = 1 - power(o.beta2, steps);
     kernels::AdamCoefficients c{o.decoupled ? float(1 - double(lr) * o.weight_decay) : 1.0f,
                                 o.decoupled ? 0.0f : o.weight_decay,
                                 o.beta1,
