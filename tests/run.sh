@@ -17,7 +17,8 @@
 #   the first backend's trained model, run on QEMU's MPS2 boards against that build's predictions
 #   (float, and int8 with the DSP and the plain kernels); the STM32F405 (netduinoplus2) with the
 #   firmware written in C too; the Cortex-M55 with Helium (mps3-an547), float and int8, and
-#   the plain kernels beside them; training on the Cortex-M7 against the plain C++ build's steps;
+#   the plain kernels beside them; training on the Cortex-M7 (2 sets at a time) and on the
+#   STM32F405 (1 set at a time, moments and stack in its CCM) against the plain C++ build's steps;
 #   and the int8 model (targets/firmware/microbit) on a Cortex-M0 without an FPU (QEMU's
 #   micro:bit): the host's integers exactly, and no soft-float routine in the image;
 # - the suite 'backend' cross-built for aarch64 with xsimd's NEON kernels, run under qemu-aarch64.
@@ -104,7 +105,7 @@ stage "int8 firmware, Cortex-M0 without FPU, on QEMU's micro:bit (build-test-cor
 setup build-test-cortex-m0 --cross-file targets/cross/cortex-m0.ini -Dsimd=none -Dwerror=true -Dfirmware="$PWD/build-firmware-headers"
 ninja -C build-test-cortex-m0
 meson test -C build-test-cortex-m0 --print-errorlogs
-echo "firmware passed on Cortex-M7 (and training), Cortex-M4, the STM32F405 (and in C) and the Cortex-M55 (Helium), the int8 firmware on all and on Cortex-M0"
+echo "firmware passed on Cortex-M7 (and training), Cortex-M4, the STM32F405 (and in C, and training) and the Cortex-M55 (Helium), the int8 firmware on all and on Cortex-M0"
 
 stage "aarch64, NEON kernels, under qemu-aarch64 (build-test-aarch64)"
 setup build-test-aarch64 --cross-file targets/cross/aarch64-linux-gnu.ini -Dsimd=neon -Dbench=disabled -Dwerror=true
