@@ -303,7 +303,7 @@ struct Repeat : std::array<Block, Count> {
     std::array<Record, replay ? 1 : Count> blocks;
     [[no_unique_address]] std::conditional_t<replay, std::array<Input<B, N>, Count - 1>, Nothing> inputs;
     [[no_unique_address]] std::conditional_t<replay, Mask<B, N>, Nothing> mask;
-    const Input<B, N>* x = nullptr;
+    [[no_unique_address]] std::conditional_t<replay, const Input<B, N>*, Nothing> x{};  // block 0's input
     using Dx = Input<B, N>;
     struct Workspace {
       std::array<Output<B, N>, std::min<size_t>(Count - 1, 2)> d;  // the gradients between the blocks, in turn
@@ -313,9 +313,8 @@ struct Repeat : std::array<Block, Count> {
     Record& record(size_t i) { return blocks[replay ? 0 : i]; }
 
     const Output<B, N>& forward(const Repeat& p, const Input<B, N>& in, const Mask<B, N>& m = {}) {
-      x = &in;
       const Output<B, N>* h = &in;
-      if constexpr (replay) mask = m;
+      if constexpr (replay) x = &in, mask = m;
       for (size_t i = 0; i < Count; ++i) {
         h = &step::forward(record(i), p[i], *h, m);
         if constexpr (replay)

@@ -196,24 +196,22 @@ struct DecoderBlock {
     // dh1; post-norm the sums before the norms), the sums in the formulas' order.
     Dx backward(const DecoderBlock& p, DecoderBlock& grad, const Tensor<B, N, D>& dout, Dx dx, Workspace& ws) {
       auto& [dh, a, b, part] = ws;
-      auto self_ws = [&ws]() -> auto& { return ws.part.template start<WorkspaceOf<decltype(self_attn)>>(); };
-      auto cross_ws = [&ws]() -> auto& { return ws.part.template start<WorkspaceOf<decltype(cross_attn)>>(); };
       if constexpr (pre) {
         ffn.backward(p.ffn, grad.ffn, dout, a, part.template start<WorkspaceOf<decltype(ffn)>>());
         kernels::add<B * N * D>(dout.data(), sn3.backward(p.sn3, grad.sn3, a, b).data(), dh.data());  // dh2
-        cross_attn.backward(p.cross_attn, grad.cross_attn, dh, {a, dx.dkv}, cross_ws());
+        cross_attn.backward(p.cross_attn, grad.cross_attn, dh, {a, dx.dkv}, part.template start<WorkspaceOf<decltype(cross_attn)>>());
         kernels::add<B * N * D>(dh.data(), sn2.backward(p.sn2, grad.sn2, a, b).data(), dh.data());  // dh1
-        self_attn.backward(p.self_attn, grad.self_attn, dh, {a, b}, self_ws());
+        self_attn.backward(p.self_attn, grad.self_attn, dh, {a, b}, part.template start<WorkspaceOf<decltype(self_attn)>>());
         kernels::add<B * N * D>(a.data(), b.data(), a.data());  // dn1
         kernels::add<B * N * D>(dh.data(), sn1.backward(p.sn1, grad.sn1, a, b).data(), dx.dq.data());
       } else {
         const auto& ds3 = sn3.backward(p.sn3, grad.sn3, dout, a);
         kernels::add<B * N * D>(ds3.data(), ffn.backward(p.ffn, grad.ffn, ds3, b, part.template start<WorkspaceOf<decltype(ffn)>>()).data(), dh.data());
         const auto& ds2 = sn2.backward(p.sn2, grad.sn2, dh, a);
-        cross_attn.backward(p.cross_attn, grad.cross_attn, ds2, {b, dx.dkv}, cross_ws());
+        cross_attn.backward(p.cross_attn, grad.cross_attn, ds2, {b, dx.dkv}, part.template start<WorkspaceOf<decltype(cross_attn)>>());
         kernels::add<B * N * D>(ds2.data(), b.data(), dh.data());  // dh1
         const auto& ds1 = sn1.backward(p.sn1, grad.sn1, dh, a);
-        self_attn.backward(p.self_attn, grad.self_attn, ds1, {b, dh}, self_ws());
+        self_attn.backward(p.self_attn, grad.self_attn, ds1, {b, dh}, part.template start<WorkspaceOf<decltype(self_attn)>>());
         kernels::add<B * N * D>(b.data(), dh.data(), b.data());  // dn1
         kernels::add<B * N * D>(ds1.data(), b.data(), dx.dq.data());
       }
