@@ -293,7 +293,7 @@ TEST_CASE("Sequential: the sequence classifier learns (Adam, a few hundred steps
   CHECK(sizeof(InferOf<M, 1, L>) < own / 2);
 }
 
-// Training through ReplayActsOf (a Repeat's blocks replayed before their backward) and through
+// Training through ReplayActsOf (blocks and encoder blocks' attention replayed) and through
 // ActsOf: the same outputs, input gradients and parameter gradients, bit for bit, over two
 // steps; X: the model's input, made by make_input(rng).
 template <class M, size_t B, size_t N, class X, class... Mask>

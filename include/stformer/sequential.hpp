@@ -488,7 +488,7 @@ struct Sequential {
     static_assert(same_shape<Input<B, N>, X>(), "Sequential: the model's input x is not the first step's Input<B, N> (the dimension and sizes above)");
   }
 
-  // M: what the records keep (Memory::replay: a Repeat's blocks replayed, ReplayActsOf).
+  // M: what the records keep (Memory::replay: blocks replayed, ReplayActsOf).
   template <size_t B, size_t N, Memory M = Memory::keep>
   struct Acts {
     static_assert(chain_fits<B, N>);
@@ -730,8 +730,10 @@ struct Sequential {
   }
 };
 
-// A model's training record that replays its Repeat's blocks (Memory::replay): the memory of one
-// block's record instead of all of theirs, for one more forward of all but the last block.
+// A model's training record that replays its blocks (Memory::replay): of a Repeat's blocks one
+// record instead of all of theirs, and of an encoder block one half's at a time, for one more
+// forward of all but the last block and one more of each block's attention. A block's record
+// keeps its mask, which points to the caller's KeyMask: keep that alive until backward.
 template <class Model, size_t B, size_t N>
 using ReplayActsOf = typename Model::template Acts<B, N, Memory::replay>;
 

@@ -33,11 +33,11 @@ std::uint32_t bits_of(float f) {
   return b;
 }
 
-// p · 2^k for an integer k in [−152, 130], in at most two exact steps (and one rounding where
-// the result is subnormal).
+// p · 2^k for p in [½, 2] and an integer k in [−152, 130]: exact, but for one rounding where the
+// result is subnormal (the last multiplication).
 float scale(float p, int k) {
-  if (k > 127) p *= from_bits(254u << 23), k -= 127;
-  if (k < -126) p *= from_bits(1u << 23), k += 126;
+  if (k > 127) return p * from_bits(254u << 23) * from_bits(std::uint32_t(k - 127 + 127) << 23);
+  if (k < -126) return p * from_bits(std::uint32_t(k + 126 + 127) << 23) * from_bits(1u << 23);
   return p * from_bits(std::uint32_t(k + 127) << 23);
 }
 

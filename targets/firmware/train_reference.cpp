@@ -32,7 +32,10 @@ void run(const Net& init, const float* x, const std::filesystem::path& out) {
   auto opt = std::make_unique<Optimiser>(0.01f);
   s->model = init;
   stformer::IdTensor<B> target;
-  for (size_t b = 0; b < B; ++b) s->load(x + b * N * 2), target(b) = s->target(0);
+  for (size_t c = 0; c < B; c += C) {
+    s->load(x + c * N * 2);
+    std::copy_n(s->target.data(), C, target.data() + c);
+  }
   float loss[Steps];
   for (size_t i = 0; i < Steps; ++i) loss[i] = s->step(*opt, x);
   stformer::safetensors::Writer w;

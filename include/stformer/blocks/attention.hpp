@@ -163,15 +163,14 @@ struct MultiHeadAttention : AttentionProjections<Dq, Dkv, D, Pr> {
     const Tensor<B, Nq, D>& forward(const MultiHeadAttention& p, const XQ& xq, const XKV& xkv, Mask<B, Nk> mask = {})
       requires(!replay)
     {
-      attend(p, xq, xkv, mask, kt.data());
+      attend_all(p, xq, xkv, mask, kt.data());
       return o.forward(p.wo, heads);
     }
     template <class XQ, class XKV>
     const Tensor<B, Nq, D>& forward(const MultiHeadAttention& p, const XQ& xq, const XKV& xkv, Mask<B, Nk> mask, Workspace& w)
       requires replay
     {
-      static_assert(Dh * Nk <= B * Nk * D);
-      attend(p, xq, xkv, mask, w.dk.data());
+      attend_all(p, xq, xkv, mask, w.dk.data());
       auto& y = w.dheads.template start<Tensor<B, Nq, D>>();
       p.wo.template apply<B * Nq>(heads.data(), y.data());
       return y;
@@ -179,7 +178,7 @@ struct MultiHeadAttention : AttentionProjections<Dq, Dkv, D, Pr> {
 
     // q, k, v, A_h and concat_h(o_h), each head's k_hᵀ at kth in turn.
     template <class XQ, class XKV>
-    void attend(const MultiHeadAttention& p, const XQ& xq, const XKV& xkv, const Mask<B, Nk>& mask, float* kth) {
+    void attend_all(const MultiHeadAttention& p, const XQ& xq, const XKV& xkv, const Mask<B, Nk>& mask, float* kth) {
       check_inputs<B, Nq, Nk, XQ, XKV>();
       q.forward(p.q_proj(), xq);
       k.forward(p.k_proj(), xkv);

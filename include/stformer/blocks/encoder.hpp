@@ -8,6 +8,8 @@
 //     h   = N1(x + MHA(x, x))
 //     out = N2(h + FFN(h))
 //     backward: ds2 = N2ᵀ dout, dh = ds2 + FFNᵀ ds2;  ds1 = N1ᵀ dh, dx = ds1 + dxq + dxkv of MHAᵀ ds1
+// Training: Acts, the record of every part (KeptActs), or under Memory::replay one half's at a
+// time, the attention's run again before its backward (ReplayedActs).
 // Forward only: Infer, or forward_in_place on a residual stream the caller keeps (models).
 // In integers as EncoderBlock<D, H, F, Form, precision::int8> (stformer/precision.hpp): the
 // same composition on an int16 residual stream, int8 rows inside; why int16 for the stream: it

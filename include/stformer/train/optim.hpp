@@ -60,6 +60,7 @@ struct AdamOptions {
   bool decoupled = false;  // true: AdamW
 };
 
+namespace detail {
 // bᵗ by repeated squaring, in double: the same bits on every C library (pow's last bit
 // differs between glibc's and newlib's for a core without double-precision FPU).
 inline double power(double b, std::int64_t t) {
@@ -68,6 +69,7 @@ inline double power(double b, std::int64_t t) {
     if (t & 1) r *= b;
   return r;
 }
+}  // namespace detail
 
 template <class M>
 struct Adam {
@@ -93,7 +95,7 @@ struct Adam {
   void step(M& params, const M& grads, float lr, Pool&& pool = Pool{}, float grad_scale = 1) {
     const auto& o = options;
     ++steps;
-    double bc1 = 1 - power(o.beta1, steps), bc2 = 1 - power(o.beta2, steps);
+    double bc1 = 1 - detail::power(o.beta1, steps), bc2 = 1 - detail::power(o.beta2, steps);
     kernels::AdamCoefficients c{o.decoupled ? float(1 - double(lr) * o.weight_decay) : 1.0f,
                                 o.decoupled ? 0.0f : o.weight_decay,
                                 o.beta1,

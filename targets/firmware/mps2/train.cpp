@@ -19,18 +19,19 @@
 #ifndef TRAIN_CHUNK
 #define TRAIN_CHUNK 2
 #endif
-#if TRAIN_CHUNK == 2
-#include "train_expected.hpp"
-namespace expected = train_expected;
-#else
+#if TRAIN_CHUNK == 1
 #include "train_expected_chunked.hpp"
 namespace expected = train_expected_chunked;
+#else
+#include "train_expected.hpp"
+namespace expected = train_expected;
 #endif
 
 namespace {
 
 using namespace firmware_train;
 constexpr size_t C = TRAIN_CHUNK;
+static_assert(C == 1 || C == B, "TRAIN_CHUNK: the host's runs are of 1 set or the whole batch at a time");
 constexpr const auto& x = stformer::table_entry(expected::tensors, "x");                 // [B, N, 2]
 constexpr const auto& target = stformer::table_entry(expected::int32_tensors, "target");  // [B]
 constexpr const auto& loss = stformer::table_entry(expected::tensors, "loss");           // [Steps]
