@@ -13,6 +13,7 @@
 #pragma once
 
 #include <algorithm>
+#include <cstdint>
 
 #include <stformer/models/pointer_model.hpp>
 #include <stformer/train/loss.hpp>
@@ -21,9 +22,20 @@
 namespace firmware_train {
 
 constexpr size_t B = 2, N = 50, Steps = 5;
-constexpr float lr = 0.01f;
+constexpr float lr = 0.01f, weight_decay = 0.01f;
 using Net = stformer::PointerModel<2, 16, 1, 64, 2>;  // SPEC's `pointer` configuration
 using Optimiser = stformer::AdamW<Net>;
+
+// The index of the largest-norm point of a set [N, 2] (max_value's label).
+inline std::int32_t label(const float* set) {
+  std::int32_t target = 0;
+  float best = -1;
+  for (size_t i = 0; i < N; ++i) {
+    const float n = set[2 * i] * set[2 * i] + set[2 * i + 1] * set[2 * i + 1];
+    if (n > best) best = n, target = std::int32_t(i);
+  }
+  return target;
+}
 
 template <size_t C>
 struct State {
@@ -34,17 +46,10 @@ struct State {
   stformer::IdTensor<C> target;      // each set's largest-norm point
   stformer::Tensor<C, 1, N> dlogp;   // dL/d log-probabilities
 
-  // x ← the chunk's sets from sets [C, N, 2]; target(b) = the index of set b's largest-norm
-  // point (max_value's label).
+  // x ← the chunk's sets from sets [C, N, 2], target their labels.
   void load(const float* sets) {
     std::copy_n(sets, C * N * 2, x.data());
-    for (size_t b = 0; b < C; ++b) {
-      float best = -1;
-      for (size_t i = 0; i < N; ++i) {
-        const float n = x(b, i, 0) * x(b, i, 0) + x(b, i, 1) * x(b, i, 1);
-        if (n > best) best = n, target(b) = std::int32_t(i);
-      }
-    }
+    for (size_t b = 0; b < C; ++b) target(b) = label(sets + b * N * 2);
   }
 
   // One step on the batch's sets [B, N, 2], chunk by chunk (each chunk's loss and gradient

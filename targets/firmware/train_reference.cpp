@@ -29,13 +29,10 @@ using namespace firmware_train;
 template <size_t C>
 void run(const Net& init, const float* x, const std::filesystem::path& out) {
   auto s = std::make_unique<State<C>>();
-  auto opt = std::make_unique<Optimiser>(0.01f);
+  auto opt = std::make_unique<Optimiser>(weight_decay);
   s->model = init;
   stformer::IdTensor<B> target;
-  for (size_t c = 0; c < B; c += C) {
-    s->load(x + c * N * 2);
-    std::copy_n(s->target.data(), C, target.data() + c);
-  }
+  for (size_t b = 0; b < B; ++b) target(b) = label(x + b * N * 2);
   float loss[Steps];
   for (size_t i = 0; i < Steps; ++i) loss[i] = s->step(*opt, x);
   stformer::safetensors::Writer w;
