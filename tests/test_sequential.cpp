@@ -11,6 +11,7 @@
 #include <stformer/stformer.hpp>
 
 #include "reference.hpp"
+#include "user_blocks.hpp"
 #include "util.hpp"
 #include "written_models.hpp"
 
@@ -348,6 +349,9 @@ TEST_CASE("Sequential: replayed blocks give the kept records' bits; SPEC's point
     check_replay<Sequential<Linear<3, 16>, Repeat<EncoderBlock<16, 2, 32, PostNorm<act::GELU>>, 2>, Linear<16, 2>>, B, N>(rng, x, &keys);
     check_replay<Sequential<Linear<3, 16>, Repeat<EncoderBlock<16, 2, 32, PreNorm<act::GELU>>, 3>, Linear<16, 2>>, B, N>(rng, x, &keys);
     check_replay<Sequential<Linear<3, 16>, EncoderBlock<16, 4, 32>, Linear<16, 2>>, B, N>(rng, x, &keys);
+    // blocks declared from combinators (tests/user_blocks.hpp), repeated: causal, and key-padded
+    check_replay<Sequential<Linear<3, 16>, Repeat<user::ParallelBlock<16, 2, 32>, 3>, Linear<16, 2>>, B, N>(rng, x, Mask<B, N>{.causal = true});
+    check_replay<Sequential<Linear<3, 16>, Repeat<user::LayerScaleBlock<16, 2, 32>, 2>, Named<"ffn", user::SwiGLU<16, 32>>, Linear<16, 2>>, B, N>(rng, x, &keys);
   }
   static_assert(sizeof(ReplayActsOf<PointerModel<2, 16, 1, 64, 2>, 2, 50>) <= 260000);
 }

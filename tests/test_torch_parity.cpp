@@ -15,6 +15,7 @@
 #include <stformer/stformer.hpp>
 
 #include "torch/compare.hpp"
+#include "user_blocks.hpp"
 #include "util.hpp"
 
 using namespace stformer;
@@ -186,39 +187,43 @@ TEST_CASE("PyTorch parity: PyTorch's LayerNorm, GELU (erf and tanh), SiLU, Linea
       });
 }
 
-// nn.TransformerEncoderLayer(16, 2, 32, dropout=0, batch_first=True) in its four forms, loaded by
-// PyTorch's names (self_attn.in_proj_weight, linear1.weight, norm1.bias, ...).
-template <class Form>
-void encoder_layer_case(const char* file, bool causal) {
-  using M = EncoderBlock<16, 2, 32, Form>;
+// A block of width 16 on rows [4, 12, 16] (causal, or key-padded by input.keys), loaded by the
+// PyTorch module's names: output, loss, every gradient, 10 AdamW steps, and the forward-only
+// pass in a Sequential's arena giving the training record's bits.
+
+template <class M>
+void block_case(const char* file, bool causal, bool padded) {
   using A = TrainingOf<M, 4, 12>;
   auto f = safetensors::File::read(parity_file(file));
   Tensor<4, 12, 16> x, y, dy;
   KeyMask<4, 12> keys;
   read(f, "input.x", x);
   read(f, "input.y", y);
-  read(f, "input.keys", keys);
+  if (padded) read(f, "input.keys", keys);
+  const Mask<4, 12> mask{.causal = causal, .keys = padded ? &keys : nullptr};
   const Tensor<4, 12, 16>* out = nullptr;
   run_case<M, A>(
-      file, [&](A& a, const M& p) -> const auto& { return *(out = &a.forward(p, x, Mask<4, 12>{.causal = causal, .keys = &keys})); },
+      file, [&](A& a, const M& p) -> const auto& { return *(out = &a.forward(p, x, mask)); },
       [&](A& a, const M& p, M& g) {
         const float l = mse(*out, y, dy);
         a.backward(p, g, dy);
         return l;
       });
-  // Infer: the same bits as Acts
-  auto p = test::make<M>();
+  using Model = Sequential<Named<"", M>>;
+  auto p = test::make<Model>();
   load_params(f, *p, "param.");
   auto a = test::make<A>();
-  auto inf = test::make<InferOf<M, 4, 12>>();
-  CHECK(inf->forward(*p, x, Mask<4, 12>{.causal = causal, .keys = &keys}) == a->forward(*p, x, Mask<4, 12>{.causal = causal, .keys = &keys}));
+  auto inf = test::make<InferOf<Model, 4, 12>>();
+  CHECK(inf->forward(*p, x, mask) == a->forward(p->template get<0>(), x, mask));
 }
 
+// nn.TransformerEncoderLayer(16, 2, 32, dropout=0, batch_first=True) in its four forms, loaded by
+// PyTorch's names (self_attn.in_proj_weight, linear1.weight, norm1.bias, ...).
 TEST_CASE("PyTorch parity: nn.TransformerEncoderLayer, post-norm and norm_first, ReLU and GELU, key-padded (and causal)") {
-  encoder_layer_case<PostNorm<>>("encoder_post_relu.safetensors", false);
-  encoder_layer_case<PostNorm<act::GELU>>("encoder_post_gelu.safetensors", true);
-  encoder_layer_case<PreNorm<>>("encoder_pre_relu.safetensors", false);
-  encoder_layer_case<PreNorm<act::GELU>>("encoder_pre_gelu.safetensors", false);
+  block_case<EncoderBlock<16, 2, 32, PostNorm<>>>("encoder_post_relu.safetensors", false, true);
+  block_case<EncoderBlock<16, 2, 32, PostNorm<act::GELU>>>("encoder_post_gelu.safetensors", true, true);
+  block_case<EncoderBlock<16, 2, 32, PreNorm<>>>("encoder_pre_relu.safetensors", false, true);
+  block_case<EncoderBlock<16, 2, 32, PreNorm<act::GELU>>>("encoder_pre_gelu.safetensors", false, true);
 }
 
 // A decoder of width 16 (nn.TransformerDecoderLayer(16, 2, 32, dropout=0, batch_first=True), or
@@ -345,4 +350,13 @@ TEST_CASE("A PyTorch encoder layer's file into SPEC's block: refused with every 
     error = e.what();
   }
   CHECK(error.find("2 unexpected tensors that the model does not have: 'param.norm1.bias', 'param.norm2.bias'") != std::string::npos);
+}
+
+// Blocks a user declares from combinators (tests/user_blocks.hpp) against PyTorch modules written
+// for the test: GPT-J's parallel block (causal), a bias-free SwiGLU feed-forward layer, a
+// LayerScale pre-norm block with LayerNorm ε 1e-6 (key-padded).
+TEST_CASE("PyTorch parity: a user's blocks from combinators (GPT-J's parallel block, SwiGLU, LayerScale pre-norm)") {
+  block_case<user::ParallelBlock<16, 2, 32>>("user_parallel.safetensors", true, false);
+  block_case<user::SwiGLU<16, 32>>("user_swiglu.safetensors", false, false);
+  block_case<user::LayerScaleBlock<16, 2, 32>>("user_layerscale.safetensors", false, true);
 }

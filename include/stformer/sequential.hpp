@@ -251,6 +251,24 @@ constexpr auto& get(M& m) {
 template <size_t I, class... T>
 using Nth = std::tuple_element_t<I, std::tuple<T...>>;
 
+// Visits part S (a block, Named<"name", Block> or Indexed<i, Block>) of a chain or combinator
+// at `at`: under its name ("" for none), else under its index i when `indexed` (a chain's
+// steps, Parallel's branches), else at `at` itself (Residual's body).
+template <class S, class F, class... M>
+constexpr void visit_part(const Path& at, size_t i, bool indexed, F& f, M&... m) {
+  using I = Info<S>;
+  if constexpr (requires { I::index; })
+    stformer::visit(at / I::index, f, m...);
+  else if constexpr (I::named && I::name.empty())
+    stformer::visit(at, f, m...);
+  else if constexpr (I::named)
+    stformer::visit(at / I::name, f, m...);
+  else if (indexed)
+    stformer::visit(at / i, f, m...);
+  else
+    stformer::visit(at, f, m...);
+}
+
 }  // namespace step
 
 // Repeat<Block, n>: n blocks of the same type one after the other (an encoder's blocks), each
@@ -549,6 +567,15 @@ struct Sequential {
     // Accumulates the parameters' gradients into grad; returns dL/dx (nothing when the first
     // step has no input gradient: an Embedding).
     decltype(auto) backward(const Sequential& p, Sequential& grad, const Output<B, N>& dout) { return backward_to<0>(p, grad, dout); }
+    // The same into the caller's dx: a chain as a step of another.
+    using Dx = typename StepActs<0>::Dx;
+    template <class D>
+      requires(!std::is_void_v<Dx>)
+    const D& backward(const Sequential& p, Sequential& grad, const Output<B, N>& dout, D& dx) {
+      const auto& d = backward(p, grad, dout);
+      std::copy(d.begin(), d.end(), dx.begin());
+      return dx;
+    }
 
     // The forward up to step Last's output, and the backward from dL/d(step I's output) down to
     // the model's input: for training code that runs the last steps itself (the language
@@ -709,24 +736,30 @@ struct Sequential {
       constexpr PlanRow r = Layout::rows[I];
       const auto& x = *static_cast<const InputAt<B, N, I>*>(in);
       Out* y = Layout::template in_place<I> ? std::launder(reinterpret_cast<Out*>(arena + r.out_offset)) : ::new (arena + r.out_offset) Out;
-      W* w = ::new (arena + r.scratch_offset) W;
-      step::run(p.template get<I>(), x, *y, *w, mask_at<B, N, I>(mask, shifted), pool);
+      if constexpr (std::is_empty_v<W>) {  // no scratch: nothing in the arena (its offset may be the arena's end)
+        W none;
+        step::run(p.template get<I>(), x, *y, none, mask_at<B, N, I>(mask, shifted), pool);
+      } else {
+        step::run(p.template get<I>(), x, *y, *::new (arena + r.scratch_offset) W, mask_at<B, N, I>(mask, shifted), pool);
+      }
       in = y;
     }
   };
 
+  // A chain as a step of another (the body of a Residual, a branch of Parallel): its Infer is
+  // its scratch, its output copied into the caller's y.
+  template <size_t B, size_t N, size_t Room = 0>
+  using Scratch = Infer<B, N>;
+  template <size_t B, size_t N, class Pool = Serial>
+  void run(const Input<B, N>& x, Output<B, N>& y, Infer<B, N>& w, const Mask<B, N>& mask, Pool&& pool = Pool{}) const {
+    const auto& out = w.forward(*this, x, mask, pool);
+    std::copy(out.begin(), out.end(), y.begin());
+  }
+
  private:
   template <size_t I, class F, class... M>
   static constexpr void visit_step(const Path& at, F& f, M&... m) {
-    using Info = step::Info<step::Nth<I, S...>>;
-    if constexpr (requires { Info::index; })
-      stformer::visit(at / Info::index, f, m.template get<I>()...);
-    else if constexpr (!Info::named)
-      stformer::visit(at / I, f, m.template get<I>()...);
-    else if constexpr (Info::name.empty())
-      stformer::visit(at, f, m.template get<I>()...);
-    else
-      stformer::visit(at / Info::name, f, m.template get<I>()...);
+    step::visit_part<step::Nth<I, S...>>(at, I, true, f, m.template get<I>()...);
   }
 };
 

@@ -71,6 +71,64 @@ class FeedForward(torch.nn.Module):
         return self.fc2(self.act(self.fc1(x)))
 
 
+class ParallelBlock(torch.nn.Module):
+    """GPT-J's block: one LayerNorm, attention and feed-forward side by side on it, both added to
+    the stream: x + attn(ln_1(x)) + mlp(ln_1(x)), the attention causal."""
+
+    def __init__(self, d, heads, f):
+        super().__init__()
+        self.ln_1 = torch.nn.LayerNorm(d)
+        self.attn = torch.nn.MultiheadAttention(d, heads, batch_first=True)
+        self.mlp = FeedForward(d, f, torch.nn.GELU())
+
+    def forward(self, x):
+        n = x.shape[1]
+        causal = torch.triu(torch.full((n, n), float("-inf")), 1)
+        h = self.ln_1(x)
+        return x + self.attn(h, h, h, attn_mask=causal, need_weights=False)[0] + self.mlp(h)
+
+
+class SwiGLU(torch.nn.Module):
+    """The SwiGLU feed-forward layer of LLaMA-style models, bias-free: w2(silu(w1 x) * w3 x)."""
+
+    def __init__(self, d, f):
+        super().__init__()
+        self.w1 = torch.nn.Linear(d, f, bias=False)
+        self.w3 = torch.nn.Linear(d, f, bias=False)
+        self.w2 = torch.nn.Linear(f, d, bias=False)
+
+    def forward(self, x):
+        return self.w2(torch.nn.functional.silu(self.w1(x)) * self.w3(x))
+
+
+class LayerScale(torch.nn.Module):
+    def __init__(self, d):
+        super().__init__()
+        self.gamma = torch.nn.Parameter(1 + 0.5 * torch.randn(d))
+
+    def forward(self, x):
+        return x * self.gamma
+
+
+class LayerScaleBlock(torch.nn.Module):
+    """A pre-norm block with LayerScale on both branches (timm's ViT with init_values), LayerNorm
+    eps 1e-6, key-padded attention."""
+
+    def __init__(self, d, heads, f):
+        super().__init__()
+        self.norm1 = torch.nn.LayerNorm(d, eps=1e-6)
+        self.attn = torch.nn.MultiheadAttention(d, heads, batch_first=True)
+        self.ls1 = LayerScale(d)
+        self.norm2 = torch.nn.LayerNorm(d, eps=1e-6)
+        self.mlp = FeedForward(d, f, torch.nn.GELU())
+        self.ls2 = LayerScale(d)
+
+    def forward(self, x, pad):
+        h = self.norm1(x)
+        x = x + self.ls1(self.attn(h, h, h, key_padding_mask=pad, need_weights=False)[0])
+        return x + self.ls2(self.mlp(self.norm2(x)))
+
+
 def main(out_dir):
     os.makedirs(out_dir, exist_ok=True)
     torch.manual_seed(0)
@@ -142,6 +200,24 @@ def main(out_dir):
             case(os.path.join(out_dir, name), layer,
                  {"args": (x, mask, pad), "save": {"x": x, "y": y, "keys": ~pad}},
                  lambda out: (out - y).pow(2).mean())
+
+    # Blocks a user declares from combinators (docs/own-model.md): GPT-J's parallel block
+    # (causal), a bias-free SwiGLU feed-forward layer, a LayerScale pre-norm block (key-padded).
+    # The norms' and scales' parameters away from ones and zeros.
+    def spread(model):
+        with torch.no_grad():
+            for m in model.modules():
+                if isinstance(m, nn.LayerNorm):
+                    m.weight.uniform_(0.5, 1.5)
+                    m.bias.normal_(0, 0.5)
+        return model
+
+    case(os.path.join(out_dir, "user_parallel.safetensors"), spread(ParallelBlock(d, heads, f)),
+         {"args": (x,), "save": {"x": x, "y": y}}, lambda out: (out - y).pow(2).mean())
+    case(os.path.join(out_dir, "user_swiglu.safetensors"), SwiGLU(d, f),
+         {"args": (x,), "save": {"x": x, "y": y}}, lambda out: (out - y).pow(2).mean())
+    case(os.path.join(out_dir, "user_layerscale.safetensors"), spread(LayerScaleBlock(d, heads, f)),
+         {"args": (x, pad), "save": {"x": x, "y": y, "keys": ~pad}}, lambda out: (out - y).pow(2).mean())
 
     # nn.MultiheadAttention alone, queries against a key-padded memory (cross-attention).
     class Cross(nn.Module):

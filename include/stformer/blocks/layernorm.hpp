@@ -1,8 +1,10 @@
 // LayerNorm<D> (Ba et al. 2016; PyTorch's nn.LayerNorm(D)) and RMSNorm<D> (Zhang & Sennrich 2019;
 // PyTorch's nn.RMSNorm(D)) per row x of width D:
-//   LayerNorm: y = w ⊙ (x − μ) / √(σ² + ε) + b,  μ = mean x, σ² = mean (x − μ)² (biased), ε = 1e-5
-//   RMSNorm:   y = w ⊙ x / √(mean x² + ε),       ε = 1.1920929e-7 (PyTorch's default: float's
-//                                                epsilon)
+//   LayerNorm: y = w ⊙ (x − μ) / √(σ² + ε) + b,  μ = mean x, σ² = mean (x − μ)² (biased)
+//   RMSNorm:   y = w ⊙ x / √(mean x² + ε)
+// ε is the template parameter Eps: by default PyTorch's, 1e-5 for LayerNorm and float's epsilon
+// 1.1920929e-7 for RMSNorm; LayerNorm<D, 1e-6f> is torchvision's and timm's ViT, LayerNorm<D,
+// 1e-12f> BERT's.
 // A row of constant value gives y = b (LayerNorm); a row of zeros y = 0 (RMSNorm): ε keeps both
 // finite.
 //   backward (x̂ the normalised row, rstd = 1/√(·), g = dy ⊙ w):
@@ -20,9 +22,9 @@
 
 namespace stformer::inline STFORMER_ABI {
 
-template <size_t D, bool Centred>
+template <size_t D, bool Centred, float Eps = Centred ? 1e-5f : 1.1920929e-7f>
 struct RowNorm {
-  static constexpr float eps = Centred ? 1e-5f : 1.1920929e-7f;
+  static constexpr float eps = Eps;
   Tensor<D> weight;
   [[no_unique_address]] std::conditional_t<Centred, Tensor<D>, Nothing> bias;
 
@@ -98,9 +100,9 @@ struct RowNorm {
   };
 };
 
-template <size_t D>
-struct LayerNorm : RowNorm<D, true> {};
-template <size_t D>
-struct RMSNorm : RowNorm<D, false> {};
+template <size_t D, float Eps = 1e-5f>
+struct LayerNorm : RowNorm<D, true, Eps> {};
+template <size_t D, float Eps = 1.1920929e-7f>
+struct RMSNorm : RowNorm<D, false, Eps> {};
 
 }  // namespace stformer

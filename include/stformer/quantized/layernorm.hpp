@@ -28,7 +28,7 @@
 
 namespace stformer::inline STFORMER_ABI {
 
-template <size_t D, bool Centred>
+template <size_t D, bool Centred, float Eps = Centred ? 1e-5f : 1.1920929e-7f>
 struct QLayerNorm {
   static_assert(D <= 1024, "QLayerNorm: rows of at most 1024 (c_i = D·x_i − Σx in int32, Σc² in uint64)");
   // 2^k·√D·32767 < 2^31, i.e. 4^k·D ≤ 2^32
@@ -50,7 +50,7 @@ struct QLayerNorm {
     if (q == (std::int64_t(1) << 31)) q /= 2, ++e;
     return kernels::Multiplier{std::int32_t(q), e};
   }();
-  using Float = RowNorm<D, Centred>;
+  using Float = RowNorm<D, Centred, Eps>;
 
   TensorOf<std::int16_t, D> weight;
   Scale weight_scale;
@@ -126,13 +126,13 @@ struct QLayerNorm {
   }
 };
 
-template <size_t D>
-struct Int8Of<LayerNorm<D>> {
-  using type = QLayerNorm<D, true>;
+template <size_t D, float Eps>
+struct Int8Of<LayerNorm<D, Eps>> {
+  using type = QLayerNorm<D, true, Eps>;
 };
-template <size_t D>
-struct Int8Of<RMSNorm<D>> {
-  using type = QLayerNorm<D, false>;
+template <size_t D, float Eps>
+struct Int8Of<RMSNorm<D, Eps>> {
+  using type = QLayerNorm<D, false, Eps>;
 };
 
 }  // namespace stformer

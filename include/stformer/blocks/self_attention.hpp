@@ -1,0 +1,64 @@
+// SelfAttention<D, H, S, Pr>: multi-head attention of rows x [B, N, D] over themselves as a step
+// of one input (q = k = v = x: PyTorch's self_attn(x, x, x)), with the pass's mask (causal, key
+// padding):
+//   y = MHA(x, x)                     (blocks/attention.hpp: the heads, the scores, the softmax)
+//   backward: dx = dxq + dxkv         (the gradient through the queries and through the keys
+//                                      and values, summed)
+// Parameters: those of MultiHeadAttention<D, D, D, H, S, Pr>; by default PyTorch's packed
+// nn.MultiheadAttention: in_proj_weight [3D, D], in_proj_bias [3D], out_proj.weight, out_proj.bias
+// (Projections::separate: wq, wk, wv, wo).
+#pragma once
+
+#include "../config.hpp"
+
+#include "attention.hpp"
+
+namespace stformer::inline STFORMER_ABI {
+
+template <size_t D, size_t H, ScoreScale S = ScoreScale::head_width, Projections Pr = Projections::packed>
+struct SelfAttention : MultiHeadAttention<D, D, D, H, S, Pr> {
+  using Attention = MultiHeadAttention<D, D, D, H, S, Pr>;
+
+  template <size_t B, size_t N>
+  using Input = Tensor<B, N, D>;
+  template <size_t B, size_t N>
+  using Output = Tensor<B, N, D>;
+
+  // The forward-only pass from x into y: q [B, N, D] (the projected queries, then the heads'
+  // outputs) and the attention's keys and values; the same operations as Attention's Infer.
+  template <size_t B, size_t N, size_t Room = 0>
+  struct Scratch {
+    Tensor<B, N, D> q;
+    typename Attention::template Work<B, N, N, 0> w;
+  };
+  template <size_t B, size_t N, size_t Room, class Pool = Serial>
+  void run(const Input<B, N>& x, Output<B, N>& y, Scratch<B, N, Room>& w, const Mask<B, N>& mask, Pool&& pool = Pool{}) const {
+    this->q_proj().template apply_rows<B * N>(x.data(), w.q.data(), pool);
+    this->template prepare<B, N, N, 0>(x.data(), w.w, pool);
+    this->template attend<B, N, N, 0>(w.q.data(), w.w, mask, pool);
+    this->wo.template apply_rows<B * N>(w.q.data(), y.data(), pool);
+  }
+
+  template <size_t B, size_t N, Memory M = Memory::keep>
+  struct Acts {
+    using Record = typename Attention::template Acts<B, N, N>;
+    using Dx = Tensor<B, N, D>;
+    Record attn;
+    struct Workspace {
+      Tensor<B, N, D> dkv;  // the gradient through the keys and values
+      WorkspaceOf<Record> attn;
+    };
+
+    template <class X>
+    const Tensor<B, N, D>& forward(const SelfAttention& p, const X& x, const Mask<B, N>& mask = {}) {
+      return attn.forward(p, x, x, mask);
+    }
+    const Dx& backward(const SelfAttention& p, SelfAttention& grad, const Tensor<B, N, D>& dout, Dx& dx, Workspace& ws) {
+      attn.backward(p, grad, dout, {dx, ws.dkv}, ws.attn);
+      kernels::add_to<B * N * D>(ws.dkv.data(), dx.data());
+      return dx;
+    }
+  };
+};
+
+}  // namespace stformer

@@ -1,0 +1,320 @@
+// Combinators: blocks made of other blocks, declared as a model is (stformer/sequential.hpp),
+// with no forward, backward or plan of their own to write:
+//
+//   Residual<Body>              y = x + Body(x)
+//   Parallel<Branches...>       y = Σᵢ Branchᵢ(x), every branch reading the same x
+//   Gated<Gate, Value>          y = Gate(x) ⊙ Value(x) (GLU, SwiGLU)
+//
+// A part is a block, or Named<"name", Block>, or a chain Sequential<...> of several. A
+// combinator adds no name level of its own: Residual's body is named as if it stood in the
+// combinator's place; the branches of Parallel and Gated are indexed 0, 1, … as a chain's steps
+// are, unless Named. So GPT-J's block (one norm, attention and feed-forward side by side on it):
+//
+//   template <size_t D, size_t H, size_t F>
+//   using ParallelBlock = Residual<Sequential<Named<"ln_1", LayerNorm<D>>,
+//                                             Parallel<Named<"attn", SelfAttention<D, H>>, Named<"mlp", FeedForward<D, F, act::GELU>>>>>;
+//
+// Each is a step of a Sequential: a forward-only pass in the chain's arena (Scratch, run or
+// forward_in_place) and a training record (Acts, with its backward into the caller's dx and a
+// workspace used only during the call). The masks a pass is given reach every part.
+//   Residual: in place; its scratch Body(x) [B, N, D] and the body's own.
+//     backward: dx = dy + Bodyᵀ dy
+//   Parallel: from x into y; its scratch one branch's output and the branches' scratches, one
+//     at a time; y = ((Branch₀(x) + Branch₁(x)) + …) in branch order.
+//     backward: dx = Σᵢ Branchᵢᵀ dy
+//   Gated: from x into y; its scratch Gate(x) and the parts' scratches, one at a time.
+//     backward: dg = dy ⊙ Value(x), dv = dy ⊙ Gate(x);  dx = Gateᵀ dg + Valueᵀ dv
+#pragma once
+
+#include "config.hpp"
+
+#include <algorithm>
+#include <type_traits>
+#include <utility>
+
+#include "kernels/rowwise.hpp"
+#include "sequential.hpp"
+
+namespace stformer::inline STFORMER_ABI {
+
+namespace step {
+
+// The number of entries of a fixed tensor type.
+template <class T>
+inline constexpr size_t count = [] {
+  size_t n = 1;
+  for (size_t d : dims<T>) n *= d;
+  return n;
+}();
+
+// Room minus what a combinator keeps beside its parts' scratch, at least 0.
+constexpr size_t room_after(size_t room, size_t used) { return room > used ? room - used : 0; }
+
+template <class X, class Y>
+void copy_to(const X& x, Y& y) {
+  if (static_cast<const void*>(&x) != static_cast<const void*>(&y)) std::copy(x.begin(), x.end(), y.begin());
+}
+
+// y ← y ⊙ a, n entries.
+template <size_t N>
+void multiply_into(const float* a, float* y) {
+  for (size_t j = 0; j < N; ++j) y[j] *= a[j];
+}
+// y ← a ⊙ b, n entries.
+template <size_t N>
+void multiply(const float* a, const float* b, float* y) {
+  for (size_t j = 0; j < N; ++j) y[j] = a[j] * b[j];
+}
+
+}  // namespace step
+
+template <class Body>
+struct Residual {
+  using Block = typename step::Info<Body>::Block;
+  Block body;
+
+  template <class F, class... S>
+  static constexpr void visit(const Path& at, F& f, S&... s) {
+    step::visit_part<Body>(at, 0, false, f, s.body...);
+  }
+
+  template <size_t B, size_t N>
+  using Input = typename Block::template Input<B, N>;
+  static constexpr bool in_place = true;
+
+  template <size_t B, size_t N, size_t Room = 0>
+  struct Scratch {
+    static_assert(std::is_same_v<Input<B, N>, step::Output<Block, B, N>>, "Residual<Body>: the body's output must have its input's shape");
+    Input<B, N> t;  // Body(x)
+    [[no_unique_address]] step::Scratch<Block, B, N, step::room_after(Room, sizeof(Input<B, N>))> w;
+  };
+
+  template <size_t B, size_t N, size_t Room, class Pool = Serial>
+  void forward_in_place(Input<B, N>& h, Scratch<B, N, Room>& w, const Mask<B, N>& mask, Pool&& pool = Pool{}) const {
+    step::run(body, h, w.t, w.w, mask, pool);
+    kernels::add_to<step::count<Input<B, N>>>(w.t.data(), h.data());
+  }
+
+  template <size_t B, size_t N, Memory M = Memory::keep>
+  struct Acts {
+    using Record = typename step::ActsWith<Block, B, N, M>::type;
+    using Dx = Input<B, N>;
+    Record body;
+    Input<B, N> out;
+    struct Workspace {
+      [[no_unique_address]] WorkspaceOf<Record> body;
+    };
+
+    template <class X>
+    const Input<B, N>& forward(const Residual& p, const X& x, const Mask<B, N>& mask = {}) {
+      const auto& y = step::forward(body, p.body, x, mask);
+      kernels::add<step::count<Dx>>(x.data(), y.data(), out.data());
+      return out;
+    }
+    const Dx& backward(const Residual& p, Residual& grad, const Input<B, N>& dout, Dx& dx, Workspace& ws) {
+      step::copy_to(backward_with(body, p.body, grad.body, dout, dx, ws.body), dx);
+      kernels::add_to<step::count<Dx>>(dout.data(), dx.data());
+      return dx;
+    }
+  };
+};
+
+// What Parallel and Gated share: parts indexed 0, 1, … (or Named), each reading x.
+template <class... Parts>
+struct Branches {
+  static constexpr size_t count = sizeof...(Parts);
+  template <size_t I>
+  using BlockAt = typename step::Info<step::Nth<I, Parts...>>::Block;
+  step::Members<typename step::Info<Parts>::Block...> parts;
+
+  template <size_t I>
+  constexpr auto& get() {
+    return step::get<I>(parts);
+  }
+  template <size_t I>
+  constexpr const auto& get() const {
+    return step::get<I>(parts);
+  }
+
+  template <class F, class... S>
+  static constexpr void visit(const Path& at, F& f, S&... s) {
+    [&]<size_t... I>(std::index_sequence<I...>) { (visit_branch<I>(at, f, s...), ...); }(std::make_index_sequence<count>{});
+  }
+  template <size_t I, class F, class... S>
+  static constexpr void visit_branch(const Path& at, F& f, S&... s) {
+    step::visit_part<step::Nth<I, Parts...>>(at, I, true, f, s.template get<I>()...);
+  }
+
+  template <size_t B, size_t N>
+  using Input = typename BlockAt<0>::template Input<B, N>;
+  template <size_t B, size_t N>
+  using Output = step::Output<BlockAt<0>, B, N>;
+  template <size_t B, size_t N>
+  static constexpr bool same_shapes = [] {
+    return []<size_t... I>(std::index_sequence<I...>) {
+      return ((std::is_same_v<typename BlockAt<I>::template Input<B, N>, Input<B, N>> &&
+               std::is_same_v<step::Output<BlockAt<I>, B, N>, Output<B, N>>) &&
+              ...);
+    }(std::make_index_sequence<count>{});
+  }();
+
+  // The parts' scratches (Room each) and training records, one type per part.
+  template <size_t B, size_t N, size_t Room, class I = std::make_index_sequence<count>>
+  struct PartsOf;
+  template <size_t B, size_t N, size_t Room, size_t... I>
+  struct PartsOf<B, N, Room, std::index_sequence<I...>> {
+    using Scratches = Phases<step::Scratch<BlockAt<I>, B, N, Room>...>;
+    template <Memory M>
+    using Records = step::Members<typename step::ActsWith<BlockAt<I>, B, N, M>::type...>;
+    template <Memory M>
+    using Workspaces = Phases<WorkspaceOf<typename step::ActsWith<BlockAt<I>, B, N, M>::type>...>;
+  };
+
+  // y ← part I of x, in the scratch's phase of it.
+  template <size_t I, size_t B, size_t N, size_t Room, class X, class Y, class W, class Pool>
+  void run_part(const X& x, Y& y, W& w, const Mask<B, N>& mask, Pool& pool) const {
+    using S = step::Scratch<BlockAt<I>, B, N, Room>;
+    step::run(get<I>(), x, y, w.template start<S>(), mask, pool);
+  }
+  // dx ← part I's input gradient for dy, in the workspace's phase of it.
+  template <size_t I, class R, class D, class Dx, class W>
+  void backward_part(R& record, const D& dy, Branches& grad, Dx& dx, W& ws) const {
+    step::copy_to(backward_with(record, get<I>(), grad.template get<I>(), dy, dx, ws.template start<WorkspaceOf<R>>()), dx);
+  }
+};
+
+template <class... Br>
+struct Parallel : Branches<Br...> {
+  using Base = Branches<Br...>;
+  static_assert(sizeof...(Br) > 0, "Parallel: at least one branch");
+  template <size_t B, size_t N>
+  using Input = typename Base::template Input<B, N>;
+  template <size_t B, size_t N>
+  using Output = typename Base::template Output<B, N>;
+
+  template <size_t B, size_t N, size_t Room = 0>
+  struct Scratch {
+    static_assert(Base::template same_shapes<B, N>, "Parallel: every branch must take the first's input and give its output's shape");
+    Output<B, N> t;  // branch i's output, i > 0
+    typename Base::template PartsOf<B, N, step::room_after(Room, sizeof(Output<B, N>))>::Scratches w;
+  };
+
+  template <size_t B, size_t N, size_t Room, class Pool = Serial>
+  void run(const Input<B, N>& x, Output<B, N>& y, Scratch<B, N, Room>& w, const Mask<B, N>& mask, Pool&& pool = Pool{}) const {
+    constexpr size_t R = step::room_after(Room, sizeof(Output<B, N>));
+    [&]<size_t... I>(std::index_sequence<I...>) {
+      (
+          [&] {
+            if constexpr (I == 0) {
+              this->template run_part<0, B, N, R>(x, y, w.w, mask, pool);
+            } else {
+              this->template run_part<I, B, N, R>(x, w.t, w.w, mask, pool);
+              kernels::add_to<step::count<Output<B, N>>>(w.t.data(), y.data());
+            }
+          }(),
+          ...);
+    }(std::make_index_sequence<Base::count>{});
+  }
+
+  template <size_t B, size_t N, Memory M = Memory::keep>
+  struct Acts {
+    static_assert(Base::template same_shapes<B, N>, "Parallel: every branch must take the first's input and give its output's shape");
+    using Parts = typename Base::template PartsOf<B, N, 0>;
+    using Dx = Input<B, N>;
+    typename Parts::template Records<M> records;
+    Output<B, N> out;
+    struct Workspace {
+      Dx d;  // branch i's input gradient, i > 0
+      typename Parts::template Workspaces<M> part;
+    };
+
+    template <class X>
+    const Output<B, N>& forward(const Parallel& p, const X& x, const Mask<B, N>& mask = {}) {
+      [&]<size_t... I>(std::index_sequence<I...>) {
+        (
+            [&] {
+              const auto& y = step::forward(step::get<I>(records), p.template get<I>(), x, mask);
+              if constexpr (I == 0)
+                std::copy(y.begin(), y.end(), out.begin());
+              else
+                kernels::add_to<step::count<Output<B, N>>>(y.data(), out.data());
+            }(),
+            ...);
+      }(std::make_index_sequence<Base::count>{});
+      return out;
+    }
+    const Dx& backward(const Parallel& p, Parallel& grad, const Output<B, N>& dout, Dx& dx, Workspace& ws) {
+      [&]<size_t... I>(std::index_sequence<I...>) {
+        (
+            [&] {
+              if constexpr (I == 0) {
+                p.template backward_part<0>(step::get<0>(records), dout, grad, dx, ws.part);
+              } else {
+                p.template backward_part<I>(step::get<I>(records), dout, grad, ws.d, ws.part);
+                kernels::add_to<step::count<Dx>>(ws.d.data(), dx.data());
+              }
+            }(),
+            ...);
+      }(std::make_index_sequence<Base::count>{});
+      return dx;
+    }
+  };
+};
+
+template <class Gate, class Value>
+struct Gated : Branches<Gate, Value> {
+  using Base = Branches<Gate, Value>;
+  template <size_t B, size_t N>
+  using Input = typename Base::template Input<B, N>;
+  template <size_t B, size_t N>
+  using Output = typename Base::template Output<B, N>;
+
+  template <size_t B, size_t N, size_t Room = 0>
+  struct Scratch {
+    static_assert(Base::template same_shapes<B, N>, "Gated<Gate, Value>: the gate and the value must take the same input and give the same shape");
+    Output<B, N> g;  // Gate(x)
+    typename Base::template PartsOf<B, N, step::room_after(Room, sizeof(Output<B, N>))>::Scratches w;
+  };
+
+  template <size_t B, size_t N, size_t Room, class Pool = Serial>
+  void run(const Input<B, N>& x, Output<B, N>& y, Scratch<B, N, Room>& w, const Mask<B, N>& mask, Pool&& pool = Pool{}) const {
+    constexpr size_t R = step::room_after(Room, sizeof(Output<B, N>));
+    this->template run_part<1, B, N, R>(x, y, w.w, mask, pool);
+    this->template run_part<0, B, N, R>(x, w.g, w.w, mask, pool);
+    step::multiply_into<step::count<Output<B, N>>>(w.g.data(), y.data());
+  }
+
+  template <size_t B, size_t N, Memory M = Memory::keep>
+  struct Acts {
+    static_assert(Base::template same_shapes<B, N>, "Gated<Gate, Value>: the gate and the value must take the same input and give the same shape");
+    using Parts = typename Base::template PartsOf<B, N, 0>;
+    using Dx = Input<B, N>;
+    static constexpr size_t n = step::count<Output<B, N>>;
+    typename Parts::template Records<M> records;
+    const Output<B, N>*g = nullptr, *v = nullptr;  // Gate(x), Value(x) in the parts' records
+    Output<B, N> out;
+    struct Workspace {
+      Output<B, N> dg, dv;
+      Dx d;  // the value's input gradient
+      typename Parts::template Workspaces<M> part;
+    };
+
+    template <class X>
+    const Output<B, N>& forward(const Gated& p, const X& x, const Mask<B, N>& mask = {}) {
+      g = &step::forward(step::get<0>(records), p.template get<0>(), x, mask);
+      v = &step::forward(step::get<1>(records), p.template get<1>(), x, mask);
+      step::multiply<n>(g->data(), v->data(), out.data());
+      return out;
+    }
+    const Dx& backward(const Gated& p, Gated& grad, const Output<B, N>& dout, Dx& dx, Workspace& ws) {
+      step::multiply<n>(dout.data(), v->data(), ws.dg.data());
+      step::multiply<n>(dout.data(), g->data(), ws.dv.data());
+      p.template backward_part<0>(step::get<0>(records), ws.dg, grad, dx, ws.part);
+      p.template backward_part<1>(step::get<1>(records), ws.dv, grad, ws.d, ws.part);
+      kernels::add_to<step::count<Dx>>(ws.d.data(), dx.data());
+      return dx;
+    }
+  };
+};
+
+}  // namespace stformer

@@ -1,0 +1,22 @@
+// Blocks a user declares from combinators, as docs/own-model.md writes them: GPT-J's parallel
+// block, a bias-free SwiGLU feed-forward layer (LLaMA's), a LayerScale pre-norm block (timm's
+// ViT with init_values; LayerNorm ε 1e-6). Their parameters take the names of the PyTorch
+// modules of tests/torch/make_parity.py.
+#pragma once
+
+#include <stformer/stformer.hpp>
+
+namespace user {
+using namespace stformer;
+template <size_t D, size_t H, size_t F>
+using ParallelBlock = Residual<Sequential<Named<"ln_1", LayerNorm<D>>,
+                                          Named<"", Parallel<Named<"attn", SelfAttention<D, H>>, Named<"mlp", FeedForward<D, F, act::GELU>>>>>>;
+template <size_t D, size_t F>
+using SwiGLU = Sequential<Named<"", Gated<Named<"", Sequential<Named<"w1", Linear<D, F, Init::kaiming_normal, Bias::no>>, SiLU<F>>>,
+                                         Named<"w3", Linear<D, F, Init::kaiming_normal, Bias::no>>>>,
+                          Named<"w2", Linear<F, D, Init::kaiming_normal, Bias::no>>>;
+template <size_t D, size_t H, size_t F>
+using LayerScaleBlock =
+    Sequential<Named<"", Residual<Sequential<Named<"norm1", LayerNorm<D, 1e-6f>>, Named<"attn", SelfAttention<D, H>>, Named<"ls1", LayerScale<D>>>>>,
+               Named<"", Residual<Sequential<Named<"norm2", LayerNorm<D, 1e-6f>>, Named<"mlp", FeedForward<D, F, act::GELU>>, Named<"ls2", LayerScale<D>>>>>>;
+}  // namespace user
