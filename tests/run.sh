@@ -21,6 +21,9 @@
 #   STM32F405 (1 set at a time, moments and stack in its CCM) against the plain C++ build's steps;
 #   and the int8 model (targets/firmware/microbit) on a Cortex-M0 without an FPU (QEMU's
 #   micro:bit): the host's integers exactly, and no soft-float routine in the image;
+# - one image of the comparison with CMSIS-NN (bench/cmsis_nn: the Cortex-M4 at -O3), CMSIS-NN's
+#   tree from CMSIS_NN_DIR or ../shared/peers/cmsis-nn/cmsis-nn beside the checkout (skipped, and
+#   said, when neither exists);
 # - the suite 'backend' cross-built for aarch64 with xsimd's NEON kernels, run under qemu-aarch64.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -106,6 +109,19 @@ setup build-test-cortex-m0 --cross-file targets/cross/cortex-m0.ini -Dsimd=none 
 ninja -C build-test-cortex-m0
 meson test -C build-test-cortex-m0 --print-errorlogs
 echo "firmware passed on Cortex-M7 (and training), Cortex-M4, the STM32F405 (and in C, and training) and the Cortex-M55 (Helium), the int8 firmware on all and on Cortex-M0"
+
+# One image of the comparison with CMSIS-NN (bench/cmsis_nn, docs/benchmarks.md): the
+# Cortex-M4 at -O3, whose stack runs deepest. run.sh fails when the image faults, an output
+# differs or a count is missing. CMSIS-NN is a peer's tree, not part of this repository:
+# CMSIS_NN_DIR, by default beside the checkout in ../shared/peers/cmsis-nn (its cmsis-nn/).
+cmsis_peer=$(cd .. && pwd)/shared/peers/cmsis-nn
+stage "CMSIS-NN comparison, Cortex-M4 -O3 on QEMU's mps2-an386 (build-test-cmsis-nn)"
+if [ -n "${CMSIS_NN_DIR:-}" ] || [ -d "$cmsis_peer" ]; then
+  OPT=-O3 BOARDS=m4 bash bench/cmsis_nn/run.sh "${CMSIS_NN_DIR:-$cmsis_peer/cmsis-nn}" build-test-cmsis-nn
+  echo "CMSIS-NN comparison passed"
+else
+  echo "CMSIS-NN comparison skipped: no $cmsis_peer (set CMSIS_NN_DIR to a CMSIS-NN tree to run it)"
+fi
 
 stage "aarch64, NEON kernels, under qemu-aarch64 (build-test-aarch64)"
 setup build-test-aarch64 --cross-file targets/cross/aarch64-linux-gnu.ini -Dsimd=neon -Dbench=disabled -Dwerror=true

@@ -126,8 +126,10 @@ for board in $BOARDS; do
     nice -n 10 arm-none-eabi-g++ "${CXXFLAGS[@]}" -I"$ROOT/include" -I"$CMSIS/Include" -I"$MPS2" -c "$HERE/bench.cpp" -o "$B/obj/bench.o"
     nice -n 10 arm-none-eabi-g++ "${CXXFLAGS[@]}" -I"$MPS2" -c "$MPS2/startup.cpp" -o "$B/obj/startup.o"
     # the board's memory map with a larger stack (mps2-stack.ld, mps3-stack.ld), and the
-    # firmware's sections.ld from targets/firmware/mps2/
-    nice -n 10 arm-none-eabi-g++ $ARCH -mthumb --specs=nosys.specs -nostartfiles -Wl,--gc-sections -L"$MPS2" -T"$HERE/$LD" \
+    # firmware's sections.ld from targets/firmware/mps2/; --fatal-warnings: ld only warns of a
+    # region sections.ld names that the script does not declare (STACK), and puts it at 0,
+    # where the stack's painting and pushes overwrite the code
+    nice -n 10 arm-none-eabi-g++ $ARCH -mthumb --specs=nosys.specs -nostartfiles -Wl,--gc-sections -Wl,--fatal-warnings -L"$MPS2" -T"$HERE/$LD" \
       -Wl,-Map="$B/bench.map" "$B/obj/startup.o" "$B/obj/bench.o" "${objs[@]}" -lm -o "$B/bench.elf"
     # (-m armv8.1-m.main: binutils 2.40 shows Helium instructions as coprocessor ones without it)
     DISARCH=""
