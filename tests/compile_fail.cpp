@@ -3,6 +3,35 @@
 
 using namespace stformer;
 
+namespace test_blocks {
+// Steps that break the protocol (sequential.hpp, step::Step): an in-place gain whose forward
+// takes a mask of another length, and one that takes no mask and whose record takes none.
+template <size_t D>
+struct WrongMask {
+  Tensor<D> g;
+  template <class F, class... S>
+  static constexpr void visit(const Path& at, F& f, S&... s) {
+    f(at / "g", Init{Init::constant, 1.0f}, s.g...);
+  }
+  template <size_t B, size_t N>
+  using Input = Tensor<B, N, D>;
+  static constexpr bool in_place = true;
+  template <size_t B, size_t N, class Pool>
+  void forward_in_place(Tensor<B, N, D>&, Nothing, const Mask<B, N + 1>& = {}, Pool&& = Pool{}) const {}
+};
+template <size_t D>
+struct NoMask : WrongMask<D> {
+  template <size_t B, size_t N>
+  void forward_in_place(Tensor<B, N, D>&, Nothing) const {}
+  template <size_t B, size_t N>
+  struct Acts {
+    using Dx = Tensor<B, N, D>;
+    Tensor<B, N, D> out;
+    const Tensor<B, N, D>& forward(const NoMask&, const Tensor<B, N, D>& x) { return out = x; }
+  };
+};
+}  // namespace test_blocks
+
 int main() {
 #if CASE == 1  // a Set Transformer whose PMA is narrower than its ISAB
   ISAB<64, 4, 16> isab;
@@ -62,6 +91,21 @@ int main() {
   static ActsOf<decltype(model), 1, 50> acts;
   Tensor<1, 50, 3> x;
   acts.forward(model, x);
+#elif CASE == 12  // a block whose mask is of another type (the keys of one row more): no run without it
+  static Sequential<Linear<2, 16>, test_blocks::WrongMask<16>> m;
+  static InferOf<decltype(m), 1, 50> inf;
+  Tensor<1, 50, 2> x;
+  inf.forward(m, x);
+#elif CASE == 13  // a block that does not take the pass's mask at all
+  static Sequential<Linear<2, 16>, test_blocks::NoMask<16>> m;
+  static InferOf<decltype(m), 1, 50> inf;
+  Tensor<1, 50, 2> x;
+  inf.forward(m, x);
+#elif CASE == 14  // a block whose training record does not take the pass's mask
+  static Sequential<Linear<2, 16>, test_blocks::NoMask<16>> m;
+  static ActsOf<decltype(m), 1, 50> acts;
+  Tensor<1, 50, 2> x;
+  acts.forward(m, x);
 #else  // the control: this compiles (the training pass of a layer, the forward-only pass of every model)
   Linear<2, 16> proj;
   ActsOf<Linear<2, 16>, 1, 50> a;

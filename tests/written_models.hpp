@@ -193,7 +193,7 @@ struct LanguageModel {
 
     const Tensor<B, 1, V>& forward(const LanguageModel& p, const IdTensor<B, L>& ids) {
       p.embedding.template apply<B * L>(ids.data(), h.data());
-      p.pe.forward_in_place(h);
+      p.pe.forward_in_place(h, Nothing{}, Mask<B, L>{}, Serial{});
       auto& w = phase.template start<BlockWork>();
       for (size_t i = 0; i < Blocks; ++i) p.blocks[i].forward_in_place(h, w);
       p.pool.forward_into(h, pooled, phase.template start<PoolWork>());

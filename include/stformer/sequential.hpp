@@ -22,21 +22,24 @@
 // length), the keys shifted past the rows a ClassToken put before the sequence (which every
 // query sees), an empty mask after a pooling step.
 //
-// A block is a step when it has, besides its parameters, visit and Acts<B, N>:
+// A block is a step when it has, besides its parameters and visit:
 //   template <size_t B, size_t N> using Input = Tensor<B, N, In>;    (IdTensor for an Embedding)
 //   template <size_t B, size_t N, size_t Room> using Scratch = ...;   (optional: its buffers)
 // and either, in place (the output the input's shape, written over it),
 //   static constexpr bool in_place = true;
-//   forward_in_place(Input& h, [Scratch& w,] [mask | mask.keys]) const
+//   forward_in_place(Input& h, Scratch& w, const Mask<B, N>& mask, Pool&& pool) const
 // or, from its input into a buffer of another shape,
 //   template <size_t B, size_t N> using Output = Tensor<B, N', Out>;
-//   run(const Input& x, Output& y, [Scratch& w,] const Mask<B, N>& mask) const
+//   run(const Input& x, Output& y, Scratch& w, const Mask<B, N>& mask, Pool&& pool) const
 // or, taking whatever the step before gives (a quantized model's float end, stformer/quantize.hpp),
-//   template <class X> using OutputFrom = ...;   run(const X& x, OutputFrom<X>& y, const Mask<B, N>& mask) const
+//   template <class X> using OutputFrom = ...;   run(const X& x, OutputFrom<X>& y, w, mask, pool) const
+// (w is Nothing for a block without Scratch), and to train, a record Acts<B, N> whose
+// forward(p, x, const Mask<B, N>&) keeps what its backward reads (step::Step and step::Record
+// below: a block that does not meet them is a compile error naming it, never a fallback).
 // Scratch<B, N, Room> is the block's work memory when Room bytes are free beside its input and
 // output; a block may take more rows per tile there, never more than max(Room, its
 // Scratch<B, N, 0>). A block that can run on several threads also takes, after the mask, the pool
-// of Infer::forward (forward_in_place(h, w, mask, pool), run(x, y, [w,] mask, pool)).
+// of Infer::forward; a block that runs on the calling thread ignores it.
 //
 // The plan of InferOf<Model, B, N>. Step i reads its input, writes its output and uses its
 // scratch; these three are live together, and nothing else is: the model's input is the
@@ -174,50 +177,52 @@ struct Shapes<Block, B, Len, Prev> {
   using Out = typename Block::template OutputFrom<Prev>;
 };
 
-// f(args..., [w,] mask): the scratch unless the block has none, then the mask, its keys or
-// nothing, whichever the block takes.
-template <class F, class M, class... A>
-decltype(auto) call_masked(F&& f, const M& mask, A&... a) {
-  if constexpr (requires { f(a..., mask); })
-    return f(a..., mask);
-  else if constexpr (requires { f(a..., mask.keys); })
-    return f(a..., mask.keys);
-  else
-    return f(a...);
-}
-template <class F, class W, class M, class... A>
-void call(F&& f, W& w, const M& mask, A&... a) {
-  if constexpr (std::is_same_v<W, Nothing>)
-    call_masked(f, mask, a...);
-  else
-    call_masked(f, mask, a..., w);
-}
+// The step protocol: what a chain (and a combinator) asks of each of its blocks, given its
+// input In, its output Out, its scratch W (Nothing when it has none) and the pass's mask. In
+// place (Block::in_place, Out = In) it overwrites its input; otherwise it reads x and writes y:
+//
+//   h ← Block(h):  p.forward_in_place(h, w, mask, pool)
+//   y ← Block(x):  p.run(x, y, w, mask, pool)
+//
+// Every step takes the scratch, the mask (Mask<B, N>: causal, key padding; a block that does not
+// read it leaves the parameter unnamed) and the pool of the pass (Serial, or a ThreadPool: a
+// block that runs on the calling thread ignores it). A training record (ActsOf<Block, B, N>)
+// takes the mask too: acts.forward(p, x, mask). A block that does not meet this is a compile
+// error at the static_asserts below, whose instantiation names the block.
+template <class Block, class In, class Out, class W, size_t B, size_t N>
+concept Step = (in_place<Block>() && requires(const Block& p, In& h, W& w, const Mask<B, N>& mask, Serial& pool) {
+                 p.forward_in_place(h, w, mask, pool);
+               }) || (!in_place<Block>() && requires(const Block& p, const In& x, Out& y, W& w, const Mask<B, N>& mask, Serial& pool) {
+                 p.run(x, y, w, mask, pool);
+               });
+template <class A, class Block, class X, size_t B, size_t N>
+concept Record = requires(A& acts, const Block& p, const X& x, const Mask<B, N>& mask) { acts.forward(p, x, mask); };
 
-// y ← the block of x: run, or forward_in_place on y (x copied into y first unless y is x). With
-// the pool after the mask where the block takes one (it runs on the pool's threads), else
-// without it (on the calling thread).
-template <class Block, class X, class Y, class W, class M, class Pool = Serial>
-void run(const Block& p, const X& x, Y& y, W& w, const M& mask, Pool&& pool = Pool{}) {
-  if constexpr (in_place<Block>()) {
+template <class>
+inline constexpr bool always_false = false;
+
+// y ← the block of x: run, or forward_in_place on y (x copied into y first unless y is x).
+template <class Block, class X, class Y, class W, size_t B, size_t N, class Pool = Serial>
+void run(const Block& p, const X& x, Y& y, W& w, const Mask<B, N>& mask, Pool&& pool = Pool{}) {
+  if constexpr (!Step<Block, X, Y, W, B, N> && in_place<Block>()) {
+    static_assert(always_false<Block>,
+                  "a step (the block in the instantiation above) does not meet the step protocol: in place, it needs forward_in_place(h, scratch, const Mask<B, N>&, pool)");
+  } else if constexpr (!Step<Block, X, Y, W, B, N>) {
+    static_assert(always_false<Block>, "a step (the block in the instantiation above) does not meet the step protocol: it needs run(x, y, scratch, const Mask<B, N>&, pool)");
+  } else if constexpr (in_place<Block>()) {
     if (static_cast<const void*>(&x) != static_cast<const void*>(&y)) std::copy(x.begin(), x.end(), y.begin());
-    if constexpr (requires { p.forward_in_place(y, w, mask, pool); })
-      p.forward_in_place(y, w, mask, pool);
-    else
-      call([&](auto&... a) -> decltype(p.forward_in_place(a...)) { return p.forward_in_place(a...); }, w, mask, y);
+    p.forward_in_place(y, w, mask, pool);
   } else {
-    if constexpr (requires { p.run(x, y, w, mask, pool); })
-      p.run(x, y, w, mask, pool);
-    else if constexpr (std::is_same_v<W, Nothing> && requires { p.run(x, y, mask, pool); })
-      p.run(x, y, mask, pool);
-    else
-      call([&](auto&... a) -> decltype(p.run(x, a...)) { return p.run(x, a...); }, w, mask, y);
+    p.run(x, y, w, mask, pool);
   }
 }
 
-// acts.forward(p, x, mask): with the mask, its keys, or nothing, whichever the block takes.
+// acts.forward(p, x, mask): a step's training record, given the pass's mask.
 template <class A, class P, class X, size_t B, size_t N>
 decltype(auto) forward(A& acts, const P& p, const X& x, const Mask<B, N>& mask) {
-  return call_masked([&](const auto&... m) -> decltype(acts.forward(p, x, m...)) { return acts.forward(p, x, m...); }, mask);
+  static_assert(Record<A, P, X, B, N>,
+                "a step's training record (the block in the instantiation above) does not meet the step protocol: it needs forward(p, x, const Mask<B, N>&)");
+  return acts.forward(p, x, mask);
 }
 
 // A step's record, with the Memory M where its Acts takes one (Repeat).

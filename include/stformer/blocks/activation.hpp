@@ -92,8 +92,8 @@ struct Activation {
   template <size_t B, size_t N>
   using Input = Tensor<B, N, D>;
   static constexpr bool in_place = true;
-  template <size_t B, size_t N>
-  void forward_in_place(Tensor<B, N, D>& h) const {
+  template <size_t B, size_t N, class Pool>
+  void forward_in_place(Tensor<B, N, D>& h, Nothing, const Mask<B, N>&, Pool&&) const {
     act::apply<Kind, B * N * D>(h.data());
   }
 
@@ -103,6 +103,11 @@ struct Activation {
     const Tensor<L..., D>* x = nullptr;  // the input of the last forward
     Tensor<L..., D> out;
 
+    // As a step of a chain: row by row, the pass's mask not read.
+    template <class X, size_t B, size_t N>
+    decltype(auto) forward(const Activation& p, const X& x, const Mask<B, N>&) {
+      return forward(p, x);
+    }
     template <class X>
     const Tensor<L..., D>& forward(const Activation&, const X& in) {
       static_assert(shape_is<X, L..., D>, "activation: input rows x must be [..., D] (the pass's sizes, the step's width D)");

@@ -38,8 +38,8 @@ struct Embedding {
   using Input = IdTensor<B, N>;
   template <size_t B, size_t N>
   using Output = Tensor<B, N, D>;
-  template <size_t B, size_t N>
-  void run(const Input<B, N>& ids, Output<B, N>& y, const Mask<B, N>&) const {
+  template <size_t B, size_t N, class Pool>
+  void run(const Input<B, N>& ids, Output<B, N>& y, Nothing, const Mask<B, N>&, Pool&&) const {
     apply<B * N>(ids.data(), y.data());
   }
 
@@ -59,7 +59,8 @@ struct Embedding {
     const IdTensor<B, N>* ids = nullptr;  // the input of the last forward
     Tensor<B, N, D> out;
 
-    const Tensor<B, N, D>& forward(const Embedding& p, const IdTensor<B, N>& in) {
+    // As a step of a chain: row by row, the pass's mask not read.
+    const Tensor<B, N, D>& forward(const Embedding& p, const IdTensor<B, N>& in, const Mask<B, N>& = {}) {
       ids = &in;
       p.template apply<B * N>(in.data(), out.data());
       return out;

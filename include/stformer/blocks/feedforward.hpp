@@ -122,8 +122,8 @@ struct FeedForward {
   static constexpr bool in_place = true;
   template <size_t B, size_t N, size_t Room>
   using Scratch = Tile<rows_in_room(B * N, P::tile_least(B * N), Room, tile_row_bytes)>;
-  template <size_t B, size_t N, size_t T>
-  void forward_in_place(Input<B, N>& h, Tile<T>& w) const {
+  template <size_t B, size_t N, size_t T, class Pool>
+  void forward_in_place(Input<B, N>& h, Tile<T>& w, const Mask<B, N>&, Pool&&) const {
     apply_tiled<B * N, T>(h.data(), h.data(), w);
   }
 
@@ -166,6 +166,11 @@ struct FeedForward {
     using Dx = Tensor<L..., D>;
     using Workspace = Tensor<L..., F>;  // the gradient of the hidden rows
 
+    // As a step of a chain: row by row, the pass's mask not read.
+    template <class X, size_t B, size_t N>
+    decltype(auto) forward(const FeedForward& p, const X& x, const Mask<B, N>&) {
+      return forward(p, x);
+    }
     template <class X>
     const Tensor<L..., D>& forward(const FeedForward& p, const X& x) {
       static_assert(shape_is<X, L..., D>, "FeedForward: input rows x must be [..., D] (the pass's sizes, the layer's width D)");

@@ -55,6 +55,11 @@ struct ISAB {
     mab1.forward_in_place(w.hm, x, w.phase.template start<typename Wk::Work1>(), keys);
     mab2.forward_in_place(x, w.hm, w.phase.template start<typename Wk::Work2>());
   }
+  // As a step: the pass's key mask (a set has no order: the causal flag is not read).
+  template <size_t B, size_t N, size_t T, class Pool>
+  void forward_in_place(TensorOf<Stream, B, N, D>& x, Work<B, N, T>& w, const Mask<B, N>& mask, Pool&&) const {
+    forward_in_place(x, w, mask.keys);
+  }
 
   // A step of a Sequential (stformer/sequential.hpp): forward_in_place, Work its scratch.
   template <size_t B, size_t N>
@@ -110,6 +115,11 @@ struct ISAB {
       Phases<WorkspaceOf<decltype(mab1)>, WorkspaceOf<decltype(mab2)>> mab;
     };
 
+    // As a step of a chain: the pass's key mask (the causal flag is not read).
+    template <class X>
+    const Tensor<B, N, D>& forward(const ISAB& p, const X& x, const Mask<B, N>& mask) {
+      return forward(p, x, mask.keys);
+    }
     template <class X>
     const Tensor<B, N, D>& forward(const ISAB& p, const X& x, const KeyMask<B, N>* keys = nullptr) {
       static_assert(shape_is<X, B, N, D>, "ISAB: input set X must be [B, N, D] (the pass's sizes, the block's width D)");

@@ -47,8 +47,8 @@ struct RowNorm {
   template <size_t B, size_t N>
   using Input = Tensor<B, N, D>;
   static constexpr bool in_place = true;
-  template <size_t B, size_t N>
-  void forward_in_place(Tensor<B, N, D>& h) const {
+  template <size_t B, size_t N, class Pool>
+  void forward_in_place(Tensor<B, N, D>& h, Nothing, const Mask<B, N>&, Pool&&) const {
     apply<B * N>(h.data(), h.data());
   }
 
@@ -62,6 +62,11 @@ struct RowNorm {
     [[no_unique_address]] std::conditional_t<Centred, Tensor<rows>, Nothing> mean;
     Tensor<rows> rstd;
 
+    // As a step of a chain: row by row, the pass's mask not read.
+    template <class X, size_t B, size_t N>
+    decltype(auto) forward(const RowNorm& p, const X& x, const Mask<B, N>&) {
+      return forward(p, x);
+    }
     template <class X>
     const Tensor<L..., D>& forward(const RowNorm& p, const X& in) {
       static_assert(shape_is<X, L..., D>, "LayerNorm, RMSNorm: input rows x must be [..., D] (the pass's sizes, the norm's width D)");

@@ -157,8 +157,8 @@ struct Linear : LinearCalls<Linear<In, Out, WeightInit, HasBias>, In, Out> {
   using Input = Tensor<B, N, In>;
   template <size_t B, size_t N>
   using Output = Tensor<B, N, Out>;
-  template <size_t B, size_t N, class Pool = Serial>
-  void run(const Input<B, N>& x, Output<B, N>& y, const Mask<B, N>&, Pool&& pool = Pool{}) const {
+  template <size_t B, size_t N, class Pool>
+  void run(const Input<B, N>& x, Output<B, N>& y, Nothing, const Mask<B, N>&, Pool&& pool) const {
     this->template apply_columns<B * N>(x.data(), y.data(), pool);
   }
 
@@ -169,6 +169,11 @@ struct Linear : LinearCalls<Linear<In, Out, WeightInit, HasBias>, In, Out> {
     const Tensor<L..., In>* x = nullptr;  // the input of the last forward
     Tensor<L..., Out> out;
 
+    // As a step of a chain: row by row, the pass's mask not read.
+    template <class X, size_t B, size_t N>
+    decltype(auto) forward(const Linear& p, const X& x, const Mask<B, N>&) {
+      return forward(p, x);
+    }
     // Relu: out = max(x Wᵀ + b, 0) in the same pass (FeedForward's first layer). p: a Linear, or
     // a LinearRef (and grad: the gradients' Linear or LinearRef<In, Out, float>).
     template <bool Relu = false, class Lin, class X>

@@ -35,8 +35,8 @@ struct MeanPool {
   using Input = Tensor<B, N, D>;
   template <size_t B, size_t N>
   using Output = Tensor<B, 1, D>;
-  template <size_t B, size_t N>
-  void run(const Input<B, N>& x, Output<B, N>& y, const Mask<B, N>& mask) const {
+  template <size_t B, size_t N, class Pool>
+  void run(const Input<B, N>& x, Output<B, N>& y, Nothing, const Mask<B, N>& mask, Pool&&) const {
     for (size_t b = 0; b < B; ++b) pool<B, N>(x.data() + b * N * D, y.data() + b * D, b, mask.keys);
   }
 
@@ -47,7 +47,7 @@ struct MeanPool {
     template <class X>
     const Tensor<B, 1, D>& forward(const MeanPool& p, const X& x, const KeyMask<B, N>* keys = nullptr) {
       static_assert(shape_is<X, B, N, D>, "MeanPool: input rows x must be [B, N, D] (the pass's sizes, the pool's width D)");
-      p.run(x, out, Mask<B, N>{.keys = keys});
+      p.run(x, out, Nothing{}, Mask<B, N>{.keys = keys}, Serial{});
       return out;
     }
   };
@@ -59,6 +59,11 @@ struct MeanPool {
     KeyMask<B, N> seen;  // the rows pooled
     Tensor<B> inv;       // 1/n_b
 
+    // As a step of a chain: the pass's key mask (the causal flag is not read).
+    template <class X>
+    const Tensor<B, 1, D>& forward(const MeanPool& p, const X& x, const Mask<B, N>& mask) {
+      return forward(p, x, mask.keys);
+    }
     template <class X>
     const Tensor<B, 1, D>& forward(const MeanPool&, const X& x, const KeyMask<B, N>* keys = nullptr) {
       static_assert(shape_is<X, B, N, D>, "MeanPool: input rows x must be [B, N, D] (the pass's sizes, the pool's width D)");

@@ -47,8 +47,8 @@ struct PMA {
   using Output = TensorOf<Stream, B, K, D>;
   template <size_t B, size_t N, size_t Room>
   using Scratch = Work<B, N>;
-  template <size_t B, size_t N, size_t T>
-  void run(const Input<B, N>& x, Output<B, N>& y, Work<B, N, T>& w, const Mask<B, N>& mask) const {
+  template <size_t B, size_t N, size_t T, class Pool>
+  void run(const Input<B, N>& x, Output<B, N>& y, Work<B, N, T>& w, const Mask<B, N>& mask, Pool&&) const {
     forward_into(x, y, w, mask.keys);
   }
 
@@ -94,6 +94,11 @@ struct PMA {
       WorkspaceOf<decltype(mab)> part;
     };
 
+    // As a step of a chain: the pass's key mask (the causal flag is not read).
+    template <class X>
+    const Tensor<B, K, D>& forward(const PMA& p, const X& x, const Mask<B, N>& mask) {
+      return forward(p, x, mask.keys);
+    }
     template <class X>
     const Tensor<B, K, D>& forward(const PMA& p, const X& x, const KeyMask<B, N>* keys = nullptr) {
       static_assert(shape_is<X, B, N, D>, "PMA: input set X must be [B, N, D] (the pass's sizes, the block's width D)");

@@ -163,8 +163,8 @@ struct PointerHead {
     TensorOf<typename P::template Row<8>, B, 1, D> queries;  // q for every batch row
     typename Pointer::template Work<B, 1, N> pointer;
   };
-  template <size_t B, size_t N, size_t Room>
-  void run(const Input<B, N>& x, Output<B, N>& logp, Scratch<B, N, Room>& w, const Mask<B, N>& mask) const {
+  template <size_t B, size_t N, size_t Room, class Pool>
+  void run(const Input<B, N>& x, Output<B, N>& logp, Scratch<B, N, Room>& w, const Mask<B, N>& mask, Pool&&) const {
     for (size_t b = 0; b < B; ++b) std::copy(query.begin(), query.end(), w.queries.begin() + b * D);
     if constexpr (!P::integer) sn_q.template apply<B>(w.queries.data(), w.queries.data());
     pointer.score(w.queries.data(), x.data(), logp.data(), w.pointer, mask.keys);
@@ -199,6 +199,11 @@ struct PointerHead {
       WorkspaceOf<decltype(pointer)> part;
     };
 
+    // As a step of a chain: the pass's key mask (the causal flag is not read).
+    template <class X>
+    const Tensor<B, 1, N>& forward(const PointerHead& p, const X& x, const Mask<B, N>& mask) {
+      return forward(p, x, mask.keys);
+    }
     template <class X>
     const Tensor<B, 1, N>& forward(const PointerHead& p, const X& x, const KeyMask<B, N>* keys = nullptr) {
       static_assert(shape_is<X, B, N, D>, "PointerHead: rows x must be [B, N, D] (the pass's sizes, the head's width D)");

@@ -26,8 +26,8 @@ struct PositionalEncoding {
   template <size_t B, size_t N>
   using Input = Tensor<B, N, D>;
   static constexpr bool in_place = true;
-  template <size_t B, size_t N>
-  void forward_in_place(Tensor<B, N, D>& x) const {
+  template <size_t B, size_t N, class Pool>
+  void forward_in_place(Tensor<B, N, D>& x, Nothing, const Mask<B, N>&, Pool&&) const {
     static_assert(N <= L, "PositionalEncoding: sequence length N exceeds the table length L");
     for (size_t b = 0; b < B; ++b) kernels::add_to<N * D>(table().data(), x.data() + b * N * D);
   }
@@ -40,7 +40,7 @@ struct PositionalEncoding {
     const Tensor<B, N, D>& forward(const PositionalEncoding& p, const X& x) {
       static_assert(shape_is<X, B, N, D>, "PositionalEncoding: input rows x must be [B, N, D] (the pass's sizes, the table's width D)");
       if (&x != &out) std::copy(x.begin(), x.end(), out.begin());
-      p.forward_in_place(out);
+      p.forward_in_place(out, Nothing{}, Mask<B, N>{}, Serial{});
       return out;
     }
   };
@@ -50,6 +50,11 @@ struct PositionalEncoding {
     static_assert(N <= L, "PositionalEncoding: sequence length N exceeds the table length L");
     Tensor<B, N, D> out;
 
+    // As a step of a chain: row by row, the pass's mask not read.
+    template <class X>
+    decltype(auto) forward(const PositionalEncoding& p, const X& x, const Mask<B, N>&) {
+      return forward(p, x);
+    }
     template <class X>
     const Tensor<B, N, D>& forward(const PositionalEncoding&, const X& x) {
       static_assert(shape_is<X, B, N, D>, "PositionalEncoding: input rows x must be [B, N, D] (the pass's sizes, the table's width D)");

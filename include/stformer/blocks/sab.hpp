@@ -32,6 +32,11 @@ struct SAB {
   void forward_in_place(TensorOf<Stream, B, N, D>& x, Work<B, N, T>& w, const KeyMask<B, N>* keys = nullptr) const {
     mab.forward_in_place(x, x, w, keys);
   }
+  // As a step: the pass's key mask (a set has no order: the causal flag is not read).
+  template <size_t B, size_t N, size_t T, class Pool>
+  void forward_in_place(TensorOf<Stream, B, N, D>& x, Work<B, N, T>& w, const Mask<B, N>& mask, Pool&&) const {
+    forward_in_place(x, w, mask.keys);
+  }
 
   // A step of a Sequential (stformer/sequential.hpp): forward_in_place, Work its scratch.
   template <size_t B, size_t N>
@@ -76,6 +81,11 @@ struct SAB {
       WorkspaceOf<decltype(mab)> part;
     };
 
+    // As a step of a chain: the pass's key mask (the causal flag is not read).
+    template <class X>
+    const Tensor<B, N, D>& forward(const SAB& p, const X& x, const Mask<B, N>& mask) {
+      return forward(p, x, mask.keys);
+    }
     template <class X>
     const Tensor<B, N, D>& forward(const SAB& p, const X& x, const KeyMask<B, N>* keys = nullptr) {
       static_assert(shape_is<X, B, N, D>, "SAB: input set X must be [B, N, D] (the pass's sizes, the block's width D)");

@@ -33,8 +33,8 @@ struct ScaleNorm {
   template <size_t B, size_t N>
   using Input = Tensor<B, N, D>;
   static constexpr bool in_place = true;
-  template <size_t B, size_t N>
-  void forward_in_place(Tensor<B, N, D>& h) const {
+  template <size_t B, size_t N, class Pool>
+  void forward_in_place(Tensor<B, N, D>& h, Nothing, const Mask<B, N>&, Pool&&) const {
     apply<B * N>(h.data(), h.data());
   }
 
@@ -47,6 +47,11 @@ struct ScaleNorm {
     Tensor<L..., D> out;
     Tensor<rows> rnorm;  // 1 / max(‖x‖, eps) of each row
 
+    // As a step of a chain: row by row, the pass's mask not read.
+    template <class X, size_t B, size_t N>
+    decltype(auto) forward(const ScaleNorm& p, const X& x, const Mask<B, N>&) {
+      return forward(p, x);
+    }
     template <class X>
     const Tensor<L..., D>& forward(const ScaleNorm& p, const X& in) {
       static_assert(shape_is<X, L..., D>, "ScaleNorm: input rows x must be [..., D] (the pass's sizes, the norm's width D)");

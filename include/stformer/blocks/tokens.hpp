@@ -33,8 +33,8 @@ struct PositionEmbedding {
   template <size_t B, size_t N>
   using Input = Tensor<B, N, D>;
   static constexpr bool in_place = true;
-  template <size_t B, size_t N>
-  void forward_in_place(Tensor<B, N, D>& x) const {
+  template <size_t B, size_t N, class Pool>
+  void forward_in_place(Tensor<B, N, D>& x, Nothing, const Mask<B, N>&, Pool&&) const {
     static_assert(N <= L, "PositionEmbedding: the sequence is longer than the L positions it has");
     for (size_t b = 0; b < B; ++b) kernels::add_to<N * D>(weight.data(), x.data() + b * N * D);
   }
@@ -42,11 +42,16 @@ struct PositionEmbedding {
   template <size_t B, size_t N>
   struct Infer {
     Tensor<B, N, D> out;
+    // As a step of a chain: row by row, the pass's mask not read.
+    template <class X>
+    decltype(auto) forward(const PositionEmbedding& p, const X& x, const Mask<B, N>&) {
+      return forward(p, x);
+    }
     template <class X>
     const Tensor<B, N, D>& forward(const PositionEmbedding& p, const X& x) {
       static_assert(shape_is<X, B, N, D>, "PositionEmbedding: input rows x must be [B, N, D] (the pass's sizes, the block's width D)");
       out = x;
-      p.forward_in_place(out);
+      p.forward_in_place(out, Nothing{}, Mask<B, N>{}, Serial{});
       return out;
     }
   };
@@ -75,8 +80,8 @@ struct ClassToken {
   using Input = Tensor<B, N, D>;
   template <size_t B, size_t N>
   using Output = Tensor<B, N + 1, D>;
-  template <size_t B, size_t N>
-  void run(const Input<B, N>& x, Output<B, N>& y, const Mask<B, N>&) const {
+  template <size_t B, size_t N, class Pool>
+  void run(const Input<B, N>& x, Output<B, N>& y, Nothing, const Mask<B, N>&, Pool&&) const {
     for (size_t b = 0; b < B; ++b) {
       std::copy_n(cls_token.data(), D, y.data() + b * (N + 1) * D);
       std::copy_n(x.data() + b * N * D, N * D, y.data() + (b * (N + 1) + 1) * D);
@@ -86,10 +91,15 @@ struct ClassToken {
   template <size_t B, size_t N>
   struct Infer {
     Tensor<B, N + 1, D> out;
+    // As a step of a chain: row by row, the pass's mask not read.
+    template <class X>
+    decltype(auto) forward(const ClassToken& p, const X& x, const Mask<B, N>&) {
+      return forward(p, x);
+    }
     template <class X>
     const Tensor<B, N + 1, D>& forward(const ClassToken& p, const X& x) {
       static_assert(shape_is<X, B, N, D>, "ClassToken: input rows x must be [B, N, D] (the pass's sizes, the block's width D)");
-      p.run(x, out, Mask<B, N>{});
+      p.run(x, out, Nothing{}, Mask<B, N>{}, Serial{});
       return out;
     }
   };
@@ -115,18 +125,23 @@ struct FirstToken {
   using Input = Tensor<B, N, D>;
   template <size_t B, size_t N>
   using Output = Tensor<B, 1, D>;
-  template <size_t B, size_t N>
-  void run(const Input<B, N>& x, Output<B, N>& y, const Mask<B, N>&) const {
+  template <size_t B, size_t N, class Pool>
+  void run(const Input<B, N>& x, Output<B, N>& y, Nothing, const Mask<B, N>&, Pool&&) const {
     for (size_t b = 0; b < B; ++b) std::copy_n(x.data() + b * N * D, D, y.data() + b * D);
   }
 
   template <size_t B, size_t N>
   struct Infer {
     Tensor<B, 1, D> out;
+    // As a step of a chain: row by row, the pass's mask not read.
+    template <class X>
+    decltype(auto) forward(const FirstToken& p, const X& x, const Mask<B, N>&) {
+      return forward(p, x);
+    }
     template <class X>
     const Tensor<B, 1, D>& forward(const FirstToken& p, const X& x) {
       static_assert(shape_is<X, B, N, D>, "FirstToken: input rows x must be [B, N, D] (the pass's sizes, the block's width D)");
-      p.run(x, out, Mask<B, N>{});
+      p.run(x, out, Nothing{}, Mask<B, N>{}, Serial{});
       return out;
     }
   };

@@ -45,8 +45,8 @@ struct QEmbedding {
   using Input = IdTensor<B, N>;
   template <size_t B, size_t N>
   using Output = TensorOf<std::int16_t, B, N, D>;
-  template <size_t B, size_t N>
-  void run(const Input<B, N>& ids, Output<B, N>& y, const Mask<B, N>&) const {
+  template <size_t B, size_t N, class Pool>
+  void run(const Input<B, N>& ids, Output<B, N>& y, Nothing, const Mask<B, N>&, Pool&&) const {
     apply<B * N>(ids.data(), y.data());
   }
 

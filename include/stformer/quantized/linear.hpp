@@ -194,8 +194,8 @@ struct QLinear {
   using Output = TensorOf<std::int16_t, B, N, Out>;
   template <size_t B, size_t N, size_t Room>
   using Scratch = TensorOf<std::int32_t, rows_in_room(B * N, qtile_rows(B * N), Room, Out * sizeof(std::int32_t)), Out>;
-  template <size_t B, size_t N, size_t T>
-  void run(const Input<B, N>& x, Output<B, N>& y, TensorOf<std::int32_t, T, Out>& acc) const {
+  template <size_t B, size_t N, size_t T, class Pool>
+  void run(const Input<B, N>& x, Output<B, N>& y, TensorOf<std::int32_t, T, Out>& acc, const Mask<B, N>&, Pool&&) const {
     for_tiles<B * N, T>([&]<size_t R>(size_t i) { add_to<R, true>(x.data() + i * In, acc.data(), y.data() + i * Out); });
   }
 };
@@ -256,8 +256,8 @@ struct QFineLinear {
   using Output = TensorOf<std::int16_t, B, N, Out>;
   template <size_t B, size_t N, size_t Room>
   using Scratch = typename QLinear<In, Out>::template Scratch<B, N, Room>;
-  template <size_t B, size_t N, size_t T>
-  void run(const Input<B, N>& x, Output<B, N>& y, TensorOf<std::int32_t, T, Out>& acc) const {
+  template <size_t B, size_t N, size_t T, class Pool>
+  void run(const Input<B, N>& x, Output<B, N>& y, TensorOf<std::int32_t, T, Out>& acc, const Mask<B, N>&, Pool&&) const {
     for_tiles<B * N, T>([&]<size_t R>(size_t i) { add_to<R, true>(x.data() + i * In, acc.data(), y.data() + i * Out); });
   }
 };

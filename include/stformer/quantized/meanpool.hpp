@@ -33,8 +33,8 @@ struct QMeanPool {
   using Input = TensorOf<std::int16_t, B, N, D>;
   template <size_t B, size_t N>
   using Output = TensorOf<std::int16_t, B, 1, D>;
-  template <size_t B, size_t N>
-  void run(const Input<B, N>& x, Output<B, N>& y, const Mask<B, N>& mask) const {
+  template <size_t B, size_t N, class Pool>
+  void run(const Input<B, N>& x, Output<B, N>& y, Nothing, const Mask<B, N>& mask, Pool&&) const {
     static_assert(N < 65536, "QMeanPool: at most 65535 rows (int32 sums)");
     for (size_t b = 0; b < B; ++b) {
       std::int32_t sum[D] = {};

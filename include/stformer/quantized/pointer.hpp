@@ -114,8 +114,8 @@ struct DequantizeLogits {
 
   template <class X>
   using OutputFrom = typename quant::FloatOf<X>::type;
-  template <class X, size_t B, size_t N>
-  void run(const X& logits, OutputFrom<X>& logp, const Mask<B, N>&) const {
+  template <class X, size_t B, size_t N, class Pool>
+  void run(const X& logits, OutputFrom<X>& logp, Nothing, const Mask<B, N>&, Pool&&) const {
     static_assert(std::is_same_v<typename X::value_type, std::int32_t>, "DequantizeLogits: int32 logits in");
     constexpr size_t W = dims<X>.back();
     for (size_t i = 0; i < logits.size(); ++i) logp.data()[i] = logits.data()[i] == INT32_MIN ? kernels::neg_inf : float(logits.data()[i]) * scale(0);

@@ -37,8 +37,8 @@ struct QPositionalEncoding {
   template <size_t B, size_t N>
   using Input = TensorOf<std::int16_t, B, N, D>;
   static constexpr bool in_place = true;
-  template <size_t B, size_t N>
-  void forward_in_place(Input<B, N>& h) const {
+  template <size_t B, size_t N, class Pool>
+  void forward_in_place(Input<B, N>& h, Nothing, const Mask<B, N>&, Pool&&) const {
     static_assert(N <= L, "QPositionalEncoding: sequence length N exceeds the table length L");
     for (size_t b = 0; b < B; ++b)
       for (size_t i = 0; i < N * D; ++i) {

@@ -26,8 +26,8 @@ struct QuantizeInput {
   using Input = Tensor<B, N, W>;
   template <size_t B, size_t N>
   using Output = TensorOf<std::int16_t, B, N, W>;
-  template <size_t B, size_t N>
-  void run(const Input<B, N>& x, Output<B, N>& y, const Mask<B, N>&) const {
+  template <size_t B, size_t N, class Pool>
+  void run(const Input<B, N>& x, Output<B, N>& y, Nothing, const Mask<B, N>&, Pool&&) const {
     quant::quantize_input(x.data(), B * N * W, scale(0), y.data());
   }
 };
@@ -45,8 +45,8 @@ struct Dequantize {
   using Input = TensorOf<std::int16_t, B, N, W>;
   template <size_t B, size_t N>
   using Output = Tensor<B, N, W>;
-  template <size_t B, size_t N>
-  void run(const Input<B, N>& x, Output<B, N>& y, const Mask<B, N>&) const {
+  template <size_t B, size_t N, class Pool>
+  void run(const Input<B, N>& x, Output<B, N>& y, Nothing, const Mask<B, N>&, Pool&&) const {
     for (size_t i = 0; i < B * N * W; ++i) y.data()[i] = scale(0) * float(x.data()[i]);
   }
 };

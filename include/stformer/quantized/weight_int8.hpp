@@ -56,8 +56,8 @@ struct Int8Embedding {
   using Input = IdTensor<B, N>;
   template <size_t B, size_t N>
   using Output = Tensor<B, N, D>;
-  template <size_t B, size_t N>
-  void run(const Input<B, N>& ids, Output<B, N>& y) const {
+  template <size_t B, size_t N, class Pool>
+  void run(const Input<B, N>& ids, Output<B, N>& y, Nothing, const Mask<B, N>&, Pool&&) const {
     apply<B * N>(ids.data(), y.data());
   }
 
@@ -90,8 +90,8 @@ struct Int8Linear {
   using Input = Tensor<B, N, In>;
   template <size_t B, size_t N>
   using Output = Tensor<B, N, Out>;
-  template <size_t B, size_t N>
-  void run(const Input<B, N>& x, Output<B, N>& y) const {
+  template <size_t B, size_t N, class Pool>
+  void run(const Input<B, N>& x, Output<B, N>& y, Nothing, const Mask<B, N>&, Pool&&) const {
     apply<B * N>(x.data(), y.data());
   }
 
