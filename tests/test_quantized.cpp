@@ -4,8 +4,10 @@
 // "How it computes"): QLinear and the attention's projections 1.5% rms of the output,
 // QScaleNorm one output step, QMultiHeadAttention and the encoder and decoder blocks 3% rms, MAB
 // 1% (what it adds 1.5%), the pointer's log-probabilities 0.05.
+// QClassToken and QFirstToken against their formulas, entry by entry.
 // Then the quantized models: the pointer and set models and the integer language model close
-// to the float ones, quantize → save → load gives the same integers, bad quantized checkpoints
+// to the float ones, classifiers read from a class token (key-padded: padded rows change none
+// of the integers), quantize → save → load gives the same integers, bad quantized checkpoints
 // are refused; the language model with int8 embedding and head (weight-only) within 1%.
 #include <doctest/doctest.h>
 
