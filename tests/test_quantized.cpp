@@ -4,8 +4,10 @@
 // "How it computes"): QLinear and the attention's projections 1.5% rms of the output,
 // QScaleNorm one output step, QMultiHeadAttention and the encoder and decoder blocks 3% rms, MAB
 // 1% (what it adds 1.5%), the pointer's log-probabilities 0.05.
+// QClassToken and QFirstToken against their formulas, entry by entry.
 // Then the quantized models: the pointer and set models and the integer language model close
-// to the float ones, quantize → save → load gives the same integers, bad quantized checkpoints
+// to the float ones, classifiers read from a class token (key-padded: padded rows change none
+// of the integers), quantize → save → load gives the same integers, bad quantized checkpoints
 // are refused; the language model with int8 embedding and head (weight-only) within 1%.
 #include <doctest/doctest.h>
 
@@ -979,6 +981,15 @@ TEST_CASE("quantize: a sequence classifier of the library's blocks, trained, in 
                                                                         "3.requant.multiplier", "head.coarse.weight", "head.fine.weight", "output.scale"});
 }
 
+TEST_CASE("quantize: a BERT-style classifier (ids, a class token read back by FirstToken, pre-norm GELU layers, a final LayerNorm), trained, key-padded, in integers within 1 point") {
+  using TokenClassifier = Sequential<Named<"embedding", Embedding<kV, kD>>, Named<"cls", ClassToken<kD>>, PositionEmbedding<kL + 1, kD>,
+                                     Named<"layers", Repeat<EncoderBlock<kD, 4, 64, PreNorm<act::GELU>>, 2>>, Named<"norm", LayerNorm<kD>>,
+                                     FirstToken<kD>, Named<"head", Linear<kD, 2>>>;
+  trained_classifier<TokenClassifier>("sequence classifier (class token, pre-norm layers)",
+                                      {"embedding.weight", "cls.cls_token", "2.table", "layers.1.self_attn.wq.weight", "layers.1.ffn.table",
+                                       "norm.eps", "head.fine.weight", "output.scale"});
+}
+
 TEST_CASE("quantize: the classifier of PyTorch's layers (learned positions, post-norm LayerNorm and GELU, a final LayerNorm), trained, in integers within 1 point") {
   using TorchClassifier = Sequential<Named<"embedding", Embedding<kV, kD>>, PositionEmbedding<kL, kD>,
                                      Named<"layers", Repeat<EncoderBlock<kD, 4, 64, PostNorm<act::GELU>>, 2>>, Named<"norm", LayerNorm<kD>>,
@@ -1172,4 +1183,92 @@ TEST_CASE("quantize: SPEC's pointer and set models close to the float models, in
     MESSAGE("set plans, a set of 50: float " << sizeof(InferOf<FloatSet, 1, 50>) << " B, int8 " << sizeof(InferOf<G, 1, 50>) << " B");
     CHECK(sizeof(InferOf<G, 1, 50>) <= sizeof(InferOf<FloatSet, 1, 50>));
   }
+}
+
+TEST_CASE("QClassToken and QFirstToken: the token rounded to the stream's scale and the rows copied, entry by entry") {
+  constexpr size_t B = 2, N = 3, D = 5;
+  static_assert(std::is_same_v<Int8Of<ClassToken<D>>::type, QClassToken<D>> && std::is_same_v<Int8Of<FirstToken<D>>::type, QFirstToken<D>>);
+  // s = 2^−10: token / s is exact, so these are round(token / s) clamped to ±32767 by hand
+  const float s = 1.0f / 1024;
+  ClassToken<D> f;
+  const float token[D] = {0.3f, -1.25f, 0.002f, 40.0f, -40.0f};
+  const std::int16_t want[D] = {307, -1280, 2, 32767, -32767};  // 307.2, −1280, 2.048, 40960, −40960
+  std::copy_n(token, D, f.cls_token.data());
+  QClassToken<D> q;
+  q.from_float(f, {}, s, s);
+  for (size_t c = 0; c < D; ++c) CHECK(q.cls_token(0, 0, c) == want[c]);
+
+  Rng rng(79);
+  TensorOf<std::int16_t, B, N, D> x;
+  for (auto& v : x) v = std::int16_t(std::int32_t(rng.below(65535)) - 32767);
+  TensorOf<std::int16_t, B, N + 1, D> y;
+  q.run<B, N>(x, y, {});
+  for (size_t b = 0; b < B; ++b)
+    for (size_t c = 0; c < D; ++c) {
+      CHECK(y(b, 0, c) == want[c]);
+      for (size_t n = 0; n < N; ++n) CHECK(y(b, 1 + n, c) == x(b, n, c));
+    }
+  TensorOf<std::int16_t, B, 1, D> first;
+  QFirstToken<D>{}.run<B, N>(x, first, {});
+  for (size_t b = 0; b < B; ++b)
+    for (size_t c = 0; c < D; ++c) CHECK(first(b, 0, c) == x(b, 0, c));
+}
+
+TEST_CASE("quantize: a ViT-style classifier of rows (ClassToken, learned positions, encoder blocks, a final LayerNorm, FirstToken), key-padded, within 3% rms of the float model; saved and loaded, the same integers") {
+  constexpr size_t B = 4, N = 8, In = 6, D = 16, C = 3;
+  using M = Sequential<Linear<In, D>, ClassToken<D>, PositionEmbedding<N + 1, D>, Named<"blocks", Repeat<EncoderBlock<D, 2, 32>, 2>>,
+                       Named<"norm", LayerNorm<D>>, FirstToken<D>, Named<"head", Linear<D, C>>>;
+  using Q = Quantized<M>;
+  static_assert(std::is_same_v<Q::BlockAt<2>, QClassToken<D>> && std::is_same_v<Q::BlockAt<6>, QFirstToken<D>>,
+                "input, 0 (QFineLinear), the class token, the positions, blocks, norm, the first row, head, output");
+  auto p = test::make<M>();
+  Rng rng(78);
+  init_params(*p, rng);
+  test::randomize(*p, rng);  // the class token too (ClassToken starts at zeros)
+  const auto keys = test::lengths_mask<B, N>({8, 6, 3, 1});
+  Calibration<M, B, N> cal(*p);
+  Tensor<B, N, In> x;
+  for (int i = 0; i < 8; ++i) test::fill(x, rng), cal.observe(x, &keys);
+  const auto q = cal.quantize();
+  const auto names = test::param_names(*q);
+  for (const char* n : {"input.scale", "0.fine.weight", "1.cls_token", "2.table", "blocks.1.attn.wq.weight", "norm.weight", "head.fine.weight", "output.scale"})
+    CHECK_MESSAGE(std::find(names.begin(), names.end(), n) != names.end(), n);
+  const double gap = rms_gap(*p, *q, x, keys, rng);
+  MESSAGE("ViT-style classifier -> " << C << " logits, key-padded: int8 within " << 100 * gap << "% rms of the float model; plans: float "
+                                     << sizeof(InferOf<M, 1, N>) << " B, int8 " << sizeof(InferOf<Q, 1, N>) << " B");
+  CHECK(gap < 0.03);
+
+  // The keys shifted past the class token: batch row 2 computes what its 3 rows alone do, the
+  // same integers whatever its padded rows hold; without the mask they count.
+  auto qi = test::make<InferOf<Q, B, N>>();
+  test::fill(x, rng);
+  const Tensor<B, 1, C> y = qi->forward(*q, x, &keys);
+  for (size_t n = 3; n < N; ++n)
+    for (size_t k = 0; k < In; ++k) x(2, n, k) = 5.0f * rng.normal();
+  const Tensor<B, 1, C> repadded = qi->forward(*q, x, &keys);
+  Tensor<1, 3, In> alone;
+  for (size_t n = 0; n < 3; ++n)
+    for (size_t k = 0; k < In; ++k) alone(0, n, k) = x(2, n, k);
+  auto short_qi = test::make<InferOf<Q, 1, 3>>();
+  const auto& want = short_qi->forward(*q, alone);
+  const Tensor<B, 1, C> unmasked = qi->forward(*q, x);
+  double moved = 0;
+  for (size_t c = 0; c < C; ++c) {
+    CHECK(repadded(2, 0, c) == y(2, 0, c));
+    CHECK(want(0, 0, c) == y(2, 0, c));
+    moved += std::abs(unmasked(2, 0, c) - y(2, 0, c));
+  }
+  CHECK(moved > 1e-3);
+
+  // saved and loaded: the token in int16, the same outputs
+  const auto path = std::filesystem::temp_directory_path() / "stformer_quantized_vit.safetensors";
+  save_params(path, *q);
+  const auto file = safetensors::File::read(path);
+  CHECK(file.at("1.cls_token").dtype == safetensors::Dtype::I16);
+  CHECK(file.at("1.cls_token").shape == std::vector<size_t>{1, 1, D});
+  auto back = test::make<Q>();
+  load_quantized(file, *back);
+  std::filesystem::remove(path);
+  const Tensor<B, 1, C> before = qi->forward(*q, x, &keys);
+  CHECK(test::same_bits(before, qi->forward(*back, x, &keys)));
 }

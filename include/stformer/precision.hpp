@@ -1,7 +1,7 @@
 // A composite block's precision, its last template parameter: what its leaves are and what flows
 // between them. The composite blocks (FeedForward, EncoderBlock, DecoderBlock, MAB, SAB, ISAB,
 // PMA, PointerHead) are written once over it; only the leaves (Linear, the norms, the attention
-// cores, embeddings, positions, pooling) have an integer form of their own. A block at precision::int8 needs the leaves'
+// cores, embeddings, positions, the class token, pooling) have an integer form of their own. A block at precision::int8 needs the leaves'
 // forms: include <stformer/quantize.hpp> (else "Int8Of: this block has no integer form", naming
 // the leaf).
 //   precision::float32 (the default): the float leaves on float rows; training (Acts) and

@@ -58,6 +58,7 @@
 #include "quantized/positional.hpp"
 #include "quantized/scalenorm.hpp"
 #include "quantized/stream.hpp"
+#include "quantized/tokens.hpp"
 #include "sequential.hpp"
 
 namespace stformer::inline STFORMER_ABI {

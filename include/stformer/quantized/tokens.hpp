@@ -1,0 +1,79 @@
+// ClassToken<D> and FirstToken<D> (blocks/tokens.hpp) on int16 streams. Both keep their input's
+// scale s (same_scale): their output rows are their input's, and the class token's row is
+// calibrated with them (the stream's max|·| is taken over ClassToken's whole output).
+//   QClassToken<D>:  x [B, N, D] -> y [B, N + 1, D]
+//                    y[b, 0] = cls_q, y[b, 1 + n] = x[b, n]
+//                    cls_q = clamp(round(cls_token / s), ±32767), made once from the float token
+//                    Tensors: cls_token I16 [1, 1, D]. prepends = 1: in a Sequential the steps
+//                    after it see the key-padding mask shifted past the token, as in float.
+//   QFirstToken<D>:  x [B, N, D] -> y [B, 1, D],  y[b, 0] = x[b, 0] (the class token's output)
+//                    No tensors.
+#pragma once
+
+#include "../config.hpp"
+
+#include <algorithm>
+#include <cstdint>
+
+#include "../blocks/tokens.hpp"
+#include "linear.hpp"
+
+namespace stformer::inline STFORMER_ABI {
+
+template <size_t D>
+struct QClassToken {
+  TensorOf<std::int16_t, 1, 1, D> cls_token;
+  static constexpr size_t prepends = 1;
+
+  template <class F, class... S>
+  static constexpr void visit(const Path& at, F& f, S&... s) {
+    f(at / "cls_token", Init{Init::zeros}, s.cls_token...);
+  }
+
+  using Float = ClassToken<D>;
+  static constexpr bool same_scale = true;
+  using Ranges = NoRanges;
+  void from_float(const Float& f, const Ranges&, float s, float) { quant::quantize_input(f.cls_token.data(), D, s, cls_token.data()); }
+
+  template <size_t B, size_t N>
+  using Input = TensorOf<std::int16_t, B, N, D>;
+  template <size_t B, size_t N>
+  using Output = TensorOf<std::int16_t, B, N + 1, D>;
+  template <size_t B, size_t N>
+  void run(const Input<B, N>& x, Output<B, N>& y, const Mask<B, N>&) const {
+    for (size_t b = 0; b < B; ++b) {
+      std::copy_n(cls_token.data(), D, y.data() + b * (N + 1) * D);
+      std::copy_n(x.data() + b * N * D, N * D, y.data() + (b * (N + 1) + 1) * D);
+    }
+  }
+};
+template <size_t D>
+struct Int8Of<ClassToken<D>> {
+  using type = QClassToken<D>;
+};
+
+template <size_t D>
+struct QFirstToken {
+  template <class F, class... S>
+  static constexpr void visit(const Path&, F&, S&...) {}
+
+  using Float = FirstToken<D>;
+  static constexpr bool same_scale = true;
+  using Ranges = NoRanges;
+  void from_float(const Float&, const Ranges&, float, float) {}
+
+  template <size_t B, size_t N>
+  using Input = TensorOf<std::int16_t, B, N, D>;
+  template <size_t B, size_t N>
+  using Output = TensorOf<std::int16_t, B, 1, D>;
+  template <size_t B, size_t N>
+  void run(const Input<B, N>& x, Output<B, N>& y, const Mask<B, N>&) const {
+    for (size_t b = 0; b < B; ++b) std::copy_n(x.data() + b * N * D, D, y.data() + b * D);
+  }
+};
+template <size_t D>
+struct Int8Of<FirstToken<D>> {
+  using type = QFirstToken<D>;
+};
+
+}  // namespace stformer
