@@ -39,8 +39,8 @@ struct QClassToken {
   using Input = TensorOf<std::int16_t, B, N, D>;
   template <size_t B, size_t N>
   using Output = TensorOf<std::int16_t, B, N + 1, D>;
-  template <size_t B, size_t N>
-  void run(const Input<B, N>& x, Output<B, N>& y, const Mask<B, N>&) const {
+  template <size_t B, size_t N, class Pool>
+  void run(const Input<B, N>& x, Output<B, N>& y, Nothing, const Mask<B, N>&, Pool&&) const {
     for (size_t b = 0; b < B; ++b) {
       std::copy_n(cls_token.data(), D, y.data() + b * (N + 1) * D);
       std::copy_n(x.data() + b * N * D, N * D, y.data() + (b * (N + 1) + 1) * D);
@@ -66,8 +66,8 @@ struct QFirstToken {
   using Input = TensorOf<std::int16_t, B, N, D>;
   template <size_t B, size_t N>
   using Output = TensorOf<std::int16_t, B, 1, D>;
-  template <size_t B, size_t N>
-  void run(const Input<B, N>& x, Output<B, N>& y, const Mask<B, N>&) const {
+  template <size_t B, size_t N, class Pool>
+  void run(const Input<B, N>& x, Output<B, N>& y, Nothing, const Mask<B, N>&, Pool&&) const {
     for (size_t b = 0; b < B; ++b) std::copy_n(x.data() + b * N * D, D, y.data() + b * D);
   }
 };
