@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "causal_lm.h"
+#include "causal_lm_q.h"
 #include "expected.h"
 #include "seqcls.h"
 #include "seqcls_q.h"
@@ -57,6 +58,15 @@ int main(void) {
         "the language model on input b, causal, as the host");
   check(causal_lm_predict_keys(input_a, keys, logits) == CAUSAL_LM_OK && memcmp(logits, expected_lm_a_keys, sizeof logits) == 0,
         "the language model on input a, causal, 5 rows, as the host");
+  check(CAUSAL_LM_Q_CAUSAL == 1 && memcmp(expected_lm_q_a, unmasked_lm_q_a, sizeof logits) != 0, "the integer language model is causal");
+  check(causal_lm_q_predict(input_a, logits) == CAUSAL_LM_Q_OK && memcmp(logits, expected_lm_q_a, sizeof logits) == 0,
+        "the integer language model on input a, causal, as the host");
+  check(causal_lm_q_predict_keys(input_a, keys, logits) == CAUSAL_LM_Q_OK && memcmp(logits, expected_lm_q_a_keys, sizeof logits) == 0,
+        "the integer language model on input a, causal, 5 rows, as the host");
+  int16_t logits_q[CAUSAL_LM_Q_OUTPUT_SIZE];
+  same = causal_lm_q_predict_int8(input_a, NULL, logits_q) == CAUSAL_LM_Q_OK;
+  for (int i = 0; i < CAUSAL_LM_Q_OUTPUT_SIZE; ++i) same = same && CAUSAL_LM_Q_OUTPUT_SCALE * (float)logits_q[i] == expected_lm_q_a[i];
+  check(same, "the integer language model on input a in integers only, causal: out_q times the output's scale is the host's output");
   printf("causal_lm: %u B of parameters, %u B of workspace\n", (unsigned)causal_lm_parameter_bytes, (unsigned)causal_lm_workspace_bytes);
   printf("seqcls_q (integers): %u B of parameters, %u B of workspace\n", (unsigned)seqcls_q_parameter_bytes, (unsigned)seqcls_q_workspace_bytes);
   printf("seqcls: %u B of parameters, %u B of workspace; %s\n", (unsigned)seqcls_parameter_bytes, (unsigned)seqcls_workspace_bytes,

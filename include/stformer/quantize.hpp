@@ -132,12 +132,28 @@ struct QuantizedChain<Sequential<S...>, std::index_sequence<I...>> {
                                   Chain<typename StepOf<I, sizeof...(S), S>::type...>>;
 };
 
+// The integer model's type: the chain itself, or, for a float model whose type declares
+// `static constexpr bool causal = true` (it runs with the causal mask: stformer/c_api_source.hpp,
+// declares_causal), a model derived from the chain that declares it too, so that its C API needs
+// the mask as well.
+template <class Model, class Chain>
+struct IntegerModel {
+  using type = Chain;
+};
+template <class Model, class Chain>
+  requires requires { requires Model::causal; }
+struct IntegerModel<Model, Chain> {
+  struct type : Chain {
+    static constexpr bool causal = true;
+  };
+};
+
 }  // namespace quant
 
 // The integer model of a composed float model.
 template <class Model>
-using Quantized =
-    typename quant::QuantizedChain<quant::ChainOf<Model>, std::make_index_sequence<quant::ChainOf<Model>::steps>>::type;
+using Quantized = typename quant::IntegerModel<
+    Model, typename quant::QuantizedChain<quant::ChainOf<Model>, std::make_index_sequence<quant::ChainOf<Model>::steps>>::type>::type;
 
 namespace quant {
 
