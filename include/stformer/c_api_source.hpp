@@ -44,12 +44,6 @@
 
 namespace stformer::inline STFORMER_ABI {
 
-// Whether Model's type declares that it runs with the causal mask, as a causal language model
-// does (row i of its output reads rows 0 .. i of its input alone):
-//   struct CausalLM : Sequential<...> { static constexpr bool causal = true; };
-template <class Model>
-inline constexpr bool declares_causal = requires { requires Model::causal; };
-
 struct CApiNames {
   std::string_view type;     // the model's type as the included header names it
   std::string_view include;  // the header that declares it

@@ -132,16 +132,15 @@ struct QuantizedChain<Sequential<S...>, std::index_sequence<I...>> {
                                   Chain<typename StepOf<I, sizeof...(S), S>::type...>>;
 };
 
-// The integer model's type: the chain itself, or, for a float model whose type declares
-// `static constexpr bool causal = true` (it runs with the causal mask: stformer/c_api_source.hpp,
-// declares_causal), a model derived from the chain that declares it too, so that its C API needs
-// the mask as well.
+// The integer model's type: the chain itself, or, for a float model that declares_causal
+// (stformer/tensor.hpp), a model derived from the chain that declares it too, so that its C API
+// needs the causal mask as well.
 template <class Model, class Chain>
 struct IntegerModel {
   using type = Chain;
 };
 template <class Model, class Chain>
-  requires requires { requires Model::causal; }
+  requires declares_causal<Model>
 struct IntegerModel<Model, Chain> {
   struct type : Chain {
     static constexpr bool causal = true;
