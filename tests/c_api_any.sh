@@ -5,7 +5,10 @@
 # seqcls.cpp (float) and seqcls_q.h and seqcls_q.cpp (integers) from seq_classifier.hpp and the
 # checkpoints, the sources are compiled as C++ (-fno-exceptions -fno-rtti) and c_api_main.c as C,
 # linked by the C compiler with -lm alone, and run; then the integer model's image alone
-# (--image, seqcls_image.hpp), read in place by c_api_image.cpp.
+# (--image, seqcls_image.hpp), read in place by c_api_image.cpp. The causal language model of
+# causal_lm.hpp, whose type declares causal = true, is refused without --causal (the message
+# names it) and written with it (causal_lm.h, causal_lm.cpp), into the same C program, as is its
+# integer model's (causal_lm_q.h, causal_lm_q.cpp).
 set -eu
 fixture=$1 out=$2
 shift 2
@@ -19,12 +22,24 @@ sh "$here/../src/stformer-c-api" --header "$here/seq_classifier.hpp" --type SeqC
   --name seqcls --out "$out" --compile "$cxx -O1 -pthread $io"
 sh "$here/../src/stformer-c-api" --header "$here/seq_classifier.hpp" --type 'stformer::Quantized<SeqClassifier>' --rows 8 \
   --checkpoint "$out/seqcls_int8.safetensors" --name seqcls_q --out "$out" --compile "$cxx -O1 -pthread $io"
-for api in seqcls seqcls_q; do
+if sh "$here/../src/stformer-c-api" --header "$here/causal_lm.hpp" --type CausalLM --rows 8 --checkpoint "$out/causal_lm.safetensors" \
+  --name causal_lm --out "$out" --compile "$cxx -O1 -pthread $io" 2>"$out/refused.txt"; then
+  echo "FAIL: stformer-c-api wrote the C API of CausalLM (causal = true) without --causal"; exit 1
+fi
+grep -q "CausalLM declares causal = true.*give --causal" "$out/refused.txt" ||
+  { echo "FAIL: the refusal does not name --causal:"; cat "$out/refused.txt"; exit 1; }
+[ ! -e "$out/causal_lm.h" ] && [ ! -e "$out/causal_lm.cpp" ] || { echo "FAIL: the refused call wrote files"; exit 1; }
+echo "refused as it should be: $(cat "$out/refused.txt")"
+sh "$here/../src/stformer-c-api" --header "$here/causal_lm.hpp" --type CausalLM --rows 8 --causal --checkpoint "$out/causal_lm.safetensors" \
+  --name causal_lm --out "$out" --compile "$cxx -O1 -pthread $io"
+sh "$here/../src/stformer-c-api" --header "$here/causal_lm.hpp" --type 'stformer::Quantized<CausalLM>' --rows 8 --causal \
+  --checkpoint "$out/causal_lm_int8.safetensors" --name causal_lm_q --out "$out" --compile "$cxx -O1 -pthread $io"
+for api in seqcls seqcls_q causal_lm causal_lm_q; do
   # shellcheck disable=SC2086
   $cxx -O2 -fno-exceptions -fno-rtti -c -I"$here" -I"$out" "$out/$api.cpp" -o "$out/$api.o"
 done
 ${CC:-cc} -std=c99 -Wall -Wextra -Werror -c -I"$out" "$here/c_api_main.c" -o "$out/main.o"
-${CC:-cc} "$out/main.o" "$out/seqcls.o" "$out/seqcls_q.o" -lm -o "$out/c_api_main"
+${CC:-cc} "$out/main.o" "$out/seqcls.o" "$out/seqcls_q.o" "$out/causal_lm.o" "$out/causal_lm_q.o" -lm -o "$out/c_api_main"
 ${STFORMER_RUN:-} "$out/c_api_main"
 # the integer model's image alone (--image), read in place by a C++ program
 sh "$here/../src/stformer-c-api" --header "$here/seq_classifier.hpp" --type 'stformer::Quantized<SeqClassifier>' --image \

@@ -1,20 +1,29 @@
 // c_api_fixture OUT_DIR: the sequence classifier of seq_classifier.hpp with SPEC's
 // initialisation (seed 5) as OUT_DIR/seqcls.safetensors, its integer model (quantize, calibrated
-// on random sequences) as OUT_DIR/seqcls_int8.safetensors, and OUT_DIR/expected.h: two inputs
-// (token ids), a key mask, and the host's forward-only outputs of both models for them (exact
-// hexadecimal floats), which the C programs built from the generated APIs must reproduce bit for
-// bit.
+// on random sequences) as OUT_DIR/seqcls_int8.safetensors, the causal language model of
+// causal_lm.hpp (seed 7) as OUT_DIR/causal_lm.safetensors and its integer model (calibrated with
+// the causal mask) as OUT_DIR/causal_lm_int8.safetensors, and OUT_DIR/expected.h: two inputs
+// (token ids), a key mask, and the host's forward-only outputs of the models for them (exact
+// hexadecimal floats; the language model's with Mask{.causal = true}, with and without the keys,
+// and without any mask), which the C programs built from the generated APIs must reproduce bit
+// for bit.
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <memory>
 
+#include <stformer/c_api_source.hpp>
 #include <stformer/checkpoint.hpp>
 #include <stformer/quantize.hpp>
 
+#include "causal_lm.hpp"
 #include "seq_classifier.hpp"
 
 using namespace stformer;
+
+// The integer model of a model that declares causal = true declares it too: its C API is refused
+// without the mask as the float model's is.
+static_assert(declares_causal<CausalLM> && declares_causal<Quantized<CausalLM>> && !declares_causal<Quantized<SeqClassifier>>);
 
 int main(int argc, char** argv) {
   if (argc != 2) return 2;
@@ -63,5 +72,26 @@ int main(int argc, char** argv) {
   InferOf<Quantized<SeqClassifier>, 1, 8> qinfer;
   array("expected_q_a", qinfer.forward(*q, a));
   array("expected_q_a_keys", qinfer.forward(*q, a, &keys));
+  auto lm = std::make_unique<CausalLM>();
+  Rng lm_rng(7);
+  init_params(*lm, lm_rng);
+  save_params(out / "causal_lm.safetensors", *lm);
+  InferOf<CausalLM, 1, 8> lm_infer;
+  array("expected_lm_a", lm_infer.forward(*lm, a, Mask<1, 8>{.causal = true}));
+  array("expected_lm_b", lm_infer.forward(*lm, b, Mask<1, 8>{.causal = true}));
+  array("expected_lm_a_keys", lm_infer.forward(*lm, a, Mask<1, 8>{.causal = true, .keys = &keys}));
+  array("unmasked_lm_a", lm_infer.forward(*lm, a));  // what a C API without the mask gave
+  auto lm_calibration = std::make_unique<Calibration<CausalLM, 8, 8>>(*lm);
+  for (int i = 0; i < 8; ++i) {
+    IdTensor<8, 8> lm_ids;
+    for (auto& id : lm_ids) id = std::int32_t(lm_rng.below(11));
+    lm_calibration->observe(lm_ids, Mask<8, 8>{.causal = true});
+  }
+  const auto lm_q = lm_calibration->quantize();
+  save_params(out / "causal_lm_int8.safetensors", *lm_q);
+  InferOf<Quantized<CausalLM>, 1, 8> lm_qinfer;
+  array("expected_lm_q_a", lm_qinfer.forward(*lm_q, a, Mask<1, 8>{.causal = true}));
+  array("expected_lm_q_a_keys", lm_qinfer.forward(*lm_q, a, Mask<1, 8>{.causal = true, .keys = &keys}));
+  array("unmasked_lm_q_a", lm_qinfer.forward(*lm_q, a));
   return h.flush() ? 0 : 1;
 }

@@ -1,9 +1,11 @@
 /* The generated C APIs of a model that is not SPEC's (seq_classifier.hpp) and of its integer
-   model, from C: the outputs bit for bit as the host's (expected.h), the mask, the integer model's
-   integer entry, and the bad-input statuses. */
+   model, and of a causal language model (causal_lm.hpp), from C: the outputs bit for bit as the
+   host's (expected.h), the masks, the integer model's integer entry, and the bad-input statuses. */
 #include <stdio.h>
 #include <string.h>
 
+#include "causal_lm.h"
+#include "causal_lm_q.h"
 #include "expected.h"
 #include "seqcls.h"
 #include "seqcls_q.h"
@@ -44,6 +46,28 @@ int main(void) {
   check(seqcls_q_predict_int8(bad, NULL, out_q) == SEQCLS_Q_BAD_INPUT && seqcls_q_predict_int8(NULL, NULL, out_q) == SEQCLS_Q_BAD_INPUT &&
             seqcls_q_predict_int8(input_a, NULL, NULL) == SEQCLS_Q_BAD_INPUT,
         "the integer entry refuses a bad token id and null pointers");
+  /* the causal language model: the causal mask in every call, the keys on top of it */
+  float logits[CAUSAL_LM_OUTPUT_SIZE];
+  check(CAUSAL_LM_CAUSAL == 1 && SEQCLS_CAUSAL == 0 && SEQCLS_Q_CAUSAL == 0, "which APIs are causal");
+  check(CAUSAL_LM_OUTPUT_SIZE == 88 && CAUSAL_LM_INPUT_SIZE == 8 && CAUSAL_LM_VOCABULARY == 11, "the language model's sizes");
+  check(memcmp(expected_lm_a, unmasked_lm_a, sizeof logits) != 0 && memcmp(expected_lm_a, expected_lm_a_keys, sizeof logits) != 0,
+        "the masks change the language model's logits");
+  check(causal_lm_predict(input_a, logits) == CAUSAL_LM_OK && memcmp(logits, expected_lm_a, sizeof logits) == 0,
+        "the language model on input a, causal, as the host");
+  check(causal_lm_predict(input_b, logits) == CAUSAL_LM_OK && memcmp(logits, expected_lm_b, sizeof logits) == 0,
+        "the language model on input b, causal, as the host");
+  check(causal_lm_predict_keys(input_a, keys, logits) == CAUSAL_LM_OK && memcmp(logits, expected_lm_a_keys, sizeof logits) == 0,
+        "the language model on input a, causal, 5 rows, as the host");
+  check(CAUSAL_LM_Q_CAUSAL == 1 && memcmp(expected_lm_q_a, unmasked_lm_q_a, sizeof logits) != 0, "the integer language model is causal");
+  check(causal_lm_q_predict(input_a, logits) == CAUSAL_LM_Q_OK && memcmp(logits, expected_lm_q_a, sizeof logits) == 0,
+        "the integer language model on input a, causal, as the host");
+  check(causal_lm_q_predict_keys(input_a, keys, logits) == CAUSAL_LM_Q_OK && memcmp(logits, expected_lm_q_a_keys, sizeof logits) == 0,
+        "the integer language model on input a, causal, 5 rows, as the host");
+  int16_t logits_q[CAUSAL_LM_Q_OUTPUT_SIZE];
+  same = causal_lm_q_predict_int8(input_a, NULL, logits_q) == CAUSAL_LM_Q_OK;
+  for (int i = 0; i < CAUSAL_LM_Q_OUTPUT_SIZE; ++i) same = same && CAUSAL_LM_Q_OUTPUT_SCALE * (float)logits_q[i] == expected_lm_q_a[i];
+  check(same, "the integer language model on input a in integers only, causal: out_q times the output's scale is the host's output");
+  printf("causal_lm: %u B of parameters, %u B of workspace\n", (unsigned)causal_lm_parameter_bytes, (unsigned)causal_lm_workspace_bytes);
   printf("seqcls_q (integers): %u B of parameters, %u B of workspace\n", (unsigned)seqcls_q_parameter_bytes, (unsigned)seqcls_q_workspace_bytes);
   printf("seqcls: %u B of parameters, %u B of workspace; %s\n", (unsigned)seqcls_parameter_bytes, (unsigned)seqcls_workspace_bytes,
          failures ? "FAILED" : "outputs as the host's, bad inputs refused");

@@ -12,6 +12,10 @@
 //       its integer steps alone (no float arithmetic), the input quantized at NAME_INPUT_SCALE
 //       (int16, nearbyintf(x / scale) clamped to ±32767; token ids as they are), the output at
 //       NAME_OUTPUT_SCALE (int16, or int32 logits)
+// Every entry runs the pass with Mask<1, N>{.causal = names.causal, .keys = the keys or nullptr}.
+// A causal C API (.causal = true, NAME_CAUSAL 1 in the header) applies the causal mask in every
+// call (query i sees rows j <= i) and has no entry without it; a model whose type declares it
+// (declares_causal<Model>) is refused without .causal = true, so its C API cannot run it unmasked.
 // IN is float for rows, int32_t for token ids (a model that starts with an Embedding). Model may
 // be a float model or its integer one, Quantized<M> (stformer/quantize.hpp): the functions are
 // the same, the header says which. They
@@ -45,6 +49,7 @@ struct CApiNames {
   std::string_view include;  // the header that declares it
   std::string_view name;     // the prefix of the C names (an identifier)
   std::string_view source;   // where the parameters came from (a comment)
+  bool causal = false;       // every call applies the causal mask (required when declares_causal<Model>)
 };
 
 struct CApiSource {
@@ -63,6 +68,10 @@ CApiSource c_api_source(const Model& model, const CApiNames& names) {
     throw std::runtime_error("c_api_source: the name '" + name + "' is not a C identifier");
   for (char c : name)
     if (!std::isalnum(static_cast<unsigned char>(c)) && c != '_') throw std::runtime_error("c_api_source: the name '" + name + "' is not a C identifier");
+  if (declares_causal<Model> && !names.causal)
+    throw std::runtime_error("c_api_source: " + std::string(names.type) +
+                             " declares causal = true, and its C API was asked for without the causal mask: "
+                             "give --causal (stformer-c-api) or .causal = true (CApiNames)");
   std::string M = name;
   for (char& c : M) c = char(std::toupper(static_cast<unsigned char>(c)));
   constexpr auto elements = [](const auto& d) {
@@ -96,7 +105,10 @@ CApiSource c_api_source(const Model& model, const CApiNames& names) {
     << "   with the C math library (-lm) and nothing else. Not reentrant: the calls share one static\n"
     << "   workspace. */\n"
     << "#ifndef " << M << "_H\n#define " << M << "_H\n\n#include <stdint.h>\n\n#ifdef __cplusplus\nextern \"C\" {\n#endif\n\n"
-    << "#define " << M << "_ROWS " << N << "          /* rows (tokens, points) of an input */\n";
+    << "#define " << M << "_ROWS " << N << "          /* rows (tokens, points) of an input */\n"
+    << "#define " << M << "_CAUSAL " << (names.causal ? "1" : "0")
+    << (names.causal ? "        /* every call applies the causal mask: output row i reads input rows 0 .. i */\n"
+                     : "        /* no causal mask: every row reads every row present */\n");
   if constexpr (ids)
     h << "#define " << M << "_INPUT_SIZE " << in_size << "    /* the input: " << N << " token ids, each in [0, " << M << "_VOCABULARY) */\n"
       << "#define " << M << "_VOCABULARY " << Model::template BlockAt<0>::vocabulary << "\n";
@@ -113,9 +125,9 @@ CApiSource c_api_source(const Model& model, const CApiNames& names) {
     << "   calls use, as the compiler of " << name << ".cpp lays them out. */\n"
     << "extern const uint32_t " << name << "_parameter_bytes;\n"
     << "extern const uint32_t " << name << "_workspace_bytes;\n\n"
-    << "/* out[" << M << "_OUTPUT_SIZE] of in[" << M << "_INPUT_SIZE], every row present. */\n"
+    << "/* out[" << M << "_OUTPUT_SIZE] of in[" << M << "_INPUT_SIZE], every row present" << (names.causal ? ", causal" : "") << ". */\n"
     << "int " << name << "_predict(const " << in_c << "* in, float* out);\n\n"
-    << "/* The same with a key-padding mask: row j exists when keys[j] != 0 (keys[" << M << "_ROWS]). */\n"
+    << "/* The same with a key-padding mask" << (names.causal ? " as well" : "") << ": row j exists when keys[j] != 0 (keys[" << M << "_ROWS]). */\n"
     << "int " << name << "_predict_keys(const " << in_c << "* in, const uint8_t* keys, float* out);\n";
   if constexpr (integers) {
     const std::string qin_c = ids ? "int32_t" : "int16_t", qout_c = sizeof(QOut) == 4 ? "int32_t" : "int16_t";
@@ -144,7 +156,10 @@ CApiSource c_api_source(const Model& model, const CApiNames& names) {
     << "namespace {\n\nusing Model = " << name << "_image::Model;\nconstexpr std::size_t N = " << N << ";\n"
     << "stformer::InferOf<Model, 1, N> infer;  // the forward pass's workspace\n"
     << "Model::Input<1, N> x;                  // the input\n"
-    << "stformer::KeyMask<1, N> key_mask;       // the rows that exist\n\n"
+    << "stformer::KeyMask<1, N> key_mask;       // the rows that exist\n"
+    << "constexpr bool causal = " << (names.causal ? "true" : "false") << ";  // " << name << ".h's " << M << "_CAUSAL\n\n"
+    << "// The masks of every call: causal or not, as the API was written; the rows that exist (keys) or all.\n"
+    << "stformer::Mask<1, N> mask(const std::uint8_t* keys) { return {.causal = causal, .keys = keys != nullptr ? &key_mask : nullptr}; }\n\n"
     << "// What every entry checks first (the image, the pointers" << (ids ? ", the ids" : "") << ") and the key mask: 0 to go on.\n"
     << "int start(const " << (ids ? "std::int32_t" : "void") << "* in, const std::uint8_t* keys, const void* out) {\n"
     << "  if (!stformer::c_api::image_ok<" << (integers ? "true" : "false") << ">(" << name << "_image::model(), " << name << "_image::offsets)) return stformer::c_api::bad_image;\n"
@@ -157,7 +172,7 @@ CApiSource c_api_source(const Model& model, const CApiNames& names) {
     << "  if (const int status = start(in, keys, out)) return status;\n";
   if constexpr (!ids) c << "  if (!stformer::c_api::finite(in, x.size())) return stformer::c_api::bad_input;\n";
   c << "  std::copy_n(in, x.size(), x.data());\n"
-    << "  const auto& y = infer.forward(" << name << "_image::model(), x, keys != nullptr ? &key_mask : nullptr);\n"
+    << "  const auto& y = infer.forward(" << name << "_image::model(), x, mask(keys));\n"
     << "  std::copy_n(y.data(), y.size(), out);\n"
     << "  return stformer::c_api::ok;\n}\n\n}  // namespace\n\n"
     << "extern \"C\" {\n\n"
@@ -174,14 +189,13 @@ CApiSource c_api_source(const Model& model, const CApiNames& names) {
     c << "\n// The integer steps alone: " << (ids ? "0" : "1") << " .. steps − 2 (the steps between the float ends).\n"
       << "int " << name << "_predict_int8(const " << qin << "* in_q, const std::uint8_t* keys, " << qout << "* out_q) {\n"
       << "  if (const int status = start(in_q, keys, out_q)) return status;\n"
-      << "  const Model& model = " << name << "_image::model();\n"
-      << "  const stformer::Mask<1, N> mask{.keys = keys != nullptr ? &key_mask : nullptr};\n";
+      << "  const Model& model = " << name << "_image::model();\n";
     if constexpr (ids)
       c << "  std::copy_n(in_q, x.size(), x.data());\n"
-        << "  const auto& y = infer.forward_steps<0, Model::steps - 1>(model, x, mask);\n";
+        << "  const auto& y = infer.forward_steps<0, Model::steps - 1>(model, x, mask(keys));\n";
     else
       c << "  auto& x_q = infer.input<1>();\n  std::copy_n(in_q, x_q.size(), x_q.data());\n"
-        << "  const auto& y = infer.forward_steps<1, Model::steps - 1>(model, mask);\n";
+        << "  const auto& y = infer.forward_steps<1, Model::steps - 1>(model, mask(keys));\n";
     c << "  std::copy_n(y.data(), y.size(), out_q);\n  return stformer::c_api::ok;\n}\n";
   }
   c << "\n}  // extern \"C\"\n";

@@ -133,12 +133,27 @@ struct QuantizedChain<Sequential<S...>, std::index_sequence<I...>> {
                                   Chain<typename StepOf<I, sizeof...(S), S>::type...>>;
 };
 
+// The integer model's type: the chain itself, or, for a float model that declares_causal
+// (stformer/tensor.hpp), a model derived from the chain that declares it too, so that its C API
+// needs the causal mask as well.
+template <class Model, class Chain>
+struct IntegerModel {
+  using type = Chain;
+};
+template <class Model, class Chain>
+  requires declares_causal<Model>
+struct IntegerModel<Model, Chain> {
+  struct type : Chain {
+    static constexpr bool causal = true;
+  };
+};
+
 }  // namespace quant
 
 // The integer model of a composed float model.
 template <class Model>
-using Quantized =
-    typename quant::QuantizedChain<quant::ChainOf<Model>, std::make_index_sequence<quant::ChainOf<Model>::steps>>::type;
+using Quantized = typename quant::IntegerModel<
+    Model, typename quant::QuantizedChain<quant::ChainOf<Model>, std::make_index_sequence<quant::ChainOf<Model>::steps>>::type>::type;
 
 namespace quant {
 

@@ -122,6 +122,14 @@ struct Mask {
   }
 };
 
+// Whether Model's type declares that it runs with the causal mask, as a causal language model
+// does (row i of its output reads rows 0 .. i of its input alone):
+//   struct CausalLM : Sequential<...> { static constexpr bool causal = true; };
+// Passes take their masks as arguments all the same; the declaration is what a model's C API
+// (stformer/c_api_source.hpp) and its integer model (Quantized, stformer/quantize.hpp) keep.
+template <class Model>
+inline constexpr bool declares_causal = requires { requires Model::causal; };
+
 // Mask from valid lengths: keys[b][j] = j < length[b].
 template <size_t B, size_t Nk>
 KeyMask<B, Nk> key_mask_from_lengths(const size_t (&length)[B]) {
