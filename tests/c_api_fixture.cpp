@@ -80,7 +80,11 @@ int main(int argc, char** argv) {
   array("expected_lm_a", lm_infer.forward(*lm, a, Mask<1, 8>{.causal = true}));
   array("expected_lm_b", lm_infer.forward(*lm, b, Mask<1, 8>{.causal = true}));
   array("expected_lm_a_keys", lm_infer.forward(*lm, a, Mask<1, 8>{.causal = true, .keys = &keys}));
-  array("unmasked_lm_a", lm_infer.forward(*lm, a));  // what a C API without the mask gave
+  // what a C API without the mask gave: the chain of the model, which declares nothing (every
+  // pass of CausalLM itself runs causal)
+  using LmChain = CausalLM::Sequential;
+  InferOf<LmChain, 1, 8> chain_infer;
+  array("unmasked_lm_a", chain_infer.forward(static_cast<const LmChain&>(*lm), a));
   auto lm_calibration = std::make_unique<Calibration<CausalLM, 8, 8>>(*lm);
   for (int i = 0; i < 8; ++i) {
     IdTensor<8, 8> lm_ids;
@@ -92,6 +96,8 @@ int main(int argc, char** argv) {
   InferOf<Quantized<CausalLM>, 1, 8> lm_qinfer;
   array("expected_lm_q_a", lm_qinfer.forward(*lm_q, a, Mask<1, 8>{.causal = true}));
   array("expected_lm_q_a_keys", lm_qinfer.forward(*lm_q, a, Mask<1, 8>{.causal = true, .keys = &keys}));
-  array("unmasked_lm_q_a", lm_qinfer.forward(*lm_q, a));
+  using QChain = Quantized<CausalLM>::Sequential;
+  InferOf<QChain, 1, 8> qchain_infer;
+  array("unmasked_lm_q_a", qchain_infer.forward(static_cast<const QChain&>(*lm_q), a));
   return h.flush() ? 0 : 1;
 }

@@ -1202,14 +1202,14 @@ TEST_CASE("QClassToken and QFirstToken: the token rounded to the stream's scale 
   TensorOf<std::int16_t, B, N, D> x;
   for (auto& v : x) v = std::int16_t(std::int32_t(rng.below(65535)) - 32767);
   TensorOf<std::int16_t, B, N + 1, D> y;
-  q.run<B, N>(x, y, {});
+  q.run<B, N>(x, y, Nothing{}, Mask<B, N>{}, Serial{});
   for (size_t b = 0; b < B; ++b)
     for (size_t c = 0; c < D; ++c) {
       CHECK(y(b, 0, c) == want[c]);
       for (size_t n = 0; n < N; ++n) CHECK(y(b, 1 + n, c) == x(b, n, c));
     }
   TensorOf<std::int16_t, B, 1, D> first;
-  QFirstToken<D>{}.run<B, N>(x, first, {});
+  QFirstToken<D>{}.run<B, N>(x, first, Nothing{}, Mask<B, N>{}, Serial{});
   for (size_t b = 0; b < B; ++b)
     for (size_t c = 0; c < D; ++c) CHECK(first(b, 0, c) == x(b, 0, c));
 }

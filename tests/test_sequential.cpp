@@ -11,6 +11,7 @@
 #include <stformer/stformer.hpp>
 
 #include "reference.hpp"
+#include "causal_lm.hpp"
 #include "user_blocks.hpp"
 #include "util.hpp"
 #include "written_models.hpp"
@@ -421,4 +422,28 @@ TEST_CASE("Sequential: the key-padding mask follows the rows past a ClassToken; 
   auto unmasked = make<InferOf<M, 2, 6>>();
   const auto& other = unmasked->forward(*p, x);
   CHECK(std::abs(other(1, 0, 0) - want(0, 0, 0)) + std::abs(other(1, 0, 1) - want(0, 0, 1)) > 1e-3f);
+}
+
+// A model whose type declares causal = true (tests/causal_lm.hpp) runs with the causal mask
+// whatever mask its passes are given: the same bits as its chain given Mask{.causal = true},
+// and not those of the chain unmasked.
+TEST_CASE("Sequential: a model that declares causal runs causal, forward-only and training") {
+  using Chain = CausalLM::Sequential;
+  constexpr size_t B = 2, L = 8;
+  auto lm = make<CausalLM>();
+  Rng rng(5);
+  init_params(*lm, rng);
+  const Chain& chain = *lm;  // the same parameters, as the chain that declares nothing
+  IdTensor<B, L> ids;
+  for (auto& id : ids) id = std::int32_t(rng.below(11));
+  const KeyMask<B, L> keys = test::lengths_mask<B, L>({8, 5});
+  auto a = make<InferOf<CausalLM, B, L>>(), b = make<InferOf<Chain, B, L>>();
+  const auto causal = b->forward(chain, ids, Mask<B, L>{.causal = true});  // a copy: b runs again below
+  CHECK(same_bits(a->forward(*lm, ids), causal));
+  CHECK(same_bits(a->forward(*lm, ids, Mask<B, L>{}), causal));
+  CHECK_FALSE(same_bits(b->forward(chain, ids), causal));
+  CHECK(same_bits(a->forward(*lm, ids, &keys), b->forward(chain, ids, Mask<B, L>{.causal = true, .keys = &keys})));
+  auto ta = make<ActsOf<CausalLM, B, L>>(), tb = make<ActsOf<Chain, B, L>>();
+  CHECK(same_bits(ta->forward(*lm, ids), causal));
+  CHECK(same_bits(ta->forward(*lm, ids, &keys), tb->forward(chain, ids, Mask<B, L>{.causal = true, .keys = &keys})));
 }

@@ -511,6 +511,16 @@ struct Sequential {
     static_assert(same_shape<Input<B, N>, X>(), "Sequential: the model's input x is not the first step's Input<B, N> (the dimension and sizes above)");
   }
 
+  // The mask a pass of Model runs with: the caller's, and causal whatever the caller says when
+  // the model declares causal = true (stformer/tensor.hpp: declares_causal).
+  template <class Model, size_t B, size_t N>
+  static constexpr Mask<B, N> mask_of(Mask<B, N> mask) {
+    if constexpr (declares_causal<Model>) mask.causal = true;
+    return mask;
+  }
+  template <class Model>
+  static constexpr bool is_chain = std::is_base_of_v<Sequential, Model>;
+
   // M: what the records keep (Memory::replay: blocks replayed, ReplayActsOf).
   template <size_t B, size_t N, Memory M = Memory::keep>
   struct Acts {
@@ -559,13 +569,15 @@ struct Sequential {
       return at<index_of<Name>>();
     }
 
-    template <class X>
-    const Output<B, N>& forward(const Sequential& p, const X& x, const Mask<B, N>& mask = {}) {
+    template <class Model, class X>
+      requires is_chain<Model>
+    const Output<B, N>& forward(const Model& p, const X& x, const Mask<B, N>& mask = {}) {
       check_input<B, N, X>();
       return forward_to<steps - 1>(p, x, mask);
     }
-    template <class X>
-    const Output<B, N>& forward(const Sequential& p, const X& x, const KeyMask<B, N>* keys) {
+    template <class Model, class X>
+      requires is_chain<Model>
+    const Output<B, N>& forward(const Model& p, const X& x, const KeyMask<B, N>* keys) {
       return forward(p, x, Mask<B, N>{.keys = keys});
     }
 
@@ -585,8 +597,10 @@ struct Sequential {
     // The forward up to step Last's output, and the backward from dL/d(step I's output) down to
     // the model's input: for training code that runs the last steps itself (the language
     // model's head, on several threads).
-    template <size_t Last, size_t I = 0, class X>
-    const OutputAt<B, N, Last>& forward_to(const Sequential& p, const X& x, const Mask<B, N>& mask = {}) {
+    template <size_t Last, size_t I = 0, class Model, class X>
+      requires is_chain<Model>
+    const OutputAt<B, N, Last>& forward_to(const Model& p, const X& x, const Mask<B, N>& caller = {}) {
+      const Mask<B, N> mask = mask_of<Model>(caller);
       if constexpr (I == 0) shift_keys(mask, shifted);
       const auto& y = step::forward(at<I>(), p.template get<I>(), x, mask_at<B, N, I>(mask, shifted));
       if constexpr (I == Last)
@@ -693,12 +707,14 @@ struct Sequential {
     // steps that take one (Linear: its outputs in parts; the encoder and decoder blocks and
     // Repeat: their products and attention in parts of rows) run on its threads, the others on
     // the calling thread; the same bits for any pool, in the same arena.
-    template <class X, class Pool = Serial>
-    const Output<B, N>& forward(const Sequential& p, const X& x, const Mask<B, N>& mask = {}, Pool&& pool = Pool{}) {
+    template <class Model, class X, class Pool = Serial>
+      requires is_chain<Model>
+    const Output<B, N>& forward(const Model& p, const X& x, const Mask<B, N>& mask = {}, Pool&& pool = Pool{}) {
       return forward_steps<0, steps>(p, x, mask, pool);
     }
-    template <class X, class Pool = Serial>
-    const Output<B, N>& forward(const Sequential& p, const X& x, const KeyMask<B, N>* keys, Pool&& pool = Pool{}) {
+    template <class Model, class X, class Pool = Serial>
+      requires is_chain<Model>
+    const Output<B, N>& forward(const Model& p, const X& x, const KeyMask<B, N>* keys, Pool&& pool = Pool{}) {
       return forward(p, x, Mask<B, N>{.keys = keys}, pool);
     }
 
@@ -713,17 +729,19 @@ struct Sequential {
       static_assert(First > 0 && First < steps, "Sequential::Infer::input: the first step's input is the caller's");
       return *::new (arena + Layout::rows[First].in_offset) InputAt<B, N, First>;
     }
-    template <size_t First, size_t Last = steps, class Pool = Serial>
-    const OutputAt<B, N, Last - 1>& forward_steps(const Sequential& p, const Mask<B, N>& mask = {}, Pool&& pool = Pool{}) {
+    template <size_t First, size_t Last = steps, class Model, class Pool = Serial>
+      requires is_chain<Model>
+    const OutputAt<B, N, Last - 1>& forward_steps(const Model& p, const Mask<B, N>& mask = {}, Pool&& pool = Pool{}) {
       static_assert(First > 0 && First < Last && Last <= steps, "Sequential::Infer::forward_steps: steps First .. Last − 1 of the chain, First > 0");
-      return run_steps<First, Last>(p, std::launder(reinterpret_cast<const InputAt<B, N, First>*>(arena + Layout::rows[First].in_offset)), mask, pool);
+      return run_steps<First, Last>(p, std::launder(reinterpret_cast<const InputAt<B, N, First>*>(arena + Layout::rows[First].in_offset)),
+                                    mask_of<Model>(mask), pool);
     }
-    template <size_t First, size_t Last = steps, class X, class Pool = Serial>
-      requires(First == 0)
-    const OutputAt<B, N, Last - 1>& forward_steps(const Sequential& p, const X& x, const Mask<B, N>& mask = {}, Pool&& pool = Pool{}) {
+    template <size_t First, size_t Last = steps, class Model, class X, class Pool = Serial>
+      requires(First == 0 && is_chain<Model>)
+    const OutputAt<B, N, Last - 1>& forward_steps(const Model& p, const X& x, const Mask<B, N>& mask = {}, Pool&& pool = Pool{}) {
       static_assert(Last > 0 && Last <= steps, "Sequential::Infer::forward_steps: steps 0 .. Last − 1 of the chain");
       check_input<B, N, X>();
-      return run_steps<0, Last>(p, &x, mask, pool);
+      return run_steps<0, Last>(p, &x, mask_of<Model>(mask), pool);
     }
 
    private:
