@@ -195,6 +195,23 @@ static_assert(sizeof(ActsOf<Linear<5, 7>, 2, 3>) < sizeof(void*) + sizeof(Tensor
 static_assert(sizeof(ActsOf<EncoderBlock<16, 1, 64>, 1, 50>) <= 60000);
 static_assert(sizeof(WorkspaceOf<ActsOf<EncoderBlock<16, 1, 64>, 1, 50>>) <= 30000);
 
+// An integer plan is never larger than the float plan of the same model: the int16 streams are
+// half the float ones, a linear step's int32 accumulators at most a quarter of the float
+// layer's input and output, and the float end (Dequantize) writes its output over its input.
+// The models: SPEC's three, and the PyTorch tutorial's language model (nn.Embedding(1000, 64),
+// the sinusoidal positions, two causal nn.TransformerEncoderLayer(64, 2, 200), nn.Linear(64,
+// 1000)), whose head's phase dominates its pass.
+namespace {
+using TutorialLm = Sequential<Named<"encoder", Embedding<1000, 64>>, PositionalEncoding<32, 64>,
+                              Named<"layers", Repeat<EncoderBlock<64, 2, 200, PostNorm<>>, 2>>, Named<"decoder", Linear<64, 1000>>>;
+template <class M, size_t B, size_t N>
+constexpr bool integer_plan_fits = sizeof(InferOf<Quantized<M>, B, N>) <= sizeof(InferOf<M, B, N>);
+}  // namespace
+static_assert(integer_plan_fits<TutorialLm, 1, 32> && integer_plan_fits<TutorialLm, 2, 32>);
+static_assert(integer_plan_fits<PointerModel<2, 16, 1, 64, 2>, 1, 50> && integer_plan_fits<PointerModel<2, 16, 1, 64, 2>, 4, 50>);
+static_assert(integer_plan_fits<SetTransformer<2, 64, 4, 16, 2>, 1, 50> && integer_plan_fits<SetTransformer<2, 64, 4, 16, 2>, 4, 50>);
+static_assert(integer_plan_fits<LanguageModel<33278, 32, 128, 4, 512, 2>, 1, 32> && integer_plan_fits<LanguageModel<33278, 32, 128, 4, 512, 2>, 4, 32>);
+
 TEST_CASE("no heap allocation in a whole training step (forward, loss, backward, clipping, optimiser)") {
   constexpr size_t B = 4, N = 50;
   using P = PointerModel<2, 16, 1, 64, 2>;

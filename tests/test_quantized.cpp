@@ -759,6 +759,58 @@ TEST_CASE("Quantized language model: integers from the ids to the logits, within
   std::filesystem::remove(path);
 }
 
+TEST_CASE("A head whose phase dominates the pass: its accumulators in tiles of columns, Dequantize over its input; the same integers, a plan below the float one") {
+  // The PyTorch tutorial's language model in small (post-norm ReLU layers, a head of 300 words):
+  // the int16 logits [8, 300] and their floats are the pass's largest phase, so the head takes
+  // 8 rows and 128 of its columns at a time, and the float end writes over the int16 logits.
+  constexpr size_t V = 300, L = 8, D = 32, B = 1;
+  using M = Sequential<Named<"encoder", Embedding<V, D>>, PositionalEncoding<L, D>, Named<"layers", Repeat<EncoderBlock<D, 2, 64, PostNorm<>>, 2>>,
+                       Named<"decoder", Linear<D, V>>>;
+  using Q = Quantized<M>;
+  using Plan = InferOf<Q, B, L>;
+  static_assert(std::is_same_v<typename Plan::Layout::template ScratchAt<3>, TensorOf<std::int32_t, 8, 128>>, "the head's tile: 8 rows, 128 columns");
+  constexpr PlanRow out = Plan::plan()[4];
+  static_assert(out.over_input && out.out_offset == sizeof(Plan) - sizeof(Tensor<B, L, V>) && out.in_offset == sizeof(Plan) - sizeof(TensorOf<std::int16_t, B, L, V>),
+                "Dequantize at the arena's end, its int16 input in the second half of its float output");
+  static_assert(sizeof(Plan) == sizeof(Tensor<B, L, V>) && sizeof(Plan) < sizeof(InferOf<M, B, L>));
+  Rng rng(41, 0);
+  auto f = std::make_unique<M>();
+  init_params(*f, rng);
+  IdTensor<B, L> ids;
+  Calibration<M, B, L> calibration(*f);
+  for (int i = 0; i < 4; ++i) {
+    for (auto& id : ids) id = std::int32_t(rng.below(V));
+    calibration.observe(ids, Mask<B, L>{.causal = true});
+  }
+  const auto q = calibration.quantize();
+  auto pass = std::make_unique<Plan>();
+  for (auto& id : ids) id = std::int32_t(rng.below(V));
+  const Mask<B, L> causal{.causal = true};
+  // the head's input, and its logits from the whole tile (QLinear::add_to, all 300 columns)
+  const TensorOf<std::int16_t, B, L, D> h = pass->template forward_steps<0, 3>(*q, ids, causal);
+  TensorOf<std::int32_t, B * L, V> acc;
+  TensorOf<std::int16_t, B, L, V> want;
+  q->template get<3>().template add_to<B * L, true>(h.data(), acc.data(), want.data());
+  const TensorOf<std::int16_t, B, L, V> logits = pass->template forward_steps<0, 4>(*q, ids, causal);
+  CHECK(std::equal(logits.begin(), logits.end(), want.begin()));
+  size_t saturated = 0;
+  for (const std::int16_t v : want) saturated += v == INT16_MIN || v == INT16_MAX;
+  CHECK(saturated < want.size() / 100);  // the logits span the stream's range, not its ends
+  const auto& y = pass->forward(*q, ids, causal);
+  const float s = q->template get<4>().scale(0);
+  for (size_t i = 0; i < y.size(); ++i) CHECK_MESSAGE(y.data()[i] == s * float(want.data()[i]), i);
+  // Dequantize with its input at its output's start (the arena's other end in a longer chain):
+  // the same floats
+  struct alignas(64) Bytes {
+    unsigned char b[sizeof(Tensor<B, L, V>)];
+  };
+  auto bytes = std::make_unique<Bytes>();
+  const auto* x = ::new (bytes->b) TensorOf<std::int16_t, B, L, V>(want);
+  auto* z = ::new (bytes->b) Tensor<B, L, V>;
+  q->template get<4>().run(*x, *z, Nothing{}, causal, Serial{});
+  for (size_t i = 0; i < z->size(); ++i) CHECK_MESSAGE(z->data()[i] == s * float(want.data()[i]), i);
+}
+
 TEST_CASE("LanguageModelW8: int8 embedding and head within 1% of the float model's logits; saved and loaded, the same outputs") {
   constexpr size_t V = 300, L = 8, D = 32, H = 4, F = 64;
   using M = LanguageModel<V, L, D, H, F, 2>;

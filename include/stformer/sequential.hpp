@@ -33,6 +33,10 @@
 //   run(const Input& x, Output& y, Scratch& w, const Mask<B, N>& mask, Pool&& pool) const
 // or, taking whatever the step before gives (a quantized model's float end, stformer/quantize.hpp),
 //   template <class X> using OutputFrom = ...;   run(const X& x, OutputFrom<X>& y, w, mask, pool) const
+// A run whose output may lie over its input (over_input = true: a quantized model's Dequantize,
+// int16 in, float out) declares it; its y then shares bytes with x, x at y's start or at least
+// sizeof(y) − sizeof(x) bytes past it, and the block reads each entry of x before it writes
+// over it.
 // (w is Nothing for a block without Scratch), and to train, a record Acts<B, N> whose
 // forward(p, x, const Mask<B, N>&) keeps what its backward reads (step::Step and step::Record
 // below: a block that does not meet them is a compile error naming it, never a fallback).
@@ -44,7 +48,8 @@
 // The plan of InferOf<Model, B, N>. Step i reads its input, writes its output and uses its
 // scratch; these three are live together, and nothing else is: the model's input is the
 // caller's, each output is read by the next step only. So the arena is one byte array of
-//   S = max over the steps of  input + output + scratch   (input + scratch when in place)
+//   S = max over the steps of  input + output + scratch   (input + scratch when in place;
+//                                                          over its input: max(input, output) + scratch)
 // in which the stream buffers alternate between its two ends (a step's output goes to the end
 // its input does not hold; an in-place step keeps its input's end) and each scratch lies
 // between them. sizeof(InferOf) = S, never more than the largest sum of two neighbouring
@@ -117,6 +122,14 @@ template <class Block>
 constexpr bool in_place() {
   if constexpr (requires { Block::in_place; })
     return Block::in_place;
+  else
+    return false;
+}
+// A step whose output may be written over its input (see the top of this file).
+template <class Block>
+constexpr bool over_input() {
+  if constexpr (requires { Block::over_input; })
+    return Block::over_input;
   else
     return false;
 }
@@ -365,7 +378,8 @@ struct PlanRow {
   std::array<size_t, 3> in_shape, out_shape;
   size_t in_bytes, out_bytes, scratch_bytes;
   size_t in_offset, out_offset, scratch_offset;  // in_offset: external for the caller's input
-  bool in_place;
+  size_t live_bytes;                             // the arena's bytes the phase takes
+  bool in_place, over_input;                     // over_input: the output shares the input's bytes
   static constexpr size_t external = size_t(-1);
 };
 
@@ -640,9 +654,22 @@ struct Sequential {
       template <size_t I>
       static constexpr bool in_place = I > 0 && step::in_place<BlockAt<I>>() && std::is_same_v<InputAt<B, N, I>, OutputAt<B, N, I>>;
       template <size_t I>
-      static constexpr size_t in_bytes = I == 0 ? 0 : step::bytes<InputAt<B, N, I>>(align);
+      static constexpr bool over_input = I > 0 && !in_place<I> && step::over_input<BlockAt<I>>();
       template <size_t I>
-      static constexpr size_t out_bytes = in_place<I> ? 0 : step::bytes<OutputAt<B, N, I>>(align);
+      static constexpr size_t in_bytes = I == 0 ? 0 : step::bytes<InputAt<B, N, I>>(align);
+      // the bytes the output adds to the input's: over its input, the difference of their sizes
+      // rounded up, so that the input (at the arena's end) lies that far past the output's start
+      template <size_t I>
+      static constexpr size_t out_bytes = [] {
+        if constexpr (in_place<I>) {
+          return size_t(0);
+        } else if constexpr (over_input<I>) {
+          static_assert(sizeof(OutputAt<B, N, I>) >= sizeof(InputAt<B, N, I>), "Sequential: a step over its input needs an output no smaller than it");
+          return (sizeof(OutputAt<B, N, I>) - sizeof(InputAt<B, N, I>) + align - 1) / align * align;
+        } else {
+          return step::bytes<OutputAt<B, N, I>>(align);
+        }
+      }();
       // input and output (in place: the input alone), without and with the scratch at Room = 0
       static constexpr std::array<size_t, steps> streams = []<size_t... I>(std::index_sequence<I...>) {
         return std::array<size_t, steps>{(in_bytes<I> + out_bytes<I>)...};
@@ -679,12 +706,15 @@ struct Sequential {
         r.out_bytes = step::bytes<OutputAt<B, N, I>>(align);
         r.scratch_bytes = step::bytes<ScratchAt<I>>(align);
         r.in_place = in_place<I>;
+        r.over_input = over_input<I>;
         const auto at = [](size_t e, size_t bytes) { return e == 0 ? 0 : size - bytes; };
-        const size_t in_end = end, out_end = in_place<I> ? end : end == 0 ? 1 : 0;
+        const size_t in_end = end, out_end = in_place<I> || over_input<I> ? end : end == 0 ? 1 : 0;
         r.in_offset = in_end == 2 ? PlanRow::external : at(in_end, r.in_bytes);
-        r.out_offset = at(out_end, r.out_bytes);
-        // the scratch after whichever buffer holds the arena's start, if any
-        r.scratch_offset = in_end == 0 ? r.in_bytes : out_end == 0 ? r.out_bytes : 0;
+        // over its input: both at the arena's start, or the output out_bytes<I> before the input
+        r.out_offset = over_input<I> ? at(out_end, r.in_bytes + out_bytes<I>) : at(out_end, r.out_bytes);
+        // the scratch after whichever buffers hold the arena's start, if any
+        r.scratch_offset = in_end == 0 ? r.in_bytes + (over_input<I> ? out_bytes<I> : 0) : out_end == 0 ? r.out_bytes : 0;
+        r.live_bytes = streams[I] + r.scratch_bytes;
         end = out_end;
         return r;
       }
@@ -819,8 +849,8 @@ void write_plan(std::FILE* out) {
       std::snprintf(in_bytes, sizeof in_bytes, "caller's");
     else
       std::snprintf(in_bytes, sizeof in_bytes, "%zu", r.in_bytes);
-    std::fprintf(out, "%-10s %-16s %-16s %10s %10zu %10zu %10zu%s\n", name, in, o, in_bytes, r.out_bytes, r.scratch_bytes,
-                 (external ? 0 : r.in_bytes) + (r.in_place ? 0 : r.out_bytes) + r.scratch_bytes, r.in_place ? "  in place" : "");
+    std::fprintf(out, "%-10s %-16s %-16s %10s %10zu %10zu %10zu%s\n", name, in, o, in_bytes, r.out_bytes, r.scratch_bytes, r.live_bytes,
+                 r.in_place ? "  in place" : r.over_input ? "  over input" : "");
   }
   std::fprintf(out, "arena (sizeof InferOf): %zu B\n", sizeof(InferT));
 }

@@ -180,7 +180,13 @@ struct QLinear {
   }
 
   // A step of a quantized Sequential: y = the layer on x, int16 streams at s_in and s_out; its
-  // scratch the int32 accumulators of T rows [T, Out] (as many rows as Room holds, up to 64).
+  // scratch the int32 accumulators of a tile of T rows and C of the Out columns, [T, C]. The
+  // tile may take max(Room, B·N·(In + Out)) bytes: a quarter of the float layer's input and
+  // output (4·B·N·(In + Out) bytes), so that the step's phase (2·B·N·(In + Out) bytes of int16
+  // streams and the tile) stays below the float step's. All Out columns when T₀ rows of them
+  // fit, T₀ = qtile_rows(B·N), and then as many rows as Room holds, up to B·N; else T₀ rows and
+  // the columns that fit, a multiple of 16 (a language model's head: 33,278 columns of one row).
+  // The sums are exact, so every tile gives the same integers.
   using Float = Linear<In, Out>;
   static constexpr bool same_scale = false;
   using Ranges = NoRanges;
@@ -192,11 +198,37 @@ struct QLinear {
   using Input = TensorOf<std::int16_t, B, N, In>;
   template <size_t B, size_t N>
   using Output = TensorOf<std::int16_t, B, N, Out>;
+  static constexpr size_t tile_budget(size_t rows, size_t room) { return std::max(room, rows * (In + Out)); }
+  static constexpr size_t tile_rows(size_t rows, size_t room) {
+    const size_t t0 = qtile_rows(rows);
+    return t0 * Out * sizeof(std::int32_t) <= tile_budget(rows, room) ? rows_in_room(rows, t0, room, Out * sizeof(std::int32_t)) : t0;
+  }
+  static constexpr size_t tile_columns(size_t rows, size_t room) {
+    const size_t t0 = qtile_rows(rows);
+    if (t0 * Out * sizeof(std::int32_t) <= tile_budget(rows, room)) return Out;
+    const size_t c = tile_budget(rows, room) / (t0 * sizeof(std::int32_t));
+    return c >= 16 ? c / 16 * 16 : std::max<size_t>(c, 1);
+  }
   template <size_t B, size_t N, size_t Room>
-  using Scratch = TensorOf<std::int32_t, rows_in_room(B * N, qtile_rows(B * N), Room, Out * sizeof(std::int32_t)), Out>;
-  template <size_t B, size_t N, size_t T, class Pool>
-  void run(const Input<B, N>& x, Output<B, N>& y, TensorOf<std::int32_t, T, Out>& acc, const Mask<B, N>&, Pool&&) const {
-    for_tiles<B * N, T>([&]<size_t R>(size_t i) { add_to<R, true>(x.data() + i * In, acc.data(), y.data() + i * Out); });
+  using Scratch = TensorOf<std::int32_t, tile_rows(B * N, Room), tile_columns(B * N, Room)>;
+  template <size_t B, size_t N, size_t T, size_t C, class Pool>
+  void run(const Input<B, N>& x, Output<B, N>& y, TensorOf<std::int32_t, T, C>& acc, const Mask<B, N>&, Pool&&) const {
+    if constexpr (C == Out)
+      for_tiles<B * N, T>([&]<size_t R>(size_t i) { add_to<R, true>(x.data() + i * In, acc.data(), y.data() + i * Out); });
+    else
+      for_tiles<B * N, T>([&]<size_t R>(size_t i) {
+        for_tiles<Out, C>([&]<size_t K>(size_t c) { columns<R, K>(x.data() + i * In, c, acc.data(), y.data() + i * Out); });
+      });
+  }
+
+ private:
+  // y[r, c0 + j] = clamp(apply(acc[r, j], M_{c0+j}), int16) for the K columns from c0 of Rows
+  // rows (y's rows Out apart; acc [Rows, K]): add_to<Rows, true>'s integers, a part at a time.
+  template <size_t Rows, size_t K>
+  void columns(const std::int16_t* x, size_t c0, std::int32_t* acc, std::int16_t* y) const {
+    kernels::qmatmul_nt<Rows, K, In>(x, In, weight.data() + c0 * In, In, acc, K, bias.data() + c0);
+    for (size_t r = 0; r < Rows; ++r)
+      kernels::requantize(acc + r * K, 1, K, requant.multiplier.data() + c0, requant.shift.data() + c0, 0, INT16_MIN, INT16_MAX, y + r * Out + c0);
   }
 };
 template <size_t In, size_t Out, Init::Kind K, Bias Bi>
@@ -255,7 +287,7 @@ struct QFineLinear {
   template <size_t B, size_t N>
   using Output = TensorOf<std::int16_t, B, N, Out>;
   template <size_t B, size_t N, size_t Room>
-  using Scratch = typename QLinear<In, Out>::template Scratch<B, N, Room>;
+  using Scratch = TensorOf<std::int32_t, rows_in_room(B * N, qtile_rows(B * N), Room, Out * sizeof(std::int32_t)), Out>;
   template <size_t B, size_t N, size_t T, class Pool>
   void run(const Input<B, N>& x, Output<B, N>& y, TensorOf<std::int32_t, T, Out>& acc, const Mask<B, N>&, Pool&&) const {
     for_tiles<B * N, T>([&]<size_t R>(size_t i) { add_to<R, true>(x.data() + i * In, acc.data(), y.data() + i * Out); });
