@@ -13,7 +13,9 @@ exits 0 on one has failed. The level says who must refuse it:
   int8    a loader of a quantized model (`*.weight` I8, `*.bias` I32, `*.requant.multiplier` I32,
           `*.requant.shift` I32, `*scale` F32): values out of the ranges its integer passes
           assume (a bias of INT32_MAX, a weight of -128, a multiplier below 2^30 or negative, a
-          shift of 40, a scale of 0 or 1e30 ...).
+          shift of 40, a scale of 0 or 1e30 ...), and multipliers and shifts inside them that are
+          not the ones the stored scales give (a multiplier of 0, of 2^31 - 1 or one step off, a
+          shift of -31 or one step off).
 Model- and int8-level variants change parameters only: tensors outside the reserved "optim."
 and "state." namespaces (optimiser and run state, which evaluation does not read).
 
@@ -265,6 +267,22 @@ def variants(ck, rng):
         for t in tensors:
             for label, value in values:
                 yield 'int8', label.split('_')[0], '%s.%s' % (label, safe(t[0])), with_tensor(ck, t[0], data=set_elements(t, fmt, [value]))
+    # inside the bounds, but not what the scales give: one entry each (the first), so that the
+    # variant differs from the file unless the entry already held the value
+    within = [
+        (of(lambda t: t[0].endswith('.multiplier') and t[1] == 'I32'), [('0', lambda v: 0), ('INT32_MAX', lambda v: INT32_MAX),
+                                                                         ('one_step', lambda v: v - 1 if v == INT32_MAX else v + 1)]),
+        (of(lambda t: t[0].endswith('.shift') and t[1] == 'I32'), [('minus_31', lambda v: -31), ('one_step', lambda v: v - 1 if v == 30 else v + 1)]),
+    ]
+    for tensors, values in within:
+        for t in tensors:
+            was = struct.unpack('<i', t[3][:4])[0]
+            kind = t[0].rsplit('.', 1)[1]
+            for label, value in values:
+                if value(was) == was:
+                    continue
+                data = struct.pack('<i', value(was)) + t[3][4:]
+                yield 'int8', 'requant', '%s_%s.%s' % (kind, label, safe(t[0])), with_tensor(ck, t[0], data=data)
 
 
 def main():

@@ -698,6 +698,21 @@ TEST_CASE("load_quantized refuses a missing scale, a wrong dtype, a NaN, and int
        edit_one("blocks.0.attn.wv.requant.shift", [&](auto& b) { set(b, 0, std::int32_t(40)); })},
       {"q_shift_right.safetensors", "tensor 'blocks.0.attn.values.shift' entry 0 is -40, out of bounds: a shift is in [-31, 30]",
        edit_one("blocks.0.attn.values.shift", [&](auto& b) { set(b, 0, std::int32_t(-40)); })},
+      // inside the bounds, but not the multipliers the stored scales give (requant_mismatch)
+      {"q_multiplier_0.safetensors", "tensor 'blocks.0.attn.wk.requant.multiplier' entry 1 is 0, not ",
+       edit_one("blocks.0.attn.wk.requant.multiplier", [&](auto& b) { set(b, 1, std::int32_t(0)); })},
+      {"q_multiplier_max.safetensors", "tensor 'blocks.1.ffn.fc2.requant.multiplier' entry 0 is 2147483647, not ",
+       edit_one("blocks.1.ffn.fc2.requant.multiplier", [&](auto& b) { set(b, 0, std::int32_t(INT32_MAX)); })},
+      {"q_shift_31.safetensors", "tensor 'blocks.0.sn1.requant.shift' entry 0 is -31, not ",
+       edit_one("blocks.0.sn1.requant.shift", [&](auto& b) { set(b, 0, std::int32_t(-31)); })},
+      {"q_exponent_step.safetensors", "tensor 'blocks.1.attn.exponent.multiplier' entry 0 is ",
+       edit_one("blocks.1.attn.exponent.multiplier", [&](auto& b) {
+         std::int32_t v;
+         std::memcpy(&v, b.data(), sizeof v);
+         set(b, 0, std::int32_t(v == INT32_MAX ? v - 1 : v + 1));
+       })},
+      {"q_old_file.safetensors", "tensor 'proj.coarse.in_scale' is missing",
+       [](const std::string& n, auto&, auto&) { return !n.ends_with(".in_scale") && !n.ends_with(".out_scale"); }},
       {"q_nan.safetensors", "tensor 'blocks.0.attn.wq.weight_scale' holds a value that is not finite",
        [&](const std::string& n, auto&, auto& b) {
          if (n == "blocks.0.attn.wq.weight_scale") set_float(b, std::nanf(""));
@@ -1155,8 +1170,9 @@ TEST_CASE("out_of_bounds: quantized models are within bounds; each bound broken 
     auto image = ql;
     image.requant.multiplier(0) = multiplier;
     const auto offset = [&](const auto& t) { return size_t(reinterpret_cast<const char*>(t.data()) - reinterpret_cast<const char*>(&image)); };
-    const size_t offsets[] = {offset(image.weight), offset(image.bias), offset(image.weight_scale), offset(image.requant.multiplier),
-                              offset(image.requant.shift)};
+    const size_t offsets[] = {offset(image.weight),           offset(image.bias),          offset(image.weight_scale),
+                              offset(image.requant.multiplier), offset(image.requant.shift), offset(image.in_scale),
+                              offset(image.out_scale)};
     REQUIRE(image_matches(image, offsets));
     return c_api::image_ok<true>(image, offsets);
   };
@@ -1165,6 +1181,68 @@ TEST_CASE("out_of_bounds: quantized models are within bounds; each bound broken 
   init_params(f2, rng), init_params(f3, rng);
   CHECK(image_ok(f2, QLinear<4, 2>::quantize(f2, 0.01f, 0.02f).requant.multiplier(0)));
   CHECK_FALSE(image_ok(f3, 7));
+}
+
+TEST_CASE("requant_mismatch: every requantization is its block's stored scales'; each multiplier or shift changed within its bounds is found by tensor and entry") {
+  // an embedding, positions, a post-norm encoder block (LayerNorm, branch_requant, attention's
+  // exponent and values), SPEC's block (ScaleNorm), a mean pool and a two-part head (QFineLinear)
+  using M = Sequential<Named<"embedding", Embedding<20, 8>>, PositionalEncoding<6, 8>, EncoderBlock<8, 2, 16, PostNorm<act::GELU>>,
+                       EncoderBlock<8, 2, 16>, MeanPool<8>, Named<"head", Linear<8, 3>>>;
+  auto f = test::make<M>();
+  Rng rng(59);
+  init_params(*f, rng);
+  test::randomize(*f, rng);
+  Calibration<M, 3, 6> cal(*f);
+  IdTensor<3, 6> ids;
+  for (auto& id : ids) id = std::int32_t(rng.below(20));
+  cal.observe(ids);
+  const auto q = cal.quantize();
+  REQUIRE_FALSE(out_of_bounds(*q));
+  REQUIRE_FALSE(requant_mismatch(*q));
+  REQUIRE_FALSE(requant_mismatch(*PointerFixture().q));
+  std::vector<std::string> names;
+  for_each_param(
+      [&](const Path& path, Init, const auto& t) {
+        const Name n = path.name();
+        if constexpr (std::is_same_v<typename std::remove_cvref_t<decltype(t)>::value_type, std::int32_t>)
+          if (n.view().ends_with(".multiplier") || n.view().ends_with(".shift")) names.emplace_back(n.view());
+      },
+      *q);
+  for (const char* want : {"embedding.requant.multiplier", "2.norm1.requant.multiplier", "2.branch_requant.shift", "2.self_attn.exponent.multiplier",
+                           "2.self_attn.values.multiplier", "3.sn1.requant.shift", "3.attn.wq.requant.multiplier", "4.requant.multiplier",
+                           "head.fine.requant.shift"})
+    CHECK_MESSAGE(std::find(names.begin(), names.end(), want) != names.end(), want);
+  size_t changed = 0;
+  for (const std::string& name : names) {
+    const bool shift = name.ends_with(".shift");
+    for (int variant = 0; variant < 3; ++variant) {
+      auto bad = std::make_unique<std::remove_cvref_t<decltype(*q)>>(*q);
+      std::int32_t was = 0, now = 0;
+      size_t entry = 0;
+      for_each_param(
+          [&](const Path& path, Init, auto& t) {
+            if (!(path == name)) return;
+            entry = t.size() - 1;  // the last channel
+            was = t.data()[entry];
+            // multiplier: 0, 2^31 − 1, one step; shift: −31, one step, 30
+            const std::int32_t step = was == INT32_MAX ? was - 1 : was + 1;
+            const std::int32_t to[] = {shift ? -31 : 0, shift ? step : INT32_MAX, shift ? 30 : step};
+            now = to[variant];
+            t.data()[entry] = now;
+          },
+          *bad);
+      if (now == was) continue;
+      const RequantMismatch found = requant_mismatch(*bad);
+      INFO(name, " entry ", entry, ": ", was, " -> ", now);
+      REQUIRE(found);
+      CHECK(found.tensor == name);
+      CHECK(found.entry == entry);
+      CHECK(found.stored == now);
+      CHECK(found.expected == was);
+      ++changed;
+    }
+  }
+  CHECK(changed >= 2 * names.size());
 }
 
 TEST_CASE("quantize: a set model of SAB, ISAB, PMA, ScaleNorm and FeedForward steps and a head without bias, key-padded, close to the float model") {

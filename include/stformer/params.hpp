@@ -96,10 +96,13 @@ struct Init {
 
 // Recurse into a sub-block (or a std::array of them, named .0, .1, ...). Not inlined: each
 // block's visit keeps its children's Paths in a frame of its own, so a visit's stack grows
-// with the model's depth, not with its number of parameters.
+// with the model's depth, not with its number of parameters. A visitor with a member
+// block(at, first, rest...) is also shown each block before its parameters (a check that needs
+// a block's tensors together: quantized/bounds.hpp's requant_mismatch).
 template <class F, class T, class... S>
 [[gnu::noinline]] constexpr void visit(const Path& at, F& f, T& first, S&... rest) {
   using Block = std::remove_const_t<T>;
+  if constexpr (requires { f.block(at, first, rest...); }) f.block(at, first, rest...);
   Block::visit(at, f, first, rest...);
 }
 template <class F, class T, size_t N, class... S>

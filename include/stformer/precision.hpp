@@ -42,6 +42,15 @@ struct Int8Of {
 // C multipliers (stformer/quantized/linear.hpp), which a composite block may hold in integers.
 template <size_t C>
 struct Requant;
+// Every Requant of a quantized block is a function of scales the block stores beside it, written
+// once per block as
+//   template <class B, class F> static void requants(B& b, F&& f)
+// calling f(name, b.requant, m) for each Requant (name: its part of the path, m(c): the real
+// multiplier of channel c, in double, from b's stored scales alone). Quantization sets the
+// multipliers through it (set_requants, quantized/linear.hpp), and a load recomputes them through
+// it (requant_mismatch, quantized/bounds.hpp): the two cannot disagree on the formula.
+template <class B>
+concept HasRequants = requires(B& b) { std::remove_const_t<B>::requants(b, [](const char*, auto&, const auto&) {}); };
 // A leaf's integer form with rows of Bits (8 or 16) where the leaf has a choice (attention).
 template <class Leaf, size_t Bits>
 struct IntegerForm : Int8Of<Leaf> {};

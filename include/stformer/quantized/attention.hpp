@@ -84,9 +84,15 @@ struct QMultiHeadAttention {
     wk.set_multipliers(s_xkv, k_scale(0));
     wv.set_multipliers(s_xkv, v_scale(0));
     wo.set_multipliers(heads_scale(0), s_out);
+    set_requants(*this);
+  }
+  // E = min(s_q·s_k·s·log2(e)·256, 8192), V = s_v / s_o (the projections' own: QLinear's)
+  template <class B, class F>
+  static void requants(B& b, F&& f) {
     // a score unit past 2^13/256 = 32 octaves already gives e = 0: a larger E changes nothing
-    exponent.set(0, std::min(double(q_scale(0)) * k_scale(0) * Float::score_scale * 1.4426950408889634 * 256.0, 8192.0));
-    values.set(0, double(v_scale(0)) / heads_scale(0));
+    f("exponent", b.exponent,
+      [&](size_t) { return std::min(double(b.q_scale(0)) * b.k_scale(0) * Float::score_scale * 1.4426950408889634 * 256.0, 8192.0); });
+    f("values", b.values, [&](size_t) { return double(b.v_scale(0)) / b.heads_scale(0); });
   }
 
   static QMultiHeadAttention quantize(const Float& f, const Ranges& r, float s_xq, float s_xkv, float s_out) {

@@ -25,7 +25,9 @@
 #include <string_view>
 #include <type_traits>
 
+#include "../kernels/int8.hpp"
 #include "../params.hpp"
+#include "../precision.hpp"
 
 namespace stformer::inline STFORMER_ABI {
 
@@ -104,6 +106,51 @@ OutOfBounds out_of_bounds(const Q& model) {
       },
       model);
   return found;
+}
+
+// A model's requantizations against the scales stored beside them. Each block's multipliers
+// are a function of its stored scales (B::requants, quantized/linear.hpp: M_c = s_in·s_w[c]/s_out
+// for QLinear, g/s_out for QScaleNorm, ...), and quantize sets them through that function; the
+// first entry whose stored multiplier or shift is not kernels::quantize_multiplier(M_c) is
+// returned: the tensor's dotted name, the entry, the stored and the recomputed value. Inside the
+// bounds above a multiplier of 0 or 2^31 − 1 or a shift of −31 runs without overflow but computes
+// another model; only the scales tell. Host side: it computes M_c in double (a core without an FPU
+// checks its image with out_of_bounds alone).
+struct RequantMismatch {
+  Name tensor;
+  size_t entry = 0;
+  std::int32_t stored = 0, expected = 0;
+  bool found = false;
+  explicit constexpr operator bool() const { return found; }
+};
+
+namespace detail {
+// requant_mismatch's visitor: shown each block (params.hpp's visit), it recomputes the block's
+// Requants from its scales; the tensors themselves it skips.
+struct RequantCheck {
+  RequantMismatch found;
+  template <class T>
+  void operator()(const Path&, Init, const T&) {}
+  template <class B>
+  void block(const Path& at, const B& b) {
+    if constexpr (HasRequants<const B>)
+      B::requants(b, [&](const char* part, const auto& r, const auto& m) {
+        const Path at_r = at / part;
+        for (size_t c = 0; c < r.multiplier.size() && !found; ++c) {
+          const kernels::Multiplier k = kernels::quantize_multiplier(m(c));
+          if (r.multiplier(c) != k.q) found = {(at_r / "multiplier").name(), c, r.multiplier(c), k.q, true};
+          else if (r.shift(c) != k.shift) found = {(at_r / "shift").name(), c, r.shift(c), std::int32_t(k.shift), true};
+        }
+      });
+  }
+};
+}  // namespace detail
+
+template <class Q>
+RequantMismatch requant_mismatch(const Q& model) {
+  detail::RequantCheck check;
+  for_each_param(check, model);
+  return check.found;
 }
 
 }  // namespace stformer

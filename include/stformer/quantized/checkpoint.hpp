@@ -3,7 +3,9 @@
 // (`blocks.0.attn.wq.weight` I8, `...wq.weight_scale` F32, `...wq.requant.multiplier` I32, ...).
 // save_params writes one like any model; load_quantized reads one strictly:
 //   - every tensor present with its dtype and shape, and no other (load_params);
-//   - every integer and scale within the bounds its kernels are exact in (quantized/bounds.hpp).
+//   - every integer and scale within the bounds its kernels are exact in (quantized/bounds.hpp);
+//   - every requantization's multiplier and shift the ones its block's stored scales give
+//     (requant_mismatch, quantized/bounds.hpp).
 // A failed load throws std::runtime_error naming the file and the tensor, and leaves the model
 // unchanged.
 #pragma once
@@ -31,6 +33,10 @@ void load_quantized(const safetensors::File& f, Q& model) {
     throw std::runtime_error("quantized checkpoint " + f.label() + ": tensor '" + bad.tensor.c_str() + "' entry " + std::to_string(bad.entry) +
                              " is " + value + ", out of bounds: " + bad.bound);
   }
+  if (const RequantMismatch bad = requant_mismatch(std::as_const(*loaded)))
+    throw std::runtime_error("quantized checkpoint " + f.label() + ": tensor '" + bad.tensor.c_str() + "' entry " + std::to_string(bad.entry) +
+                             " is " + std::to_string(bad.stored) + ", not " + std::to_string(bad.expected) +
+                             ", the requantization its block's stored scales give");
   model = *loaded;
 }
 

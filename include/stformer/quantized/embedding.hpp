@@ -13,21 +13,30 @@ namespace stformer::inline STFORMER_ABI {
 // QEmbedding<V, D>: Embedding into an int16 stream at scale s_h: Int8Embedding's table (int8
 // rows W_q, one scale s_v per row, weight_int8.hpp) and each row's multiplier M_v = s_v / s_h:
 //   h[r, :] = clamp(apply(W_q[ids[r], :], M_ids[r]), int16)
-// Tensors: weight I8 [V, D], weight_scale F32 [V], requant.multiplier and requant.shift I32 [V].
+// Tensors: weight I8 [V, D], weight_scale F32 [V], requant.multiplier and requant.shift I32 [V],
+// out_scale F32 [1] (s_h).
 template <size_t V, size_t D>
 struct QEmbedding {
   static constexpr size_t vocabulary = V;  // token ids in [0, V)
   Int8Embedding<V, D> table;  // visited at the block's own level: weight, weight_scale
   Requant<V> requant;
+  Scale out_scale;  // s_h
 
   template <class Fn, class... S>
   static constexpr void visit(const Path& at, Fn& f, S&... s) {
     stformer::visit(at, f, s.table...);
     stformer::visit(at / "requant", f, s.requant...);
+    f(at / "out_scale", Init{Init::zeros}, s.out_scale...);
   }
 
+  // M_v = s_v / s_h
+  template <class B, class F>
+  static void requants(B& b, F&& f) {
+    f("requant", b.requant, [&](size_t v) { return double(b.table.weight_scale(v)) / b.out_scale(0); });
+  }
   void set_multipliers(float s_h) {
-    for (size_t v = 0; v < V; ++v) requant.set(v, double(table.weight_scale(v)) / s_h);
+    out_scale(0) = s_h;
+    set_requants(*this);
   }
 
   // The table f into the stream at s_h, in place (the table is too large to return on the stack).

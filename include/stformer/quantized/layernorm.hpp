@@ -81,8 +81,13 @@ struct QLayerNorm {
     const auto e64 = std::uint64_t(std::llround(e));
     q.eps(0) = std::int32_t(std::uint32_t(e64)), q.eps(1) = std::int32_t(std::uint32_t(e64 >> 32));
     q.out_scale(0) = s_out;
-    q.requant.set(0, double(q.weight_scale(0)) / (double(s_out) * std::ldexp(1.0, k)));
+    set_requants(q);
     return q;
+  }
+  // M = s_w / (s_y·2^k)
+  template <class B, class F>
+  static void requants(B& b, F&& f) {
+    f("requant", b.requant, [&](size_t) { return double(b.weight_scale(0)) / (double(b.out_scale(0)) * std::ldexp(1.0, k)); });
   }
 
   // y [Rows, D] (int8 or int16) = the norm of x [Rows, D] (int16 or int8); y may be x (a row is

@@ -10,7 +10,8 @@
 // the output's scale s_y. The input's and the output's scales belong to the blocks that own
 // those activations, which make the bias and the multipliers for them (from_float).
 // Tensors: weight I8 [Out, In], bias I32 [Out], weight_scale F32 [Out], requant.multiplier and
-// requant.shift I32 [Out].
+// requant.shift I32 [Out], in_scale and out_scale F32 [1] (s_x and s_y: M_c follows from them and
+// weight_scale, and a load checks that it does).
 //
 // Also here, for every quantized block: Requant<C> (C fixed-point multipliers as two I32
 // tensors) and host-side helpers of quantization (the basic ones, and Scale, in precision.hpp).
@@ -49,6 +50,14 @@ struct Requant {
     multiplier(c) = k.q, shift(c) = k.shift;
   }
 };
+
+// b's multipliers from its stored scales (B::requants, precision.hpp; host side).
+template <HasRequants B>
+void set_requants(B& b) {
+  B::requants(b, [](const char*, auto& r, const auto& m) {
+    for (size_t c = 0; c < r.multiplier.size(); ++c) r.set(c, m(c));
+  });
+}
 
 // ---- host-side quantization helpers (float and double; never called by a forward pass) ----
 namespace quant {
@@ -107,6 +116,7 @@ struct QLinear {
   TensorOf<std::int32_t, Out> bias;
   Tensor<Out> weight_scale;
   Requant<Out> requant;
+  Scale in_scale, out_scale;
 
   template <class F, class... S>
   static constexpr void visit(const Path& at, F& f, S&... s) {
@@ -114,11 +124,19 @@ struct QLinear {
     f(at / "bias", Init{Init::zeros}, s.bias...);
     f(at / "weight_scale", Init{Init::zeros}, s.weight_scale...);
     stformer::visit(at / "requant", f, s.requant...);
+    f(at / "in_scale", Init{Init::zeros}, s.in_scale...);
+    f(at / "out_scale", Init{Init::zeros}, s.out_scale...);
   }
 
-  // M_c = s_in·s_w[c] / s_out (host side).
+  // M_c = s_in·s_w[c] / s_out
+  template <class B, class F>
+  static void requants(B& b, F&& f) {
+    f("requant", b.requant, [&](size_t c) { return double(b.in_scale(0)) * b.weight_scale(c) / b.out_scale(0); });
+  }
+  // M_c for inputs at s_in and outputs at s_out (host side).
   void set_multipliers(float s_in, float s_out) {
-    for (size_t c = 0; c < Out; ++c) requant.set(c, double(s_in) * weight_scale(c) / s_out);
+    in_scale(0) = s_in, out_scale(0) = s_out;
+    set_requants(*this);
   }
 
   // The layer f for inputs at scale s_in and outputs at scale s_out (host side); inputs with

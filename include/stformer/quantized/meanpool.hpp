@@ -2,7 +2,7 @@
 //   y[b, c] = clamp(apply(Σ_j x[b, j, c], M / n_b), int16)     M ≈ s_in / s_out
 // over the n_b keys of row b that exist (all N without a key-padding mask; y[b] = 0 when none
 // does); the sum is exact in int32 (N < 65536), M / n_b an integer division of the multiplier
-// (kernels::divide), once per row. Tensors: requant (Requant<1>: M).
+// (kernels::divide), once per row. Tensors: requant (Requant<1>: M), in_scale and out_scale F32 [1].
 #pragma once
 
 #include "../config.hpp"
@@ -18,16 +18,27 @@ namespace stformer::inline STFORMER_ABI {
 template <size_t D>
 struct QMeanPool {
   Requant<1> requant;
+  Scale in_scale, out_scale;
 
   template <class F, class... S>
   static constexpr void visit(const Path& at, F& f, S&... s) {
     stformer::visit(at / "requant", f, s.requant...);
+    f(at / "in_scale", Init{Init::zeros}, s.in_scale...);
+    f(at / "out_scale", Init{Init::zeros}, s.out_scale...);
+  }
+  // M = s_in / s_out
+  template <class B, class F>
+  static void requants(B& b, F&& f) {
+    f("requant", b.requant, [&](size_t) { return double(b.in_scale(0)) / b.out_scale(0); });
   }
 
   using Float = MeanPool<D>;
   static constexpr bool same_scale = false;
   using Ranges = NoRanges;
-  void from_float(const Float&, const Ranges&, float s_in, float s_out) { requant.set(0, double(s_in) / s_out); }
+  void from_float(const Float&, const Ranges&, float s_in, float s_out) {
+    in_scale(0) = s_in, out_scale(0) = s_out;
+    set_requants(*this);
+  }
 
   template <size_t B, size_t N>
   using Input = TensorOf<std::int16_t, B, N, D>;

@@ -32,7 +32,12 @@ struct QScaleNorm {
     stformer::visit(at / "requant", f, s.requant...);
   }
 
-  void set_multipliers() { requant.set(0, double(g(0)) / out_scale(0)); }
+  // M = g / s_out
+  template <class B, class F>
+  static void requants(B& b, F&& f) {
+    f("requant", b.requant, [&](size_t) { return double(b.g(0)) / b.out_scale(0); });
+  }
+  void set_multipliers() { set_requants(*this); }
 
   // The norm f with outputs at scale s_out (host side).
   static QScaleNorm quantize(const ScaleNorm<D>& f, float s_out) {
