@@ -17,6 +17,6 @@ using SwiGLU = Sequential<Named<"", Gated<Named<"", Sequential<Named<"w1", Linea
                           Named<"w2", Linear<F, D, Init::kaiming_normal, Bias::no>>>;
 template <size_t D, size_t H, size_t F>
 using LayerScaleBlock =
-    Sequential<Named<"", Residual<Sequential<Named<"norm1", LayerNorm<D, 1e-6f>>, Named<"attn", SelfAttention<D, H>>, Named<"ls1", LayerScale<D>>>>>,
-               Named<"", Residual<Sequential<Named<"norm2", LayerNorm<D, 1e-6f>>, Named<"mlp", FeedForward<D, F, act::GELU>>, Named<"ls2", LayerScale<D>>>>>>;
+    Sequential<Named<"", Residual<Sequential<Named<"norm1", LayerNorm<D, epsilon(1e-6f)>>, Named<"attn", SelfAttention<D, H>>, Named<"ls1", LayerScale<D>>>>>,
+               Named<"", Residual<Sequential<Named<"norm2", LayerNorm<D, epsilon(1e-6f)>>, Named<"mlp", FeedForward<D, F, act::GELU>>, Named<"ls2", LayerScale<D>>>>>>;
 }  // namespace user

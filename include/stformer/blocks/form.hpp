@@ -54,7 +54,7 @@ struct BranchScales {
   }
 };
 
-template <template <size_t> class NormT = ScaleNorm, class ActT = act::ReLU, bool NormFirst = true>
+template <template <size_t, auto...> class NormT = ScaleNorm, class ActT = act::ReLU, bool NormFirst = true>
 struct Form {
   template <size_t D>
   using Norm = NormT<D>;

@@ -15,7 +15,7 @@
 
 namespace stformer::inline STFORMER_ABI {
 
-template <size_t D, size_t H, size_t M, template <size_t> class Norm = ScaleNorm, class P = precision::float32>
+template <size_t D, size_t H, size_t M, template <size_t, auto...> class Norm = ScaleNorm, class P = precision::float32>
 struct ISAB {
   using Float = ISAB<D, H, M, Norm>;
   using Mab = MAB<D, H, Norm, P>;
@@ -138,7 +138,7 @@ struct ISAB {
 };
 
 // Its integer form (stformer/quantize.hpp): the same block at precision::int8.
-template <size_t D, size_t H, size_t M, template <size_t> class Norm>
+template <size_t D, size_t H, size_t M, template <size_t, auto...> class Norm>
 struct Int8Of<ISAB<D, H, M, Norm>> {
   using type = ISAB<D, H, M, Norm, precision::int8>;
 };

@@ -2,9 +2,10 @@
 // PyTorch's nn.RMSNorm(D)) per row x of width D:
 //   LayerNorm: y = w ⊙ (x − μ) / √(σ² + ε) + b,  μ = mean x, σ² = mean (x − μ)² (biased)
 //   RMSNorm:   y = w ⊙ x / √(mean x² + ε)
-// ε is the template parameter Eps: by default PyTorch's, 1e-5 for LayerNorm and float's epsilon
-// 1.1920929e-7 for RMSNorm; LayerNorm<D, 1e-6f> is torchvision's and timm's ViT, LayerNorm<D,
-// 1e-12f> BERT's.
+// ε is the template parameter Eps, written epsilon(value): by default PyTorch's, 1e-5 for
+// LayerNorm and float's epsilon 1.1920929e-7 for RMSNorm; LayerNorm<D, epsilon(1e-6f)> is
+// torchvision's and timm's ViT, LayerNorm<D, epsilon(1e-12f)> BERT's. (A float as a template
+// argument is C++20, but not yet clang's: the value travels as its bits.)
 // A row of constant value gives y = b (LayerNorm); a row of zeros y = 0 (RMSNorm): ε keeps both
 // finite.
 //   backward (x̂ the normalised row, rstd = 1/√(·), g = dy ⊙ w):
@@ -15,6 +16,8 @@
 
 #include "../config.hpp"
 
+#include <bit>
+#include <cstdint>
 #include <type_traits>
 
 #include "../kernels/rowwise.hpp"
@@ -22,9 +25,13 @@
 
 namespace stformer::inline STFORMER_ABI {
 
-template <size_t D, bool Centred, float Eps = Centred ? 1e-5f : 1.1920929e-7f>
+// A norm's ε as a template argument: the float's bits.
+enum class Epsilon : std::uint32_t {};
+constexpr Epsilon epsilon(float value) { return Epsilon(std::bit_cast<std::uint32_t>(value)); }
+
+template <size_t D, bool Centred, Epsilon Eps = epsilon(Centred ? 1e-5f : 1.1920929e-7f)>
 struct RowNorm {
-  static constexpr float eps = Eps;
+  static constexpr float eps = std::bit_cast<float>(std::uint32_t(Eps));
   Tensor<D> weight;
   [[no_unique_address]] std::conditional_t<Centred, Tensor<D>, Nothing> bias;
 
@@ -105,9 +112,9 @@ struct RowNorm {
   };
 };
 
-template <size_t D, float Eps = 1e-5f>
+template <size_t D, Epsilon Eps = epsilon(1e-5f)>
 struct LayerNorm : RowNorm<D, true, Eps> {};
-template <size_t D, float Eps = 1.1920929e-7f>
+template <size_t D, Epsilon Eps = epsilon(1.1920929e-7f)>
 struct RMSNorm : RowNorm<D, false, Eps> {};
 
 }  // namespace stformer

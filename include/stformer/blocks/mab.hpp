@@ -21,7 +21,7 @@
 
 namespace stformer::inline STFORMER_ABI {
 
-template <size_t D, size_t H, template <size_t> class Norm = ScaleNorm, class P = precision::float32>
+template <size_t D, size_t H, template <size_t, auto...> class Norm = ScaleNorm, class P = precision::float32>
 struct MAB {
   template <class Leaf, size_t Bits = 8>
   using Of = typename P::template Of<Leaf, Bits>;

@@ -13,7 +13,7 @@
 
 namespace stformer::inline STFORMER_ABI {
 
-template <size_t D, size_t H, size_t K, template <size_t> class Norm = ScaleNorm, class P = precision::float32>
+template <size_t D, size_t H, size_t K, template <size_t, auto...> class Norm = ScaleNorm, class P = precision::float32>
 struct PMA {
   using Float = PMA<D, H, K, Norm>;
   using Mab = MAB<D, H, Norm, P>;
@@ -116,7 +116,7 @@ struct PMA {
 };
 
 // Its integer form (stformer/quantize.hpp): the same block at precision::int8.
-template <size_t D, size_t H, size_t K, template <size_t> class Norm>
+template <size_t D, size_t H, size_t K, template <size_t, auto...> class Norm>
 struct Int8Of<PMA<D, H, K, Norm>> {
   using type = PMA<D, H, K, Norm, precision::int8>;
 };

@@ -12,7 +12,7 @@
 
 namespace stformer::inline STFORMER_ABI {
 
-template <size_t D, size_t H, template <size_t> class Norm = ScaleNorm, class P = precision::float32>
+template <size_t D, size_t H, template <size_t, auto...> class Norm = ScaleNorm, class P = precision::float32>
 struct SAB {
   using Float = SAB<D, H, Norm>;
   using Mab = MAB<D, H, Norm, P>;
@@ -102,7 +102,7 @@ struct SAB {
 };
 
 // Its integer form (stformer/quantize.hpp): the same block at precision::int8.
-template <size_t D, size_t H, template <size_t> class Norm>
+template <size_t D, size_t H, template <size_t, auto...> class Norm>
 struct Int8Of<SAB<D, H, Norm>> {
   using type = SAB<D, H, Norm, precision::int8>;
 };

@@ -15,7 +15,7 @@
 
 namespace stformer::inline STFORMER_ABI {
 
-template <size_t In, size_t D, size_t H, size_t M, size_t Out, template <size_t> class Norm = ScaleNorm>
+template <size_t In, size_t D, size_t H, size_t M, size_t Out, template <size_t, auto...> class Norm = ScaleNorm>
 struct SetTransformer : Sequential<Named<"proj", Linear<In, D>>, Named<"isab", ISAB<D, H, M, Norm>>, Named<"pool", PMA<D, H, 1, Norm>>,
                                    Named<"head", Linear<D, Out>>> {};
 

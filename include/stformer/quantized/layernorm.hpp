@@ -28,7 +28,7 @@
 
 namespace stformer::inline STFORMER_ABI {
 
-template <size_t D, bool Centred, float Eps = Centred ? 1e-5f : 1.1920929e-7f>
+template <size_t D, bool Centred, Epsilon Eps = epsilon(Centred ? 1e-5f : 1.1920929e-7f)>
 struct QLayerNorm {
   static_assert(D <= 1024, "QLayerNorm: rows of at most 1024 (c_i = D·x_i − Σx in int32, Σc² in uint64)");
   // 2^k·√D·32767 < 2^31, i.e. 4^k·D ≤ 2^32
@@ -131,11 +131,11 @@ struct QLayerNorm {
   }
 };
 
-template <size_t D, float Eps>
+template <size_t D, Epsilon Eps>
 struct Int8Of<LayerNorm<D, Eps>> {
   using type = QLayerNorm<D, true, Eps>;
 };
-template <size_t D, float Eps>
+template <size_t D, Epsilon Eps>
 struct Int8Of<RMSNorm<D, Eps>> {
   using type = QLayerNorm<D, false, Eps>;
 };
