@@ -12,6 +12,7 @@
 #include <stformer/stformer.hpp>
 
 #include "reference.hpp"
+#include "user_blocks.hpp"
 #include "util.hpp"
 
 using namespace stformer;
@@ -542,4 +543,44 @@ TEST_CASE("gradients: PositionEmbedding, ClassToken, FirstToken; a ViT-style cla
     return s;
   };
   check_fd("x", x.data(), dx.data(), x.size(), loss, 2e-3, 1e-2f);
+}
+
+// The blocks a user declares from combinators (tests/user_blocks.hpp: GPT-J's parallel block,
+// SwiGLU, a LayerScale pre-norm block), masked: every parameter's gradient and the input's
+// against central differences of their own float forward pass, L = Σ c ⊙ y summed in double.
+// reference.hpp has no double forward of them, so the differences carry the float forward's
+// rounding (about 1e-7 of each output, 1e-3 of the step's quotient): the step is 1e-3 and the
+// bound 1e-2 of each tensor's largest gradient. PyTorch's gradients check them to 4e-7
+// (test_torch_parity).
+template <class M, size_t B, size_t N>
+void combinator_fd(const char* what, const Mask<B, N>& mask) {
+  Rng rng(17);
+  auto p = random_block<M>(rng);
+  Tensor<B, N, 16> x, c;
+  fill(x, rng), fill(c, rng);
+  auto train = make<TrainingOf<M, B, N>>();
+  auto g = zero_grads<M>();
+  train->forward(*p, x, mask);
+  const Tensor<B, N, 16> dx = train->backward(*p, *g, c);
+  auto pass = make<TrainingOf<M, B, N>>();
+  const auto loss = [&] {
+    const auto& y = pass->forward(*p, x, mask);
+    double l = 0;
+    for (size_t i = 0; i < y.size(); ++i) l += double(c.data()[i]) * y.data()[i];
+    return l;
+  };
+  check_fd(std::string(what) + ": dL/dx", x.data(), dx.data(), x.size(), loss, 1e-2, 1e-3f);
+  for_each_param(
+      [&](const Path& path, Init, auto& value, const auto& grad) {
+        check_fd(std::string(what) + ": " + path.name().c_str(), value.data(), grad.data(), value.size(), loss, 1e-2, 1e-3f);
+      },
+      *p, *g);
+}
+
+TEST_CASE("gradients: blocks from combinators (Residual, Parallel, Gated, SelfAttention, LayerScale), causal and key-padded") {
+  constexpr size_t B = 2, N = 6;
+  const KeyMask<B, N> keys = test::lengths_mask<B, N>({6, 4});
+  combinator_fd<user::ParallelBlock<16, 2, 32>>("GPT-J's parallel block", Mask<B, N>{.causal = true});
+  combinator_fd<user::SwiGLU<16, 32>>("SwiGLU", Mask<B, N>{});
+  combinator_fd<user::LayerScaleBlock<16, 2, 32>>("LayerScale pre-norm block", Mask<B, N>{.keys = &keys});
 }
