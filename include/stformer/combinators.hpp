@@ -170,11 +170,21 @@ struct Branches {
     using Workspaces = Phases<WorkspaceOf<typename step::ActsWith<BlockAt<I>, B, N, M>::type>...>;
   };
 
+  // The forward-only scratch of Parallel and Gated: t, one part's output beside y (a branch
+  // after the first; the gate), and the parts' scratches, one at a time, in the room left.
+  template <size_t B, size_t N, size_t Room = 0>
+  struct Scratch {
+    static_assert(same_shapes<B, N>, "Parallel, Gated: every part must take the first part's input and give its output's shape");
+    static constexpr size_t room = step::room_after(Room, sizeof(Output<B, N>));
+    Output<B, N> t;
+    typename PartsOf<B, N, room>::Scratches w;
+  };
+
   // y ← part I of x, in the scratch's phase of it.
-  template <size_t I, size_t B, size_t N, size_t Room, class X, class Y, class W, class Pool>
-  void run_part(const X& x, Y& y, W& w, const Mask<B, N>& mask, Pool& pool) const {
-    using S = step::Scratch<BlockAt<I>, B, N, Room>;
-    step::run(get<I>(), x, y, w.template start<S>(), mask, pool);
+  template <size_t I, size_t B, size_t N, size_t Room, class X, class Y, class Pool>
+  void run_part(const X& x, Y& y, Scratch<B, N, Room>& w, const Mask<B, N>& mask, Pool& pool) const {
+    using S = step::Scratch<BlockAt<I>, B, N, Scratch<B, N, Room>::room>;
+    step::run(get<I>(), x, y, w.w.template start<S>(), mask, pool);
   }
   // dx ← part I's input gradient for dy, in the workspace's phase of it.
   template <size_t I, class R, class D, class Dx, class W>
@@ -193,22 +203,17 @@ struct Parallel : Branches<Br...> {
   using Output = typename Base::template Output<B, N>;
 
   template <size_t B, size_t N, size_t Room = 0>
-  struct Scratch {
-    static_assert(Base::template same_shapes<B, N>, "Parallel: every branch must take the first's input and give its output's shape");
-    Output<B, N> t;  // branch i's output, i > 0
-    typename Base::template PartsOf<B, N, step::room_after(Room, sizeof(Output<B, N>))>::Scratches w;
-  };
+  using Scratch = typename Base::template Scratch<B, N, Room>;  // t: branch i's output, i > 0
 
   template <size_t B, size_t N, size_t Room, class Pool = Serial>
   void run(const Input<B, N>& x, Output<B, N>& y, Scratch<B, N, Room>& w, const Mask<B, N>& mask, Pool&& pool = Pool{}) const {
-    constexpr size_t R = step::room_after(Room, sizeof(Output<B, N>));
     [&]<size_t... I>(std::index_sequence<I...>) {
       (
           [&] {
             if constexpr (I == 0) {
-              this->template run_part<0, B, N, R>(x, y, w.w, mask, pool);
+              this->template run_part<0>(x, y, w, mask, pool);
             } else {
-              this->template run_part<I, B, N, R>(x, w.t, w.w, mask, pool);
+              this->template run_part<I>(x, w.t, w, mask, pool);
               kernels::add_to<step::count<Output<B, N>>>(w.t.data(), y.data());
             }
           }(),
@@ -270,18 +275,13 @@ struct Gated : Branches<Gate, Value> {
   using Output = typename Base::template Output<B, N>;
 
   template <size_t B, size_t N, size_t Room = 0>
-  struct Scratch {
-    static_assert(Base::template same_shapes<B, N>, "Gated<Gate, Value>: the gate and the value must take the same input and give the same shape");
-    Output<B, N> g;  // Gate(x)
-    typename Base::template PartsOf<B, N, step::room_after(Room, sizeof(Output<B, N>))>::Scratches w;
-  };
+  using Scratch = typename Base::template Scratch<B, N, Room>;  // t: Gate(x)
 
   template <size_t B, size_t N, size_t Room, class Pool = Serial>
   void run(const Input<B, N>& x, Output<B, N>& y, Scratch<B, N, Room>& w, const Mask<B, N>& mask, Pool&& pool = Pool{}) const {
-    constexpr size_t R = step::room_after(Room, sizeof(Output<B, N>));
-    this->template run_part<1, B, N, R>(x, y, w.w, mask, pool);
-    this->template run_part<0, B, N, R>(x, w.g, w.w, mask, pool);
-    step::multiply_into<step::count<Output<B, N>>>(w.g.data(), y.data());
+    this->template run_part<1>(x, y, w, mask, pool);
+    this->template run_part<0>(x, w.t, w, mask, pool);
+    step::multiply_into<step::count<Output<B, N>>>(w.t.data(), y.data());
   }
 
   template <size_t B, size_t N, Memory M = Memory::keep>
