@@ -12,6 +12,8 @@
 
 #include <stformer/stformer.hpp>
 
+#include "user_blocks.hpp"
+
 #if !STFORMER_SIMD && defined(XSIMD_VERSION_MAJOR)
 #error "the plain C++ backend (simd=none) must not include xsimd"
 #endif
@@ -37,9 +39,22 @@ void fill(T& t, Rng& rng) {
 // int16_scale(3), every step's streams at int16_scale(12) (the first step's input too: a
 // mismatch that changes nothing in a comparison of backends). The same model on every backend.
 template <class O>
+void fill_ranges(O& o, float range);
+template <class M>
+void fill_members(M& m, float range) {
+  if constexpr (requires { m.first; }) fill_ranges(m.first, range), fill_members(m.rest, range);
+}
+template <class O>
 void fill_ranges(O& o, float range) {
   if constexpr (requires { o.blocks; }) {  // a Repeat's
     for (auto& block : o.blocks) fill_ranges(block, range);
+  } else if constexpr (requires { o.body; }) {  // a Residual's
+    fill_ranges(o.body, range);
+  } else if constexpr (requires { o.steps; }) {  // a chain's
+    fill_members(o.steps, range);
+  } else if constexpr (requires { o.parts; }) {  // Parallel's, Gated's
+    fill_members(o.parts, range);
+    if constexpr (requires { o.gate; }) o.gate = o.value = o.out = 1;
   } else {
     if constexpr (!std::is_empty_v<decltype(o.ranges)>) {
       static_assert(sizeof o.ranges % sizeof(float) == 0, "the blocks' Ranges hold floats only");
@@ -108,6 +123,20 @@ int main(int argc, char** argv) {
   static InferOf<QSet, B, N> qset_infer;
   for (const KeyMask<B, N>* k : masks) {
     const auto& y = qset_infer.forward_steps<0, QSet::steps - 1>(*qset, pts, Mask<B, N>{.keys = k});
+    integers.insert(integers.end(), y.begin(), y.end());
+  }
+
+  // Blocks declared from combinators (tests/user_blocks.hpp), in integers: the stream before
+  // the float end, causal and key-padded.
+  using UserModel = Sequential<Linear<2, 16>, user::ParallelBlock<16, 2, 32>, user::SwiGLU<16, 24>, user::LayerScaleBlock<16, 2, 32>, Linear<16, 3>>;
+  static UserModel user_model;
+  init_params(user_model, rng);
+  for_each_param([&](const Path& at, Init, auto& t) { if (at.name().view().ends_with("gamma")) std::fill(t.begin(), t.end(), 0.7f); }, user_model);
+  static auto quser = quantize_fixed(user_model);
+  using QUser = std::remove_cvref_t<decltype(*quser)>;
+  static InferOf<QUser, B, N> quser_infer;
+  for (const Mask<B, N> mask : {Mask<B, N>{.causal = true}, Mask<B, N>{.keys = &keys}}) {
+    const auto& y = quser_infer.forward_steps<0, QUser::steps - 1>(*quser, pts, mask);
     integers.insert(integers.end(), y.begin(), y.end());
   }
 

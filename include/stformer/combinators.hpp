@@ -29,6 +29,8 @@
 #include "config.hpp"
 
 #include <algorithm>
+#include <climits>
+#include <cstdint>
 #include <type_traits>
 #include <utility>
 
@@ -53,6 +55,16 @@ constexpr size_t room_after(size_t room, size_t used) { return room > used ? roo
 template <class X, class Y>
 void copy_to(const X& x, Y& y) {
   if (static_cast<const void*>(&x) != static_cast<const void*>(&y)) std::copy(x.begin(), x.end(), y.begin());
+}
+
+// y ← y + a, N entries: float, or int16 streams at one scale, the sum saturated (an integer
+// combinator's, stformer/quantized/combinators.hpp).
+template <size_t N, class T>
+void add_to(const T* a, T* y) {
+  if constexpr (std::is_same_v<T, float>)
+    kernels::add_to<N>(a, y);
+  else
+    for (size_t j = 0; j < N; ++j) y[j] = T(std::clamp<std::int32_t>(std::int32_t(y[j]) + a[j], INT16_MIN, INT16_MAX));
 }
 
 // y ← y ⊙ a, n entries.
@@ -92,7 +104,7 @@ struct Residual {
   template <size_t B, size_t N, size_t Room, class Pool = Serial>
   void forward_in_place(Input<B, N>& h, Scratch<B, N, Room>& w, const Mask<B, N>& mask, Pool&& pool = Pool{}) const {
     step::run(body, h, w.t, w.w, mask, pool);
-    kernels::add_to<step::count<Input<B, N>>>(w.t.data(), h.data());
+    step::add_to<step::count<Input<B, N>>>(w.t.data(), h.data());
   }
 
   template <size_t B, size_t N, Memory M = Memory::keep>
@@ -214,7 +226,7 @@ struct Parallel : Branches<Br...> {
               this->template run_part<0>(x, y, w, mask, pool);
             } else {
               this->template run_part<I>(x, w.t, w, mask, pool);
-              kernels::add_to<step::count<Output<B, N>>>(w.t.data(), y.data());
+              step::add_to<step::count<Output<B, N>>>(w.t.data(), y.data());
             }
           }(),
           ...);

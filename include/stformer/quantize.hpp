@@ -50,13 +50,16 @@
 #include "blocks/sab.hpp"
 #include "quantized/activation.hpp"
 #include "quantized/attention.hpp"
+#include "quantized/combinators.hpp"
 #include "quantized/embedding.hpp"
 #include "quantized/layernorm.hpp"
+#include "quantized/layerscale.hpp"
 #include "quantized/linear.hpp"
 #include "quantized/meanpool.hpp"
 #include "quantized/pointer.hpp"
 #include "quantized/positional.hpp"
 #include "quantized/scalenorm.hpp"
+#include "quantized/self_attention.hpp"
 #include "quantized/stream.hpp"
 #include "quantized/tokens.hpp"
 #include "sequential.hpp"
@@ -167,6 +170,17 @@ inline constexpr bool is_integer_step = [] {
 }();
 template <class Blk, size_t Count>
 inline constexpr bool is_integer_step<Repeat<Blk, Count>> = is_integer_step<Blk>;
+// A chain or combinator: when its parts are.
+template <class... P>
+inline constexpr bool any_integer_part = (is_integer_step<typename step::Info<P>::Block> || ...);
+template <class... S>
+inline constexpr bool is_integer_step<Sequential<S...>> = any_integer_part<S...>;
+template <class Body>
+inline constexpr bool is_integer_step<Residual<Body>> = any_integer_part<Body>;
+template <class... Br>
+inline constexpr bool is_integer_step<Parallel<Br...>> = any_integer_part<Br...>;
+template <class G, class V>
+inline constexpr bool is_integer_step<QGated<G, V>> = true;
 // Whether Model is a quantized model (its steps integer forms of float blocks).
 template <class Model>
 inline constexpr bool is_quantized = [] {
@@ -193,11 +207,34 @@ template <class... S>
 struct Observed<Sequential<S...>> {
   step::Members<Observed<typename step::Info<S>::Block>...> steps;
 };
+template <class Body>
+struct Observed<Residual<Body>> {
+  Observed<typename step::Info<Body>::Block> body;
+};
+template <class... Br>
+struct Observed<Parallel<Br...>> {
+  step::Members<Observed<typename step::Info<Br>::Block>...> parts;
+};
+template <class G, class V>
+struct Observed<Gated<G, V>> {
+  step::Members<Observed<typename step::Info<G>::Block>, Observed<typename step::Info<V>::Block>> parts;
+  size_t gate = 0, value = 0, out = 0;  // the streams of Gate(x), Value(x) and the product
+};
 
 // The streams of a pass: max|·| of each, the current one and the next new one's number.
 struct Streams {
   std::vector<float> max{0.0f};
   size_t current = 0, next = 1;
+  static constexpr size_t none = size_t(-1);
+  // The stream a step that starts one writes: `target` (a part whose output a combinator needs
+  // at a given stream: a residual body's, a Parallel's branches'), or a new one.
+  size_t open(size_t target) { return target != none ? target : next++; }
+  // A step that keeps its input's stream where target asks for another: not supported.
+  void check_keeps(size_t target) const {
+    STFORMER_CHECK(target == none || target == current,
+                   "Calibration: a step that keeps its input's scale (a Residual, a class token) ends a part whose output must be at another "
+                   "stream's scale (a Parallel's branch, a Residual's body)");
+  }
   void see(size_t s, float m) {
     if (s >= max.size()) max.resize(s + 1, 0.0f);
     max[s] = std::max(max[s], m);
@@ -220,33 +257,93 @@ bool finite(const X& x) {
     return true;
 }
 
+// observe(f, acts, x, mask, o, s, target): the float part f's pass on x through its record acts,
+// its ranges into o, its streams' max|·| into s; its output on stream `target` unless none.
+// A leaf (any block with an integer form of its own):
 template <class F, class A, class X, size_t B, size_t N>
-const auto& observe(const F& f, A& acts, const X& x, const Mask<B, N>& mask, Observed<F>& o, Streams& s) {
+const auto& observe(const F& f, A& acts, const X& x, const Mask<B, N>& mask, Observed<F>& o, Streams& s, size_t target = Streams::none) {
   using Q = typename Int8Of<F>::type;
   const auto& y = step::forward(acts, f, x, mask);
   STFORMER_CHECK(finite(y), "Calibration::observe: a step's output is not finite (NaN or infinity): the model's parameters are");
   o.in = s.current;
-  if (!Q::same_scale) s.current = s.next++;
+  if constexpr (Q::same_scale)
+    s.check_keeps(target);
+  else
+    s.current = s.open(target);
   o.out = s.current;
   s.see(o.out, max_abs(y));
   o.ranges.observe(f, acts, x, y);
   if constexpr (requires { o.ranges.residual; }) s.see(o.out, o.ranges.residual);
   return y;
 }
+// A Repeat, block by block; a chain, step by step (the last on target).
 template <class Blk, size_t Count, class A, class X, size_t B, size_t N>
-const auto& observe(const Repeat<Blk, Count>& f, A& acts, const X& x, const Mask<B, N>& mask, Observed<Repeat<Blk, Count>>& o, Streams& s) {
-  const auto* h = &observe(f[0], acts.blocks[0], x, mask, o.blocks[0], s);
-  for (size_t i = 1; i < Count; ++i) h = &observe(f[i], acts.blocks[i], *h, mask, o.blocks[i], s);
+const auto& observe(const Repeat<Blk, Count>& f, A& acts, const X& x, const Mask<B, N>& mask, Observed<Repeat<Blk, Count>>& o, Streams& s,
+                    size_t target = Streams::none) {
+  const auto* h = &observe(f[0], acts.blocks[0], x, mask, o.blocks[0], s, Count == 1 ? target : Streams::none);
+  for (size_t i = 1; i < Count; ++i) h = &observe(f[i], acts.blocks[i], *h, mask, o.blocks[i], s, i + 1 == Count ? target : Streams::none);
   return *h;
 }
 template <size_t I = 0, class... S, class A, class X, size_t B, size_t N>
-const auto& observe_chain(const Sequential<S...>& f, A& acts, const X& x, const Mask<B, N>& mask, Observed<Sequential<S...>>& o, Streams& s) {
+const auto& observe_chain(const Sequential<S...>& f, A& acts, const X& x, const Mask<B, N>& mask, Observed<Sequential<S...>>& o, Streams& s,
+                          size_t target = Streams::none) {
   if constexpr (I == 0) Sequential<S...>::shift_keys(mask, acts.shifted);
-  const auto& y = observe(f.template get<I>(), acts.template at<I>(), x, Sequential<S...>::template mask_at<B, N, I>(mask, acts.shifted), step::get<I>(o.steps), s);
+  const auto& y = observe(f.template get<I>(), acts.template at<I>(), x, Sequential<S...>::template mask_at<B, N, I>(mask, acts.shifted),
+                          step::get<I>(o.steps), s, I + 1 == sizeof...(S) ? target : Streams::none);
   if constexpr (I + 1 == sizeof...(S))
     return y;
   else
-    return observe_chain<I + 1>(f, acts, y, mask, o, s);
+    return observe_chain<I + 1>(f, acts, y, mask, o, s, target);
+}
+template <class... S, class A, class X, size_t B, size_t N>
+const auto& observe(const Sequential<S...>& f, A& acts, const X& x, const Mask<B, N>& mask, Observed<Sequential<S...>>& o, Streams& s,
+                    size_t target = Streams::none) {
+  return observe_chain(f, acts, x, mask, o, s, target);
+}
+// The combinators, as their records' forward computes (stformer/combinators.hpp), each part
+// observed: Residual's body writes on the stream it reads, Parallel's branches on the output's.
+template <class Body, class A, class X, size_t B, size_t N>
+const auto& observe(const Residual<Body>& f, A& acts, const X& x, const Mask<B, N>& mask, Observed<Residual<Body>>& o, Streams& s,
+                    size_t target = Streams::none) {
+  s.check_keeps(target);
+  const size_t h = s.current;
+  const auto& y = observe(f.body, acts.body, x, mask, o.body, s, h);
+  kernels::add<step::count<X>>(x.data(), y.data(), acts.out.data());
+  s.see(h, max_abs(acts.out));
+  return acts.out;
+}
+template <class... Br, class A, class X, size_t B, size_t N>
+const auto& observe(const Parallel<Br...>& f, A& acts, const X& x, const Mask<B, N>& mask, Observed<Parallel<Br...>>& o, Streams& s,
+                    size_t target = Streams::none) {
+  const size_t in = s.current, out = s.open(target);
+  [&]<size_t... I>(std::index_sequence<I...>) {
+    (
+        [&] {
+          s.current = in;
+          const auto& y = observe(f.template get<I>(), step::get<I>(acts.records), x, mask, step::get<I>(o.parts), s, out);
+          if constexpr (I == 0)
+            std::copy(y.begin(), y.end(), acts.out.begin());
+          else
+            kernels::add_to<step::count<std::remove_cvref_t<decltype(y)>>>(y.data(), acts.out.data());
+        }(),
+        ...);
+  }(std::index_sequence_for<Br...>{});
+  s.current = out;
+  s.see(out, max_abs(acts.out));
+  return acts.out;
+}
+template <class G, class V, class A, class X, size_t B, size_t N>
+const auto& observe(const Gated<G, V>& f, A& acts, const X& x, const Mask<B, N>& mask, Observed<Gated<G, V>>& o, Streams& s,
+                    size_t target = Streams::none) {
+  const size_t in = s.current;
+  const auto& g = observe(f.template get<0>(), step::get<0>(acts.records), x, mask, step::get<0>(o.parts), s);
+  o.gate = s.current, s.current = in;
+  const auto& v = observe(f.template get<1>(), step::get<1>(acts.records), x, mask, step::get<1>(o.parts), s);
+  o.value = s.current;
+  o.out = s.current = s.open(target);
+  step::multiply<step::count<std::remove_cvref_t<decltype(g)>>>(g.data(), v.data(), acts.out.data());
+  s.see(o.out, max_abs(acts.out));
+  return acts.out;
 }
 
 template <class Q, class F>
@@ -256,6 +353,28 @@ void from_float(Q& q, const F& f, const Observed<F>& o, const Streams& s) {
 template <class Q, class Blk, size_t Count>
 void from_float(Q& q, const Repeat<Blk, Count>& f, const Observed<Repeat<Blk, Count>>& o, const Streams& s) {
   for (size_t i = 0; i < Count; ++i) from_float(q[i], f[i], o.blocks[i], s);
+}
+template <class Q, class... S>
+void from_float(Q& q, const Sequential<S...>& f, const Observed<Sequential<S...>>& o, const Streams& s) {
+  [&]<size_t... I>(std::index_sequence<I...>) {
+    (from_float(q.template get<I>(), f.template get<I>(), step::get<I>(o.steps), s), ...);
+  }(std::index_sequence_for<S...>{});
+}
+template <class Q, class Body>
+void from_float(Q& q, const Residual<Body>& f, const Observed<Residual<Body>>& o, const Streams& s) {
+  from_float(q.body, f.body, o.body, s);
+}
+template <class Q, class... Br>
+void from_float(Q& q, const Parallel<Br...>& f, const Observed<Parallel<Br...>>& o, const Streams& s) {
+  [&]<size_t... I>(std::index_sequence<I...>) {
+    (from_float(q.template get<I>(), f.template get<I>(), step::get<I>(o.parts), s), ...);
+  }(std::index_sequence_for<Br...>{});
+}
+template <class Q, class G, class V>
+void from_float(Q& q, const Gated<G, V>& f, const Observed<Gated<G, V>>& o, const Streams& s) {
+  from_float(q.template get<0>(), f.template get<0>(), step::get<0>(o.parts), s);
+  from_float(q.template get<1>(), f.template get<1>(), step::get<1>(o.parts), s);
+  q.set_scales(s.scale(o.gate), s.scale(o.value), s.scale(o.out));
 }
 
 // The integer model of a float model from what calibration kept of it: each step's ranges and

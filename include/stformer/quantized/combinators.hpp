@@ -1,0 +1,108 @@
+// The combinators (stformer/combinators.hpp) and a chain inside a block, in integers: each part
+// its integer form (Int8Of) under its name, on int16 streams.
+//   Sequential<S...>   a chain of the steps' integer forms
+//   Residual<Body>     h ← sat(h + Body(h)): the body's last step writes at the stream's scale
+//   Parallel<Br...>    y = sat(Σᵢ Branchᵢ(x)): every branch writes at y's scale
+//   QGated<Gate, Value>  y_q = clamp(apply(g_q·v_q, M), int16),  M = s_g·s_v / s_y
+//                      (g and v on streams of their own; their int16 product exact in int32)
+// sat: the int16 sum saturated. Which stream each part writes at, and its scale, calibration
+// decides (stformer/quantize.hpp: quant::observe walks the combinators as their forward does).
+// QGated's tensors, at the combinator's place: gate_scale, value_scale, out_scale F32 [1] (s_g,
+// s_v, s_y) and requant (Requant<1>: M).
+#pragma once
+
+#include "../config.hpp"
+
+#include <cstdint>
+
+#include "../combinators.hpp"
+#include "linear.hpp"
+
+namespace stformer::inline STFORMER_ABI {
+
+namespace step {
+// A part (a block, Named or Indexed) in integers, under the same name.
+template <class S>
+struct Int8Part {
+  using type = typename Int8Of<S>::type;
+};
+template <FixedString Name, class B>
+struct Int8Part<Named<Name, B>> {
+  using type = Named<Name, typename Int8Of<B>::type>;
+};
+template <size_t Index, class B>
+struct Int8Part<Indexed<Index, B>> {
+  using type = Indexed<Index, typename Int8Of<B>::type>;
+};
+}  // namespace step
+
+template <class... S>
+struct Int8Of<Sequential<S...>> {
+  using type = Sequential<typename step::Int8Part<S>::type...>;
+};
+template <class Body>
+struct Int8Of<Residual<Body>> {
+  using type = Residual<typename step::Int8Part<Body>::type>;
+};
+template <class... Br>
+struct Int8Of<Parallel<Br...>> {
+  using type = Parallel<typename step::Int8Part<Br>::type...>;
+};
+
+template <class Gate, class Value>
+struct QGated {
+  using Base = Branches<Gate, Value>;
+  Base parts;  // at the combinator's level, as Gated's
+  Scale gate_scale, value_scale, out_scale;
+  Requant<1> requant;
+
+  template <class F, class... S>
+  static constexpr void visit(const Path& at, F& f, S&... s) {
+    Base::visit(at, f, s.parts...);
+    f(at / "gate_scale", Init{Init::zeros}, s.gate_scale...);
+    f(at / "value_scale", Init{Init::zeros}, s.value_scale...);
+    f(at / "out_scale", Init{Init::zeros}, s.out_scale...);
+    stformer::visit(at / "requant", f, s.requant...);
+  }
+  template <size_t I>
+  constexpr auto& get() {
+    return parts.template get<I>();
+  }
+  template <size_t I>
+  constexpr const auto& get() const {
+    return parts.template get<I>();
+  }
+  // M = s_g·s_v / s_y
+  template <class B, class F>
+  static void requants(B& b, F&& f) {
+    f("requant", b.requant, [&](size_t) { return double(b.gate_scale(0)) * b.value_scale(0) / b.out_scale(0); });
+  }
+  // The product's scales: the gate's and the value's streams, and the output's (host side).
+  void set_scales(float s_g, float s_v, float s_y) {
+    gate_scale(0) = s_g, value_scale(0) = s_v, out_scale(0) = s_y;
+    set_requants(*this);
+  }
+
+  template <size_t B, size_t N>
+  using Input = typename Base::template Input<B, N>;
+  template <size_t B, size_t N>
+  using Output = typename Base::template Output<B, N>;
+  template <size_t B, size_t N, size_t Room = 0>
+  using Scratch = typename Base::template Scratch<B, N, Room>;  // t: Gate(x)
+
+  template <size_t B, size_t N, size_t Room, class Pool = Serial>
+  void run(const Input<B, N>& x, Output<B, N>& y, Scratch<B, N, Room>& w, const Mask<B, N>& mask, Pool&& pool = Pool{}) const {
+    parts.template run_part<1>(x, y, w, mask, pool);
+    parts.template run_part<0>(x, w.t, w, mask, pool);
+    std::int16_t* v = y.data();
+    const std::int16_t* g = w.t.data();
+    for (size_t j = 0; j < step::count<Output<B, N>>; ++j)
+      v[j] = std::int16_t(kernels::clamp_i32(requant.apply(0, std::int32_t(g[j]) * v[j]), INT16_MIN, INT16_MAX));
+  }
+};
+template <class Gate, class Value>
+struct Int8Of<Gated<Gate, Value>> {
+  using type = QGated<typename step::Int8Part<Gate>::type, typename step::Int8Part<Value>::type>;
+};
+
+}  // namespace stformer
