@@ -24,7 +24,8 @@
 # - one image of the comparison with CMSIS-NN (bench/cmsis_nn: the Cortex-M4 at -O3), CMSIS-NN's
 #   tree from CMSIS_NN_DIR or ../shared/peers/cmsis-nn/cmsis-nn beside the checkout (skipped, and
 #   said, when neither exists);
-# - the suite 'backend' cross-built for aarch64 with xsimd's NEON kernels, run under qemu-aarch64.
+# - the suite 'backend' cross-built for aarch64 with xsimd's NEON kernels (compiled in the background
+#   from the start, at the lowest CPU priority), run under qemu-aarch64.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 # python3-torch: the PyTorch parity test; clang: the fuzzers; the Arm toolchains and QEMU:
@@ -46,6 +47,29 @@ setup() {
   shift
   [ -f "$dir/build.ninja" ] || meson setup "$dir" "$@"
 }
+
+# The aarch64 stage's programs (the suite 'backend', as its meson test would build them) compile
+# from here on in the background at the lowest CPU priority: the stages before it leave a core
+# idle in their single-threaded parts (the firmware's scripts and boards, the last tests of a
+# suite), which this build takes; otherwise it yields the CPU to them. The stage waits for it,
+# builds what is left and runs the tests; a failure here is left to its meson test to report.
+setup build-test-aarch64 --cross-file targets/cross/aarch64-linux-gnu.ini -Dsimd=neon -Dbench=disabled -Dwerror=true
+mapfile -t aarch64_targets < <(python3 - build-test-aarch64 <<'EOF'
+import json, os, sys
+info = os.path.join(sys.argv[1], 'meson-info')
+files = {t['id']: t['filename'] for t in json.load(open(os.path.join(info, 'intro-targets.json')))}
+tests = json.load(open(os.path.join(info, 'intro-tests.json')))
+for d in sorted({d for t in tests if any(s.endswith(':backend') for s in t['suite']) for d in t['depends']}):
+    for f in files[d]:
+        print(os.path.relpath(f, os.path.abspath(sys.argv[1])))
+EOF
+)
+aarch64_build=
+if [ ${#aarch64_targets[@]} -gt 0 ]; then
+  nice -n 19 ninja -C build-test-aarch64 -j"$(nproc)" "${aarch64_targets[@]}" </dev/null >build-test-aarch64/background-build.log 2>&1 &
+  aarch64_build=$!
+  trap 'kill "$aarch64_build" 2>/dev/null || true' EXIT  # when a stage fails before the last
+fi
 
 backends=(x86-64-v3 none)
 grep -q avx512f /proc/cpuinfo && backends+=(x86-64-v4)
@@ -124,7 +148,7 @@ else
 fi
 
 stage "aarch64, NEON kernels, under qemu-aarch64 (build-test-aarch64)"
-setup build-test-aarch64 --cross-file targets/cross/aarch64-linux-gnu.ini -Dsimd=neon -Dbench=disabled -Dwerror=true
+[ -z "$aarch64_build" ] || wait "$aarch64_build" || echo "(the background build failed: meson test builds again and reports)"
 meson test -C build-test-aarch64 --suite backend --print-errorlogs --timeout-multiplier 3
 echo "aarch64 passed"
 stage ""
