@@ -14,10 +14,12 @@
 #   seqcls/   a model that is not SPEC's (tests/seq_classifier.hpp) and its integer model, their
 #             C APIs as stformer-c-api writes them (seqcls.h, seqcls.cpp, seqcls_q.h,
 #             seqcls_q.cpp) and the host's outputs (expected.h): BUILD's c_api_any test, which
-#             makes them and checks them on the host
+#             makes them and checks them on the host (run here unless it ran since its
+#             fixture was built)
 #   torchcls/ the classifier PyTorch trained from its own layers (nn.TransformerEncoder, post-norm
 #             GELU) and python/stformer_export.py exported: BUILD's torch_export test trains,
-#             exports and quantizes it (tests/torch/make_export.py, tests/test_torch_export.cpp);
+#             exports and quantizes it (tests/torch/make_export.py, tests/test_torch_export.cpp;
+#             run here unless it ran since it was built);
 #             here its float C API (torchcls.h, torchcls.cpp: stformer-c-api --rows 32), its
 #             integer model's image (torchcls_q.hpp: --image) and the host's outputs for 8 test
 #             sequences (torchcls_expected.hpp, torchcls_expected.h: x, logits, x_q, out_q)
@@ -53,10 +55,13 @@ generate "$out/max_value_models.hpp" max_value max_value::PointerNet "$out/point
 for name in sets expected; do
   "$build/targets/firmware/checkpoint_header" --c "$out/$name.safetensors" "$out/$name.h"
 done
-meson test -C "$build" --no-rebuild --quiet c_api_any
+# ran_since OUTPUT PROGRAM: OUTPUT was written after PROGRAM was built (the build's suite ran
+# the test that writes it, as tests/run.sh does just before): no need to run it again.
+ran_since() { [ -e "$1" ] && [ "$1" -nt "$2" ]; }
+ran_since "$build/tests/c_api_any/c_api_image" "$build/tests/c_api_fixture" || meson test -C "$build" --no-rebuild --quiet c_api_any
 mkdir -p "$out/seqcls"
 cp "$build/tests/c_api_any/"{seqcls.h,seqcls.cpp,seqcls_q.h,seqcls_q.cpp,expected.h} "$out/seqcls/"
-meson test -C "$build" --no-rebuild --quiet torch_export
+ran_since "$build/tests/trained_firmware.safetensors" "$build/tests/test_torch_export" || meson test -C "$build" --no-rebuild --quiet torch_export
 mkdir -p "$out/torchcls"
 cp "$build/tests/trained.hpp" "$out/torchcls/"
 generate "$out/torchcls/trained.hpp" torchcls trained "$build/tests/trained.safetensors" --rows 32
