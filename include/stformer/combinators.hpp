@@ -17,7 +17,9 @@
 // Each is a step of a Sequential: a forward-only pass in the chain's arena (Scratch, run or
 // forward_in_place) and a training record (Acts, with its backward into the caller's dx and a
 // workspace used only during the call). The masks a pass is given reach every part.
-//   Residual: in place; its scratch Body(x) [B, N, D] and the body's own.
+//   Residual: in place. A body that is a chain ending in a step that adds into a stream
+//     (step::Adds: run_add) runs the steps before it in the chain's plan of them and the last
+//     into the stream; any other body into its scratch t = Body(x) [B, N, D], then h += t.
 //     backward: dx = dy + Bodyᵀ dy
 //   Parallel: from x into y; its scratch one branch's output and the branches' scratches, one
 //     at a time; y = ((Branch₀(x) + Branch₁(x)) + …) in branch order.
@@ -78,6 +80,16 @@ void multiply(const float* a, const float* b, float* y) {
   for (size_t j = 0; j < N; ++j) y[j] = a[j] * b[j];
 }
 
+// A step that adds its output into a stream the caller keeps (a residual body's last step):
+//   h ← h + Block(x):  p.run_add(x, h, w, mask, pool)
+// the values of y = Block(x) added entry by entry (int16 streams: the sum saturated once). x, an
+// output of the steps before it in the caller's arena, may be overwritten. w: the block's
+// Scratch.
+template <class Block, class In, class Out, size_t B, size_t N>
+concept Adds = requires(const Block& p, In& x, Out& h, Scratch<Block, B, N, 0>& w, const Mask<B, N>& mask, Serial& pool) {
+  p.run_add(x, h, w, mask, pool);
+};
+
 }  // namespace step
 
 template <class Body>
@@ -94,17 +106,43 @@ struct Residual {
   using Input = typename Block::template Input<B, N>;
   static constexpr bool in_place = true;
 
-  template <size_t B, size_t N, size_t Room = 0>
-  struct Scratch {
-    static_assert(std::is_same_v<Input<B, N>, step::Output<Block, B, N>>, "Residual<Body>: the body's output must have its input's shape");
+  // Fused: the body is a chain of two steps or more whose last step adds into a stream
+  // (step::Adds): the steps before it run in the chain's own plan of them (its Infer of
+  // steps − 1 steps), the last adds into h, and Body(h) is never whole beside the stream.
+  // Otherwise the body runs into t [B, N, D], then h += t. The same values either way.
+  template <size_t B, size_t N>
+  static constexpr bool fused = [] {
+    if constexpr (requires { Block::steps; })
+      if constexpr (Block::steps >= 2)
+        return step::Adds<typename Block::template BlockAt<Block::steps - 1>, typename Block::template InputAt<B, N, Block::steps - 1>, Input<B, N>, B, N>;
+    return false;
+  }();
+  template <size_t B, size_t N, size_t Room>
+  struct Whole {
     Input<B, N> t;  // Body(x)
     [[no_unique_address]] step::Scratch<Block, B, N, step::room_after(Room, sizeof(Input<B, N>))> w;
   };
+  template <size_t B, size_t N, size_t Room>
+  struct Fused {
+    static constexpr size_t last = Block::steps - 1;
+    typename Block::template Infer<B, N, last> before;  // steps 0 … last − 1
+    [[no_unique_address]] step::Scratch<typename Block::template BlockAt<last>, B, N, step::room_after(Room, sizeof(before))> w;
+  };
+  template <size_t B, size_t N, size_t Room = 0>
+  using Scratch = std::conditional_t<fused<B, N>, Fused<B, N, Room>, Whole<B, N, Room>>;
 
-  template <size_t B, size_t N, size_t Room, class Pool = Serial>
-  void forward_in_place(Input<B, N>& h, Scratch<B, N, Room>& w, const Mask<B, N>& mask, Pool&& pool = Pool{}) const {
-    step::run(body, h, w.t, w.w, mask, pool);
-    step::add_to<step::count<Input<B, N>>>(w.t.data(), h.data());
+  template <size_t B, size_t N, class W, class Pool = Serial>
+  void forward_in_place(Input<B, N>& h, W& w, const Mask<B, N>& mask, Pool&& pool = Pool{}) const {
+    static_assert(std::is_same_v<Input<B, N>, step::Output<Block, B, N>>, "Residual<Body>: the body's output must have its input's shape");
+    if constexpr (fused<B, N>) {
+      constexpr size_t last = W::last;
+      // the steps before the last write their outputs in w.before, which the last may overwrite
+      auto& x = const_cast<typename Block::template InputAt<B, N, last>&>(w.before.template forward_steps<0, last>(body, h, mask, pool));
+      body.template get<last>().run_add(x, h, w.w, mask, pool);
+    } else {
+      step::run(body, h, w.t, w.w, mask, pool);
+      step::add_to<step::count<Input<B, N>>>(w.t.data(), h.data());
+    }
   }
 
   template <size_t B, size_t N, Memory M = Memory::keep>

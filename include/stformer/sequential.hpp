@@ -639,8 +639,11 @@ struct Sequential {
     }
   };
 
-  template <size_t B, size_t N>
+  // Steps: the steps it plans and runs, the first Steps of the chain (all by default; fewer for
+  // a combinator that runs the last one itself, into its own output: Residual).
+  template <size_t B, size_t N, size_t Steps = steps>
   struct Infer {
+    static_assert(Steps > 0 && Steps <= steps, "Sequential::Infer: the first Steps steps of the chain, at least one");
     // The layout (see the top of this file), in bytes. End 0: the arena's start, 1: its end,
     // 2: the caller's input.
     struct Layout {
@@ -648,7 +651,7 @@ struct Sequential {
         size_t a = alignof(Tensor<1>);
         [&]<size_t... I>(std::index_sequence<I...>) {
           ((a = std::max({a, alignof(OutputAt<B, N, I>), alignof(step::Scratch<BlockAt<I>, B, length<B, N, I>(), 0>)})), ...);
-        }(std::make_index_sequence<steps>{});
+        }(std::make_index_sequence<Steps>{});
         return a;
       }();
       template <size_t I>
@@ -671,18 +674,18 @@ struct Sequential {
         }
       }();
       // input and output (in place: the input alone), without and with the scratch at Room = 0
-      static constexpr std::array<size_t, steps> streams = []<size_t... I>(std::index_sequence<I...>) {
-        return std::array<size_t, steps>{(in_bytes<I> + out_bytes<I>)...};
-      }(std::make_index_sequence<steps>{});
+      static constexpr std::array<size_t, Steps> streams = []<size_t... I>(std::index_sequence<I...>) {
+        return std::array<size_t, Steps>{(in_bytes<I> + out_bytes<I>)...};
+      }(std::make_index_sequence<Steps>{});
       static constexpr size_t first_size = []<size_t... I>(std::index_sequence<I...>) {
         return std::max({size_t(1), (streams[I] + step::bytes<step::Scratch<BlockAt<I>, B, length<B, N, I>(), 0>>(align))...});
-      }(std::make_index_sequence<steps>{});
+      }(std::make_index_sequence<Steps>{});
       // each step's scratch, given the room the arena leaves it
       template <size_t I>
       using ScratchAt = step::Scratch<BlockAt<I>, B, length<B, N, I>(), first_size - streams[I]>;
       static constexpr size_t size = []<size_t... I>(std::index_sequence<I...>) {
         return std::max({first_size, (streams[I] + step::bytes<ScratchAt<I>>(align))...});
-      }(std::make_index_sequence<steps>{});
+      }(std::make_index_sequence<Steps>{});
 
       template <class T>
       static constexpr std::array<size_t, 3> shape3() {
@@ -719,10 +722,10 @@ struct Sequential {
         return r;
       }
 
-      static constexpr std::array<PlanRow, steps> rows = [] {
-        std::array<PlanRow, steps> r{};
+      static constexpr std::array<PlanRow, Steps> rows = [] {
+        std::array<PlanRow, Steps> r{};
         size_t end = 2;  // where the current stream lies
-        [&]<size_t... I>(std::index_sequence<I...>) { ((r[I] = row<I>(end)), ...); }(std::make_index_sequence<steps>{});
+        [&]<size_t... I>(std::index_sequence<I...>) { ((r[I] = row<I>(end)), ...); }(std::make_index_sequence<Steps>{});
         return r;
       }();
     };
@@ -731,7 +734,7 @@ struct Sequential {
     alignas(Layout::align) unsigned char arena[Layout::size];
     [[no_unique_address]] Shifted<B, N> shifted;  // the keys after a ClassToken (mask_at)
 
-    static constexpr const std::array<PlanRow, steps>& plan() { return Layout::rows; }
+    static constexpr const std::array<PlanRow, Steps>& plan() { return Layout::rows; }
 
     // pool: the threads to run on (Serial, or a ThreadPool, stformer/train/parallel.hpp). The
     // steps that take one (Linear: its outputs in parts; the encoder and decoder blocks and
@@ -739,12 +742,12 @@ struct Sequential {
     // the calling thread; the same bits for any pool, in the same arena.
     template <class Model, class X, class Pool = Serial>
       requires is_chain<Model>
-    const Output<B, N>& forward(const Model& p, const X& x, const Mask<B, N>& mask = {}, Pool&& pool = Pool{}) {
-      return forward_steps<0, steps>(p, x, mask, pool);
+    const OutputAt<B, N, Steps - 1>& forward(const Model& p, const X& x, const Mask<B, N>& mask = {}, Pool&& pool = Pool{}) {
+      return forward_steps<0, Steps>(p, x, mask, pool);
     }
     template <class Model, class X, class Pool = Serial>
       requires is_chain<Model>
-    const Output<B, N>& forward(const Model& p, const X& x, const KeyMask<B, N>* keys, Pool&& pool = Pool{}) {
+    const OutputAt<B, N, Steps - 1>& forward(const Model& p, const X& x, const KeyMask<B, N>* keys, Pool&& pool = Pool{}) {
       return forward(p, x, Mask<B, N>{.keys = keys}, pool);
     }
 
@@ -756,20 +759,20 @@ struct Sequential {
     // values are the caller's to set (a step's output is read through what forward_steps returns).
     template <size_t First>
     InputAt<B, N, First>& input() {
-      static_assert(First > 0 && First < steps, "Sequential::Infer::input: the first step's input is the caller's");
+      static_assert(First > 0 && First < Steps, "Sequential::Infer::input: the first step's input is the caller's");
       return *::new (arena + Layout::rows[First].in_offset) InputAt<B, N, First>;
     }
-    template <size_t First, size_t Last = steps, class Model, class Pool = Serial>
+    template <size_t First, size_t Last = Steps, class Model, class Pool = Serial>
       requires is_chain<Model>
     const OutputAt<B, N, Last - 1>& forward_steps(const Model& p, const Mask<B, N>& mask = {}, Pool&& pool = Pool{}) {
-      static_assert(First > 0 && First < Last && Last <= steps, "Sequential::Infer::forward_steps: steps First .. Last − 1 of the chain, First > 0");
+      static_assert(First > 0 && First < Last && Last <= Steps, "Sequential::Infer::forward_steps: steps First .. Last − 1 of the chain, First > 0");
       return run_steps<First, Last>(p, std::launder(reinterpret_cast<const InputAt<B, N, First>*>(arena + Layout::rows[First].in_offset)),
                                     mask_of<Model>(mask), pool);
     }
-    template <size_t First, size_t Last = steps, class Model, class X, class Pool = Serial>
+    template <size_t First, size_t Last = Steps, class Model, class X, class Pool = Serial>
       requires(First == 0 && is_chain<Model>)
     const OutputAt<B, N, Last - 1>& forward_steps(const Model& p, const X& x, const Mask<B, N>& mask = {}, Pool&& pool = Pool{}) {
-      static_assert(Last > 0 && Last <= steps, "Sequential::Infer::forward_steps: steps 0 .. Last − 1 of the chain");
+      static_assert(Last > 0 && Last <= Steps, "Sequential::Infer::forward_steps: steps 0 .. Last − 1 of the chain");
       check_input<B, N, X>();
       return run_steps<0, Last>(p, &x, mask_of<Model>(mask), pool);
     }

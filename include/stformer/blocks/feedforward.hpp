@@ -127,6 +127,13 @@ struct FeedForward {
     apply_tiled<B * N, T>(h.data(), h.data(), w);
   }
 
+  // Into a stream (a residual body's last step): h += FFN(x), x overwritten in float; the
+  // same tile as in place.
+  template <size_t B, size_t N, size_t T, class Pool>
+  void run_add(Input<B, N>& x, Input<B, N>& h, Tile<T>& w, const Mask<B, N>&, Pool&& pool) const {
+    add_tiled<B * N, T>(x.data(), h.data(), w, pool);
+  }
+
   // In integers, made from the float layer: the hidden rows' scale from their calibration range
   // (ReLU's outputs, or the activation's inputs), the input's and the output's from the streams'.
   static constexpr bool same_scale = false;

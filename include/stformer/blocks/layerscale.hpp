@@ -39,6 +39,14 @@ struct LayerScale {
     apply<B * N>(h.data(), h.data());
   }
 
+  // Into a stream (a residual body's last step): h += γ ⊙ x.
+  template <size_t B, size_t N, class Pool>
+  void run_add(const Tensor<B, N, D>& x, Tensor<B, N, D>& h, Nothing, const Mask<B, N>&, Pool&&) const {
+    const float* g = gamma.data();
+    for (size_t r = 0; r < B * N; ++r)
+      for (size_t j = 0; j < D; ++j) h.data()[r * D + j] += g[j] * x.data()[r * D + j];
+  }
+
   // Rows of shape [L..., D].
   template <size_t... L>
   struct Acts {

@@ -21,22 +21,32 @@ struct SelfAttention : MultiHeadAttention<D, D, D, H, S, Pr> {
 
   template <size_t B, size_t N>
   using Input = Tensor<B, N, D>;
-  template <size_t B, size_t N>
-  using Output = Tensor<B, N, D>;
 
-  // The forward-only pass from x into y: q [B, N, D] (the projected queries, then the heads'
-  // outputs) and the attention's keys and values; the same operations as Attention's Infer.
+  // Forward only, in place: h ← MHA(h, h). The keys and values are projected first, then h
+  // becomes the queries, the heads and the output, T rows at a time through the tile of Work
+  // (Linear::apply_tiled, in place: a tile's rows are read whole before they are written); the
+  // same operations as Attention's Infer. Into a stream instead (a residual body's last step,
+  // run_add): h += MHA(x, x), x overwritten by the queries and the heads (EncoderBlock's
+  // forward_add). Scratch for both: the keys, values and tile.
+  static constexpr bool in_place = true;
   template <size_t B, size_t N, size_t Room = 0>
   struct Scratch {
-    Tensor<B, N, D> q;
-    typename Attention::template Work<B, N, N, 0> w;
+    static constexpr size_t T = tile_rows(B * N);
+    typename Attention::template Work<B, N, N, T> w;
   };
   template <size_t B, size_t N, size_t Room, class Pool = Serial>
-  void run(const Input<B, N>& x, Output<B, N>& y, Scratch<B, N, Room>& w, const Mask<B, N>& mask, Pool&& pool = Pool{}) const {
-    this->q_proj().template apply_rows<B * N>(x.data(), w.q.data(), pool);
-    this->template prepare<B, N, N, 0>(x.data(), w.w, pool);
-    this->template attend<B, N, N, 0>(w.q.data(), w.w, mask, pool);
-    this->wo.template apply_rows<B * N>(w.q.data(), y.data(), pool);
+  void forward_in_place(Input<B, N>& h, Scratch<B, N, Room>& w, const Mask<B, N>& mask, Pool&& pool = Pool{}) const {
+    constexpr size_t T = Scratch<B, N, Room>::T, R = Attention::template Work<B, N, N, T>::rows;
+    this->template prepare<B, N, N, T>(h.data(), w.w, pool);
+    this->q_proj().template apply_tiled<B * N, R>(h.data(), h.data(), w.w.tile, pool);
+    this->template attend<B, N, N, T>(h.data(), w.w, mask, pool);
+    this->wo.template apply_tiled<B * N, R>(h.data(), h.data(), w.w.tile, pool);
+  }
+  template <size_t B, size_t N, size_t Room, class Pool = Serial>
+  void run_add(Input<B, N>& x, Input<B, N>& h, Scratch<B, N, Room>& w, const Mask<B, N>& mask, Pool&& pool = Pool{}) const {
+    constexpr size_t T = Scratch<B, N, Room>::T;
+    this->template prepare<B, N, N, T>(x.data(), w.w, pool);
+    this->template forward_add<B, N, N, T>(x.data(), h.data(), w.w, mask, pool);
   }
 
   template <size_t B, size_t N, Memory M = Memory::keep>

@@ -66,6 +66,15 @@ struct QLayerScale {
   void forward_in_place(Input<B, N>& h, Nothing, const Mask<B, N>&, Pool&&) const {
     apply<B * N>(h.data(), h.data());
   }
+  // Into a stream (a residual body's last step): h = clamp(h + apply(x_q·γ_q, M_c), int16).
+  template <size_t B, size_t N, class Pool>
+  void run_add(const Input<B, N>& x, Input<B, N>& h, Nothing, const Mask<B, N>&, Pool&&) const {
+    for (size_t r = 0; r < B * N; ++r)
+      for (size_t c = 0; c < D; ++c) {
+        std::int16_t& y = h.data()[r * D + c];
+        y = std::int16_t(kernels::clamp_i32(y + requant.apply(c, std::int32_t(x.data()[r * D + c]) * gamma(c)), INT16_MIN, INT16_MAX));
+      }
+  }
 };
 template <size_t D>
 struct Int8Of<LayerScale<D>> {

@@ -49,12 +49,13 @@ struct QSelfAttention {
     rows.set(0, s_a, s_in);
   }
 
-  // A step of a quantized Sequential: from x into y; its scratch the int8 rows and the
-  // attention's keys, values and tile of T rows.
+  // A step of a quantized Sequential, in place on the stream: h ← MHA(a_q, a_q) (h zeroed, then
+  // the attention added into it), or into a stream (a residual body's last step, run_add):
+  // h = sat(h + MHA(a_q, a_q)). Scratch: the int8 rows a_q and the attention's keys, values and
+  // tile of T rows.
+  static constexpr bool in_place = true;
   template <size_t B, size_t N>
   using Input = TensorOf<std::int16_t, B, N, D>;
-  template <size_t B, size_t N>
-  using Output = TensorOf<std::int16_t, B, N, D>;
   template <size_t B, size_t N, size_t Room = 0>
   struct Scratch {
     static constexpr size_t T = precision::int8::tile_rows(B * N, B * N);
@@ -62,13 +63,29 @@ struct QSelfAttention {
     typename Attention::template Work<B, N, N, T> w;
   };
   template <size_t B, size_t N, size_t Room, class Pool = Serial>
-  void run(const Input<B, N>& x, Output<B, N>& y, Scratch<B, N, Room>& w, const Mask<B, N>& mask, Pool&& pool = Pool{}) const {
-    constexpr size_t T = Scratch<B, N, Room>::T;
+  void forward_in_place(Input<B, N>& h, Scratch<B, N, Room>& w, const Mask<B, N>& mask, Pool&& pool = Pool{}) const {
+    rows_of(h, w);
+    std::fill(h.begin(), h.end(), std::int16_t(0));
+    add(h, w, mask, pool);
+  }
+  template <size_t B, size_t N, size_t Room, class Pool = Serial>
+  void run_add(const Input<B, N>& x, Input<B, N>& h, Scratch<B, N, Room>& w, const Mask<B, N>& mask, Pool&& pool = Pool{}) const {
+    rows_of(x, w);
+    add(h, w, mask, pool);
+  }
+
+ private:
+  // w.a ← the stream x requantized to int8 rows
+  template <size_t B, size_t N, class W>
+  void rows_of(const Input<B, N>& x, W& w) const {
     for (size_t k = 0; k < B * N * D; ++k)
       w.a.data()[k] = std::int8_t(kernels::clamp_i32(rows.branch_requant.apply(0, x.data()[k]), -128, 127));
-    attn.template prepare<B, N, N, T>(w.a.data(), w.w, pool);
-    std::fill(y.begin(), y.end(), std::int16_t(0));
-    attn.template forward_add<B, N, N, T>(w.a.data(), y.data(), w.w, mask, pool);
+  }
+  // h ← sat(h + MHA(w.a, w.a))
+  template <size_t B, size_t N, class W, class Pool>
+  void add(Input<B, N>& h, W& w, const Mask<B, N>& mask, Pool& pool) const {
+    attn.template prepare<B, N, N, W::T>(w.a.data(), w.w, pool);
+    attn.template forward_add<B, N, N, W::T>(w.a.data(), h.data(), w.w, mask, pool);
   }
 };
 template <size_t D, size_t H, ScoreScale S, Projections Pr>
