@@ -109,7 +109,8 @@ struct Residual {
   // Fused: the body is a chain of two steps or more whose last step adds into a stream
   // (step::Adds): the steps before it run in the chain's own plan of them (its Infer of
   // steps − 1 steps), the last adds into h, and Body(h) is never whole beside the stream.
-  // Otherwise the body runs into t [B, N, D], then h += t. The same values either way.
+  // Otherwise the body runs into t [B, N, D], then h += t. The same values either way (in
+  // integers, fused, the sum is saturated once).
   template <size_t B, size_t N>
   static constexpr bool fused = [] {
     if constexpr (requires { Block::steps; })
