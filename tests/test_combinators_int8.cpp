@@ -17,27 +17,12 @@
 #include <stformer/quantized/checkpoint.hpp>
 #include <stformer/stformer.hpp>
 
+#include "quantized.hpp"
 #include "user_blocks.hpp"
-#include "util.hpp"
 
 using namespace stformer;
 
 namespace {
-
-// ‖float − int8‖ / ‖float‖ of the models' outputs over `rounds` fresh inputs.
-template <class M, class Q, size_t B, size_t N, size_t W>
-double rms_gap(const M& p, const Q& q, Tensor<B, N, W>& x, const Mask<B, N>& mask, Rng& rng) {
-  auto fi = test::make<InferOf<M, B, N>>();
-  auto qi = test::make<InferOf<Q, B, N>>();
-  double err = 0, norm = 0;
-  for (int i = 0; i < 4; ++i) {
-    test::fill(x, rng);
-    const auto& yf = fi->forward(p, x, mask);
-    const auto& yq = qi->forward(q, x, mask);
-    for (size_t k = 0; k < yf.size(); ++k) err += std::pow(yf.data()[k] - yq.data()[k], 2), norm += std::pow(yf.data()[k], 2);
-  }
-  return std::sqrt(err / norm);
-}
 
 // A model of rows around Block: Linear in, the block twice, Linear out. Quantized from 8
 // calibration batches under `mask`, then checked as the top of this file says.
