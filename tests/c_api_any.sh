@@ -14,9 +14,12 @@ fixture=$1 out=$2
 shift 2
 cxx=""
 while [ "$1" != "--" ]; do cxx="$cxx $1"; shift; done
-io=$2
 here=$(cd "$(dirname "$0")" && pwd)
 rm -rf "$out" && mkdir -p "$out"
+# the I/O source compiled once, for every generator program below
+# shellcheck disable=SC2086
+$cxx -O1 -c "$2" -o "$out/io.o"
+io="$out/io.o"
 ${STFORMER_RUN:-} "$fixture" "$out"
 sh "$here/../src/stformer-c-api" --header "$here/seq_classifier.hpp" --type SeqClassifier --rows 8 --checkpoint "$out/seqcls.safetensors" \
   --name seqcls --out "$out" --compile "$cxx -O1 -pthread $io"

@@ -67,15 +67,27 @@ def header_json(metadata, tensors, offsets=None):
     return h
 
 
+class Blob:
+    """A file's bytes as the pieces it is written from: a variant of a large checkpoint is not
+    copied whole before it is written, and only the ones written are ever joined."""
+
+    def __init__(self, *parts):
+        self.parts = [q for p in parts for q in (p.parts if isinstance(p, Blob) else [p])]
+
+    def bytes(self):
+        return b''.join(self.parts)
+
+
 def pack(header_text, data, length=None):
-    """A file: 8-byte length, the header text padded with spaces to 8 bytes, the data."""
+    """A file: 8-byte length, the header text padded with spaces to 8 bytes, the data (bytes, a
+    Blob, or a list of pieces)."""
     j = header_text.encode() if isinstance(header_text, str) else header_text
     j += b' ' * (-len(j) % 8)
-    return struct.pack('<Q', len(j) if length is None else length) + j + data
+    return Blob(struct.pack('<Q', len(j) if length is None else length), j, *(data if isinstance(data, list) else [data]))
 
 
 def build(metadata, tensors):
-    return pack(json.dumps(header_json(metadata, tensors)), b''.join(t[3] for t in tensors))
+    return pack(json.dumps(header_json(metadata, tensors)), [t[3] for t in tensors])
 
 
 def with_tensor(ck, name, dtype=None, shape=None, data=None):
@@ -105,8 +117,8 @@ def safe(name):
 
 def variants(ck, rng):
     """Yields (level, category, label, bytes)."""
-    raw, n, data = ck.raw, ck.n, ck.data
-    text = raw[8:8 + n].decode().rstrip(' ')
+    raw, n, data = memoryview(ck.raw), ck.n, ck.data  # slices of the file are views, not copies
+    text = bytes(raw[8:8 + n]).decode().rstrip(' ')
     first = ck.tensors[0]
 
     # ---- format: any safetensors reader refuses these -----------------------------------
@@ -118,13 +130,13 @@ def variants(ck, rng):
         yield 'format', 'truncated', 'data_all', raw[:8 + n]
         yield 'format', 'truncated', 'data_half', raw[:8 + n + len(data) // 2]
         yield 'format', 'truncated', 'data_last_byte', raw[:-1]
-    yield 'format', 'header_length', 'past_the_file', struct.pack('<Q', len(raw)) + raw[8:]
-    yield 'format', 'header_length', 'huge_2e63', struct.pack('<Q', 2**63) + raw[8:]
-    yield 'format', 'header_length', 'max_u64', struct.pack('<Q', 2**64 - 1) + raw[8:]
-    yield 'format', 'header_length', 'zero', struct.pack('<Q', 0) + raw[8:]
-    yield 'format', 'header_length', 'cuts_the_json', struct.pack('<Q', len(text) - 1) + raw[8:]
+    yield 'format', 'header_length', 'past_the_file', Blob(struct.pack('<Q', len(raw)), raw[8:])
+    yield 'format', 'header_length', 'huge_2e63', Blob(struct.pack('<Q', 2**63), raw[8:])
+    yield 'format', 'header_length', 'max_u64', Blob(struct.pack('<Q', 2**64 - 1), raw[8:])
+    yield 'format', 'header_length', 'zero', Blob(struct.pack('<Q', 0), raw[8:])
+    yield 'format', 'header_length', 'cuts_the_json', Blob(struct.pack('<Q', len(text) - 1), raw[8:])
     if data[:8].strip(b' \t\r\n'):  # the first data bytes read as header: not JSON whitespace
-        yield 'format', 'header_length', 'takes_8_data_bytes', struct.pack('<Q', n + 8) + raw[8:]
+        yield 'format', 'header_length', 'takes_8_data_bytes', Blob(struct.pack('<Q', n + 8), raw[8:])
     yield 'format', 'json', 'closing_brace_removed', pack(text[:-1], data)
     yield 'format', 'json', 'invalid_utf8_in_a_name', pack(text.replace('"' + first[0] + '"', '"' + first[0] + '\udcff"', 1)
                                                           .encode('utf-8', 'surrogateescape'), data)
@@ -309,6 +321,7 @@ def main():
         name = '%s.%s.%s.safetensors' % (level, category, label)
         assert name not in names, name
         names.add(name)
+        raw = raw.bytes() if isinstance(raw, Blob) else bytes(raw)
         assert raw != ck.raw, name
         with open(os.path.join(a.outdir, name), 'wb') as f:
             f.write(raw)

@@ -27,11 +27,11 @@ fixture() {
   "${run[@]}" "$@" >"$tmp/make.out" 2>&1 </dev/null || { sed 's/^/    /' "$tmp/make.out" | tail -5; die "making $what: $(basename "$1") ${*:2}"; }
 }
 
-# The fixtures, with the commands of tests/programs.sh: a pointer and a set model trained for 2
-# iterations and quantized, sets for predict, and a language model trained for one step on a
+# The fixtures, with the commands of tests/programs.sh: a pointer model trained for 2 iterations and
+# a set model for 1, both quantized, sets for predict, and a language model trained for one step on a
 # corpus of exactly the model's V = 33,278 words (33,277 and <eos>), then quantized.
 fixture "float pointer" "$mv_bin" train --iterations 2 --threads 1 --checkpoint "$tmp/pointer.safetensors"
-fixture "float set" "$mv_bin" train --model set --iterations 2 --threads 1 --checkpoint "$tmp/set.safetensors"
+fixture "float set" "$mv_bin" train --model set --iterations 1 --threads 1 --checkpoint "$tmp/set.safetensors"
 fixture "int8 pointer" "$mv_bin" quantize --checkpoint "$tmp/pointer.safetensors" --output "$tmp/pointer-int8.safetensors" --sets 10 --threads 1
 fixture "int8 set" "$mv_bin" quantize --checkpoint "$tmp/set.safetensors" --output "$tmp/set-int8.safetensors" --sets 10 --threads 1
 fixture "sets" "$mv_bin" sets --output "$tmp/sets.safetensors"

@@ -8,12 +8,26 @@
 #     aside), so the program it comes from, which meson builds, compiles it;
 #   - otherwise declarations: compiled after `#include <stformer/stformer.hpp>` and
 #     `using namespace stformer;`, with an empty main.
-cmd=""
-while [ "$1" != "--" ]; do cmd="$cmd '$1'"; shift; done
-shift
+# FLAGS may name .cpp sources (the safetensors reader): each is compiled once, and its object
+# linked into every program.
 root=$(cd "$(dirname "$0")/.." && pwd)
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
+cmd="" sources=""
+while [ "$1" != "--" ]; do
+  case $1 in
+    *.cpp) sources="$sources $1" ;;
+    *) cmd="$cmd '$1'" ;;
+  esac
+  shift
+done
+shift
+objects=""
+for s in $sources; do
+  o="$tmp/$(basename "$s" .cpp).o"
+  eval "$cmd -c '$s' -o '$o'" || { echo "FAIL: $s does not compile"; exit 1; }
+  objects="$objects '$o'"
+done
 status=0 count=0
 for doc in "$@"; do
   # one file per block: $tmp/<doc>.<n>.cpp, and <doc>.<n>.excerpt holding PATH for an excerpt
@@ -42,14 +56,14 @@ for f in "$tmp"/*.cpp; do
       echo "FAIL: $name: not in $(cat "$tmp/$name.excerpt"):"; echo "$missing" | head -5; status=1
     fi
   elif grep -q "int main(" "$f"; then
-    if out=$(eval "$cmd -o '$tmp/$name' '$f'" 2>&1) && (cd "$tmp" && "./$name" >"$name.out" 2>&1); then
+    if out=$(eval "$cmd -o '$tmp/$name' '$f' $objects" 2>&1) && (cd "$tmp" && "./$name" >"$name.out" 2>&1); then
       echo "ok   $name: compiles and runs: $(head -1 "$tmp/$name.out")"
     else
       echo "FAIL: $name"; echo "$out" | head -20; head -5 "$tmp/$name.out" 2>/dev/null; status=1
     fi
   else
     { printf '#include <stformer/stformer.hpp>\nusing namespace stformer;\n'; cat "$f"; printf '\nint main() {}\n'; } > "$tmp/$name.decl.cpp"
-    if out=$(eval "$cmd -o '$tmp/$name' '$tmp/$name.decl.cpp'" 2>&1); then
+    if out=$(eval "$cmd -c -o '$tmp/$name.o' '$tmp/$name.decl.cpp'" 2>&1); then
       echo "ok   $name: declarations, compile"
     else
       echo "FAIL: $name (declarations)"; echo "$out" | head -20; status=1

@@ -92,7 +92,6 @@ stage "sanitizers: address, undefined (build-test-sanitize)"
 # with every check.
 setup build-test-sanitize -Db_sanitize=address,undefined -Dcpp_args=-fno-sanitize=pointer-overflow,alignment \
   -Doptimization=1 -Dsimd=x86-64-v3 -Dbench=disabled -Dwerror=true
-ninja -C build-test-sanitize
 ASAN_OPTIONS=detect_leaks=1:strict_string_checks=1 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
   meson test -C build-test-sanitize --no-suite compile --print-errorlogs --timeout-multiplier 3
 echo "sanitizers passed"
