@@ -4,6 +4,8 @@
 // SPEC configurations fit their targets. (MultiHeadAttention::Infer: test_blocks.cpp.)
 #include <doctest/doctest.h>
 
+#include <cstring>
+
 #include <stformer/stformer.hpp>
 
 #include "reference.hpp"
@@ -194,6 +196,50 @@ constexpr size_t bytes = sizeof(Tensor<N...>);
 // the folded attention's pointer to its keys, padded to the tensors' alignment
 constexpr size_t pointer_bytes = std::max(sizeof(float*), alignof(Tensor<1>));
 }  // namespace
+
+// SPEC's encoder block (pre-norm, ScaleNorm, separate projections, ReLU) declared as a chain of
+// two residuals, beside EncoderBlock written by hand: the same parameter names, forward-only plan
+// and kept record, and the same bits forward (Infer and Acts) and backward (every gradient, dx).
+template <size_t D, size_t H, size_t F>
+using DeclaredEncoder = Sequential<Named<"", Residual<Sequential<Named<"sn1", ScaleNorm<D>>, Named<"attn", SelfAttention<D, H, ScoreScale::head_width, Projections::separate>>>>>,
+                                   Named<"", Residual<Sequential<Named<"sn2", ScaleNorm<D>>, Named<"ffn", FeedForward<D, F>>>>>>;
+
+TEST_CASE("a block declared as a chain of residuals: EncoderBlock's names, plan, record and bits") {
+  constexpr size_t D = 32, H = 4, F = 64, B = 2, N = 16;
+  using Hand = Sequential<Named<"blocks", Repeat<EncoderBlock<D, H, F>, 2>>>;
+  using Declared = Sequential<Named<"blocks", Repeat<DeclaredEncoder<D, H, F>, 2>>>;
+  static_assert(step::in_place<DeclaredEncoder<D, H, F>>());
+  CHECK(sizeof(InferOf<Declared, B, N>) == sizeof(InferOf<Hand, B, N>));
+  CHECK(sizeof(InferOf<Declared, 1, N>) == sizeof(InferOf<Hand, 1, N>));
+  CHECK(sizeof(DeclaredEncoder<D, H, F>::Record<B, N>) == sizeof(ActsOf<EncoderBlock<D, H, F>, B, N>));
+  auto hand = make<Hand>();
+  auto declared = make<Declared>();
+  Rng rng(59);
+  init_params(*hand, rng);
+  REQUIRE(test::param_names(*hand) == test::param_names(*declared));
+  static_assert(sizeof(Hand) == sizeof(Declared));  // the parameters in visit order, in both
+  std::memcpy(static_cast<void*>(declared.get()), hand.get(), sizeof(Hand));
+  Tensor<B, N, D> x, dy;
+  fill(x, rng), fill(dy, rng);
+  const auto keys = test::lengths_mask<B, N>({N, N - 5});
+  for (const bool causal : {false, true}) {
+    CAPTURE(causal);
+    const Mask<B, N> mask{.causal = causal, .keys = &keys};
+    auto hi = make<InferOf<Hand, B, N>>();
+    auto di = make<InferOf<Declared, B, N>>();
+    const auto& y = hi->forward(*hand, x, mask);
+    CHECK(same_bits(y, di->forward(*declared, x, mask)));
+    auto ha = make<ActsOf<Hand, B, N>>();
+    auto da = make<ActsOf<Declared, B, N>>();
+    CHECK(same_bits(y, ha->forward(*hand, x, mask)));
+    CHECK(same_bits(y, da->forward(*declared, x, mask)));
+    auto hg = make<Hand>();
+    auto dg = make<Declared>();
+    zero_grad(*hg), zero_grad(*dg);
+    CHECK(same_bits(ha->backward(*hand, *hg, dy), da->backward(*declared, *dg, dy)));
+    CHECK(std::memcmp(static_cast<const void*>(hg.get()), dg.get(), sizeof(Hand)) == 0);
+  }
+}
 
 // The memory plans documented in the models' headers and in docs/reference.md, buffer by buffer (a
 // tile holds [16, Nk] scores or [T, D] rows of a projection, whichever is larger, T = 16 rows

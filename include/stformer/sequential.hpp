@@ -238,15 +238,20 @@ decltype(auto) forward(A& acts, const P& p, const X& x, const Mask<B, N>& mask) 
   return acts.forward(p, x, mask);
 }
 
-// A step's record, with the Memory M where its Acts takes one (Repeat).
+// A step's record, with the Memory M where its Acts takes one (Repeat); of a chain its Record,
+// whose workspace is the caller's.
+template <class Block, size_t B, size_t N, Memory M>
+constexpr auto acts_with() {
+  if constexpr (requires { typename Block::template Record<B, N, M>; })
+    return std::type_identity<typename Block::template Record<B, N, M>>{};
+  else if constexpr (requires { typename Block::template Acts<B, N, M>; })
+    return std::type_identity<typename Block::template Acts<B, N, M>>{};
+  else
+    return std::type_identity<ActsOf<Block, B, N>>{};
+}
 template <class Block, size_t B, size_t N, Memory M>
 struct ActsWith {
-  using type = ActsOf<Block, B, N>;
-};
-template <class Block, size_t B, size_t N, Memory M>
-  requires requires { typename Block::template Acts<B, N, M>; }
-struct ActsWith<Block, B, N, M> {
-  using type = typename Block::template Acts<B, N, M>;
+  using type = typename decltype(acts_with<Block, B, N, M>())::type;
 };
 
 // Storage in declaration order (a standard-layout struct of its members, no padding between
@@ -473,8 +478,11 @@ struct Sequential {
     [&]<size_t... I>(std::index_sequence<I...>) { ((k = shift_at<B, N, I> != untracked ? shift_at<B, N, I> : k), ...); }(std::make_index_sequence<steps>{});
     return k;
   }();
+  // None: an empty type of this chain's own, which takes no room beside the empty members of
+  // the chains inside it (two empty members of one type would need two addresses).
+  struct NoShift {};
   template <size_t B, size_t N>
-  using Shifted = std::conditional_t<kept_shift<B, N> == 0, Nothing, KeyMask<B, N + kept_shift<B, N>>>;
+  using Shifted = std::conditional_t<kept_shift<B, N> == 0, NoShift, KeyMask<B, N + kept_shift<B, N>>>;
   template <size_t B, size_t N>
   static void shift_keys(const Mask<B, N>& mask, Shifted<B, N>& shifted) {
     constexpr size_t K = kept_shift<B, N>;
@@ -535,9 +543,12 @@ struct Sequential {
   template <class Model>
   static constexpr bool is_chain = std::is_base_of_v<Sequential, Model>;
 
-  // M: what the records keep (Memory::replay: blocks replayed, ReplayActsOf).
+  // The training record of a pass, M what it keeps (Memory::replay: blocks replayed,
+  // ReplayActsOf): Record, the steps' records, whose backward takes its Workspace (a chain as a
+  // step of another, whose workspace is the caller's, live only during its backward); Acts, a
+  // model's, which holds its Workspace too.
   template <size_t B, size_t N, Memory M = Memory::keep>
-  struct Acts {
+  struct Record {
     static_assert(chain_fits<B, N>);
     template <size_t I>
     using StepActs = typename step::ActsWith<BlockAt<I>, B, length<B, N, I>(), M>::type;
@@ -550,8 +561,8 @@ struct Sequential {
     typename ActsFor<std::make_index_sequence<steps>>::type acts;
     [[no_unique_address]] Shifted<B, N> shifted;  // the keys after a ClassToken (mask_at)
     // backward's memory: the steps' workspaces, one at a time, and the gradients between steps
-    // (each step's Dx) in two buffers in turn.
-    static constexpr bool whole = true;
+    // (each step's Dx) in G buffers in turn: as a step of another, whose first step writes the
+    // caller's dx, min(steps − 1, 2); a model's, min(steps, 2).
     template <size_t I>
     using StepDx = std::conditional_t<std::is_void_v<typename StepActs<I>::Dx>, Nothing, typename StepActs<I>::Dx>;
     template <class I>
@@ -562,8 +573,12 @@ struct Sequential {
       using Grads = Phases<StepDx<I>...>;
     };
     using Back = BackFor<std::make_index_sequence<steps>>;
-    typename Back::Workspace ws;
-    std::array<typename Back::Grads, 2> grads;
+    template <size_t G>
+    struct WorkspaceWith {
+      typename Back::Workspace ws;
+      std::array<typename Back::Grads, G> grads;
+    };
+    using Workspace = WorkspaceWith<std::min<size_t>(steps - 1, 2)>;
 
     // Step I's activations, or those of the step named Name.
     template <size_t I>
@@ -595,17 +610,12 @@ struct Sequential {
       return forward(p, x, Mask<B, N>{.keys = keys});
     }
 
-    // Accumulates the parameters' gradients into grad; returns dL/dx (nothing when the first
-    // step has no input gradient: an Embedding).
-    decltype(auto) backward(const Sequential& p, Sequential& grad, const Output<B, N>& dout) { return backward_to<0>(p, grad, dout); }
-    // The same into the caller's dx: a chain as a step of another.
+    // Accumulates the parameters' gradients into grad; dL/dx into the caller's dx.
     using Dx = typename StepActs<0>::Dx;
     template <class D>
       requires(!std::is_void_v<Dx>)
-    const D& backward(const Sequential& p, Sequential& grad, const Output<B, N>& dout, D& dx) {
-      const auto& d = backward(p, grad, dout);
-      std::copy(d.begin(), d.end(), dx.begin());
-      return dx;
+    const D& backward(const Sequential& p, Sequential& grad, const Output<B, N>& dout, D& dx, Workspace& work) {
+      return backward_to<0>(p, grad, dout, work, &dx);
     }
 
     // The forward up to step Last's output, and the backward from dL/d(step I's output) down to
@@ -622,20 +632,41 @@ struct Sequential {
       else
         return forward_to<Last, I + 1>(p, y, mask);
     }
-    template <size_t To, size_t I = steps - 1>
-    decltype(auto) backward_to(const Sequential& p, Sequential& grad, const OutputAt<B, N, I>& dout) {
-      auto& w = ws.template start<WorkspaceOf<StepActs<I>>>();
+    // final: where step To writes its input gradient (nullptr: a buffer of the workspace).
+    template <size_t To, size_t I = steps - 1, size_t G, class Final = Nothing>
+    decltype(auto) backward_to(const Sequential& p, Sequential& grad, const OutputAt<B, N, I>& dout, WorkspaceWith<G>& work, Final* final = nullptr) {
+      auto& w = work.ws.template start<WorkspaceOf<StepActs<I>>>();
       if constexpr (std::is_void_v<typename StepActs<I>::Dx>) {
         static_assert(I == To, "Sequential: backward past a step whose input has no gradient (an Embedding's ids)");
         return at<I>().backward(p.template get<I>(), grad.template get<I>(), dout);
+      } else if constexpr (I == To && !std::is_same_v<Final, Nothing>) {
+        const auto& d = backward_with(at<I>(), p.template get<I>(), grad.template get<I>(), dout, *final, w);
+        if (static_cast<const void*>(&d) != static_cast<const void*>(final)) std::copy(d.begin(), d.end(), final->begin());
+        return static_cast<const Final&>(*final);
       } else {
+        auto& grads = work.grads;
         auto& dx = grads[static_cast<const void*>(&dout) == static_cast<const void*>(&grads[0]) ? 1 : 0].template start<StepDx<I>>();
         const auto& d = backward_with(at<I>(), p.template get<I>(), grad.template get<I>(), dout, dx, w);
         if constexpr (I == To)
           return d;
         else
-          return backward_to<To, I - 1>(p, grad, d);
+          return backward_to<To, I - 1>(p, grad, d, work, final);
       }
+    }
+  };
+  template <size_t B, size_t N, Memory M = Memory::keep>
+  struct Acts : Record<B, N, M> {
+    using Base = Record<B, N, M>;
+    static constexpr bool whole = true;  // its own workspace
+    typename Base::template WorkspaceWith<std::min<size_t>(steps, 2)> work;
+    using Base::backward, Base::backward_to;
+
+    // Accumulates the parameters' gradients into grad; returns dL/dx (nothing when the first
+    // step has no input gradient: an Embedding).
+    decltype(auto) backward(const Sequential& p, Sequential& grad, const Output<B, N>& dout) { return backward_to<0>(p, grad, dout); }
+    template <size_t To, size_t I = steps - 1>
+    decltype(auto) backward_to(const Sequential& p, Sequential& grad, const OutputAt<B, N, I>& dout) {
+      return Base::template backward_to<To, I>(p, grad, dout, work);
     }
   };
 
@@ -802,10 +833,24 @@ struct Sequential {
     }
   };
 
-  // A chain as a step of another (the body of a Residual, a branch of Parallel): its Infer is
-  // its scratch, its output copied into the caller's y.
+  // A chain as a step of another (a block declared as a chain, the body of a Residual, a branch
+  // of Parallel). In place when every step is (a chain of residual blocks): the steps run on h
+  // one after the other, each in its scratch in the room given, one at a time. Otherwise its
+  // Infer is its scratch, its output copied into the caller's y.
+  static constexpr bool in_place = (step::in_place<typename step::Info<S>::Block>() && ...);
+  template <size_t B, size_t N, size_t Room>
+  struct InPlace {
+    Phases<step::Scratch<typename step::Info<S>::Block, B, N, Room>...> w;
+  };
   template <size_t B, size_t N, size_t Room = 0>
-  using Scratch = Infer<B, N>;
+  using Scratch = std::conditional_t<in_place, InPlace<B, N, Room>, Infer<B, N>>;
+  template <size_t B, size_t N, size_t Room, class Pool = Serial>
+  void forward_in_place(Input<B, N>& h, InPlace<B, N, Room>& w, const Mask<B, N>& mask, Pool&& pool = Pool{}) const {
+    [&]<size_t... I>(std::index_sequence<I...>) {
+      static_assert((std::is_same_v<InputAt<B, N, I>, Input<B, N>> && ...), "Sequential: an in-place chain's steps must all take its input's shape");
+      (step::run(get<I>(), h, h, w.w.template start<step::Scratch<BlockAt<I>, B, N, Room>>(), mask, pool), ...);
+    }(std::make_index_sequence<steps>{});
+  }
   template <size_t B, size_t N, class Pool = Serial>
   void run(const Input<B, N>& x, Output<B, N>& y, Infer<B, N>& w, const Mask<B, N>& mask, Pool&& pool = Pool{}) const {
     const auto& out = w.forward(*this, x, mask, pool);
