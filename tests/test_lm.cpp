@@ -10,7 +10,7 @@
 
 #include <unistd.h>
 
-#include <stformer/corpus.hpp>
+#include <stformer/io/corpus.hpp>
 
 #include "lm.hpp"
 #include "util.hpp"

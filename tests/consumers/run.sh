@@ -27,7 +27,7 @@ echo "== meson install (staged in $tmp/stage)"
 meson install -C "$build" --destdir "$tmp/stage" --no-rebuild --quiet
 prefix=$(option prefix) libdir=$(option libdir)
 root=$tmp/stage$prefix
-for f in include/stformer/stformer.hpp include/stformer/checkpoint.hpp include/stformer/safetensors.hpp bin/checkpoint_header bin/stformer-c-api \
+for f in include/stformer/stformer.hpp include/stformer/io/checkpoint.hpp include/stformer/io/safetensors.hpp bin/checkpoint_header bin/stformer-c-api \
   "$libdir/libstformer_io.a" "$libdir/pkgconfig/stformer.pc" "$libdir/pkgconfig/stformer-io.pc" \
   "$libdir/cmake/stformer/stformerConfig.cmake" "$libdir/cmake/stformer/stformerConfigVersion.cmake"; do
   [ -e "$root/$f" ] || { echo "FAIL: not installed: $prefix/$f"; exit 1; }
