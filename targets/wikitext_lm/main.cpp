@@ -44,7 +44,7 @@
 #include <stformer/io/gnuplot.hpp>
 
 #include "../checks.hpp"
-#include "lm.hpp"
+#include "language_model.hpp"
 
 using namespace stformer;
 

@@ -32,7 +32,7 @@
 #include <stformer/io/safetensors.hpp>
 #include <stformer/stformer.hpp>
 
-#include "../../targets/max_value/max_value_models.hpp"  // the models of max_value's checkpoints
+#include "max_value_models.hpp"  // the models of max_value's checkpoints
 
 namespace fuzz {
 
