@@ -28,7 +28,7 @@
 #include <vector>
 
 #include <stformer/kernels/int8.hpp>
-#include <stformer/quantize.hpp>
+#include <stformer/quantized/quantize.hpp>
 #include <stformer/stformer.hpp>
 #include <stformer/train/parallel.hpp>
 

@@ -6,7 +6,7 @@
 //     AVX-512's 32 registers, 12 with 16 registers (16 would spill one: 81 against 133 GFLOP/s
 //     with AVX2 on Zen 5, where 10 to 14 chains all give 133).
 //     Every GFLOP/s figure of this binary can be read as a fraction of this one (per thread).
-//   MaxValueStep<model>/threads/lanes: one training iteration of targets/max_value (500 sets ×
+//   MaxValueStep<model>/threads/lanes: one training iteration of the max-value task (tasks/max_value.hpp, 500 sets ×
 //     50 points: forward, loss, backward, optimiser) on that many threads and lanes. FLOP per set and block are counted for the
 //     encoder blocks of the pointer model (bench/flops.hpp), × 3 for
 //     forward + backward; `sets` is 500 per iteration.
@@ -48,7 +48,7 @@
 #include <stformer/kernels/vec.hpp>
 
 #include "flops.hpp"
-#include "lm.hpp"
+#include "language_model.hpp"
 #include "max_value.hpp"
 #include "written_models.hpp"
 

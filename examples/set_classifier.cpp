@@ -16,7 +16,7 @@
 #include <memory>
 #include <string>
 
-#include <stformer/checkpoint.hpp>
+#include <stformer/io/checkpoint.hpp>
 #include <stformer/stformer.hpp>
 #include <stformer/train/parallel.hpp>
 
@@ -24,7 +24,7 @@ using namespace stformer;
 
 // The model, declared once: its parameters' names (proj.weight, sab.mab.attn.wq.weight, ...),
 // its training activations (forward and backward) and its forward-only pass with its memory
-// plan all follow from this line (stformer/sequential.hpp).
+// plan all follow from this line (stformer/compose/sequential.hpp).
 template <size_t D, size_t H, size_t Classes>
 using SetClassifier = Sequential<Named<"proj", Linear<2, D>>, Named<"sab", SAB<D, H>>, Named<"pool", PMA<D, H, 1>>, Named<"head", Linear<D, Classes>>>;
 

@@ -12,7 +12,7 @@ classifier.hpp declares the model's type, `using classifier = stformer::Sequenti
 classifier.safetensors holds its state_dict under PyTorch's names, so that
 
     #include "classifier.hpp"
-    #include <stformer/checkpoint.hpp>                   // load_params (links stformer_io)
+    #include <stformer/io/checkpoint.hpp>                   // load_params (links stformer_io)
     auto model = std::make_unique<classifier>();
     stformer::load_params("out/classifier.safetensors", *model);
     stformer::InferOf<classifier, 1, 32> pass;
@@ -393,7 +393,7 @@ def export(module, input_shape, name, folder, example=None, memory_shape=None, m
         lines = [f"// {name}: written by python/stformer_export.py from a {type(module).__name__} (PyTorch {torch.__version__}).",
                  f"// Input {x_type} x and the memory stformer::Tensor<{b}, {m}, {input_shape[2]}> m, output {y_type}",
                  "// (PyTorch's module(x, m, tgt_mask=causal, memory_key_padding_mask=~keys)):",
-                 f"//   auto model = std::make_unique<{name}>();              // load_params: <stformer/checkpoint.hpp>",
+                 f"//   auto model = std::make_unique<{name}>();              // load_params: <stformer/io/checkpoint.hpp>",
                  f'//   stformer::load_params("{name}.safetensors", *model);',
                  f"//   stformer::InferOf<{name}, {b}, {n}, {m}> pass;",
                  "//   const auto& y = pass.forward(*model, x, m);         // or (..., &keys): stformer::KeyMask<B, M>, true = a real row"]
@@ -402,7 +402,7 @@ def export(module, input_shape, name, folder, example=None, memory_shape=None, m
     else:
         lines = [f"// {name}: written by python/stformer_export.py from a {type(module).__name__} (PyTorch {torch.__version__}).",
                  f"// Input {x_type} x, output {y_type}:",
-                 f"//   auto model = std::make_unique<{name}>();              // load_params: <stformer/checkpoint.hpp>",
+                 f"//   auto model = std::make_unique<{name}>();              // load_params: <stformer/io/checkpoint.hpp>",
                  f'//   stformer::load_params("{name}.safetensors", *model);',
                  f"//   stformer::InferOf<{name}, {b}, {n}> pass;",
                  "//   const auto& y = pass.forward(*model, x);"]

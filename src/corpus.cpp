@@ -1,4 +1,4 @@
-#include <stformer/corpus.hpp>
+#include <stformer/io/corpus.hpp>
 
 #include <fstream>
 #include <iterator>

@@ -1,4 +1,4 @@
-#include <stformer/gnuplot.hpp>
+#include <stformer/io/gnuplot.hpp>
 
 #include <cstdio>
 #include <stdexcept>

@@ -1,4 +1,4 @@
-// stformer — safetensors reader and writer (format and choices: stformer/safetensors.hpp).
+// stformer — safetensors reader and writer (format and choices: stformer/io/safetensors.hpp).
 //
 // File::parse rejects, with "safetensors <file>: <problem>": a file shorter than 8 bytes; a
 // header length above 100,000,000 bytes (the reference implementation's limit) or beyond the
@@ -9,7 +9,7 @@
 // the wrong JSON type; an unknown dtype; offsets with begin > end or end beyond the data; a
 // byte size != product(shape) * dtype size; overlapping tensors, gaps and trailing bytes;
 // "__metadata__" that is not an object of strings.
-#include <stformer/safetensors.hpp>
+#include <stformer/io/safetensors.hpp>
 
 #include <algorithm>
 #include <bit>

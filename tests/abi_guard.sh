@@ -1,6 +1,6 @@
 #!/bin/sh
 # abi_guard.sh COMPILER INCLUDE_DIR: objects built with different stformer configurations do
-# not link together (the ABI tag, stformer/config.hpp), and with the same one they do.
+# not link together (the ABI tag, stformer/core/config.hpp), and with the same one they do.
 # tests/abi/model.cpp defines a model; tests/abi/main.cpp uses it.
 cxx=$1 inc=$2 dir=$(dirname "$0")/abi tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT

@@ -12,9 +12,9 @@
 #include <fstream>
 #include <memory>
 
-#include <stformer/c_api_source.hpp>
-#include <stformer/checkpoint.hpp>
-#include <stformer/quantize.hpp>
+#include <stformer/codegen/c_api_source.hpp>
+#include <stformer/io/checkpoint.hpp>
+#include <stformer/quantized/quantize.hpp>
 
 #include "causal_lm.hpp"
 #include "seq_classifier.hpp"

@@ -4,8 +4,8 @@
 using namespace stformer;
 
 namespace test_blocks {
-// Steps that break the protocol (sequential.hpp, step::Step): an in-place gain whose forward
-// takes a mask of another length, and one that takes no mask and whose record takes none.
+// Steps that break the protocol (compose/sequential.hpp, step::Step): an in-place gain whose
+// forward takes a mask of another length, and one that takes no mask and whose record takes none.
 template <size_t D>
 struct WrongMask {
   Tensor<D> g;

@@ -1,12 +1,12 @@
-// image_fixture OUT_DIR: writes the constant images (stformer/model_image.hpp) of three models
-// with random parameters from fixed seeds, for test_model_image.cpp, which rebuilds the same
+// image_fixture OUT_DIR: writes the constant images (stformer/codegen/model_image.hpp) of three
+// models with random parameters from fixed seeds, for test_model_image.cpp, which rebuilds the same
 // models and compares: pointer_image.hpp (SPEC `pointer`, seed 1), set_image.hpp (SPEC `set`,
 // seed 2), lm_image.hpp (a small LanguageModel, seed 3).
 #include <cstdio>
 #include <fstream>
 #include <string>
 
-#include <stformer/model_image_source.hpp>
+#include <stformer/codegen/model_image_source.hpp>
 #include <stformer/stformer.hpp>
 
 #include "image_models.hpp"

@@ -13,10 +13,10 @@
 #include <tuple>
 #include <vector>
 
-#include <stformer/c_api.hpp>
+#include <stformer/codegen/c_api.hpp>
 #include <stformer/quantized/checkpoint.hpp>
 #include <stformer/quantized/weight_int8.hpp>
-#include <stformer/quantize.hpp>
+#include <stformer/quantized/quantize.hpp>
 #include <stformer/stformer.hpp>
 
 #include "util.hpp"

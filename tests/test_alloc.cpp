@@ -10,7 +10,7 @@
 #include <stformer/stformer.hpp>
 #include <stformer/train/parallel.hpp>
 
-#include "lm.hpp"
+#include "language_model.hpp"
 #include "max_value.hpp"
 #include "util.hpp"
 

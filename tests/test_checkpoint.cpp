@@ -8,9 +8,9 @@
 
 #include <unistd.h>
 
-#include <stformer/checkpoint.hpp>
+#include <stformer/io/checkpoint.hpp>
 #include <stformer/stformer.hpp>
-#include <stformer/training.hpp>
+#include <stformer/train/training.hpp>
 
 #include "util.hpp"
 
@@ -123,8 +123,8 @@ TEST_CASE("a training checkpoint of another configuration is rejected by name") 
   std::filesystem::remove_all(dir);
 }
 
-// stformer/training.hpp: a non-finite loss or gradient is reported with the step, the tensor and
-// the element; a finite gradient whose norm overflows is reported as such.
+// stformer/train/training.hpp: a non-finite loss or gradient is reported with the step, the tensor
+// and the element; a finite gradient whose norm overflows is reported as such.
 TEST_CASE("check_finite names the step, the tensor and the element") {
   auto g = test::make<Model>();
   zero_grad(*g);

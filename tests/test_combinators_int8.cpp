@@ -12,7 +12,7 @@
 #include <filesystem>
 #include <string>
 
-#include <stformer/quantize.hpp>
+#include <stformer/quantized/quantize.hpp>
 #include <stformer/quantized/bounds.hpp>
 #include <stformer/quantized/checkpoint.hpp>
 #include <stformer/stformer.hpp>

@@ -7,7 +7,7 @@
 
 #include <unistd.h>
 
-#include <stformer/corpus.hpp>
+#include <stformer/io/corpus.hpp>
 
 using namespace stformer;
 

@@ -17,7 +17,7 @@
 #include <vector>
 
 #include <stformer/kernels/int8.hpp>
-#include <stformer/rng.hpp>
+#include <stformer/core/rng.hpp>
 
 namespace k = stformer::kernels;
 using std::size_t;

@@ -10,7 +10,7 @@
 
 #include <stformer/kernels/matmul.hpp>
 #include <stformer/kernels/rowwise.hpp>
-#include <stformer/rng.hpp>
+#include <stformer/core/rng.hpp>
 
 namespace k = stformer::kernels;
 using std::size_t;

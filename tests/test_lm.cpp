@@ -1,4 +1,4 @@
-// The language-model training code (targets/wikitext_lm/lm.hpp) on a small corpus written
+// The language-model training code (tasks/language_model.hpp) on a small corpus written
 // here: a few steps lower the loss, two runs from one seed (on 1 and on 2 threads) agree to the
 // bit, and the batched perplexity equals a one-window-at-a-time computation over every
 // position t ≥ L; a checkpoint brings model and vocabulary back.
@@ -10,9 +10,9 @@
 
 #include <unistd.h>
 
-#include <stformer/corpus.hpp>
+#include <stformer/io/corpus.hpp>
 
-#include "lm.hpp"
+#include "language_model.hpp"
 #include "util.hpp"
 
 using namespace stformer;

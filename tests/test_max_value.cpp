@@ -1,4 +1,4 @@
-// The max-value example (targets/max_value/max_value.hpp): a short training run falls in loss;
+// The max-value example (tasks/max_value.hpp): a short training run falls in loss;
 // runs from one seed with 3 lanes on 1 to 5 threads agree to the bit, down to the checkpoint's
 // bytes; the chunked gradient, on 2 and on 3 lanes, equals the whole batch's.
 #include <doctest/doctest.h>

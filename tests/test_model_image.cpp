@@ -1,5 +1,5 @@
-// Models read in place from constant images (stformer/model_image.hpp): image_fixture wrote the
-// images of three randomly initialised models with stformer::model_image_source; here the same
+// Models read in place from constant images (stformer/codegen/model_image.hpp): image_fixture wrote
+// the images of three randomly initialised models with stformer::model_image_source; here the same
 // models are rebuilt from their seeds and compared with the images parameter by parameter, bit
 // for bit, and through Infer. The images are constexpr objects, so they sit in read-only data.
 #include <doctest/doctest.h>
@@ -8,8 +8,8 @@
 #include <stdexcept>
 #include <string>
 
-#include <stformer/model_image.hpp>
-#include <stformer/model_image_source.hpp>
+#include <stformer/codegen/model_image.hpp>
+#include <stformer/codegen/model_image_source.hpp>
 
 #include "image_models.hpp"
 #include "lm_image.hpp"

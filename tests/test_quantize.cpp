@@ -1,5 +1,5 @@
-// quantize() of composed models (stformer/quantize.hpp): float rows, activation steps, a set
-// model and a ViT-style classifier close to the float models (see test_quantized.cpp).
+// quantize() of composed models (stformer/quantized/quantize.hpp): float rows, activation steps, a
+// set model and a ViT-style classifier close to the float models (see test_quantized.cpp).
 #include <doctest/doctest.h>
 
 #include "quantized.hpp"

@@ -4,7 +4,7 @@
 
 #include "quantized.hpp"
 
-// ---- quantize: any composed model (stformer/quantize.hpp) ----
+// ---- quantize: any composed model (stformer/quantized/quantize.hpp) ----
 
 namespace {
 // A model that is not SPEC's: ids -> embedding + positions -> 2 encoder blocks -> mean over the

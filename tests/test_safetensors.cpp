@@ -20,8 +20,8 @@
 #include <string>
 #include <vector>
 
-#include <stformer/checkpoint.hpp>
-#include <stformer/safetensors.hpp>
+#include <stformer/io/checkpoint.hpp>
+#include <stformer/io/safetensors.hpp>
 #include <stformer/stformer.hpp>
 
 namespace fs = std::filesystem;

@@ -14,9 +14,9 @@
 #include <span>
 #include <string>
 
-#include <stformer/checkpoint.hpp>
-#include <stformer/quantize.hpp>
-#include <stformer/safetensors.hpp>
+#include <stformer/io/checkpoint.hpp>
+#include <stformer/quantized/quantize.hpp>
+#include <stformer/io/safetensors.hpp>
 #include <stformer/stformer.hpp>
 
 #include "classifier.hpp"

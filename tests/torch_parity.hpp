@@ -7,8 +7,8 @@
 #include <cstring>
 #include <string>
 
-#include <stformer/checkpoint.hpp>
-#include <stformer/safetensors.hpp>
+#include <stformer/io/checkpoint.hpp>
+#include <stformer/io/safetensors.hpp>
 #include <stformer/stformer.hpp>
 
 #include "torch/compare.hpp"

@@ -9,8 +9,8 @@
 #include <string>
 #include <vector>
 
-#include <stformer/params.hpp>
-#include <stformer/rng.hpp>
+#include <stformer/core/params.hpp>
+#include <stformer/core/rng.hpp>
 
 namespace test {
 

@@ -1,5 +1,15 @@
-// stformer — attention models whose shapes live in the type system. Umbrella header.
+// stformer — attention models whose shapes live in the type system. Umbrella header, layer by
+// layer; the headers that need stformer_io (io/'s files but param_table.hpp, and
+// quantized/checkpoint.hpp), threads (train/parallel.hpp) or a host (codegen/'s generators,
+// train/training.hpp) are included by name.
 #pragma once
+
+#include "core/params.hpp"
+#include "core/rng.hpp"
+#include "core/tensor.hpp"
+
+#include "compose/sequential.hpp"
+#include "compose/combinators.hpp"
 
 #include "blocks/activation.hpp"
 #include "blocks/attention.hpp"
@@ -21,16 +31,16 @@
 #include "blocks/self_attention.hpp"
 #include "blocks/tokens.hpp"
 #include "blocks/scalenorm.hpp"
+
 #include "models/language_model.hpp"
 #include "models/pointer_model.hpp"
 #include "models/set_transformer.hpp"
-#include "quantize.hpp"
-#include "model_image.hpp"
+
+#include "quantized/quantize.hpp"
+
 #include "train/loss.hpp"
 #include "train/optim.hpp"
-#include "param_table.hpp"
-#include "params.hpp"
-#include "rng.hpp"
-#include "sequential.hpp"
-#include "combinators.hpp"
-#include "tensor.hpp"
+
+#include "io/param_table.hpp"
+
+#include "codegen/model_image.hpp"

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # make-headers.sh BUILD OUT [PLAIN]: the firmware's generated headers, from a native build folder
 # BUILD (its max_value and checkpoint_header programs) and the generator src/stformer-c-api (as a
-# user runs it: the models' types from targets/max_value/max_value_models.hpp, copied to OUT),
+# user runs it: the models' types from tasks/max_value_models.hpp, copied to OUT),
 # into the folder OUT:
 #   weights.hpp   the SPEC pointer model trained with seed 0 (max_value train, about 3 s), as its
 #                 constant image (stformer-c-api --image: read in place from flash)
@@ -38,7 +38,7 @@ generate() {  # generate HEADER NAME TYPE CHECKPOINT (--image | --rows N): into 
   sh "$src/src/stformer-c-api" --header "$1" --type "$3" --checkpoint "$4" --name "$2" --out "$(dirname "$1")" "${@:5}" --compile "$compile"
 }
 mkdir -p "$out"
-cp "$src/targets/max_value/max_value_models.hpp" "$out/"
+cp "$src/tasks/max_value_models.hpp" "$out/"
 "$build/targets/max_value/max_value" train --model pointer --seed 0 --report 100 --checkpoint "$out/pointer.safetensors"
 "$build/targets/max_value/max_value" sets --seed 7 --sets 8 --output "$out/sets.safetensors"
 "$build/targets/max_value/max_value" predict --checkpoint "$out/pointer.safetensors" --input "$out/sets.safetensors" \

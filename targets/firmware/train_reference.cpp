@@ -15,9 +15,9 @@
 #include <memory>
 #include <vector>
 
-#include <stformer/checkpoint.hpp>
-#include <stformer/rng.hpp>
-#include <stformer/safetensors.hpp>
+#include <stformer/io/checkpoint.hpp>
+#include <stformer/core/rng.hpp>
+#include <stformer/io/safetensors.hpp>
 
 #include "train.hpp"
 

@@ -15,7 +15,7 @@
 // generator state, and every command also accepts a file that holds only the parameters
 // (for instance exported from PyTorch): the model is recognised by its tensors.
 //
-// Faults (stformer/training.hpp): a non-finite loss or gradient stops training with a message
+// Faults (stformer/train/training.hpp): a non-finite loss or gradient stops training with a message
 // naming the iteration and the tensor, and saves nothing; SIGINT/SIGTERM end the iteration
 // under way, write the checkpoint (which --resume continues bit for bit) and exit with 128 +
 // the signal; checkpoints are replaced atomically, so a kill never leaves a broken one.
@@ -30,7 +30,7 @@
 #include <thread>
 #include <vector>
 
-#include <stformer/gnuplot.hpp>
+#include <stformer/io/gnuplot.hpp>
 
 #include "../checks.hpp"
 #include "max_value.hpp"
@@ -337,7 +337,7 @@ int plot(Run<Net>& run, const char* kind, std::uint64_t seed, const std::string&
 }
 
 // info: the model's parameters and the memory of a forward-only pass over one set, step by
-// step (sizeof(InferOf<Net, 1, 50>) is the whole of it: one arena, stformer/sequential.hpp).
+// step (sizeof(InferOf<Net, 1, 50>) is the whole of it: one arena, stformer/compose/sequential.hpp).
 template <class Net>
 int info(const char* kind) {
   using I = InferOf<Net, 1, N>;

@@ -17,7 +17,7 @@
 // The learning curve (--curve) is a CSV: step, minutes, train_loss (mean over the last 100
 // steps), valid_ppl (empty between validations); bench/lm_torch.py writes the same columns.
 //
-// Faults (stformer/training.hpp): a non-finite loss or gradient stops training with a message
+// Faults (stformer/train/training.hpp): a non-finite loss or gradient stops training with a message
 // naming the step and the tensor, and saves nothing over the last checkpoint; SIGINT/SIGTERM
 // end the step under way, write the checkpoint (continue with --resume) and exit with 128 +
 // the signal; checkpoints are replaced atomically, so a kill never leaves a broken one.
@@ -40,11 +40,11 @@
 #include <sstream>
 #include <thread>
 
-#include <stformer/corpus.hpp>
-#include <stformer/gnuplot.hpp>
+#include <stformer/io/corpus.hpp>
+#include <stformer/io/gnuplot.hpp>
 
 #include "../checks.hpp"
-#include "lm.hpp"
+#include "language_model.hpp"
 
 using namespace stformer;
 
@@ -312,7 +312,7 @@ int quantize(const std::string& checkpoint, const std::string& output, const std
 }
 
 // info: the model's size and the memory of a forward-only pass over one window, step by step
-// (sizeof(InferOf<Model, 1>) is the whole of it: one arena, stformer/sequential.hpp).
+// (sizeof(InferOf<Model, 1>) is the whole of it: one arena, stformer/compose/sequential.hpp).
 int info() {
   using I = InferOf<Model, 1>;
   auto model = std::make_unique<Model>();

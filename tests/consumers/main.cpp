@@ -9,8 +9,8 @@
 #include <exception>
 #include <memory>
 
-#include <stformer/checkpoint.hpp>
-#include <stformer/safetensors.hpp>
+#include <stformer/io/checkpoint.hpp>
+#include <stformer/io/safetensors.hpp>
 #include <stformer/stformer.hpp>
 
 using Model = stformer::PointerModel<2, 16, 1, 64, 2>;  // SPEC's `pointer` configuration

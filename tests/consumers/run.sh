@@ -10,7 +10,7 @@
 #     that install, 4. a meson project with stformer as a subproject (only the library built).
 # Each builds tests/consumers/main.cpp, which loads the checkpoint and checks its predictions.
 #  5. C programs (tests/consumers/c) using the pointer and the set model, float and int8,
-#     through the C API that the installed stformer-c-api writes (targets/max_value's types),
+#     through the C API that the installed stformer-c-api writes (tasks/max_value_models.hpp's types),
 #     linked by the C compiler without libstdc++. The set model is trained here for 3
 #     iterations (BUILD's max_value), quantized and predicted on the host to compare with.
 set -euo pipefail
@@ -27,14 +27,14 @@ echo "== meson install (staged in $tmp/stage)"
 meson install -C "$build" --destdir "$tmp/stage" --no-rebuild --quiet
 prefix=$(option prefix) libdir=$(option libdir)
 root=$tmp/stage$prefix
-for f in include/stformer/stformer.hpp include/stformer/checkpoint.hpp include/stformer/safetensors.hpp bin/checkpoint_header bin/stformer-c-api \
+for f in include/stformer/stformer.hpp include/stformer/io/checkpoint.hpp include/stformer/io/safetensors.hpp bin/checkpoint_header bin/stformer-c-api \
   "$libdir/libstformer_io.a" "$libdir/pkgconfig/stformer.pc" "$libdir/pkgconfig/stformer-io.pc" \
   "$libdir/cmake/stformer/stformerConfig.cmake" "$libdir/cmake/stformer/stformerConfigVersion.cmake"; do
   [ -e "$root/$f" ] || { echo "FAIL: not installed: $prefix/$f"; exit 1; }
 done
 echo "ok   installed: headers, libstformer_io.a, checkpoint_header, stformer-c-api, stformer.pc, stformer-io.pc, CMake package"
 # generate NAME TYPE CHECKPOINT ARGS...: the installed generator, as a user runs it (pkg-config)
-models=$src/targets/max_value/max_value_models.hpp
+models=$src/tasks/max_value_models.hpp
 generate() {
   PKG_CONFIG_PATH="$root/$libdir/pkgconfig" PKG_CONFIG_SYSROOT_DIR="$tmp/stage" sh "$root/bin/stformer-c-api" --header "$models" --type "$2" \
     --checkpoint "$3" --name "$1" "${@:4}" >/dev/null

@@ -26,13 +26,13 @@
 #include <utility>
 #include <vector>
 
-#include <stformer/checkpoint.hpp>
-#include <stformer/corpus.hpp>
+#include <stformer/io/checkpoint.hpp>
+#include <stformer/io/corpus.hpp>
 #include <stformer/quantized/checkpoint.hpp>
-#include <stformer/safetensors.hpp>
+#include <stformer/io/safetensors.hpp>
 #include <stformer/stformer.hpp>
 
-#include "../../targets/max_value/max_value_models.hpp"  // the models of max_value's checkpoints
+#include "max_value_models.hpp"  // the models of max_value's checkpoints
 
 namespace fuzz {
 

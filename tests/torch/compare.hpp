@@ -11,7 +11,7 @@
 #include <string>
 #include <type_traits>
 
-#include <stformer/safetensors.hpp>
+#include <stformer/io/safetensors.hpp>
 
 namespace test {
 using namespace stformer;

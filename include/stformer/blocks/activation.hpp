@@ -9,13 +9,13 @@
 //     t = tanh(u);  SiLU f' = σ(x)·(1 + x(1 − σ(x)));  ReLU f' = [x > 0]
 #pragma once
 
-#include "../config.hpp"
+#include "../core/config.hpp"
 
 #include <cmath>
 #include <type_traits>
 
 #include "../kernels/rowwise.hpp"
-#include "../params.hpp"
+#include "../core/params.hpp"
 
 namespace stformer::inline STFORMER_ABI {
 
@@ -88,7 +88,7 @@ struct Activation {
   template <class F, class... S>
   static constexpr void visit(const Path&, F&, S&...) {}
 
-  // A step of a Sequential (stformer/sequential.hpp), in place on rows [B, N, D].
+  // A step of a Sequential (stformer/compose/sequential.hpp), in place on rows [B, N, D].
   template <size_t B, size_t N>
   using Input = Tensor<B, N, D>;
   static constexpr bool in_place = true;

@@ -29,7 +29,7 @@
 // out_proj.weight, out_proj.bias (Dq = Dkv = D).
 #pragma once
 
-#include "../config.hpp"
+#include "../core/config.hpp"
 
 #include <algorithm>
 #include <cmath>
@@ -367,8 +367,8 @@ struct MultiHeadAttention : AttentionProjections<Dq, Dkv, D, Pr> {
 
   // The keys and values of xkv [B, Nk, Dkv] into w. FullWork: k and v projected (v holds k while
   // it is transposed into kt); FoldedWork: xkv itself, which must outlive the attention.
-  // On the threads of pool (stformer/tensor.hpp: with_parts): the projections in parts of rows,
-  // the transposes by batch row and head. The same bits for any pool.
+  // On the threads of pool (stformer/core/tensor.hpp: with_parts): the projections in parts of
+  // rows, the transposes by batch row and head. The same bits for any pool.
   template <size_t B, size_t Nq, size_t Nk, size_t T, class Pool = Serial>
   void prepare(const float* xkv, Work<B, Nq, Nk, T>& w, Pool&& pool = Pool{}) const {
     if constexpr (folds<Nq, Nk>) {

@@ -20,8 +20,8 @@
 // attention packed: in_proj_weight, in_proj_bias, out_proj.*), norm3.*, linear1.*, linear2.*.
 #pragma once
 
-#include "../config.hpp"
-#include "../precision.hpp"
+#include "../core/config.hpp"
+#include "../core/precision.hpp"
 
 #include <algorithm>
 #include <array>

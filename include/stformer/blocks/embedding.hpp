@@ -3,12 +3,12 @@
 // (stformer::fail: std::invalid_argument, or the firmware's abort).
 #pragma once
 
-#include "../config.hpp"
+#include "../core/config.hpp"
 
 #include <algorithm>
 
 #include "../kernels/rowwise.hpp"
-#include "../params.hpp"
+#include "../core/params.hpp"
 
 namespace stformer::inline STFORMER_ABI {
 
@@ -33,7 +33,7 @@ struct Embedding {
     }
   }
 
-  // A step of a Sequential (stformer/sequential.hpp): ids [B, N] -> rows [B, N, D].
+  // A step of a Sequential (stformer/compose/sequential.hpp): ids [B, N] -> rows [B, N, D].
   template <size_t B, size_t N>
   using Input = IdTensor<B, N>;
   template <size_t B, size_t N>

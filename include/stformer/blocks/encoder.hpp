@@ -11,7 +11,7 @@
 // Training: Acts, the record of every part (KeptActs), or under Memory::replay one half's at a
 // time, the attention's run again before its backward (ReplayedActs).
 // Forward only: Infer, or forward_in_place on a residual stream the caller keeps (models).
-// In integers as EncoderBlock<D, H, F, Form, precision::int8> (stformer/precision.hpp): the
+// In integers as EncoderBlock<D, H, F, Form, precision::int8> (stformer/core/precision.hpp): the
 // same composition on an int16 residual stream, int8 rows inside; why int16 for the stream: it
 // carries every block's sum at one scale, and the pointer model's choice among 50 points turns
 // on small differences of it (docs/quantized.md). Post-norm, the branches' int8 rows are the
@@ -22,8 +22,8 @@
 // out_proj.*), norm2.*, linear1.*, linear2.*.
 #pragma once
 
-#include "../config.hpp"
-#include "../precision.hpp"
+#include "../core/config.hpp"
+#include "../core/precision.hpp"
 
 #include <algorithm>
 
@@ -90,8 +90,8 @@ struct EncoderBlock {
     Fm::template branch_output<B * N>(sn2, h.data());
   }
 
-  // A step of a Sequential (stformer/sequential.hpp): forward_in_place, Work its scratch, with
-  // as many rows per tile as Room holds (the same bits for any tile).
+  // A step of a Sequential (stformer/compose/sequential.hpp): forward_in_place, Work its scratch,
+  // with as many rows per tile as Room holds (the same bits for any tile).
   template <size_t B, size_t N>
   using Input = TensorOf<Stream, B, N, D>;
   static constexpr bool in_place = true;
@@ -272,7 +272,7 @@ struct EncoderBlock {
   using Acts = std::conditional_t<M == Memory::replay, ReplayedActs<B, N>, KeptActs<B, N>>;
 };
 
-// Its integer form (stformer/quantize.hpp): the same block at precision::int8.
+// Its integer form (stformer/quantized/quantize.hpp): the same block at precision::int8.
 template <size_t D, size_t H, size_t F, class Fm>
 struct Int8Of<EncoderBlock<D, H, F, Fm>> {
   using type = EncoderBlock<D, H, F, Fm, precision::int8>;

@@ -1,8 +1,8 @@
 // FeedForward<D, F, Act>: y = Act(x W1ᵀ + b1) W2ᵀ + b2, rows [L..., D] -> [L..., D]; Act one of
 // act::ReLU (the default), act::GELU, act::GELUTanh, act::SiLU (blocks/activation.hpp).
-// In integers (P = precision::int8, stformer/precision.hpp) on an int16 stream (or int16 or int8
-// rows x): fc1 to int8 hidden rows at hidden_scale, fc2 (whose bias holds the hidden rows' zero
-// point z: −z·Σ W_q) into the stream.
+// In integers (P = precision::int8, stformer/core/precision.hpp) on an int16 stream (or int16 or
+// int8 rows x): fc1 to int8 hidden rows at hidden_scale, fc2 (whose bias holds the hidden rows'
+// zero point z: −z·Σ W_q) into the stream.
 //   ReLU: fc1's outputs with z = −128 (ReLU's outputs are ≥ 0: all 256 steps for them; the ReLU
 //     is the clamp at −128).
 //   GELU, GELUTanh, SiLU: fc1's outputs a_q symmetric at s_a (from calibration), then a table of
@@ -13,8 +13,8 @@
 // hidden_scale (F32 [1]: s_g, or ReLU's) and, but for ReLU, table (I8 [256]) and act_scale (s_a).
 #pragma once
 
-#include "../config.hpp"
-#include "../precision.hpp"
+#include "../core/config.hpp"
+#include "../core/precision.hpp"
 
 #include <algorithm>
 #include <cstdint>
@@ -102,7 +102,7 @@ struct FeedForward {
     apply_tiled<Rows, T, true>(x, residual, w);
   }
   // The same on the threads of pool (float; in integers on one): the rows in S parts
-  // (stformer/tensor.hpp: for_parts), part s through its own T/S rows of the tile.
+  // (stformer/core/tensor.hpp: for_parts), part s through its own T/S rows of the tile.
   template <size_t Rows, size_t T, class X, class Pool>
   void add_tiled(X* x, Stream* residual, Tile<T>& w, Pool& pool) const {
     with_parts(pool, [&]<size_t S>() {
@@ -115,8 +115,8 @@ struct FeedForward {
     });
   }
 
-  // A step of a Sequential (stformer/sequential.hpp), in place on rows [B, N, D] (in integers its
-  // output a stream of its own); its scratch a tile of as many rows as Room holds.
+  // A step of a Sequential (stformer/compose/sequential.hpp), in place on rows [B, N, D] (in
+  // integers its output a stream of its own); its scratch a tile of as many rows as Room holds.
   template <size_t B, size_t N>
   using Input = TensorOf<Stream, B, N, D>;
   static constexpr bool in_place = true;
@@ -216,7 +216,7 @@ struct FeedForward {
   };
 };
 
-// Its integer form (stformer/quantize.hpp): the same layer at precision::int8.
+// Its integer form (stformer/quantized/quantize.hpp): the same layer at precision::int8.
 template <size_t D, size_t F, class Act>
 struct Int8Of<FeedForward<D, F, Act>> {
   using type = FeedForward<D, F, Act, precision::int8>;

@@ -14,8 +14,8 @@
 // branch's scale s_a from calibration (BranchScales: branch_scale [C], branch_requant).
 #pragma once
 
-#include "../config.hpp"
-#include "../precision.hpp"
+#include "../core/config.hpp"
+#include "../core/precision.hpp"
 
 #include <algorithm>
 #include <string_view>

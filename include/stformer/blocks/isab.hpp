@@ -6,8 +6,8 @@
 // Parameters: inducing, mab1.*, mab2.* (in integers also hm_scale F32 [1], inducing I16 [M, D]).
 #pragma once
 
-#include "../config.hpp"
-#include "../precision.hpp"
+#include "../core/config.hpp"
+#include "../core/precision.hpp"
 
 #include <algorithm>
 
@@ -61,7 +61,7 @@ struct ISAB {
     forward_in_place(x, w, mask.keys);
   }
 
-  // A step of a Sequential (stformer/sequential.hpp): forward_in_place, Work its scratch.
+  // A step of a Sequential (stformer/compose/sequential.hpp): forward_in_place, Work its scratch.
   template <size_t B, size_t N>
   using Input = TensorOf<Stream, B, N, D>;
   static constexpr bool in_place = true;
@@ -137,7 +137,7 @@ struct ISAB {
   };
 };
 
-// Its integer form (stformer/quantize.hpp): the same block at precision::int8.
+// Its integer form (stformer/quantized/quantize.hpp): the same block at precision::int8.
 template <size_t D, size_t H, size_t M, template <size_t, auto...> class Norm>
 struct Int8Of<ISAB<D, H, M, Norm>> {
   using type = ISAB<D, H, M, Norm, precision::int8>;

@@ -14,14 +14,14 @@
 // Parameters (PyTorch's names and initial values): weight [D] (ones), bias [D] (zeros; LayerNorm).
 #pragma once
 
-#include "../config.hpp"
+#include "../core/config.hpp"
 
 #include <bit>
 #include <cstdint>
 #include <type_traits>
 
 #include "../kernels/rowwise.hpp"
-#include "../params.hpp"
+#include "../core/params.hpp"
 
 namespace stformer::inline STFORMER_ABI {
 
@@ -50,7 +50,7 @@ struct RowNorm {
       kernels::rmsnorm_rows<Rows, D>(x, y, weight.data(), eps, rstd);
   }
 
-  // A step of a Sequential (stformer/sequential.hpp), in place on rows [B, N, D].
+  // A step of a Sequential (stformer/compose/sequential.hpp), in place on rows [B, N, D].
   template <size_t B, size_t N>
   using Input = Tensor<B, N, D>;
   static constexpr bool in_place = true;

@@ -7,9 +7,9 @@
 // quantization scale's.)
 #pragma once
 
-#include "../config.hpp"
+#include "../core/config.hpp"
 
-#include "../params.hpp"
+#include "../core/params.hpp"
 
 namespace stformer::inline STFORMER_ABI {
 
@@ -30,7 +30,7 @@ struct LayerScale {
       for (size_t j = 0; j < D; ++j) y[j] = g[j] * x[j];
   }
 
-  // A step of a Sequential (stformer/sequential.hpp), in place on rows [B, N, D].
+  // A step of a Sequential (stformer/compose/sequential.hpp), in place on rows [B, N, D].
   template <size_t B, size_t N>
   using Input = Tensor<B, N, D>;
   static constexpr bool in_place = true;

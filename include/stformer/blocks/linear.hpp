@@ -6,13 +6,13 @@
 // (fan-in, gain √2) in feed-forward layers.
 #pragma once
 
-#include "../config.hpp"
+#include "../core/config.hpp"
 
 #include <algorithm>
 #include <type_traits>
 
 #include "../kernels/matmul.hpp"
-#include "../params.hpp"
+#include "../core/params.hpp"
 
 namespace stformer::inline STFORMER_ABI {
 
@@ -73,7 +73,7 @@ struct LinearCalls {
     kernels::matmul_nn<Rows, In, Out>(dy, Out, self().weight.data(), In, dx, In);
   }
 
-  // On the threads of pool (stformer/tensor.hpp: with_parts), the same bits as on one:
+  // On the threads of pool (stformer/core/tensor.hpp: with_parts), the same bits as on one:
   // apply_tiled with the rows in S parts, part s through its own T/S rows of tile (one part
   // when T < S); apply_rows with the rows in S parts; apply_columns with the outputs (W's rows)
   // in S parts of whole panels, for a wide layer over few rows (the language model's head).
@@ -152,7 +152,7 @@ struct Linear : LinearCalls<Linear<In, Out, WeightInit, HasBias>, In, Out> {
     if constexpr (HasBias == Bias::yes) f(at / "bias", Init{Init::zeros}, s.bias...);
   }
 
-  // A step of a Sequential (stformer/sequential.hpp): rows [B, N, In] -> [B, N, Out].
+  // A step of a Sequential (stformer/compose/sequential.hpp): rows [B, N, In] -> [B, N, Out].
   template <size_t B, size_t N>
   using Input = Tensor<B, N, In>;
   template <size_t B, size_t N>

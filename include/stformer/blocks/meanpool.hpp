@@ -4,12 +4,12 @@
 // The keys are the key-padding mask's (all N without one). No parameters.
 #pragma once
 
-#include "../config.hpp"
+#include "../core/config.hpp"
 
 #include <algorithm>
 
 #include "../kernels/rowwise.hpp"
-#include "../params.hpp"
+#include "../core/params.hpp"
 
 namespace stformer::inline STFORMER_ABI {
 
@@ -30,7 +30,7 @@ struct MeanPool {
     return inv;
   }
 
-  // A step of a Sequential (stformer/sequential.hpp).
+  // A step of a Sequential (stformer/compose/sequential.hpp).
   template <size_t B, size_t N>
   using Input = Tensor<B, N, D>;
   template <size_t B, size_t N>

@@ -4,8 +4,8 @@
 // [1], seeds I16 [K, D]).
 #pragma once
 
-#include "../config.hpp"
-#include "../precision.hpp"
+#include "../core/config.hpp"
+#include "../core/precision.hpp"
 
 #include <algorithm>
 
@@ -40,7 +40,7 @@ struct PMA {
     mab.forward_in_place(out, x, w, keys);
   }
 
-  // A step of a Sequential (stformer/sequential.hpp): the set [B, N, D] pooled to [B, K, D].
+  // A step of a Sequential (stformer/compose/sequential.hpp): the set [B, N, D] pooled to [B, K, D].
   template <size_t B, size_t N>
   using Input = TensorOf<Stream, B, N, D>;
   template <size_t B, size_t N>
@@ -115,7 +115,7 @@ struct PMA {
   };
 };
 
-// Its integer form (stformer/quantize.hpp): the same block at precision::int8.
+// Its integer form (stformer/quantized/quantize.hpp): the same block at precision::int8.
 template <size_t D, size_t H, size_t K, template <size_t, auto...> class Norm>
 struct Int8Of<PMA<D, H, K, Norm>> {
   using type = PMA<D, H, K, Norm, precision::int8>;

@@ -7,8 +7,8 @@
 //   (Xavier-normal, zero bias).
 #pragma once
 
-#include "../config.hpp"
-#include "../precision.hpp"
+#include "../core/config.hpp"
+#include "../core/precision.hpp"
 
 #include <algorithm>
 #include <cstdint>
@@ -124,9 +124,9 @@ struct PointerAttention {
 
 // PointerHead<D>: the head of SPEC's pointer model, a learned query pointing at the rows,
 //   q = ScaleNorm(query) [1, D] for every batch row,  logp = PointerAttention<D, D, D>(q, x)
-// x [B, N, D] -> logp [B, 1, N]. A step of a Sequential (stformer/sequential.hpp); its scratch
-// holds the queries and the pointer's work. Parameters: query [1, D] (Xavier-normal), sn_q.g,
-// pointer.*.
+// x [B, N, D] -> logp [B, 1, N]. A step of a Sequential (stformer/compose/sequential.hpp); its
+// scratch holds the queries and the pointer's work. Parameters: query [1, D] (Xavier-normal),
+// sn_q.g, pointer.*.
 // In integers (P = precision::int8) from an int16 stream x: logits = QPointerAttention(q, x),
 // int32 [B, 1, N], masked keys at INT32_MIN (their arg-max is the point predicted); q =
 // ScaleNorm(query) is made once and stored in int8 at query_scale (no sn_q). The quantized model
@@ -138,7 +138,7 @@ struct PointerHead {
   using Float = PointerHead<D>;
   using Pointer = typename P::template Of<PointerAttention<D, D, D>>;
   using Logit = std::conditional_t<P::integer, std::int32_t, float>;
-  using Finish = DequantizeLogits;  // the float end of the integer head (stformer/quantize.hpp)
+  using Finish = DequantizeLogits;  // the float end of the integer head (stformer/quantized/quantize.hpp)
   TensorOf<typename P::template Row<8>, 1, D> query;
   [[no_unique_address]] std::conditional_t<P::integer, Nothing, ScaleNorm<D>> sn_q;
   [[no_unique_address]] std::conditional_t<P::integer, Scale, Nothing> query_scale;
@@ -221,7 +221,7 @@ struct PointerHead {
   };
 };
 
-// Its integer form (stformer/quantize.hpp): the same head at precision::int8.
+// Its integer form (stformer/quantized/quantize.hpp): the same head at precision::int8.
 template <size_t D>
 struct Int8Of<PointerHead<D>> {
   using type = PointerHead<D, precision::int8>;

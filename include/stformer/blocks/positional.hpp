@@ -3,13 +3,13 @@
 // No parameters. The table is computed once (in double), before main.
 #pragma once
 
-#include "../config.hpp"
+#include "../core/config.hpp"
 
 #include <algorithm>
 #include <cmath>
 
 #include "../kernels/rowwise.hpp"
-#include "../params.hpp"
+#include "../core/params.hpp"
 
 namespace stformer::inline STFORMER_ABI {
 
@@ -22,7 +22,7 @@ struct PositionalEncoding {
   // the object of a generated C API needs nothing from the C++ runtime).
   static const Tensor<L, D>& table();
 
-  // x [B, N, D] += PE[0..N) in place (forward only; a step of a Sequential, stformer/sequential.hpp)
+  // x [B, N, D] += PE[0..N) in place (forward only; a step of a Sequential, stformer/compose/sequential.hpp)
   template <size_t B, size_t N>
   using Input = Tensor<B, N, D>;
   static constexpr bool in_place = true;

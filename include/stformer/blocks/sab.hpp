@@ -3,8 +3,8 @@
 // from the stream before it writes it. Parameters: mab.*.
 #pragma once
 
-#include "../config.hpp"
-#include "../precision.hpp"
+#include "../core/config.hpp"
+#include "../core/precision.hpp"
 
 #include <algorithm>
 
@@ -38,7 +38,7 @@ struct SAB {
     forward_in_place(x, w, mask.keys);
   }
 
-  // A step of a Sequential (stformer/sequential.hpp): forward_in_place, Work its scratch.
+  // A step of a Sequential (stformer/compose/sequential.hpp): forward_in_place, Work its scratch.
   template <size_t B, size_t N>
   using Input = TensorOf<Stream, B, N, D>;
   static constexpr bool in_place = true;
@@ -101,7 +101,7 @@ struct SAB {
   };
 };
 
-// Its integer form (stformer/quantize.hpp): the same block at precision::int8.
+// Its integer form (stformer/quantized/quantize.hpp): the same block at precision::int8.
 template <size_t D, size_t H, template <size_t, auto...> class Norm>
 struct Int8Of<SAB<D, H, Norm>> {
   using type = SAB<D, H, Norm, precision::int8>;

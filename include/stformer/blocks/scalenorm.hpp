@@ -5,12 +5,12 @@
 //             dg += Σ_rows (x·dy)·r
 #pragma once
 
-#include "../config.hpp"
+#include "../core/config.hpp"
 
 #include <algorithm>
 
 #include "../kernels/rowwise.hpp"
-#include "../params.hpp"
+#include "../core/params.hpp"
 
 namespace stformer::inline STFORMER_ABI {
 
@@ -29,7 +29,7 @@ struct ScaleNorm {
     kernels::scalenorm_rows<Rows, D>(x, y, g(0), nullptr);
   }
 
-  // A step of a Sequential (stformer/sequential.hpp), in place on rows [B, N, D].
+  // A step of a Sequential (stformer/compose/sequential.hpp), in place on rows [B, N, D].
   template <size_t B, size_t N>
   using Input = Tensor<B, N, D>;
   static constexpr bool in_place = true;

@@ -9,7 +9,7 @@
 // (Projections::separate: wq, wk, wv, wo).
 #pragma once
 
-#include "../config.hpp"
+#include "../core/config.hpp"
 
 #include "attention.hpp"
 

@@ -12,12 +12,12 @@
 // token, which every query sees (prepends: the rows it puts before its input's).
 #pragma once
 
-#include "../config.hpp"
+#include "../core/config.hpp"
 
 #include <algorithm>
 
 #include "../kernels/rowwise.hpp"
-#include "../params.hpp"
+#include "../core/params.hpp"
 
 namespace stformer::inline STFORMER_ABI {
 

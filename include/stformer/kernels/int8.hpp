@@ -11,7 +11,7 @@
 //                on every core
 //
 // The product is written once over a small integer vector type, qv, from the build's backend
-// (kernels/backend/, chosen by config.hpp): a vector of int32 accumulators, `lanes` wide, to
+// (kernels/backend/, chosen by core/config.hpp): a vector of int32 accumulators, `lanes` wide, to
 // which dot(acc, a, b) adds, for each lane l, the G products a[g]·b[l·G + g] of a group of G
 // consecutive entries along K. A's group is broadcast to every lane (4 bytes: four int8, or two
 // int16), B is packed in panels [K/G][NP][G] (NP = NV·lanes columns), so that, as in matmul_nt,

@@ -14,7 +14,7 @@
 // B (rows_per_tile).
 #pragma once
 
-#include "../config.hpp"
+#include "../core/config.hpp"
 
 #include <algorithm>
 #include <cstdint>

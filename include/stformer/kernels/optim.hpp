@@ -10,7 +10,7 @@
 //                p −= step_size · m / (sqrt(v) / sqrt(bc2) + eps)
 #pragma once
 
-#include "../config.hpp"
+#include "../core/config.hpp"
 
 #include <cmath>
 

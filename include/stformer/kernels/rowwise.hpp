@@ -22,7 +22,7 @@
 //   relu_backward:            d ← d ⊙ [y > 0]
 #pragma once
 
-#include "../config.hpp"
+#include "../core/config.hpp"
 
 #include <limits>
 

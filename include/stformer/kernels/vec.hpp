@@ -1,5 +1,5 @@
 // stformer kernels — the vector type every kernel is written in, from the build's backend
-// (config.hpp's STFORMER_BACKEND: one file in backend/, which also holds the integer vector of
+// (core/config.hpp's STFORMER_BACKEND: one file in backend/, which also holds the integer vector of
 // int8.hpp and the tuning table of matmul.hpp):
 //   vf                 W floats: xsimd::batch<float> (AVX2: 8, AVX-512: 16, NEON: 4), Helium's
 //                      float32x4_t (4), or one float (the plain and DSP backends); +, −, ·
@@ -19,7 +19,7 @@
 // accept any size, multiple of W or not.
 #pragma once
 
-#include "../config.hpp"
+#include "../core/config.hpp"
 
 #include STFORMER_BACKEND_FILE
 

@@ -4,20 +4,20 @@
 //              -> pool = PMA<D, H, 1> -> head = Linear<D, V> -> logits [B, 1, V]
 // Default configuration (SPEC): V = 33,278, L = 32, D = 128, H = 4, F = 512, 2 blocks:
 // 9,030,661 parameters (36 MB): allocate it once (new / static storage), not on the stack.
-// A Sequential (stformer/sequential.hpp) whose passes take windows of L by default:
+// A Sequential (stformer/compose/sequential.hpp) whose passes take windows of L by default:
 // InferOf<Model, B> and ActsOf<Model, B>. Its InferOf is h [B, L, D] beside the blocks' work
 // (all 32 rows of a window in one tile), then the pooled rows and PMA's work, then the pooled
 // rows and the logits [B, 1, V] in the same bytes.
 #pragma once
 
-#include "../config.hpp"
+#include "../core/config.hpp"
 
 #include "../blocks/embedding.hpp"
 #include "../blocks/encoder.hpp"
 #include "../blocks/linear.hpp"
 #include "../blocks/pma.hpp"
 #include "../blocks/positional.hpp"
-#include "../sequential.hpp"
+#include "../compose/sequential.hpp"
 
 namespace stformer::inline STFORMER_ABI {
 

@@ -4,18 +4,18 @@
 //   query [1, D] (learned, repeated over the batch) -> sn_q = ScaleNorm<D>        (query)
 //   pointer = PointerAttention<D, D, D>(query, keys) -> log-probabilities [B, 1, N]
 // Permutation-equivariant in the N points. Parameters: proj.*, blocks.i.*, sn_v.g, query,
-// sn_q.g, pointer.*. A Sequential (stformer/sequential.hpp): its InferOf<Model, B, N> is the
-// residual stream h [B, N, D] (proj(x), then each block and sn_v in place) beside the blocks'
+// sn_q.g, pointer.*. A Sequential (stformer/compose/sequential.hpp): its InferOf<Model, B, N> is
+// the residual stream h [B, N, D] (proj(x), then each block and sn_v in place) beside the blocks'
 // work, then the head's q, k and logp in the same bytes.
 #pragma once
 
-#include "../config.hpp"
+#include "../core/config.hpp"
 
 #include "../blocks/encoder.hpp"
 #include "../blocks/linear.hpp"
 #include "../blocks/pointer.hpp"
 #include "../blocks/scalenorm.hpp"
-#include "../sequential.hpp"
+#include "../compose/sequential.hpp"
 
 namespace stformer::inline STFORMER_ABI {
 

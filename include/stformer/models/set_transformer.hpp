@@ -2,16 +2,16 @@
 //   x [B, N, In] -> proj = Linear<In, D> -> isab = ISAB<D, H, M> -> pool = PMA<D, H, 1>
 //                -> head = Linear<D, Out> -> y [B, 1, Out]
 // Permutation-invariant in the N set elements. Parameters: proj.*, isab.*, pool.*, head.*.
-// A Sequential (stformer/sequential.hpp): its InferOf<Model, B, N> is x [B, N, D] (proj(x),
+// A Sequential (stformer/compose/sequential.hpp): its InferOf<Model, B, N> is x [B, N, D] (proj(x),
 // then ISAB in place) beside ISAB's work, then the pooled row and PMA's work, then the output.
 #pragma once
 
-#include "../config.hpp"
+#include "../core/config.hpp"
 
 #include "../blocks/isab.hpp"
 #include "../blocks/linear.hpp"
 #include "../blocks/pma.hpp"
-#include "../sequential.hpp"
+#include "../compose/sequential.hpp"
 
 namespace stformer::inline STFORMER_ABI {
 

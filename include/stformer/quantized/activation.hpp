@@ -14,7 +14,7 @@
 // Tensors: table I32 [257] (t).
 #pragma once
 
-#include "../config.hpp"
+#include "../core/config.hpp"
 
 #include <algorithm>
 #include <cmath>
@@ -56,8 +56,8 @@ struct QActivation {
     }
   }
 
-  // A step of a quantized Sequential (stformer/quantize.hpp): in place on an int16 stream, its
-  // output a stream of its own at s_out.
+  // A step of a quantized Sequential (stformer/quantized/quantize.hpp): in place on an int16
+  // stream, its output a stream of its own at s_out.
   static constexpr bool same_scale = false;
   using Ranges = NoRanges;
   void from_float(const Float&, const Ranges&, float s_in, float s_out) { *this = quantize(s_in, s_out); }

@@ -17,7 +17,7 @@
 // exponent (E) and values (V) (Requant<1>).
 #pragma once
 
-#include "../config.hpp"
+#include "../core/config.hpp"
 
 #include <algorithm>
 #include <cmath>
@@ -25,7 +25,7 @@
 #include <type_traits>
 
 #include "../blocks/attention.hpp"
-#include "../precision.hpp"
+#include "../core/precision.hpp"
 #include "linear.hpp"
 
 namespace stformer::inline STFORMER_ABI {

@@ -1,8 +1,8 @@
 // The ranges a quantized model's integers and scales are held to, so that its kernels meet no
 // overflow and no over-wide shift (kernels/int8.hpp: exact in int32 inside them). quantize()
 // makes models inside them; out_of_bounds checks a model that came from elsewhere, once, where
-// it comes in: load_quantized (quantized/checkpoint.hpp) and the C API's image check (c_api.hpp).
-// By tensor, from its name's last part and its dtype:
+// it comes in: load_quantized (quantized/checkpoint.hpp) and the C API's image check
+// (codegen/c_api.hpp). By tensor, from its name's last part and its dtype:
 //   *scale    F32  a float in [2^−64, 2^64] (no 0, denormal, negative or huge scale)
 //   weight    I8   in [−127, 127] (symmetric weights: every product |a·b| ≤ 128·127)
 //   weight    I16  in [−32767, 32767] (QLayerNorm's: t·w stays in int32)
@@ -18,7 +18,7 @@
 // Freestanding (no exceptions, no heap): a microcontroller checks its image with it.
 #pragma once
 
-#include "../config.hpp"
+#include "../core/config.hpp"
 
 #include <climits>
 #include <cstdint>
@@ -26,8 +26,8 @@
 #include <type_traits>
 
 #include "../kernels/int8.hpp"
-#include "../params.hpp"
-#include "../precision.hpp"
+#include "../core/params.hpp"
+#include "../core/precision.hpp"
 
 namespace stformer::inline STFORMER_ABI {
 
@@ -125,7 +125,7 @@ struct RequantMismatch {
 };
 
 namespace detail {
-// requant_mismatch's visitor: shown each block (params.hpp's visit), it recomputes the block's
+// requant_mismatch's visitor: shown each block (core/params.hpp's visit), it recomputes the block's
 // Requants from its scales; the tensors themselves it skips.
 struct RequantCheck {
   RequantMismatch found;

@@ -10,7 +10,7 @@
 // unchanged.
 #pragma once
 
-#include "../config.hpp"
+#include "../core/config.hpp"
 
 #include <cstdio>
 #include <memory>
@@ -18,7 +18,7 @@
 #include <string>
 #include <utility>
 
-#include "../checkpoint.hpp"
+#include "../io/checkpoint.hpp"
 #include "bounds.hpp"
 
 namespace stformer::inline STFORMER_ABI {

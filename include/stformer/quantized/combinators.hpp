@@ -1,21 +1,21 @@
-// The combinators (stformer/combinators.hpp) and a chain inside a block, in integers: each part
-// its integer form (Int8Of) under its name, on int16 streams.
+// The combinators (stformer/compose/combinators.hpp) and a chain inside a block, in integers: each
+// part its integer form (Int8Of) under its name, on int16 streams.
 //   Sequential<S...>   a chain of the steps' integer forms
 //   Residual<Body>     h ← sat(h + Body(h)): the body's last step writes at the stream's scale
 //   Parallel<Br...>    y = sat(Σᵢ Branchᵢ(x)): every branch writes at y's scale
 //   QGated<Gate, Value>  y_q = clamp(apply(g_q·v_q, M), int16),  M = s_g·s_v / s_y
 //                      (g and v on streams of their own; their int16 product exact in int32)
 // sat: the int16 sum saturated. Which stream each part writes at, and its scale, calibration
-// decides (stformer/quantize.hpp: quant::observe walks the combinators as their forward does).
-// QGated's tensors, at the combinator's place: gate_scale, value_scale, out_scale F32 [1] (s_g,
-// s_v, s_y) and requant (Requant<1>: M).
+// decides (stformer/quantized/quantize.hpp: quant::observe walks the combinators as their forward
+// does). QGated's tensors, at the combinator's place: gate_scale, value_scale, out_scale F32 [1]
+// (s_g, s_v, s_y) and requant (Requant<1>: M).
 #pragma once
 
-#include "../config.hpp"
+#include "../core/config.hpp"
 
 #include <cstdint>
 
-#include "../combinators.hpp"
+#include "../compose/combinators.hpp"
 #include "linear.hpp"
 
 namespace stformer::inline STFORMER_ABI {

@@ -1,6 +1,6 @@
 #pragma once
 
-#include "../config.hpp"
+#include "../core/config.hpp"
 
 #include <cstdint>
 
@@ -45,7 +45,7 @@ struct QEmbedding {
     set_multipliers(s_h);
   }
 
-  // A step of a quantized Sequential (stformer/quantize.hpp): ids [B, N] -> the stream [B, N, D].
+  // A step of a quantized Sequential (stformer/quantized/quantize.hpp): ids [B, N] -> the stream [B, N, D].
   using Float = Embedding<V, D>;
   static constexpr bool same_scale = false;
   using Ranges = NoRanges;

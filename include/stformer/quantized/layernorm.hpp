@@ -16,7 +16,7 @@
 // eps I32 [2] (e's low and high 32 bits), out_scale F32 [1] (s_y), requant I32 [1] (M).
 #pragma once
 
-#include "../config.hpp"
+#include "../core/config.hpp"
 
 #include <algorithm>
 #include <cmath>
@@ -117,8 +117,8 @@ struct QLayerNorm {
     }
   }
 
-  // A step of a quantized Sequential (stformer/quantize.hpp): in place on an int16 stream, its
-  // output a stream of its own at s_out (an encoder's final norm).
+  // A step of a quantized Sequential (stformer/quantized/quantize.hpp): in place on an int16
+  // stream, its output a stream of its own at s_out (an encoder's final norm).
   static constexpr bool same_scale = false;
   using Ranges = NoRanges;
   void from_float(const Float& f, const Ranges&, float s_in, float s_out) { *this = quantize(f, s_in, s_out); }

@@ -8,7 +8,7 @@
 // out_scale F32 [1] (s_x, s_y: a load checks M_c against them).
 #pragma once
 
-#include "../config.hpp"
+#include "../core/config.hpp"
 
 #include <cmath>
 #include <cstdint>
@@ -47,8 +47,8 @@ struct QLayerScale {
       for (size_t c = 0; c < D; ++c) y[c] = std::int16_t(kernels::clamp_i32(requant.apply(c, std::int32_t(x[c]) * gamma(c)), INT16_MIN, INT16_MAX));
   }
 
-  // A step of a quantized Sequential (stformer/quantize.hpp): in place on an int16 stream, its
-  // output a stream of its own (a residual body's last step: the residual stream's).
+  // A step of a quantized Sequential (stformer/quantized/quantize.hpp): in place on an int16
+  // stream, its output a stream of its own (a residual body's last step: the residual stream's).
   static constexpr bool same_scale = false;
   using Ranges = NoRanges;
   void from_float(const Float& f, const Ranges&, float s_in, float s_out) {

@@ -14,10 +14,10 @@
 // weight_scale, and a load checks that it does).
 //
 // Also here, for every quantized block: Requant<C> (C fixed-point multipliers as two I32
-// tensors) and host-side helpers of quantization (the basic ones, and Scale, in precision.hpp).
+// tensors) and host-side helpers of quantization (the basic ones, and Scale, in core/precision.hpp).
 #pragma once
 
-#include "../config.hpp"
+#include "../core/config.hpp"
 
 #include <algorithm>
 #include <climits>
@@ -28,8 +28,8 @@
 
 #include "../blocks/linear.hpp"
 #include "../kernels/int8.hpp"
-#include "../params.hpp"
-#include "../precision.hpp"
+#include "../core/params.hpp"
+#include "../core/precision.hpp"
 
 namespace stformer::inline STFORMER_ABI {
 
@@ -51,7 +51,7 @@ struct Requant {
   }
 };
 
-// b's multipliers from its stored scales (B::requants, precision.hpp; host side).
+// b's multipliers from its stored scales (B::requants, core/precision.hpp; host side).
 template <HasRequants B>
 void set_requants(B& b) {
   B::requants(b, [](const char*, auto& r, const auto& m) {
@@ -292,8 +292,8 @@ struct QFineLinear {
     fine.template add_to<Rows>(x, acc, h);
   }
 
-  // A step of a quantized Sequential (stformer/quantize.hpp), as QLinear's: quantize gives a
-  // model's first and last linear layers this form.
+  // A step of a quantized Sequential (stformer/quantized/quantize.hpp), as QLinear's: quantize
+  // gives a model's first and last linear layers this form.
   static constexpr bool same_scale = false;
   using Ranges = NoRanges;
   template <Init::Kind K, Bias Bi>

@@ -5,7 +5,7 @@
 // (kernels::divide), once per row. Tensors: requant (Requant<1>: M), in_scale and out_scale F32 [1].
 #pragma once
 
-#include "../config.hpp"
+#include "../core/config.hpp"
 
 #include <algorithm>
 #include <cstdint>

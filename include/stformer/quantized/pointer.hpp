@@ -7,7 +7,7 @@
 // logits'. Tensors: wq, wk (QLinear), q_scale, k_scale (F32 [1]).
 #pragma once
 
-#include "../config.hpp"
+#include "../core/config.hpp"
 
 #include <algorithm>
 #include <climits>
@@ -15,7 +15,7 @@
 #include <cstdint>
 
 #include "../blocks/pointer.hpp"
-#include "../sequential.hpp"
+#include "../compose/sequential.hpp"
 #include "../kernels/rowwise.hpp"
 #include "linear.hpp"
 

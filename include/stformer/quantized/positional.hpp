@@ -4,7 +4,7 @@
 // table (PositionEmbedding's weight) at the stream's scale. Tensors: table I16 [L, D].
 #pragma once
 
-#include "../config.hpp"
+#include "../core/config.hpp"
 
 #include <algorithm>
 #include <cstdint>

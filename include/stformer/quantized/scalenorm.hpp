@@ -8,7 +8,7 @@
 // Tensors: g F32 [1] (the float block's), out_scale F32 [1] (s_y), requant I32 [1] (M).
 #pragma once
 
-#include "../config.hpp"
+#include "../core/config.hpp"
 
 #include <algorithm>
 #include <cstdint>
@@ -48,8 +48,8 @@ struct QScaleNorm {
     return q;
   }
 
-  // A step of a quantized Sequential (stformer/quantize.hpp): in place on an int16 stream, its
-  // output a stream of its own at s_out.
+  // A step of a quantized Sequential (stformer/quantized/quantize.hpp): in place on an int16
+  // stream, its output a stream of its own at s_out.
   using Float = ScaleNorm<D>;
   static constexpr bool same_scale = false;
   using Ranges = NoRanges;

@@ -8,7 +8,7 @@
 // (BranchScales<1>: branch_scale = s_a, stream_scale = s_x, branch_requant = M).
 #pragma once
 
-#include "../config.hpp"
+#include "../core/config.hpp"
 
 #include <algorithm>
 #include <cstdint>

@@ -1,11 +1,11 @@
-// The two ends of a quantized model (stformer/quantize.hpp): its one float step in and its one
-// float step out, around integer steps on int16 streams.
+// The two ends of a quantized model (stformer/quantized/quantize.hpp): its one float step in and
+// its one float step out, around integer steps on int16 streams.
 //   QuantizeInput<W>: x [B, N, W] (float) -> x_q = clamp(round(x / scale), ±32767)   (int16)
 //   Dequantize<W>:    y_q [B, N, W] (int16) -> y = scale · y_q                        (float)
 // So a quantized model takes and gives what its float model does. Tensors: scale F32 [1].
 #pragma once
 
-#include "../config.hpp"
+#include "../core/config.hpp"
 
 #include <algorithm>
 #include <cstdint>

@@ -10,7 +10,7 @@
 //                    No tensors.
 #pragma once
 
-#include "../config.hpp"
+#include "../core/config.hpp"
 
 #include <algorithm>
 #include <cstdint>

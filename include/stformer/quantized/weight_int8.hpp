@@ -14,7 +14,7 @@
 // weight_scale F32 [rows], bias F32 [Out] (Int8Linear).
 #pragma once
 
-#include "../config.hpp"
+#include "../core/config.hpp"
 
 #include <algorithm>
 #include <cmath>

@@ -12,13 +12,13 @@
 // so that the chunks' losses and gradients add up to the batch's.
 #pragma once
 
-#include "../config.hpp"
+#include "../core/config.hpp"
 
 #include <cmath>
 #include <type_traits>
 
 #include "../kernels/rowwise.hpp"
-#include "../tensor.hpp"
+#include "../core/tensor.hpp"
 
 namespace stformer::inline STFORMER_ABI {
 

@@ -10,14 +10,14 @@
 //          p ·= 1 − lr·wd before the Adam step, applied to every parameter (SPEC).
 #pragma once
 
-#include "../config.hpp"
+#include "../core/config.hpp"
 
 #include <cmath>
 #include <cstdint>
 #include <numbers>
 
 #include "../kernels/optim.hpp"
-#include "../params.hpp"
+#include "../core/params.hpp"
 
 namespace stformer::inline STFORMER_ABI {
 

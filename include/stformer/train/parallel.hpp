@@ -11,16 +11,16 @@
 // depend on the number of threads, so every T gives bit-identical parameters.
 //
 // Subnormal floats (below 2^-126, ~1.2e-38) are flushed to zero in the pool's tasks, on every
-// thread (FlushDenormals, stformer/tensor.hpp: FTZ and DAZ on x86, FZ on aarch64; the caller's own mode is restored
-// when run returns). Once a model fits its training set, softmax tails and gradients fall into
-// that range, and x86 cores take a slow microcode path for every operation on them: the SPEC
-// pointer run went from 10 ms per iteration at its start to over 100 ms at its end. Flushing
-// changes only values below 1.2e-38, and the same way on every thread, so results still do not
-// depend on the number of threads.
+// thread (FlushDenormals, stformer/core/tensor.hpp: FTZ and DAZ on x86, FZ on aarch64; the caller's
+// own mode is restored when run returns). Once a model fits its training set, softmax tails and
+// gradients fall into that range, and x86 cores take a slow microcode path for every operation on
+// them: the SPEC pointer run went from 10 ms per iteration at its start to over 100 ms at its end.
+// Flushing changes only values below 1.2e-38, and the same way on every thread, so results still do
+// not depend on the number of threads.
 // Training code only: it needs <thread>, which bare-metal builds do not include.
 #pragma once
 
-#include "../config.hpp"
+#include "../core/config.hpp"
 
 #include <array>
 #include <atomic>
@@ -39,7 +39,7 @@
 #include <emmintrin.h>
 #endif
 
-#include "../params.hpp"
+#include "../core/params.hpp"
 
 namespace stformer::inline STFORMER_ABI {
 

@@ -12,10 +12,10 @@
 // InferOf; there is no heap. Also built for the Cortex-M4/M7 boards (../mps2/meson.build).
 #include <type_traits>
 
-#include <stformer/model_image.hpp>
-#include <stformer/param_table.hpp>
+#include <stformer/codegen/model_image.hpp>
+#include <stformer/io/param_table.hpp>
 #include <stformer/models/pointer_model.hpp>
-#include <stformer/quantize.hpp>
+#include <stformer/quantized/quantize.hpp>
 #include <stformer/train/loss.hpp>
 
 #include "instructions.hpp"

@@ -10,9 +10,9 @@
 // No float, no double (no_soft_float.sh), no heap; the workspace is the model's InferOf.
 #include <algorithm>
 
-#include <stformer/model_image.hpp>
-#include <stformer/param_table.hpp>
-#include <stformer/quantize.hpp>
+#include <stformer/codegen/model_image.hpp>
+#include <stformer/io/param_table.hpp>
+#include <stformer/quantized/quantize.hpp>
 
 #include "torchcls_expected.hpp"
 #include "instructions.hpp"

@@ -2,7 +2,7 @@
 // (Cortex-M7; also AN386, Cortex-M4, the STM32F405 of netduinoplus2.ld and the MPS3 AN547,
 // Cortex-M55 with Helium, of mps3.ld), run under qemu-system-arm -semihosting.
 //
-// The model is a constant image in flash, read in place (stformer/model_image.hpp; made by
+// The model is a constant image in flash, read in place (stformer/codegen/model_image.hpp; made by
 // `stformer-c-api --image` from a checkpoint): no parameter is copied to RAM. The
 // test sets and the host build's predictions for them are constexpr arrays in flash, made by
 // checkpoint_header from a `max_value sets` file and a `max_value predict` file. For each set
@@ -13,9 +13,9 @@
 #include <cmath>
 #include <type_traits>
 
-#include <stformer/model_image.hpp>
+#include <stformer/codegen/model_image.hpp>
 #include <stformer/models/pointer_model.hpp>
-#include <stformer/param_table.hpp>
+#include <stformer/io/param_table.hpp>
 #include <stformer/train/loss.hpp>
 
 #include "expected.hpp"

@@ -11,7 +11,7 @@
 #include <cstdint>
 #include <cstring>
 
-#include <stformer/param_table.hpp>
+#include <stformer/io/param_table.hpp>
 
 #include "../train.hpp"
 #include "instructions.hpp"

@@ -2,7 +2,7 @@
 // the exponential's polynomial, and the generic forms of the integer hooks that a backend
 // without an instruction of its own takes by a using-declaration.
 //
-// A backend (one file beside this one, chosen by config.hpp's STFORMER_BACKEND) defines, in
+// A backend (one file beside this one, chosen by core/config.hpp's STFORMER_BACKEND) defines, in
 // stformer::kernels:
 //   float   vf (a vector of W floats), W, load, store, splat, fma (one rounding), vmax (NaN
 //           passes through), vexp2<AtMostZero>, hsum, hmax, hsums<n>, hmaxs<n>, transpose_tile,
@@ -16,7 +16,7 @@
 // of operations, so results do not depend on the tuning.
 #pragma once
 
-#include "../../config.hpp"
+#include "../../core/config.hpp"
 
 #include <algorithm>
 #include <cmath>

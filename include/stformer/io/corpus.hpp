@@ -5,7 +5,7 @@
 // first line is blank makes "<eos>" id 0 (PyTorch's word-language-model convention).
 #pragma once
 
-#include "config.hpp"
+#include "../core/config.hpp"
 
 #include <cstdint>
 #include <filesystem>

@@ -1,10 +1,10 @@
 // stformer — a model read in place from a constant image of its parameters (weights in flash).
 //
-// A model is a standard-layout, trivially copyable struct of tensors (stformer/tensor.hpp):
+// A model is a standard-layout, trivially copyable struct of tensors (stformer/core/tensor.hpp):
 // its object representation is its parameters in declaration order (= visit order), each
 // padded to the tensor alignment, and nothing else. An image is a struct of float arrays laid
 // out the same way, written by `stformer-c-api --image` or stformer::model_image_source
-// (<stformer/model_image_source.hpp>, host side) as a constexpr object:
+// (<stformer/codegen/model_image_source.hpp>, host side) as a constexpr object:
 //
 //   struct Image {
 //     alignas(stformer::Tensor<16, 2>) float p0[sizeof(stformer::Tensor<16, 2>) / sizeof(float)] ;
@@ -24,13 +24,13 @@
 // every parameter's offset by image_matches (call it once at start-up).
 #pragma once
 
-#include "config.hpp"
+#include "../core/config.hpp"
 
 #include <cstddef>
 #include <new>
 #include <type_traits>
 
-#include "params.hpp"
+#include "../core/params.hpp"
 
 namespace stformer::inline STFORMER_ABI {
 

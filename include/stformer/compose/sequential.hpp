@@ -31,7 +31,7 @@
 // or, from its input into a buffer of another shape,
 //   template <size_t B, size_t N> using Output = Tensor<B, N', Out>;
 //   run(const Input& x, Output& y, Scratch& w, const Mask<B, N>& mask, Pool&& pool) const
-// or, taking whatever the step before gives (a quantized model's float end, stformer/quantize.hpp),
+// or, taking whatever the step before gives (a quantized model's float end, stformer/quantized/quantize.hpp),
 //   template <class X> using OutputFrom = ...;   run(const X& x, OutputFrom<X>& y, w, mask, pool) const
 // A run whose output may lie over its input (over_input = true: a quantized model's Dequantize,
 // int16 in, float out) declares it; its y then shares bytes with x, x at y's start or at least
@@ -58,7 +58,7 @@
 // forward_steps<First, Last> runs part of the chain, from step First's input (input<First>()).
 #pragma once
 
-#include "config.hpp"
+#include "../core/config.hpp"
 
 #include <algorithm>
 #include <array>
@@ -68,8 +68,8 @@
 #include <type_traits>
 #include <utility>
 
-#include "params.hpp"
-#include "tensor.hpp"
+#include "../core/params.hpp"
+#include "../core/tensor.hpp"
 
 namespace stformer::inline STFORMER_ABI {
 
@@ -84,7 +84,7 @@ struct FixedString {
 template <FixedString Name, class Block>
 struct Named {};
 // A step named by the index `Index` whatever its place: a derived model's steps keep the names
-// of the model they come from (quantize's steps, stformer/quantize.hpp).
+// of the model they come from (quantize's steps, stformer/quantized/quantize.hpp).
 template <size_t Index, class Block>
 struct Indexed {};
 
@@ -177,7 +177,7 @@ using Output = typename OutputOf<Block, B, N>::type;
 // A step's input and output types in a chain, given the output Prev of the step before (void
 // for the first): Input<B, Len> and Output<B, Len>; or, for a block that takes whatever the step
 // before gives (it declares `template <class X> using OutputFrom = ...`: the float end of a
-// quantized model, stformer/quantize.hpp), Prev and OutputFrom<Prev>.
+// quantized model, stformer/quantized/quantize.hpp), Prev and OutputFrom<Prev>.
 template <class Block, size_t B, size_t Len, class Prev>
 struct Shapes {
   using In = typename Block::template Input<B, Len>;
@@ -534,7 +534,7 @@ struct Sequential {
   }
 
   // The mask a pass of Model runs with: the caller's, and causal whatever the caller says when
-  // the model declares causal = true (stformer/tensor.hpp: declares_causal).
+  // the model declares causal = true (stformer/core/tensor.hpp: declares_causal).
   template <class Model, size_t B, size_t N>
   static constexpr Mask<B, N> mask_of(Mask<B, N> mask) {
     if constexpr (declares_causal<Model>) mask.causal = true;
@@ -785,9 +785,9 @@ struct Sequential {
     // Part of the pass: steps First .. Last − 1, from step First's input in the arena (First > 0:
     // written by the caller through input<First>(), or left there by the steps before it in an
     // earlier call), or from the caller's x (First = 0). A quantized model's integer steps alone,
-    // between its float ends (stformer/quantize.hpp): a core without an FPU runs them on inputs
-    // quantized elsewhere. input<First>() is for writing: it begins a new tensor there, whose
-    // values are the caller's to set (a step's output is read through what forward_steps returns).
+    // between its float ends (stformer/quantized/quantize.hpp): a core without an FPU runs them on
+    // inputs quantized elsewhere. input<First>() is for writing: it begins a new tensor there,
+    // whose values are the caller's to set (a step's output is read through what forward_steps returns).
     template <size_t First>
     InputAt<B, N, First>& input() {
       static_assert(First > 0 && First < Steps, "Sequential::Infer::input: the first step's input is the caller's");

@@ -1,5 +1,5 @@
-// Combinators: blocks made of other blocks, declared as a model is (stformer/sequential.hpp),
-// with no forward, backward or plan of their own to write:
+// Combinators: blocks made of other blocks, declared as a model is
+// (stformer/compose/sequential.hpp), with no forward, backward or plan of their own to write:
 //
 //   Residual<Body>              y = x + Body(x)
 //   Parallel<Branches...>       y = Σᵢ Branchᵢ(x), every branch reading the same x
@@ -28,7 +28,7 @@
 //     backward: dg = dy ⊙ Value(x), dv = dy ⊙ Gate(x);  dx = Gateᵀ dg + Valueᵀ dv
 #pragma once
 
-#include "config.hpp"
+#include "../core/config.hpp"
 
 #include <algorithm>
 #include <climits>
@@ -36,7 +36,7 @@
 #include <type_traits>
 #include <utility>
 
-#include "kernels/rowwise.hpp"
+#include "../kernels/rowwise.hpp"
 #include "sequential.hpp"
 
 namespace stformer::inline STFORMER_ABI {

@@ -1,4 +1,4 @@
-// stformer — model checkpoints: the parameter visitor (stformer/params.hpp) over safetensors.
+// stformer — model checkpoints: the parameter visitor (stformer/core/params.hpp) over safetensors.
 //
 // SPEC "Checkpoints": one F32 tensor per parameter (a quantized model's integer tensors: I8,
 // I16, I32; stformer/quantized/), named by its dotted path (here optionally
@@ -26,7 +26,7 @@
 // unexpected either: they are the optimiser/RNG state saved next to the model.
 #pragma once
 
-#include "config.hpp"
+#include "../core/config.hpp"
 
 #include <bit>
 #include <cstdint>
@@ -42,8 +42,8 @@
 #include <utility>
 #include <vector>
 
-#include <stformer/params.hpp>
-#include <stformer/rng.hpp>
+#include <stformer/core/params.hpp>
+#include <stformer/core/rng.hpp>
 
 #include "safetensors.hpp"
 

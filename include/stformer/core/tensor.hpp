@@ -72,7 +72,7 @@ using std::size_t;
 
 // Not sharable (xtensor's Sharable = false): a tensor is its values and nothing else, trivially
 // copyable, so its sizeof is its data (rounded to the alignment) and a model can be read in
-// place from a constant image of the same layout in read-only memory (stformer/model_image.hpp).
+// place from a constant image of the same layout in read-only memory (stformer/codegen/model_image.hpp).
 template <size_t... N>
 using Tensor = xt::xtensor_fixed<float, xt::xshape<N...>, xt::layout_type::row_major, false>;
 
@@ -126,7 +126,7 @@ struct Mask {
 // does (row i of its output reads rows 0 .. i of its input alone):
 //   struct CausalLM : Sequential<...> { static constexpr bool causal = true; };
 // Passes take their masks as arguments all the same; the declaration is what a model's C API
-// (stformer/c_api_source.hpp) and its integer model (Quantized, stformer/quantize.hpp) keep.
+// (stformer/codegen/c_api_source.hpp) and its integer model (Quantized, stformer/quantized/quantize.hpp) keep.
 template <class Model>
 inline constexpr bool declares_causal = requires { requires Model::causal; };
 
@@ -215,7 +215,7 @@ class FlushDenormals {
 #endif
 };
 
-// Forward-only passes on several threads: a pool (Serial, stformer/params.hpp, or ThreadPool,
+// Forward-only passes on several threads: a pool (Serial, stformer/core/params.hpp, or ThreadPool,
 // stformer/train/parallel.hpp) runs a stage's rows in S contiguous parts, S = 1, 2 or 4 (the
 // most its threads allow; threads beyond the fourth wait), part s on thread s.
 // with_parts(pool, f) calls f.template operator()<S>(), subnormals flushed to zero on the
@@ -374,7 +374,7 @@ struct GradStorage<void> {};
 
 // A block's whole training memory: its record A (ActsOf), its workspace and its input's
 // gradient, with backward(p, grad, dout) -> the input's gradient. TrainingOf<Block, Dims...>
-// trains one block alone; a model's ActsOf (Sequential, stformer/sequential.hpp) is already
+// trains one block alone; a model's ActsOf (Sequential, stformer/compose/sequential.hpp) is already
 // whole, and is its own TrainingOf.
 template <class A>
 struct Training : A, GradStorage<typename A::Dx> {

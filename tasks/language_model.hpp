@@ -17,13 +17,13 @@
 #include <type_traits>
 #include <vector>
 
-#include <stformer/checkpoint.hpp>
-#include <stformer/corpus.hpp>
+#include <stformer/io/checkpoint.hpp>
+#include <stformer/io/corpus.hpp>
 #include <stformer/quantized/checkpoint.hpp>
-#include <stformer/quantize.hpp>
+#include <stformer/quantized/quantize.hpp>
 #include <stformer/quantized/weight_int8.hpp>
 #include <stformer/stformer.hpp>
-#include <stformer/training.hpp>
+#include <stformer/train/training.hpp>
 #include <stformer/train/parallel.hpp>
 
 namespace lm {
@@ -216,7 +216,7 @@ struct Run {
   float step(const std::vector<std::int32_t>& train, const TrainOptions& o, float lr) {
     float loss = gradient(train);
     const float norm = this->norm();
-    check_finite(state.step + 1, loss, norm, grad());  // NonFiniteError before the step (stformer/training.hpp)
+    check_finite(state.step + 1, loss, norm, grad());  // NonFiniteError before the step (stformer/train/training.hpp)
     const float scale = o.clip > 0 ? clip_scale(norm, o.clip) : 1.0f;  // clipping, in the step
     if (o.sgd)
       sgd->step(*model, grad(), lr, pool, scale);
@@ -411,8 +411,8 @@ struct Run {
   }
 };
 
-// The whole model in integers (stformer/quantize.hpp): calibrated on `windows` training windows
-// at positions drawn from Rng(seed, 4), 16 at a time.
+// The whole model in integers (stformer/quantized/quantize.hpp): calibrated on `windows` training
+// windows at positions drawn from Rng(seed, 4), 16 at a time.
 template <size_t V, size_t L, size_t D, size_t H, size_t F, size_t Blocks>
 std::unique_ptr<Quantized<LanguageModel<V, L, D, H, F, Blocks>>> quantize_integer(const LanguageModel<V, L, D, H, F, Blocks>& f,
                                                                                  const std::vector<std::int32_t>& train, size_t windows,

@@ -1,5 +1,5 @@
-// quantize: any composed float model (a Sequential, stformer/sequential.hpp) into its integer
-// model, post-training, from calibration inputs (host side):
+// quantize: any composed float model (a Sequential, stformer/compose/sequential.hpp) into its
+// integer model, post-training, from calibration inputs (host side):
 //
 //   using Model = Sequential<Named<"embedding", Embedding<11, 16>>, PositionalEncoding<8, 16>,
 //                            Named<"blocks", Repeat<EncoderBlock<16, 2, 32>, 2>>, MeanPool<16>,
@@ -30,7 +30,7 @@
 // gives each step its float block, its ranges and the scales of its two streams.
 #pragma once
 
-#include "config.hpp"
+#include "../core/config.hpp"
 
 #include <algorithm>
 #include <array>
@@ -40,29 +40,29 @@
 #include <utility>
 #include <vector>
 
-#include "blocks/decoder.hpp"
-#include "blocks/feedforward.hpp"
-#include "blocks/encoder.hpp"
-#include "blocks/isab.hpp"
-#include "blocks/mab.hpp"
-#include "blocks/pma.hpp"
-#include "blocks/pointer.hpp"
-#include "blocks/sab.hpp"
-#include "quantized/activation.hpp"
-#include "quantized/attention.hpp"
-#include "quantized/combinators.hpp"
-#include "quantized/embedding.hpp"
-#include "quantized/layernorm.hpp"
-#include "quantized/layerscale.hpp"
-#include "quantized/linear.hpp"
-#include "quantized/meanpool.hpp"
-#include "quantized/pointer.hpp"
-#include "quantized/positional.hpp"
-#include "quantized/scalenorm.hpp"
-#include "quantized/self_attention.hpp"
-#include "quantized/stream.hpp"
-#include "quantized/tokens.hpp"
-#include "sequential.hpp"
+#include "../blocks/decoder.hpp"
+#include "../blocks/feedforward.hpp"
+#include "../blocks/encoder.hpp"
+#include "../blocks/isab.hpp"
+#include "../blocks/mab.hpp"
+#include "../blocks/pma.hpp"
+#include "../blocks/pointer.hpp"
+#include "../blocks/sab.hpp"
+#include "activation.hpp"
+#include "attention.hpp"
+#include "combinators.hpp"
+#include "embedding.hpp"
+#include "layernorm.hpp"
+#include "layerscale.hpp"
+#include "linear.hpp"
+#include "meanpool.hpp"
+#include "pointer.hpp"
+#include "positional.hpp"
+#include "scalenorm.hpp"
+#include "self_attention.hpp"
+#include "stream.hpp"
+#include "tokens.hpp"
+#include "../compose/sequential.hpp"
 
 namespace stformer::inline STFORMER_ABI {
 
@@ -137,8 +137,8 @@ struct QuantizedChain<Sequential<S...>, std::index_sequence<I...>> {
 };
 
 // The integer model's type: the chain itself, or, for a float model that declares_causal
-// (stformer/tensor.hpp), a model derived from the chain that declares it too, so that its C API
-// needs the causal mask as well.
+// (stformer/core/tensor.hpp), a model derived from the chain that declares it too, so that its C
+// API needs the causal mask as well.
 template <class Model, class Chain>
 struct IntegerModel {
   using type = Chain;
@@ -300,7 +300,7 @@ const auto& observe(const Sequential<S...>& f, A& acts, const X& x, const Mask<B
                     size_t target = Streams::none) {
   return observe_chain(f, acts, x, mask, o, s, target);
 }
-// The combinators, as their records' forward computes (stformer/combinators.hpp), each part
+// The combinators, as their records' forward computes (stformer/compose/combinators.hpp), each part
 // observed: Residual's body writes on the stream it reads, Parallel's branches on the output's.
 template <class Body, class A, class X, size_t B, size_t N>
 const auto& observe(const Residual<Body>& f, A& acts, const X& x, const Mask<B, N>& mask, Observed<Residual<Body>>& o, Streams& s,

@@ -3,7 +3,7 @@
 // Debian does not ship; the examples write their figures with a gnuplot script instead.)
 #pragma once
 
-#include "config.hpp"
+#include "../core/config.hpp"
 
 #include <string>
 

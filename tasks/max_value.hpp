@@ -19,11 +19,11 @@
 #include <type_traits>
 #include <vector>
 
-#include <stformer/checkpoint.hpp>
-#include <stformer/training.hpp>
+#include <stformer/io/checkpoint.hpp>
+#include <stformer/train/training.hpp>
 #include <stformer/stformer.hpp>
 #include <stformer/train/parallel.hpp>
-#include <stformer/quantize.hpp>
+#include <stformer/quantized/quantize.hpp>
 #include <stformer/quantized/checkpoint.hpp>
 
 #include "max_value_models.hpp"
@@ -239,7 +239,7 @@ struct Run {
   Net& grad() { return lanes[0].grad; }
 
   // One optimiser step on *sets; returns the loss before it. A non-finite loss or gradient
-  // throws NonFiniteError (stformer/training.hpp) before the step, naming it.
+  // throws NonFiniteError (stformer/train/training.hpp) before the step, naming it.
   float step(float lr) {
     float loss = gradient();
     check_finite(state.step + 1, loss, grad_norm(grad()), grad());
@@ -316,8 +316,8 @@ inline bool int8_checkpoint(const safetensors::File& f) {
   return proj != nullptr && proj->dtype == safetensors::Dtype::I8;
 }
 
-// Post-training quantization (stformer/quantize.hpp): calibrated on the 500 training sets of
-// `seed` (the first batch train draws), 25 at a time.
+// Post-training quantization (stformer/quantized/quantize.hpp): calibrated on the 500 training sets
+// of `seed` (the first batch train draws), 25 at a time.
 template <class Net>
 std::unique_ptr<Quantized<Net>> quantize(const Net& f, std::uint64_t seed) {
   constexpr size_t C = 25;

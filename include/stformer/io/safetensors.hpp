@@ -16,7 +16,7 @@
 // only inside safetensors.cpp. Little-endian hosts only (checked at compile time).
 #pragma once
 
-#include "config.hpp"
+#include "../core/config.hpp"
 
 #include <cstddef>
 #include <cstdint>

@@ -2,14 +2,14 @@
 // between them. The composite blocks (FeedForward, EncoderBlock, DecoderBlock, MAB, SAB, ISAB,
 // PMA, PointerHead) are written once over it; only the leaves (Linear, the norms, the attention
 // cores, embeddings, positions, the class token, pooling) have an integer form of their own. A block at precision::int8 needs the leaves'
-// forms: include <stformer/quantize.hpp> (else "Int8Of: this block has no integer form", naming
-// the leaf).
+// forms: include <stformer/quantized/quantize.hpp> (else "Int8Of: this block has no integer form",
+// naming the leaf).
 //   precision::float32 (the default): the float leaves on float rows; training (Acts) and
 //     forward-only passes.
 //   precision::int8: each leaf's integer form (Int8Of, beside each quantized leaf), an int16
 //     residual stream (Stream) and, inside a block, rows of int8 or, where a block asks for
 //     16 bits, int16 (Row<16>); forward only, made from the float block by its from_float
-//     (stformer/quantize.hpp).
+//     (stformer/quantized/quantize.hpp).
 #pragma once
 
 #include "config.hpp"
@@ -25,12 +25,12 @@
 
 namespace stformer::inline STFORMER_ABI {
 
-// Int8Of<Block>::type: the integer form of a float block, the step quantize (stformer/quantize.hpp)
-// puts in its place. Each quantized leaf's header gives its own; a composite block that can be a
-// step (FeedForward, EncoderBlock, SAB, ISAB, PMA, PointerHead) is itself at precision::int8.
-// (MAB and DecoderBlock take two inputs: not steps; they are used at precision::int8 directly.)
-// Besides the step's forward (int16 streams in and out; token ids in for an embedding, int32
-// logits out for the pointer's head), such a block has:
+// Int8Of<Block>::type: the integer form of a float block, the step quantize
+// (stformer/quantized/quantize.hpp) puts in its place. Each quantized leaf's header gives its own;
+// a composite block that can be a step (FeedForward, EncoderBlock, SAB, ISAB, PMA, PointerHead) is
+// itself at precision::int8. (MAB and DecoderBlock take two inputs: not steps; they are used at
+// precision::int8 directly.) Besides the step's forward (int16 streams in and out; token ids in for
+// an embedding, int32 logits out for the pointer's head), such a block has:
 //   using Float;                           the float block it comes from
 //   static constexpr bool same_scale;      its output at its input's scale (a residual stream)
 //   struct Ranges { observe(f, acts, x, y) };  what calibration keeps of the float block's pass
@@ -60,7 +60,7 @@ using Scale = Tensor<1>;
 
 // Rows per tile of the quantized forward passes by default: up to STFORMER_QTILE_ROWS (64), so
 // that a small model's layers take their rows at once (each call of the int8 product packs its
-// weights). Fewer take less memory: a microcontroller's choice (stformer/config.hpp).
+// weights). Fewer take less memory: a microcontroller's choice (stformer/core/config.hpp).
 constexpr size_t qtile_rows(size_t rows) { return rows < STFORMER_QTILE_ROWS ? rows : STFORMER_QTILE_ROWS; }
 // The fewest rows per tile of a quantized step's scratch in a plan: tile_rows, or fewer when
 // STFORMER_QTILE_ROWS says so.

@@ -1,6 +1,6 @@
-// stformer/c_api.hpp — what the C API sources written by stformer::c_api_source
-// (stformer/c_api_source.hpp, the generator stformer-c-api) are built on: the status codes, the
-// input checks and the one-time check of the model's image.
+// stformer/codegen/c_api.hpp — what the C API sources written by stformer::c_api_source
+// (stformer/codegen/c_api_source.hpp, the generator stformer-c-api) are built on: the status codes,
+// the input checks and the one-time check of the model's image.
 // Include it first, before any other header, as those sources do.
 //
 // Why first: a C program links the object built from such a source with the C compiler and
@@ -23,14 +23,14 @@ extern ostream clog;
 }  // namespace std
 #endif
 
-#include "config.hpp"
+#include "../core/config.hpp"
 
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
 
 #include "model_image.hpp"
-#include "quantized/bounds.hpp"
+#include "../quantized/bounds.hpp"
 
 namespace stformer::inline STFORMER_ABI::c_api {
 

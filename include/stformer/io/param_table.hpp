@@ -8,13 +8,13 @@
 // parameter visitor, so it serves every model. No heap, no exceptions needed.
 #pragma once
 
-#include "config.hpp"
+#include "../core/config.hpp"
 
 #include <algorithm>
 #include <cstdint>
 #include <string_view>
 
-#include "params.hpp"
+#include "../core/params.hpp"
 
 namespace stformer::inline STFORMER_ABI {
 

@@ -13,7 +13,7 @@
 //   any moment, even by SIGKILL, leaves the previous checkpoint whole.
 #pragma once
 
-#include "config.hpp"
+#include "../core/config.hpp"
 
 #include <cmath>
 #include <csignal>
@@ -21,7 +21,7 @@
 #include <stdexcept>
 #include <string>
 
-#include <stformer/params.hpp>
+#include <stformer/core/params.hpp>
 
 namespace stformer::inline STFORMER_ABI {
 
