@@ -241,6 +241,39 @@ TEST_CASE("a block declared as a chain of residuals: EncoderBlock's names, plan,
   }
 }
 
+// A block whose type declares causal = true runs with the causal mask wherever it stands: as a
+// step of a chain, in the forward-only pass (its residual fused or whole) and in the record, the
+// pass given no mask the same bits as the pass given the causal one, and not the unmasked bits.
+template <size_t D, size_t H>
+struct CausalBlock : DeclaredEncoder<D, H, 2 * D> {
+  static constexpr bool causal = true;
+};
+TEST_CASE("a nested block that declares causal runs causal in every pass") {
+  constexpr size_t D = 16, H = 2, B = 2, N = 8;
+  using Causal = Sequential<Linear<4, D>, CausalBlock<D, H>, Linear<D, 3>>;
+  using Open = Sequential<Linear<4, D>, DeclaredEncoder<D, H, 2 * D>, Linear<D, 3>>;
+  static_assert(!declares_causal<Causal> && sizeof(Causal) == sizeof(Open));
+  auto causal = make<Causal>();
+  auto open = make<Open>();
+  Rng rng(61);
+  init_params(*causal, rng);
+  std::memcpy(static_cast<void*>(open.get()), causal.get(), sizeof(Causal));
+  Tensor<B, N, 4> x;
+  fill(x, rng);
+  const auto keys = test::lengths_mask<B, N>({N, N - 3});
+  for (const KeyMask<B, N>* km : {(const KeyMask<B, N>*)nullptr, &keys}) {
+    CAPTURE(km != nullptr);
+    auto want = make<InferOf<Open, B, N>>();
+    const auto& y = want->forward(*open, x, Mask<B, N>{.causal = true, .keys = km});
+    auto unmasked = make<InferOf<Open, B, N>>();
+    CHECK(!same_bits(y, unmasked->forward(*open, x, km)));
+    auto infer = make<InferOf<Causal, B, N>>();
+    CHECK(same_bits(y, infer->forward(*causal, x, km)));
+    auto acts = make<ActsOf<Causal, B, N>>();
+    CHECK(same_bits(y, acts->forward(*causal, x, km)));
+  }
+}
+
 // The memory plans documented in the models' headers and in docs/reference.md, buffer by buffer (a
 // tile holds [16, Nk] scores or [T, D] rows of a projection, whichever is larger, T = 16 rows
 // unless the arena leaves room for more; each buffer rounded up to the tensors' alignment).

@@ -133,8 +133,9 @@ struct Residual {
   using Scratch = std::conditional_t<fused<B, N>, Fused<B, N, Room>, Whole<B, N, Room>>;
 
   template <size_t B, size_t N, class W, class Pool = Serial>
-  void forward_in_place(Input<B, N>& h, W& w, const Mask<B, N>& mask, Pool&& pool = Pool{}) const {
+  void forward_in_place(Input<B, N>& h, W& w, const Mask<B, N>& pass, Pool&& pool = Pool{}) const {
     static_assert(std::is_same_v<Input<B, N>, step::Output<Block, B, N>>, "Residual<Body>: the body's output must have its input's shape");
+    const Mask<B, N> mask = step::mask_for<Block>(pass);
     if constexpr (fused<B, N>) {
       constexpr size_t last = W::last;
       // the steps before the last write their outputs in w.before, which the last may overwrite

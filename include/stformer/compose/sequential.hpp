@@ -214,6 +214,14 @@ concept Record = requires(A& acts, const Block& p, const X& x, const Mask<B, N>&
 template <class>
 inline constexpr bool always_false = false;
 
+// The mask a block runs with: the pass's, made causal whatever the pass says when the block's
+// type declares causal = true (stformer/core/tensor.hpp: declares_causal), at every depth.
+template <class Block, size_t B, size_t N>
+constexpr Mask<B, N> mask_for(Mask<B, N> mask) {
+  if constexpr (declares_causal<Block>) mask.causal = true;
+  return mask;
+}
+
 // y ← the block of x: run, or forward_in_place on y (x copied into y first unless y is x).
 template <class Block, class X, class Y, class W, size_t B, size_t N, class Pool = Serial>
 void run(const Block& p, const X& x, Y& y, W& w, const Mask<B, N>& mask, Pool&& pool = Pool{}) {
@@ -224,9 +232,9 @@ void run(const Block& p, const X& x, Y& y, W& w, const Mask<B, N>& mask, Pool&& 
     static_assert(always_false<Block>, "a step (the block in the instantiation above) does not meet the step protocol: it needs run(x, y, scratch, const Mask<B, N>&, pool)");
   } else if constexpr (in_place<Block>()) {
     if (static_cast<const void*>(&x) != static_cast<const void*>(&y)) std::copy(x.begin(), x.end(), y.begin());
-    p.forward_in_place(y, w, mask, pool);
+    p.forward_in_place(y, w, mask_for<Block>(mask), pool);
   } else {
-    p.run(x, y, w, mask, pool);
+    p.run(x, y, w, mask_for<Block>(mask), pool);
   }
 }
 
@@ -235,7 +243,7 @@ template <class A, class P, class X, size_t B, size_t N>
 decltype(auto) forward(A& acts, const P& p, const X& x, const Mask<B, N>& mask) {
   static_assert(Record<A, P, X, B, N>,
                 "a step's training record (the block in the instantiation above) does not meet the step protocol: it needs forward(p, x, const Mask<B, N>&)");
-  return acts.forward(p, x, mask);
+  return acts.forward(p, x, mask_for<P>(mask));
 }
 
 // A step's record, with the Memory M where its Acts takes one (Repeat); of a chain its Record,
@@ -533,13 +541,6 @@ struct Sequential {
     static_assert(same_shape<Input<B, N>, X>(), "Sequential: the model's input x is not the first step's Input<B, N> (the dimension and sizes above)");
   }
 
-  // The mask a pass of Model runs with: the caller's, and causal whatever the caller says when
-  // the model declares causal = true (stformer/core/tensor.hpp: declares_causal).
-  template <class Model, size_t B, size_t N>
-  static constexpr Mask<B, N> mask_of(Mask<B, N> mask) {
-    if constexpr (declares_causal<Model>) mask.causal = true;
-    return mask;
-  }
   template <class Model>
   static constexpr bool is_chain = std::is_base_of_v<Sequential, Model>;
 
@@ -624,7 +625,7 @@ struct Sequential {
     template <size_t Last, size_t I = 0, class Model, class X>
       requires is_chain<Model>
     const OutputAt<B, N, Last>& forward_to(const Model& p, const X& x, const Mask<B, N>& caller = {}) {
-      const Mask<B, N> mask = mask_of<Model>(caller);
+      const Mask<B, N> mask = step::mask_for<Model>(caller);
       if constexpr (I == 0) shift_keys(mask, shifted);
       const auto& y = step::forward(at<I>(), p.template get<I>(), x, mask_at<B, N, I>(mask, shifted));
       if constexpr (I == Last)
@@ -798,14 +799,14 @@ struct Sequential {
     const OutputAt<B, N, Last - 1>& forward_steps(const Model& p, const Mask<B, N>& mask = {}, Pool&& pool = Pool{}) {
       static_assert(First > 0 && First < Last && Last <= Steps, "Sequential::Infer::forward_steps: steps First .. Last − 1 of the chain, First > 0");
       return run_steps<First, Last>(p, std::launder(reinterpret_cast<const InputAt<B, N, First>*>(arena + Layout::rows[First].in_offset)),
-                                    mask_of<Model>(mask), pool);
+                                    step::mask_for<Model>(mask), pool);
     }
     template <size_t First, size_t Last = Steps, class Model, class X, class Pool = Serial>
       requires(First == 0 && is_chain<Model>)
     const OutputAt<B, N, Last - 1>& forward_steps(const Model& p, const X& x, const Mask<B, N>& mask = {}, Pool&& pool = Pool{}) {
       static_assert(Last > 0 && Last <= Steps, "Sequential::Infer::forward_steps: steps 0 .. Last − 1 of the chain");
       check_input<B, N, X>();
-      return run_steps<0, Last>(p, &x, mask_of<Model>(mask), pool);
+      return run_steps<0, Last>(p, &x, step::mask_for<Model>(mask), pool);
     }
 
    private:
