@@ -199,7 +199,8 @@ constexpr size_t pointer_bytes = std::max(sizeof(float*), alignof(Tensor<1>));
 
 // SPEC's encoder block (pre-norm, ScaleNorm, separate projections, ReLU) declared as a chain of
 // two residuals, beside EncoderBlock written by hand: the same parameter names, forward-only plan
-// and kept record, and the same bits forward (Infer and Acts) and backward (every gradient, dx).
+// and kept record, and the same bits forward (Infer and Acts) and backward (every gradient, dx),
+// kept and replayed.
 template <size_t D, size_t H, size_t F>
 using DeclaredEncoder = Sequential<Named<"", Residual<Sequential<Named<"sn1", ScaleNorm<D>>, Named<"attn", SelfAttention<D, H, ScoreScale::head_width, Projections::separate>>>>>,
                                    Named<"", Residual<Sequential<Named<"sn2", ScaleNorm<D>>, Named<"ffn", FeedForward<D, F>>>>>>;
@@ -236,9 +237,25 @@ TEST_CASE("a block declared as a chain of residuals: EncoderBlock's names, plan,
     auto hg = make<Hand>();
     auto dg = make<Declared>();
     zero_grad(*hg), zero_grad(*dg);
-    CHECK(same_bits(ha->backward(*hand, *hg, dy), da->backward(*declared, *dg, dy)));
+    const Tensor<B, N, D> dx = da->backward(*declared, *dg, dy);
+    CHECK(same_bits(ha->backward(*hand, *hg, dy), dx));
     CHECK(std::memcmp(static_cast<const void*>(hg.get()), dg.get(), sizeof(Hand)) == 0);
+    // replayed: each residual's record in turn, its forward run again before its backward
+    auto hr = make<ReplayActsOf<Hand, B, N>>();
+    auto dr = make<ReplayActsOf<Declared, B, N>>();
+    CHECK(same_bits(y, dr->forward(*declared, x, mask)));
+    hr->forward(*hand, x, mask);
+    auto rg = make<Declared>();
+    zero_grad(*rg);
+    CHECK(same_bits(dx, dr->backward(*declared, *rg, dy)));
+    CHECK(std::memcmp(static_cast<const void*>(dg.get()), rg.get(), sizeof(Hand)) == 0);
   }
+  // Replayed, the declared block holds one residual's record at a time with its workspace, as
+  // EncoderBlock holds one half's; its self-attention takes one [B, N, D] buffer more (the keys'
+  // and values' gradient, which EncoderBlock writes into its caller's dx).
+  MESSAGE("replayed records, 2 blocks: declared " << sizeof(ReplayActsOf<Declared, B, N>) << " B, EncoderBlock " << sizeof(ReplayActsOf<Hand, B, N>) << " B");
+  CHECK(sizeof(ReplayActsOf<Declared, B, N>) <= sizeof(ReplayActsOf<Hand, B, N>) + sizeof(Tensor<B, N, D>));
+  CHECK(sizeof(ReplayActsOf<Declared, B, N>) < sizeof(ActsOf<Declared, B, N>) / 2);
 }
 
 // A block whose type declares causal = true runs with the causal mask wherever it stands: as a

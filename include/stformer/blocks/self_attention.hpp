@@ -49,22 +49,32 @@ struct SelfAttention : MultiHeadAttention<D, D, D, H, S, Pr> {
     this->template forward_add<B, N, N, T>(x.data(), h.data(), w.w, mask, pool);
   }
 
+  // Memory::replay (as a step of a chain that replays its steps): the attention's record that
+  // keeps less (blocks/attention.hpp), whose forward writes its workspace: kept beside it.
   template <size_t B, size_t N, Memory M = Memory::keep>
   struct Acts {
-    using Record = typename Attention::template Acts<B, N, N>;
+    static constexpr bool replay = M == Memory::replay;
+    using Record = typename Attention::template Acts<B, N, N, M>;
     using Dx = Tensor<B, N, D>;
     Record attn;
+    [[no_unique_address]] std::conditional_t<replay, WorkspaceOf<Record>, Nothing> kept;
     struct Workspace {
       Tensor<B, N, D> dkv;  // the gradient through the keys and values
-      WorkspaceOf<Record> attn;
+      [[no_unique_address]] std::conditional_t<replay, Nothing, WorkspaceOf<Record>> attn;
     };
 
     template <class X>
     const Tensor<B, N, D>& forward(const SelfAttention& p, const X& x, const Mask<B, N>& mask = {}) {
-      return attn.forward(p, x, x, mask);
+      if constexpr (replay)
+        return attn.forward(p, x, x, mask, kept);
+      else
+        return attn.forward(p, x, x, mask);
     }
     const Dx& backward(const SelfAttention& p, SelfAttention& grad, const Tensor<B, N, D>& dout, Dx& dx, Workspace& ws) {
-      attn.backward(p, grad, dout, {dx, ws.dkv}, ws.attn);
+      if constexpr (replay)
+        attn.backward(p, grad, dout, {dx, ws.dkv}, kept);
+      else
+        attn.backward(p, grad, dout, {dx, ws.dkv}, ws.attn);
       kernels::add_to<B * N * D>(ws.dkv.data(), dx.data());
       return dx;
     }

@@ -54,11 +54,6 @@ inline constexpr size_t count = [] {
 // Room minus what a combinator keeps beside its parts' scratch, at least 0.
 constexpr size_t room_after(size_t room, size_t used) { return room > used ? room - used : 0; }
 
-template <class X, class Y>
-void copy_to(const X& x, Y& y) {
-  if (static_cast<const void*>(&x) != static_cast<const void*>(&y)) std::copy(x.begin(), x.end(), y.begin());
-}
-
 // y ← y + a, N entries: float, or int16 streams at one scale, the sum saturated (an integer
 // combinator's, stformer/quantized/combinators.hpp).
 template <size_t N, class T>

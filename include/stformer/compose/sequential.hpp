@@ -276,11 +276,17 @@ constexpr auto& get(M& m) {
   if constexpr (I == 0)
     return m.first;
   else
-    return get<I - 1>(m.rest);
+    return step::get<I - 1>(m.rest);
 }
 
 template <size_t I, class... T>
 using Nth = std::tuple_element_t<I, std::tuple<T...>>;
+
+// y ← x, unless x is y.
+template <class X, class Y>
+void copy_to(const X& x, Y& y) {
+  if (static_cast<const void*>(&x) != static_cast<const void*>(&y)) std::copy(x.begin(), x.end(), y.begin());
+}
 
 // Visits part S (a block, Named<"name", Block> or Indexed<i, Block>) of a chain or combinator
 // at `at`: under its name ("" for none), else under its index i when `indexed` (a chain's
@@ -548,46 +554,73 @@ struct Sequential {
   // ReplayActsOf): Record, the steps' records, whose backward takes its Workspace (a chain as a
   // step of another, whose workspace is the caller's, live only during its backward); Acts, a
   // model's, which holds its Workspace too.
-  template <size_t B, size_t N, Memory M = Memory::keep>
+  // Replays (Memory::replay, as a step of another, two steps or more): one step's record at a
+  // time, and the inputs of steps 1 … steps − 1 (step 0's is the caller's, kept by pointer);
+  // backward runs each step's forward again into it just before its backward (the last step's
+  // is still there): the same operations on the same inputs, the same bits, in the memory of
+  // the largest step's record and workspace, which it holds with the record.
+  template <size_t B, size_t N, Memory M = Memory::keep, bool Replays = M == Memory::replay && (steps > 1)>
   struct Record {
     static_assert(chain_fits<B, N>);
     template <size_t I>
     using StepActs = typename step::ActsWith<BlockAt<I>, B, length<B, N, I>(), M>::type;
     template <class I>
     struct ActsFor;
+    template <class A>
+    struct WithWork {
+      A acts;
+      [[no_unique_address]] WorkspaceOf<A> ws;
+    };
     template <size_t... I>
     struct ActsFor<std::index_sequence<I...>> {
-      using type = step::Members<StepActs<I>...>;
+      using type = std::conditional_t<Replays, Phases<WithWork<StepActs<I>>...>, step::Members<StepActs<I>...>>;
+    };
+    template <class I>
+    struct InputsFor;
+    template <size_t... I>
+    struct InputsFor<std::index_sequence<I...>> {
+      using type = step::Members<InputAt<B, N, I + 1>...>;
     };
     typename ActsFor<std::make_index_sequence<steps>>::type acts;
+    struct Replay {
+      typename InputsFor<std::make_index_sequence<steps - 1>>::type inputs;  // steps 1 … steps − 1's
+      const Input<B, N>* x = nullptr;                                         // step 0's
+      Mask<B, N> mask;
+    };
+    struct NoReplay {};  // of this record's own type (as NoShift)
+    [[no_unique_address]] std::conditional_t<Replays, Replay, NoReplay> replay;
     [[no_unique_address]] Shifted<B, N> shifted;  // the keys after a ClassToken (mask_at)
-    // backward's memory: the steps' workspaces, one at a time, and the gradients between steps
-    // (each step's Dx) in G buffers in turn: as a step of another, whose first step writes the
-    // caller's dx, min(steps − 1, 2); a model's, min(steps, 2).
+    // backward's memory: the steps' workspaces, one at a time (replaying: none, each with its
+    // record), and the gradients between steps (each step's Dx) in G buffers in turn: as a step
+    // of another, whose first step writes the caller's dx, min(steps − 1, 2); a model's,
+    // min(steps, 2).
     template <size_t I>
     using StepDx = std::conditional_t<std::is_void_v<typename StepActs<I>::Dx>, Nothing, typename StepActs<I>::Dx>;
     template <class I>
     struct BackFor;
     template <size_t... I>
     struct BackFor<std::index_sequence<I...>> {
-      using Workspace = Phases<WorkspaceOf<StepActs<I>>...>;
+      using Workspace = std::conditional_t<Replays, Nothing, Phases<WorkspaceOf<StepActs<I>>...>>;
       using Grads = Phases<StepDx<I>...>;
     };
     using Back = BackFor<std::make_index_sequence<steps>>;
     template <size_t G>
     struct WorkspaceWith {
-      typename Back::Workspace ws;
+      [[no_unique_address]] typename Back::Workspace ws;
       std::array<typename Back::Grads, G> grads;
     };
     using Workspace = WorkspaceWith<std::min<size_t>(steps - 1, 2)>;
 
-    // Step I's activations, or those of the step named Name.
+    // Step I's activations, or those of the step named Name (a record that replays holds one
+    // step's at a time).
     template <size_t I>
     auto& at() {
+      static_assert(!Replays, "Sequential::Record::at: a record that replays its steps holds one at a time");
       return step::get<I>(acts);
     }
     template <size_t I>
     const auto& at() const {
+      static_assert(!Replays, "Sequential::Record::at: a record that replays its steps holds one at a time");
       return step::get<I>(acts);
     }
     template <FixedString Name>
@@ -627,37 +660,72 @@ struct Sequential {
     const OutputAt<B, N, Last>& forward_to(const Model& p, const X& x, const Mask<B, N>& caller = {}) {
       const Mask<B, N> mask = step::mask_for<Model>(caller);
       if constexpr (I == 0) shift_keys(mask, shifted);
-      const auto& y = step::forward(at<I>(), p.template get<I>(), x, mask_at<B, N, I>(mask, shifted));
+      if constexpr (Replays && I == 0) {
+        static_assert(std::is_same_v<X, Input<B, N>>, "Sequential::Record: a record that replays its steps takes the first step's Input<B, N>");
+        replay.x = &x, replay.mask = mask;
+      }
+      const auto& y = step::forward(record<I>(true), p.template get<I>(), x, mask_at<B, N, I>(mask, shifted));
       if constexpr (I == Last)
         return y;
+      else if constexpr (Replays)  // the next step's record takes y's place: its input is kept
+        return forward_to<Last, I + 1>(p, (step::copy_to(y, step::get<I>(replay.inputs)), step::get<I>(replay.inputs)), mask);
       else
         return forward_to<Last, I + 1>(p, y, mask);
     }
     // final: where step To writes its input gradient (nullptr: a buffer of the workspace).
     template <size_t To, size_t I = steps - 1, size_t G, class Final = Nothing>
     decltype(auto) backward_to(const Sequential& p, Sequential& grad, const OutputAt<B, N, I>& dout, WorkspaceWith<G>& work, Final* final = nullptr) {
-      auto& w = work.ws.template start<WorkspaceOf<StepActs<I>>>();
+      if constexpr (Replays && I + 1 < steps)
+        step::forward(record<I>(true), p.template get<I>(), input<I>(), mask_at<B, N, I>(replay.mask, shifted));
+      auto& w = workspace<I>(work);
       if constexpr (std::is_void_v<typename StepActs<I>::Dx>) {
         static_assert(I == To, "Sequential: backward past a step whose input has no gradient (an Embedding's ids)");
-        return at<I>().backward(p.template get<I>(), grad.template get<I>(), dout);
+        return record<I>().backward(p.template get<I>(), grad.template get<I>(), dout);
       } else if constexpr (I == To && !std::is_same_v<Final, Nothing>) {
-        const auto& d = backward_with(at<I>(), p.template get<I>(), grad.template get<I>(), dout, *final, w);
-        if (static_cast<const void*>(&d) != static_cast<const void*>(final)) std::copy(d.begin(), d.end(), final->begin());
+        step::copy_to(backward_with(record<I>(), p.template get<I>(), grad.template get<I>(), dout, *final, w), *final);
         return static_cast<const Final&>(*final);
       } else {
         auto& grads = work.grads;
         auto& dx = grads[static_cast<const void*>(&dout) == static_cast<const void*>(&grads[0]) ? 1 : 0].template start<StepDx<I>>();
-        const auto& d = backward_with(at<I>(), p.template get<I>(), grad.template get<I>(), dout, dx, w);
-        if constexpr (I == To)
+        const auto& d = backward_with(record<I>(), p.template get<I>(), grad.template get<I>(), dout, dx, w);
+        if constexpr (I == To) {
           return d;
-        else
+        } else if constexpr (Replays) {  // the step before replays over this one's record: d in dx
+          step::copy_to(d, dx);
+          return backward_to<To, I - 1>(p, grad, dx, work, final);
+        } else {
           return backward_to<To, I - 1>(p, grad, d, work, final);
+        }
       }
+    }
+
+   private:
+    // Step I's record; begin: the phase of its forward (a record that replays starts it anew).
+    template <size_t I>
+    StepActs<I>& record(bool begin = false) {
+      if constexpr (Replays)
+        return (begin ? acts.template start<WithWork<StepActs<I>>>() : acts.template current<WithWork<StepActs<I>>>()).acts;
+      else
+        return step::get<I>(acts);
+    }
+    template <size_t I, class W>
+    WorkspaceOf<StepActs<I>>& workspace(W& work) {
+      if constexpr (Replays)
+        return acts.template current<WithWork<StepActs<I>>>().ws;
+      else
+        return work.ws.template start<WorkspaceOf<StepActs<I>>>();
+    }
+    template <size_t I>
+    const InputAt<B, N, I>& input() const {
+      if constexpr (I == 0)
+        return *replay.x;
+      else
+        return step::get<I - 1>(replay.inputs);
     }
   };
   template <size_t B, size_t N, Memory M = Memory::keep>
-  struct Acts : Record<B, N, M> {
-    using Base = Record<B, N, M>;
+  struct Acts : Record<B, N, M, false> {
+    using Base = Record<B, N, M, false>;
     static constexpr bool whole = true;  // its own workspace
     typename Base::template WorkspaceWith<std::min<size_t>(steps, 2)> work;
     using Base::backward, Base::backward_to;

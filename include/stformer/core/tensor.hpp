@@ -329,9 +329,10 @@ class Phases {
 };
 
 // What a model's training record keeps: keep, every block's record; replay, of the blocks of a
-// Repeat only their inputs and one record, each block's forward run again into it just before
-// its backward, and of an encoder block one half's record at a time, its attention run again
-// (the same operations in the same order: the same bits, for more forward work).
+// Repeat, and of the steps of a chain inside a model, only their inputs and one record at a
+// time, each forward run again into it just before its backward, and of an encoder block one
+// half's record at a time, its attention run again (the same operations in the same order: the
+// same bits, for more forward work).
 enum class Memory { keep, replay };
 
 // The workspace of a block's record A: A::Workspace, or Nothing (a leaf: a linear layer, a norm).
