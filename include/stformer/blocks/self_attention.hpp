@@ -51,6 +51,9 @@ struct SelfAttention : MultiHeadAttention<D, D, D, H, S, Pr> {
 
   // Memory::replay (as a step of a chain that replays its steps): the attention's record that
   // keeps less (blocks/attention.hpp), whose forward writes its workspace: kept beside it.
+  // dx = dq + dkv, the gradients through the queries and through the keys and values: dkv is
+  // written over the record's concat_h(o_h), which backward reads first (for W_o's gradient)
+  // and never again.
   template <size_t B, size_t N, Memory M = Memory::keep>
   struct Acts {
     static constexpr bool replay = M == Memory::replay;
@@ -59,7 +62,6 @@ struct SelfAttention : MultiHeadAttention<D, D, D, H, S, Pr> {
     Record attn;
     [[no_unique_address]] std::conditional_t<replay, WorkspaceOf<Record>, Nothing> kept;
     struct Workspace {
-      Tensor<B, N, D> dkv;  // the gradient through the keys and values
       [[no_unique_address]] std::conditional_t<replay, Nothing, WorkspaceOf<Record>> attn;
     };
 
@@ -71,11 +73,12 @@ struct SelfAttention : MultiHeadAttention<D, D, D, H, S, Pr> {
         return attn.forward(p, x, x, mask);
     }
     const Dx& backward(const SelfAttention& p, SelfAttention& grad, const Tensor<B, N, D>& dout, Dx& dx, Workspace& ws) {
+      Tensor<B, N, D>& dkv = attn.heads;
       if constexpr (replay)
-        attn.backward(p, grad, dout, {dx, ws.dkv}, kept);
+        attn.backward(p, grad, dout, {dx, dkv}, kept);
       else
-        attn.backward(p, grad, dout, {dx, ws.dkv}, ws.attn);
-      kernels::add_to<B * N * D>(ws.dkv.data(), dx.data());
+        attn.backward(p, grad, dout, {dx, dkv}, ws.attn);
+      kernels::add_to<B * N * D>(dkv.data(), dx.data());
       return dx;
     }
   };

@@ -168,29 +168,10 @@ struct Residual {
 
 // What Parallel and Gated share: parts indexed 0, 1, … (or Named), each reading x.
 template <class... Parts>
-struct Branches {
-  static constexpr size_t count = sizeof...(Parts);
+struct Branches : step::Parts<Parts...> {
+  using step::Parts<Parts...>::count, step::Parts<Parts...>::get;
   template <size_t I>
-  using BlockAt = typename step::Info<step::Nth<I, Parts...>>::Block;
-  step::Members<typename step::Info<Parts>::Block...> parts;
-
-  template <size_t I>
-  constexpr auto& get() {
-    return step::get<I>(parts);
-  }
-  template <size_t I>
-  constexpr const auto& get() const {
-    return step::get<I>(parts);
-  }
-
-  template <class F, class... S>
-  static constexpr void visit(const Path& at, F& f, S&... s) {
-    [&]<size_t... I>(std::index_sequence<I...>) { (visit_branch<I>(at, f, s...), ...); }(std::make_index_sequence<count>{});
-  }
-  template <size_t I, class F, class... S>
-  static constexpr void visit_branch(const Path& at, F& f, S&... s) {
-    step::visit_part<step::Nth<I, Parts...>>(at, I, true, f, s.template get<I>()...);
-  }
+  using BlockAt = typename step::Parts<Parts...>::template BlockAt<I>;
 
   template <size_t B, size_t N>
   using Input = typename BlockAt<0>::template Input<B, N>;
@@ -231,12 +212,19 @@ struct Branches {
   template <size_t I, size_t B, size_t N, size_t Room, class X, class Y, class Pool>
   void run_part(const X& x, Y& y, Scratch<B, N, Room>& w, const Mask<B, N>& mask, Pool& pool) const {
     using S = step::Scratch<BlockAt<I>, B, N, Scratch<B, N, Room>::room>;
-    step::run(get<I>(), x, y, w.w.template start<S>(), mask, pool);
+    step::run(this->template get<I>(), x, y, w.w.template start<S>(), mask, pool);
+  }
+  // Gated's pass, float or integer: y ← Value(x), t ← Gate(x), then y ← gate(t, y) entry by entry.
+  template <size_t B, size_t N, size_t Room, class Pool, class Gate>
+  void run_gated(const Input<B, N>& x, Output<B, N>& y, Scratch<B, N, Room>& w, const Mask<B, N>& mask, Pool& pool, Gate&& gate) const {
+    run_part<1>(x, y, w, mask, pool);
+    run_part<0>(x, w.t, w, mask, pool);
+    gate(w.t.data(), y.data());
   }
   // dx ← part I's input gradient for dy, in the workspace's phase of it.
   template <size_t I, class R, class D, class Dx, class W>
   void backward_part(R& record, const D& dy, Branches& grad, Dx& dx, W& ws) const {
-    step::copy_to(backward_with(record, get<I>(), grad.template get<I>(), dy, dx, ws.template start<WorkspaceOf<R>>()), dx);
+    step::copy_to(backward_with(record, this->template get<I>(), grad.template get<I>(), dy, dx, ws.template start<WorkspaceOf<R>>()), dx);
   }
 };
 
@@ -326,9 +314,7 @@ struct Gated : Branches<Gate, Value> {
 
   template <size_t B, size_t N, size_t Room, class Pool = Serial>
   void run(const Input<B, N>& x, Output<B, N>& y, Scratch<B, N, Room>& w, const Mask<B, N>& mask, Pool&& pool = Pool{}) const {
-    this->template run_part<1>(x, y, w, mask, pool);
-    this->template run_part<0>(x, w.t, w, mask, pool);
-    step::multiply_into<step::count<Output<B, N>>>(w.t.data(), y.data());
+    this->run_gated(x, y, w, mask, pool, [](const auto* g, auto* v) { step::multiply_into<step::count<Output<B, N>>>(g, v); });
   }
 
   template <size_t B, size_t N, Memory M = Memory::keep>

@@ -306,6 +306,54 @@ constexpr void visit_part(const Path& at, size_t i, bool indexed, F& f, M&... m)
     stformer::visit(at, f, m...);
 }
 
+// The parts of a chain (its steps) or of Parallel and Gated (their branches), each a block,
+// Named<"name", Block> or Indexed<i, Block>: stored in declaration order, got by index or name,
+// visited under their names, else their indices (visit_part).
+template <class... S>
+struct Parts {
+  static constexpr size_t count = sizeof...(S);
+  template <size_t I>
+  using BlockAt = typename Info<Nth<I, S...>>::Block;
+  Members<typename Info<S>::Block...> members;
+
+  template <size_t I>
+  constexpr auto& get() {
+    return step::get<I>(members);
+  }
+  template <size_t I>
+  constexpr const auto& get() const {
+    return step::get<I>(members);
+  }
+  // The index of the part named Name (a compile error if there is none).
+  template <FixedString Name>
+  static constexpr size_t index_of = [] {
+    size_t i = 0, found = count;
+    ((Info<S>::name == Name.view() && found == count ? found = i : 0, ++i), ...);
+    return found;
+  }();
+  template <FixedString Name>
+  constexpr auto& get() {
+    static_assert(index_of<Name> < count, "get<\"name\">: no part of that name");
+    return get<index_of<Name>>();
+  }
+  template <FixedString Name>
+  constexpr const auto& get() const {
+    static_assert(index_of<Name> < count, "get<\"name\">: no part of that name");
+    return get<index_of<Name>>();
+  }
+
+  template <class F, class... M>
+  static constexpr void visit(const Path& at, F& f, M&... m) {
+    [&]<size_t... I>(std::index_sequence<I...>) { (visit_one<I>(at, f, m...), ...); }(std::make_index_sequence<count>{});
+  }
+
+ private:
+  template <size_t I, class F, class... M>
+  static constexpr void visit_one(const Path& at, F& f, M&... m) {
+    visit_part<Nth<I, S...>>(at, I, true, f, m.template get<I>()...);
+  }
+};
+
 }  // namespace step
 
 // Repeat<Block, n>: n blocks of the same type one after the other (an encoder's blocks), each
@@ -403,44 +451,14 @@ struct PlanRow {
 };
 
 template <class... S>
-struct Sequential {
+struct Sequential : step::Parts<S...> {
   static_assert(sizeof...(S) > 0, "Sequential: at least one step");
   static constexpr size_t steps = sizeof...(S);
   template <size_t I>
-  using BlockAt = typename step::Info<step::Nth<I, S...>>::Block;
-
-  step::Members<typename step::Info<S>::Block...> members;
-
-  template <size_t I>
-  constexpr auto& get() {
-    return step::get<I>(members);
-  }
-  template <size_t I>
-  constexpr const auto& get() const {
-    return step::get<I>(members);
-  }
-  // The index of the step named Name (a compile error if there is none).
+  using BlockAt = typename step::Parts<S...>::template BlockAt<I>;
   template <FixedString Name>
-  static constexpr size_t index_of = [] {
-    size_t i = 0, found = steps;
-    ((step::Info<S>::name == Name.view() && found == steps ? found = i : 0, ++i), ...);
-    return found;
-  }();
-  template <FixedString Name>
-  constexpr auto& get() {
-    static_assert(index_of<Name> < steps, "Sequential::get: no step of that name");
-    return get<index_of<Name>>();
-  }
-  template <FixedString Name>
-  constexpr const auto& get() const {
-    static_assert(index_of<Name> < steps, "Sequential::get: no step of that name");
-    return get<index_of<Name>>();
-  }
-
-  template <class F, class... M>
-  static constexpr void visit(const Path& at, F& f, M&... m) {
-    [&]<size_t... I>(std::index_sequence<I...>) { (visit_step<I>(at, f, m...), ...); }(std::make_index_sequence<steps>{});
-  }
+  static constexpr size_t index_of = step::Parts<S...>::template index_of<Name>;
+  using step::Parts<S...>::get;
 
   // The shapes of a pass over inputs of batch B and length N: step I's input length, input and
   // output types.
@@ -917,7 +935,7 @@ struct Sequential {
   void forward_in_place(Input<B, N>& h, InPlace<B, N, Room>& w, const Mask<B, N>& mask, Pool&& pool = Pool{}) const {
     [&]<size_t... I>(std::index_sequence<I...>) {
       static_assert((std::is_same_v<InputAt<B, N, I>, Input<B, N>> && ...), "Sequential: an in-place chain's steps must all take its input's shape");
-      (step::run(get<I>(), h, h, w.w.template start<step::Scratch<BlockAt<I>, B, N, Room>>(), mask, pool), ...);
+      (step::run(this->template get<I>(), h, h, w.w.template start<step::Scratch<BlockAt<I>, B, N, Room>>(), mask, pool), ...);
     }(std::make_index_sequence<steps>{});
   }
   template <size_t B, size_t N, class Pool = Serial>
@@ -926,11 +944,6 @@ struct Sequential {
     std::copy(out.begin(), out.end(), y.begin());
   }
 
- private:
-  template <size_t I, class F, class... M>
-  static constexpr void visit_step(const Path& at, F& f, M&... m) {
-    step::visit_part<step::Nth<I, S...>>(at, I, true, f, m.template get<I>()...);
-  }
 };
 
 // A model's training record that replays its blocks (Memory::replay): of a Repeat's blocks one

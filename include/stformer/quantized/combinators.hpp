@@ -92,12 +92,10 @@ struct QGated {
 
   template <size_t B, size_t N, size_t Room, class Pool = Serial>
   void run(const Input<B, N>& x, Output<B, N>& y, Scratch<B, N, Room>& w, const Mask<B, N>& mask, Pool&& pool = Pool{}) const {
-    parts.template run_part<1>(x, y, w, mask, pool);
-    parts.template run_part<0>(x, w.t, w, mask, pool);
-    std::int16_t* v = y.data();
-    const std::int16_t* g = w.t.data();
-    for (size_t j = 0; j < step::count<Output<B, N>>; ++j)
-      v[j] = std::int16_t(kernels::clamp_i32(requant.apply(0, std::int32_t(g[j]) * v[j]), INT16_MIN, INT16_MAX));
+    parts.run_gated(x, y, w, mask, pool, [&](const std::int16_t* g, std::int16_t* v) {
+      for (size_t j = 0; j < step::count<Output<B, N>>; ++j)
+        v[j] = std::int16_t(kernels::clamp_i32(requant.apply(0, std::int32_t(g[j]) * v[j]), INT16_MIN, INT16_MAX));
+    });
   }
 };
 template <class Gate, class Value>
