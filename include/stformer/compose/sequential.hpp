@@ -214,6 +214,12 @@ concept Record = requires(A& acts, const Block& p, const X& x, const Mask<B, N>&
 template <class>
 inline constexpr bool always_false = false;
 
+// y ← x, unless x is y.
+template <class X, class Y>
+void copy_to(const X& x, Y& y) {
+  if (static_cast<const void*>(&x) != static_cast<const void*>(&y)) std::copy(x.begin(), x.end(), y.begin());
+}
+
 // The mask a block runs with: the pass's, made causal whatever the pass says when the block's
 // type declares causal = true (stformer/core/tensor.hpp: declares_causal), at every depth.
 template <class Block, size_t B, size_t N>
@@ -231,7 +237,7 @@ void run(const Block& p, const X& x, Y& y, W& w, const Mask<B, N>& mask, Pool&& 
   } else if constexpr (!Step<Block, X, Y, W, B, N>) {
     static_assert(always_false<Block>, "a step (the block in the instantiation above) does not meet the step protocol: it needs run(x, y, scratch, const Mask<B, N>&, pool)");
   } else if constexpr (in_place<Block>()) {
-    if (static_cast<const void*>(&x) != static_cast<const void*>(&y)) std::copy(x.begin(), x.end(), y.begin());
+    copy_to(x, y);
     p.forward_in_place(y, w, mask_for<Block>(mask), pool);
   } else {
     p.run(x, y, w, mask_for<Block>(mask), pool);
@@ -281,12 +287,6 @@ constexpr auto& get(M& m) {
 
 template <size_t I, class... T>
 using Nth = std::tuple_element_t<I, std::tuple<T...>>;
-
-// y ← x, unless x is y.
-template <class X, class Y>
-void copy_to(const X& x, Y& y) {
-  if (static_cast<const void*>(&x) != static_cast<const void*>(&y)) std::copy(x.begin(), x.end(), y.begin());
-}
 
 // Visits part S (a block, Named<"name", Block> or Indexed<i, Block>) of a chain or combinator
 // at `at`: under its name ("" for none), else under its index i when `indexed` (a chain's
@@ -683,12 +683,15 @@ struct Sequential : step::Parts<S...> {
         replay.x = &x, replay.mask = mask;
       }
       const auto& y = step::forward(record<I>(true), p.template get<I>(), x, mask_at<B, N, I>(mask, shifted));
-      if constexpr (I == Last)
+      if constexpr (I == Last) {
         return y;
-      else if constexpr (Replays)  // the next step's record takes y's place: its input is kept
-        return forward_to<Last, I + 1>(p, (step::copy_to(y, step::get<I>(replay.inputs)), step::get<I>(replay.inputs)), mask);
-      else
+      } else if constexpr (Replays) {  // the next step's record takes y's place: its input is kept
+        auto& next = step::get<I>(replay.inputs);
+        step::copy_to(y, next);
+        return forward_to<Last, I + 1>(p, next, mask);
+      } else {
         return forward_to<Last, I + 1>(p, y, mask);
+      }
     }
     // final: where step To writes its input gradient (nullptr: a buffer of the workspace).
     template <size_t To, size_t I = steps - 1, size_t G, class Final = Nothing>
@@ -943,7 +946,6 @@ struct Sequential : step::Parts<S...> {
     const auto& out = w.forward(*this, x, mask, pool);
     std::copy(out.begin(), out.end(), y.begin());
   }
-
 };
 
 // A model's training record that replays its blocks (Memory::replay): of a Repeat's blocks one
