@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <filesystem>
 #include <string>
 
@@ -112,4 +113,41 @@ TEST_CASE("QLayerScale and QGated: y_q = clamp(apply(x_q·γ_q, M_c)) and clamp(
     const double want = std::clamp(std::nearbyint(0.01 * 0.01 * double(x.data()[k]) * x.data()[k] / 0.5), -32768.0, 32767.0);
     CHECK_MESSAGE(std::abs(y.data()[k] - want) <= 1, "entry " << k);
   }
+}
+
+// SPEC's encoder block declared (tests/user_blocks.hpp) quantizes to EncoderBlock's integers: a
+// norm followed by the attention passes it int8 rows at the attention's input scale, as
+// EncoderBlock<…, int8> does, so the same float model calibrated on the same batches gives the
+// same integer outputs, bit for bit, in a plan no larger.
+TEST_CASE("quantize: SPEC's encoder block declared gives EncoderBlock's integers") {
+  constexpr size_t D = 32, H = 4, F = 64, B = 2, N = 16;
+  using Hand = Sequential<Named<"proj", Linear<6, D>>, Named<"blocks", Repeat<EncoderBlock<D, H, F>, 2>>, Named<"head", Linear<D, 3>>>;
+  using Declared = Sequential<Named<"proj", Linear<6, D>>, Named<"blocks", Repeat<spec::Encoder<D, H, F>, 2>>, Named<"head", Linear<D, 3>>>;
+  static_assert(sizeof(Hand) == sizeof(Declared));
+  auto hand = test::make<Hand>();
+  auto declared = test::make<Declared>();
+  Rng rng(83);
+  init_params(*hand, rng);
+  test::randomize(*hand, rng);
+  REQUIRE(test::param_names(*hand) == test::param_names(*declared));
+  std::memcpy(static_cast<void*>(declared.get()), hand.get(), sizeof(Hand));
+  const auto keys = test::lengths_mask<B, N>({N, N - 5});
+  for (const bool causal : {false, true}) {
+    CAPTURE(causal);
+    const Mask<B, N> mask{.causal = causal, .keys = &keys};
+    Calibration<Hand, B, N> ch(*hand);
+    Calibration<Declared, B, N> cd(*declared);
+    Tensor<B, N, 6> x;
+    for (int i = 0; i < 6; ++i) test::fill(x, rng), ch.observe(x, mask), cd.observe(x, mask);
+    const auto qh = ch.quantize();
+    const auto qd = cd.quantize();
+    auto hi = test::make<InferOf<Quantized<Hand>, B, N>>();
+    auto di = test::make<InferOf<Quantized<Declared>, B, N>>();
+    for (int i = 0; i < 3; ++i) {
+      test::fill(x, rng);
+      CHECK(test::same_bits(hi->forward(*qh, x, mask), di->forward(*qd, x, mask)));
+    }
+  }
+  MESSAGE("int8 plans: declared " << sizeof(InferOf<Quantized<Declared>, B, N>) << " B, EncoderBlock " << sizeof(InferOf<Quantized<Hand>, B, N>) << " B");
+  CHECK(sizeof(InferOf<Quantized<Declared>, B, N>) <= sizeof(InferOf<Quantized<Hand>, B, N>));
 }

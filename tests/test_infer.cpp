@@ -10,6 +10,7 @@
 
 #include "reference.hpp"
 #include "util.hpp"
+#include "user_blocks.hpp"
 
 using namespace stformer;
 using test::fill;
@@ -202,8 +203,7 @@ constexpr size_t pointer_bytes = std::max(sizeof(float*), alignof(Tensor<1>));
 // and kept record, and the same bits forward (Infer and Acts) and backward (every gradient, dx),
 // kept and replayed.
 template <size_t D, size_t H, size_t F>
-using DeclaredEncoder = Sequential<Named<"", Residual<Sequential<Named<"sn1", ScaleNorm<D>>, Named<"attn", SelfAttention<D, H, ScoreScale::head_width, Projections::separate>>>>>,
-                                   Named<"", Residual<Sequential<Named<"sn2", ScaleNorm<D>>, Named<"ffn", FeedForward<D, F>>>>>>;
+using DeclaredEncoder = spec::Encoder<D, H, F>;
 
 TEST_CASE("a block declared as a chain of residuals: EncoderBlock's names, plan, record and bits") {
   constexpr size_t D = 32, H = 4, F = 64, B = 2, N = 16;

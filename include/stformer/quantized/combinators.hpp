@@ -1,6 +1,7 @@
 // The combinators (stformer/compose/combinators.hpp) and a chain inside a block, in integers: each
 // part its integer form (Int8Of) under its name, on int16 streams.
-//   Sequential<S...>   a chain of the steps' integer forms
+//   Sequential<S...>   a chain of the steps' integer forms, a norm before a step that reads
+//                      int8 rows writing them (quantized/rows.hpp)
 //   Residual<Body>     h ← sat(h + Body(h)): the body's last step writes at the stream's scale
 //   Parallel<Br...>    y = sat(Σᵢ Branchᵢ(x)): every branch writes at y's scale
 //   QGated<Gate, Value>  y_q = clamp(apply(g_q·v_q, M), int16),  M = s_g·s_v / s_y
@@ -14,31 +15,46 @@
 #include "../core/config.hpp"
 
 #include <cstdint>
+#include <tuple>
+#include <utility>
 
 #include "../compose/combinators.hpp"
 #include "linear.hpp"
+#include "rows.hpp"
 
 namespace stformer::inline STFORMER_ABI {
 
 namespace step {
-// A part (a block, Named or Indexed) in integers, under the same name.
+// Part S of a chain or combinator (a block, Named or Indexed) with the block Q in its place, under
+// the same name.
+template <class S, class Q>
+struct Renamed {
+  using type = Q;
+};
+template <FixedString Name, class B, class Q>
+struct Renamed<Named<Name, B>, Q> {
+  using type = Named<Name, Q>;
+};
+template <size_t Index, class B, class Q>
+struct Renamed<Indexed<Index, B>, Q> {
+  using type = Indexed<Index, Q>;
+};
+// A part in integers, under the same name.
 template <class S>
-struct Int8Part {
-  using type = typename Int8Of<S>::type;
-};
-template <FixedString Name, class B>
-struct Int8Part<Named<Name, B>> {
-  using type = Named<Name, typename Int8Of<B>::type>;
-};
-template <size_t Index, class B>
-struct Int8Part<Indexed<Index, B>> {
-  using type = Indexed<Index, typename Int8Of<B>::type>;
-};
+struct Int8Part : Renamed<S, typename Int8Of<typename Info<S>::Block>::type> {};
 }  // namespace step
 
+// A chain: each step's integer form, a norm and a reader of its rows paired (quantized/rows.hpp).
 template <class... S>
 struct Int8Of<Sequential<S...>> {
-  using type = Sequential<typename step::Int8Part<S>::type...>;
+  using Qs = std::tuple<typename Int8Of<typename step::Info<S>::Block>::type...>;
+  template <class I = std::index_sequence_for<S...>>
+  struct Chain;
+  template <size_t... I>
+  struct Chain<std::index_sequence<I...>> {
+    using type = Sequential<typename step::Renamed<S, typename step::Paired<I, Qs>::type>::type...>;
+  };
+  using type = typename Chain<>::type;
 };
 template <class Body>
 struct Int8Of<Residual<Body>> {

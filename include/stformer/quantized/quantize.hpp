@@ -93,14 +93,22 @@ struct Int8Step<Linear<In, Out, K, Bi>, true> {
   using type = QFineLinear<In, Out>;
 };
 
-// Step I of the float chain in the quantized one: its integer form, under its name.
-template <size_t I, size_t Steps, class S>
-struct StepOf {
-  using type = Indexed<I, typename Int8Step<S, I == 0 || I + 1 == Steps>::type>;
+// The integer forms of a float chain's steps (Int8Step: the first and the last at the edge).
+template <class Index, class... S>
+struct StepForms;
+template <size_t... I, class... S>
+struct StepForms<std::index_sequence<I...>, S...> {
+  using type = std::tuple<typename Int8Step<typename step::Info<S>::Block, I == 0 || I + 1 == sizeof...(S)>::type...>;
 };
-template <size_t I, size_t Steps, FixedString Name, class B>
-struct StepOf<I, Steps, Named<Name, B>> {
-  using type = Named<Name, typename Int8Step<B, I == 0 || I + 1 == Steps>::type>;
+// Step I of the float chain in the quantized one: its integer form (a norm and a reader of its
+// rows paired, quantized/rows.hpp), under its name, or its index.
+template <size_t I, class S, class Forms>
+struct StepOf {
+  using type = Indexed<I, typename step::Paired<I, Forms>::type>;
+};
+template <size_t I, FixedString Name, class B, class Forms>
+struct StepOf<I, Named<Name, B>, Forms> {
+  using type = Named<Name, typename step::Paired<I, Forms>::type>;
 };
 
 // Whether the chain takes float rows (else token ids): its quantized form starts with QuantizeInput.
@@ -132,8 +140,9 @@ struct QuantizedChain<Sequential<S...>, std::index_sequence<I...>> {
   }
   template <class... T>
   using Chain = Sequential<T..., Named<"output", typename decltype(finish())::type>>;
-  using type = std::conditional_t<rows_in<Float>, Chain<Named<"input", QuantizeInput<in_width>>, typename StepOf<I, sizeof...(S), S>::type...>,
-                                  Chain<typename StepOf<I, sizeof...(S), S>::type...>>;
+  using Forms = typename StepForms<std::index_sequence<I...>, S...>::type;
+  using type = std::conditional_t<rows_in<Float>, Chain<Named<"input", QuantizeInput<in_width>>, typename StepOf<I, S, Forms>::type...>,
+                                  Chain<typename StepOf<I, S, Forms>::type...>>;
 };
 
 // The integer model's type: the chain itself, or, for a float model that declares_causal
@@ -226,6 +235,9 @@ struct Streams {
   std::vector<float> max{0.0f};
   size_t current = 0, next = 1;
   static constexpr size_t none = size_t(-1);
+  // The stream a residual's body adds into by its last step (run_add, the integer Residual fused):
+  // that step's output is never on the stream by itself, only the sum is.
+  size_t adds = none;
   // The stream a step that starts one writes: `target` (a part whose output a combinator needs
   // at a given stream: a residual body's, a Parallel's branches'), or a new one.
   size_t open(size_t target) { return target != none ? target : next++; }
@@ -239,7 +251,9 @@ struct Streams {
     if (s >= max.size()) max.resize(s + 1, 0.0f);
     max[s] = std::max(max[s], m);
   }
-  float scale(size_t s) const { return int16_scale(max[s]); }
+  // Its scale: int16's, or, for int8 rows (a norm's for the step after it, quantized/rows.hpp),
+  // max|·| at 127.
+  float scale(size_t s, bool rows = false) const { return rows ? scale_for(max[s]) : int16_scale(max[s]); }
 };
 
 template <class X>
@@ -271,7 +285,7 @@ const auto& observe(const F& f, A& acts, const X& x, const Mask<B, N>& mask, Obs
   else
     s.current = s.open(target);
   o.out = s.current;
-  s.see(o.out, max_abs(y));
+  if (target == Streams::none || target != s.adds) s.see(o.out, max_abs(y));
   o.ranges.observe(f, acts, x, y);
   if constexpr (requires { o.ranges.residual; }) s.see(o.out, o.ranges.residual);
   return y;
@@ -306,8 +320,10 @@ template <class Body, class A, class X, size_t B, size_t N>
 const auto& observe(const Residual<Body>& f, A& acts, const X& x, const Mask<B, N>& mask, Observed<Residual<Body>>& o, Streams& s,
                     size_t target = Streams::none) {
   s.check_keeps(target);
-  const size_t h = s.current;
+  const size_t h = s.current, outer = s.adds;
+  s.adds = Int8Of<Residual<Body>>::type::template fused<dims<X>[0], dims<X>[1]> ? h : Streams::none;
   const auto& y = observe(f.body, acts.body, x, mask, o.body, s, h);
+  s.adds = outer;
   kernels::add<step::count<X>>(x.data(), y.data(), acts.out.data());
   s.see(h, max_abs(acts.out));
   return acts.out;
@@ -346,9 +362,15 @@ const auto& observe(const Gated<G, V>& f, A& acts, const X& x, const Mask<B, N>&
   return acts.out;
 }
 
+// Whether rows T (a step's input or output) are int8 rows.
+template <class T>
+inline constexpr bool int8_rows = std::is_same_v<typename T::value_type, std::int8_t>;
 template <class Q, class F>
 void from_float(Q& q, const F& f, const Observed<F>& o, const Streams& s) {
-  q.from_float(f, o.ranges, s.scale(o.in), s.scale(o.out));
+  if constexpr (requires { typename Q::template Input<1, 1>; })
+    q.from_float(f, o.ranges, s.scale(o.in, int8_rows<typename Q::template Input<1, 1>>), s.scale(o.out, int8_rows<step::Output<Q, 1, 1>>));
+  else
+    q.from_float(f, o.ranges, s.scale(o.in), s.scale(o.out));
 }
 template <class Q, class Blk, size_t Count>
 void from_float(Q& q, const Repeat<Blk, Count>& f, const Observed<Repeat<Blk, Count>>& o, const Streams& s) {
