@@ -4,6 +4,7 @@
 // SPEC configurations fit their targets. (MultiHeadAttention::Infer: test_blocks.cpp.)
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <cstring>
 
 #include <stformer/stformer.hpp>
@@ -328,4 +329,67 @@ TEST_CASE("memory plans: sizeof(Infer) is the documented plan, and the SPEC conf
     CHECK(sizeof(LMI) == std::max({bytes<L, D> + blocks, bytes<L, D> + bytes<1, D> + pool, bytes<1, D> + bytes<1, V>}));
     CHECK(sizeof(LMI) <= 200 * 1024);
   }
+}
+
+// PyTorch's nn.TransformerEncoderLayer declared (tests/user_blocks.hpp) beside EncoderBlock's
+// PreNorm and PostNorm forms: the same parameter names, and the same bits forward (Infer, Acts)
+// and backward (dx, every gradient), kept and replayed.
+namespace {
+template <size_t D, size_t H, size_t F>
+struct TorchPre {
+  using Hand = EncoderBlock<D, H, F, PreNorm<act::GELU>>;
+  using Declared = spec::TorchPreNorm<D, H, F, act::GELU>;
+};
+template <size_t D, size_t H, size_t F>
+struct TorchPost {
+  using Hand = EncoderBlock<D, H, F, PostNorm<>>;
+  using Declared = spec::TorchPostNorm<D, H, F, act::ReLU>;
+};
+}  // namespace
+TEST_CASE_TEMPLATE("PyTorch's encoder layer declared: EncoderBlock's names and bits, pre-norm and post-norm", Form, TorchPre<32, 4, 64>, TorchPost<32, 4, 64>) {
+  constexpr size_t D = 32, B = 2, N = 16;
+  using Hand = Sequential<Named<"blocks", Repeat<typename Form::Hand, 2>>>;
+  using Declared = Sequential<Named<"blocks", Repeat<typename Form::Declared, 2>>>;
+  auto hand = make<Hand>();
+  auto declared = make<Declared>();
+  Rng rng(67);
+  init_params(*hand, rng);
+  test::randomize(*hand, rng);
+  auto names = test::param_names(*hand), declared_names = test::param_names(*declared);
+  std::sort(names.begin(), names.end()), std::sort(declared_names.begin(), declared_names.end());
+  REQUIRE(names == declared_names);
+  test::copy_by_name(*hand, *declared);
+  Tensor<B, N, D> x, dy;
+  fill(x, rng), fill(dy, rng);
+  const auto keys = test::lengths_mask<B, N>({N, N - 5});
+  for (const bool causal : {false, true}) {
+    CAPTURE(causal);
+    const Mask<B, N> mask{.causal = causal, .keys = &keys};
+    auto hi = make<InferOf<Hand, B, N>>();
+    auto di = make<InferOf<Declared, B, N>>();
+    const auto& y = hi->forward(*hand, x, mask);
+    CHECK(same_bits(y, di->forward(*declared, x, mask)));
+    auto ha = make<ActsOf<Hand, B, N>>();
+    auto da = make<ActsOf<Declared, B, N>>();
+    CHECK(same_bits(y, ha->forward(*hand, x, mask)));
+    CHECK(same_bits(y, da->forward(*declared, x, mask)));
+    auto hg = make<Hand>();
+    auto dg = make<Declared>();
+    zero_grad(*hg), zero_grad(*dg);
+    const Tensor<B, N, D> dx = ha->backward(*hand, *hg, dy);
+    CHECK(same_bits(dx, da->backward(*declared, *dg, dy)));
+    CHECK(test::params_by_name(*hg) == test::params_by_name(*dg));
+    auto dr = make<ReplayActsOf<Declared, B, N>>();
+    CHECK(same_bits(y, dr->forward(*declared, x, mask)));
+    auto rg = make<Declared>();
+    zero_grad(*rg);
+    CHECK(same_bits(dx, dr->backward(*declared, *rg, dy)));
+    CHECK(test::params_by_name(*rg) == test::params_by_name(*dg));
+  }
+  MESSAGE("plans, 2 blocks: declared " << sizeof(InferOf<Declared, B, N>) << " B, EncoderBlock " << sizeof(InferOf<Hand, B, N>) << " B; records: declared "
+                                       << sizeof(ActsOf<Declared, B, N>) << " B, EncoderBlock " << sizeof(ActsOf<Hand, B, N>) << " B; replayed: declared "
+                                       << sizeof(ReplayActsOf<Declared, B, N>) << " B, EncoderBlock " << sizeof(ReplayActsOf<Hand, B, N>) << " B");
+  CHECK(sizeof(InferOf<Declared, B, N>) <= sizeof(InferOf<Hand, B, N>));
+  CHECK(sizeof(ActsOf<Declared, B, N>) <= sizeof(ActsOf<Hand, B, N>));
+  CHECK(sizeof(ReplayActsOf<Declared, B, N>) <= sizeof(ReplayActsOf<Hand, B, N>));
 }

@@ -5,6 +5,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <initializer_list>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -45,6 +46,26 @@ std::vector<std::string> param_names(const M& m) {
   std::vector<std::string> n;
   stformer::for_each_param([&](const stformer::Path& p, stformer::Init, const auto&) { n.emplace_back(p.name().view()); }, m);
   return n;
+}
+
+// m's parameters by their dotted names.
+template <class M>
+std::map<std::string, std::vector<float>> params_by_name(const M& m) {
+  std::map<std::string, std::vector<float>> p;
+  stformer::for_each_param([&](const stformer::Path& at, stformer::Init, const auto& t) { p[std::string(at.name().view())].assign(t.begin(), t.end()); }, m);
+  return p;
+}
+// to's parameters ← from's of the same names (the same sets of names and sizes, in any order).
+template <class From, class To>
+void copy_by_name(const From& from, To& to) {
+  const auto p = params_by_name(from);
+  stformer::for_each_param(
+      [&](const stformer::Path& at, stformer::Init, auto& t) {
+        const auto& v = p.at(std::string(at.name().view()));
+        if (v.size() != t.size()) std::abort();
+        std::copy(v.begin(), v.end(), t.begin());
+      },
+      to);
 }
 
 // Heap-allocated, so that tests can hold large blocks and activations.

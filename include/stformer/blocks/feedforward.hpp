@@ -9,8 +9,10 @@
 //     the 256 values: hid = table[a_q] = round(Act(s_a·a_q) / s_g) + z, s_g = (max − min)/255 of
 //     Act over the table, z its zero point. Exact for the int8 input: the one rounding is the
 //     output's (half a step, s_g/2).
-// Parameters: fc1.*, fc2.* (Kaiming-normal weights); in integers the layers' integer tensors,
-// hidden_scale (F32 [1]: s_g, or ReLU's) and, but for ReLU, table (I8 [256]) and act_scale (s_a).
+// Parameters: fc1.*, fc2.* (Kaiming-normal weights; FfnNames::linear: PyTorch's
+// nn.TransformerEncoderLayer's linear1.*, linear2.*, at the layer's level under Named<"", …>); in
+// integers the layers' integer tensors, hidden_scale (F32 [1]: s_g, or ReLU's) and, but for
+// ReLU, table (I8 [256]) and act_scale (s_a).
 #pragma once
 
 #include "../core/config.hpp"
@@ -25,10 +27,13 @@
 
 namespace stformer::inline STFORMER_ABI {
 
-template <size_t D, size_t F, class Act = act::ReLU, class P = precision::float32>
+// The names of its two layers: fc1, fc2 (SPEC's, timm's Mlp), or linear1, linear2.
+enum class FfnNames { fc, linear };
+
+template <size_t D, size_t F, class Act = act::ReLU, class P = precision::float32, FfnNames Nm = FfnNames::fc>
 struct FeedForward {
   static constexpr bool relu = std::is_same_v<Act, act::ReLU>;
-  using Float = FeedForward<D, F, Act>;
+  using Float = FeedForward<D, F, Act, precision::float32, Nm>;
   using Stream = typename P::Stream;
   typename P::template Of<Linear<D, F, Init::kaiming_normal>> fc1;
   typename P::template Of<Linear<F, D, Init::kaiming_normal>> fc2;
@@ -43,8 +48,8 @@ struct FeedForward {
 
   template <class Fn, class... S>
   static constexpr void visit(const Path& at, Fn& f, S&... s) {
-    stformer::visit(at / "fc1", f, s.fc1...);
-    stformer::visit(at / "fc2", f, s.fc2...);
+    stformer::visit(at / (Nm == FfnNames::fc ? "fc1" : "linear1"), f, s.fc1...);
+    stformer::visit(at / (Nm == FfnNames::fc ? "fc2" : "linear2"), f, s.fc2...);
     if constexpr (P::integer) f(at / "hidden_scale", Init{Init::zeros}, s.hidden_scale...);
     if constexpr (tabled) {
       f(at / "table", Init{Init::zeros}, s.act.values...);
@@ -128,7 +133,8 @@ struct FeedForward {
   }
 
   // Into a stream (a residual body's last step): h += FFN(x), x overwritten in float; the
-  // same tile as in place.
+  // same tile as in place. In integers x is only read, tile by tile: x may be h itself.
+  static constexpr bool adds_from_stream = P::integer;
   template <size_t B, size_t N, size_t T, class Pool>
   void run_add(Input<B, N>& x, Input<B, N>& h, Tile<T>& w, const Mask<B, N>&, Pool&& pool) const {
     add_tiled<B * N, T>(x.data(), h.data(), w, pool);
@@ -217,9 +223,9 @@ struct FeedForward {
 };
 
 // Its integer form (stformer/quantized/quantize.hpp): the same layer at precision::int8.
-template <size_t D, size_t F, class Act>
-struct Int8Of<FeedForward<D, F, Act>> {
-  using type = FeedForward<D, F, Act, precision::int8>;
+template <size_t D, size_t F, class Act, FfnNames Nm>
+struct Int8Of<FeedForward<D, F, Act, precision::float32, Nm>> {
+  using type = FeedForward<D, F, Act, precision::int8, Nm>;
 };
 
 }  // namespace stformer

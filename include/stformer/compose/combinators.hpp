@@ -19,7 +19,9 @@
 // workspace used only during the call). The masks a pass is given reach every part.
 //   Residual: in place. A body that is a chain ending in a step that adds into a stream
 //     (step::Adds: run_add) runs the steps before it in the chain's plan of them and the last
-//     into the stream; any other body into its scratch t = Body(x) [B, N, D], then h += t.
+//     into the stream; a body that is one such step reading the stream itself
+//     (step::adds_from_stream) runs into the stream; any other body into its scratch
+//     t = Body(x) [B, N, D], then h += t.
 //     backward: dx = dy + Bodyᵀ dy
 //   Parallel: from x into y; its scratch one branch's output and the branches' scratches, one
 //     at a time; y = ((Branch₀(x) + Branch₁(x)) + …) in branch order.
@@ -80,6 +82,18 @@ void multiply(const float* a, const float* b, float* y) {
 // the values of y = Block(x) added entry by entry (int16 streams: the sum saturated once). x, an
 // output of the steps before it in the caller's arena, may be overwritten. w: the block's
 // Scratch.
+// A step whose run_add may be given the stream itself as x: it reads x whole, or tile by tile
+// before it writes those rows, and never writes x (Block::adds_from_stream = true: the integer
+// attention and feed-forward layer on an int16 stream). A residual whose body is such a step
+// alone runs it into the stream: no copy of the stream, no output beside it.
+template <class Block>
+constexpr bool adds_from_stream() {
+  if constexpr (requires { Block::adds_from_stream; })
+    return Block::adds_from_stream;
+  else
+    return false;
+}
+
 template <class Block, class In, class Out, size_t B, size_t N>
 concept Adds = requires(const Block& p, In& x, Out& h, Scratch<Block, B, N, 0>& w, const Mask<B, N>& mask, Serial& pool) {
   p.run_add(x, h, w, mask, pool);
@@ -108,11 +122,16 @@ struct Residual {
   // integers, fused, the sum is saturated once).
   template <size_t B, size_t N>
   static constexpr bool fused = [] {
-    if constexpr (requires { Block::steps; })
+    if constexpr (requires { Block::steps; }) {
       if constexpr (Block::steps >= 2)
         return step::Adds<typename Block::template BlockAt<Block::steps - 1>, typename Block::template InputAt<B, N, Block::steps - 1>, Input<B, N>, B, N>;
+    } else if constexpr (step::adds_from_stream<Block>()) {
+      return step::Adds<Block, Input<B, N>, Input<B, N>, B, N>;
+    }
     return false;
   }();
+  template <size_t B, size_t N>
+  static constexpr bool chain = requires { Block::steps; };
   template <size_t B, size_t N, size_t Room>
   struct Whole {
     Input<B, N> t;  // Body(x)
@@ -125,13 +144,16 @@ struct Residual {
     [[no_unique_address]] step::Scratch<typename Block::template BlockAt<last>, B, N, step::room_after(Room, sizeof(before))> w;
   };
   template <size_t B, size_t N, size_t Room = 0>
-  using Scratch = std::conditional_t<fused<B, N>, Fused<B, N, Room>, Whole<B, N, Room>>;
+  using Scratch = std::conditional_t<!fused<B, N>, Whole<B, N, Room>,
+                                     std::conditional_t<chain<B, N>, Fused<B, N, Room>, step::Scratch<Block, B, N, Room>>>;
 
   template <size_t B, size_t N, class W, class Pool = Serial>
   void forward_in_place(Input<B, N>& h, W& w, const Mask<B, N>& pass, Pool&& pool = Pool{}) const {
     static_assert(std::is_same_v<Input<B, N>, step::Output<Block, B, N>>, "Residual<Body>: the body's output must have its input's shape");
     const Mask<B, N> mask = step::mask_for<Block>(pass);
-    if constexpr (fused<B, N>) {
+    if constexpr (fused<B, N> && !chain<B, N>) {
+      body.run_add(h, h, w, mask, pool);
+    } else if constexpr (fused<B, N>) {
       constexpr size_t last = W::last;
       // the steps before the last write their outputs in w.before, which the last may overwrite
       auto& x = const_cast<typename Block::template InputAt<B, N, last>&>(w.before.template forward_steps<0, last>(body, h, mask, pool));

@@ -51,13 +51,13 @@ struct RowsWriter<QLayerNorm<D, Centred, Eps>> {
 
 // FeedForward in integers from int8 rows x at s_a into an int16 stream: y = FFN(x), or h += FFN(x)
 // (a residual body's last step); its tile as in place.
-template <size_t D, size_t F, class Act>
-struct FeedForwardRows : FeedForward<D, F, Act, precision::int8> {
+template <size_t D, size_t F, class Act, FfnNames Nm>
+struct FeedForwardRows : FeedForward<D, F, Act, precision::int8, Nm> {
   template <size_t B, size_t N>
   using Input = TensorOf<std::int8_t, B, N, D>;
   template <size_t B, size_t N>
   using Output = TensorOf<std::int16_t, B, N, D>;
-  static constexpr bool in_place = false;
+  static constexpr bool in_place = false, adds_from_stream = false;
   template <size_t B, size_t N, size_t T, class Pool>
   void run(const Input<B, N>& x, Output<B, N>& y, typename FeedForwardRows::template Tile<T>& w, const Mask<B, N>&, Pool&&) const {
     this->template apply_tiled<B * N, T>(x.data(), y.data(), w);
@@ -67,9 +67,9 @@ struct FeedForwardRows : FeedForward<D, F, Act, precision::int8> {
     this->template add_tiled<B * N, T>(x.data(), h.data(), w, pool);
   }
 };
-template <size_t D, size_t F, class Act>
-struct RowsReader<FeedForward<D, F, Act, precision::int8>> {
-  using type = FeedForwardRows<D, F, Act>;
+template <size_t D, size_t F, class Act, FfnNames Nm>
+struct RowsReader<FeedForward<D, F, Act, precision::int8, Nm>> {
+  using type = FeedForwardRows<D, F, Act, Nm>;
 };
 
 namespace step {

@@ -61,7 +61,7 @@ struct QSelfAttention {
   // the attention added into it); rows in: run, y ← MHA(x, x). Or into a stream (a residual
   // body's last step, run_add): h = sat(h + MHA(a_q, a_q)). Scratch: the int8 rows a_q (a stream
   // in) and the attention's keys, values and tile of T rows, as many as Room holds.
-  static constexpr bool in_place = !rows_in;
+  static constexpr bool in_place = !rows_in, adds_from_stream = !rows_in;
   template <size_t B, size_t N>
   using Input = TensorOf<In, B, N, D>;
   template <size_t B, size_t N>
