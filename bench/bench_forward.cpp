@@ -7,7 +7,7 @@
 // Counters (printed per second): GFLOP, and tokens (B·N per iteration).
 //
 // EncoderBlockInfer / EncoderBlockInferInt8<B, N, D, H>: forward only, in place, on floats and on
-// the int8 block (int16 residual stream); the same FLOP count.
+// the block's integer form (int16 residual stream); the same FLOP count.
 // MultiHeadAttentionThreads, EncoderBlockThreads<B, N, D, H>/T: MultiHeadAttention::Infer and
 // EncoderBlock::Infer on a ThreadPool of T threads (T = 1: the calling thread alone, as the
 // cases above), the same bits for any T.
@@ -135,26 +135,30 @@ void BM_EncoderBlock(benchmark::State& state) {
   run<Block, ActsOf<Block, B, N>, B, N, D>(state, encoder_flops(B, N, D, 4 * D));
 }
 
-// Forward only, in place on a residual stream: EncoderBlock::forward_in_place on floats against
-// its integer form's (precision::int8) on an int16 stream (quantized from the float block with ranges from its
-// forward on the same input), F = 4·D; in another form (Fm: blocks/form.hpp, PostNorm<Act>: PyTorch's
-// nn.TransformerEncoderLayer) on floats.
+// Forward only, in place on a residual stream (the step protocol's forward_in_place, with its
+// scratch step::Scratch), F = 4·D: EncoderBlock on floats, in SPEC's form or another (Fm:
+// blocks/form.hpp, PostNorm<Act>: PyTorch's nn.TransformerEncoderLayer).
+template <class Block, class Stream, size_t B, size_t N>
+void run_in_place(benchmark::State& state, const Block& p, const Stream& h0, double flops) {
+  auto h = std::make_unique<Stream>();
+  auto w = std::make_unique<step::Scratch<Block, B, N, 0>>();
+  for (auto _ : state) {
+    *h = h0;
+    p.forward_in_place(*h, *w, Mask<B, N>{}, Serial{});
+    benchmark::DoNotOptimize(h->data());
+    benchmark::ClobberMemory();
+  }
+  state.counters["GFLOP"] = benchmark::Counter(flops * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
+}
 template <size_t B, size_t N, size_t D, size_t H, class Fm = SpecForm>
 void BM_EncoderBlockInfer(benchmark::State& state) {
   using Block = EncoderBlock<D, H, 4 * D, Fm>;
   auto p = std::make_unique<Block>();
-  auto h = std::make_unique<Tensor<B, N, D>>(), x = std::make_unique<Tensor<B, N, D>>();
-  auto w = std::make_unique<typename Block::template Work<B, N>>();
+  auto x = std::make_unique<Tensor<B, N, D>>();
   Rng rng(1);
   init_params(*p, rng);
   for (auto& v : *x) v = rng.normal();
-  for (auto _ : state) {
-    *h = *x;
-    p->forward_in_place(*h, *w);
-    benchmark::DoNotOptimize(h->data());
-    benchmark::ClobberMemory();
-  }
-  state.counters["GFLOP"] = benchmark::Counter(encoder_flops(B, N, D, 4 * D) * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
+  run_in_place<Block, Tensor<B, N, D>, B, N>(state, *p, *x, encoder_flops(B, N, D, 4 * D));
 }
 
 template <size_t B, size_t N, size_t D, size_t H>
@@ -170,32 +174,25 @@ void BM_EncoderBlockThreads(benchmark::State& state) {
   run<Block, InferOf<Block, B, N>, B, N, D>(state, encoder_flops(B, N, D, 4 * D), pool);
 }
 
+// Its integer form, in place on the int16 stream: the block quantized from 4 batches of
+// calibration (Calibration), the stream the input at the quantized model's input scale.
 template <size_t B, size_t N, size_t D, size_t H>
 void BM_EncoderBlockInferInt8(benchmark::State& state) {
-  using Block = EncoderBlock<D, H, 4 * D>;
-  using Q = EncoderBlock<D, H, 4 * D, SpecForm, precision::int8>;
-  auto p = std::make_unique<Block>();
+  using M = Sequential<Named<"", EncoderBlock<D, H, 4 * D>>>;
+  auto p = std::make_unique<M>();
   auto x = std::make_unique<Tensor<B, N, D>>();
   Rng rng(1);
   init_params(*p, rng);
-  for (auto& v : *x) v = rng.normal();
-  auto acts = std::make_unique<ActsOf<Block, B, N>>();
-  const auto& y = acts->forward(*p, *x);
-  typename Q::Ranges r;
-  r.observe(*p, *acts, *x, y);
-  const float sh = quant::scale_for(std::max(r.residual, quant::max_abs(*x)), 32767);
-  auto q = std::make_unique<Q>();
-  q->from_float(*p, r, sh, sh);
-  auto h0 = std::make_unique<TensorOf<std::int16_t, B, N, D>>(), h = std::make_unique<TensorOf<std::int16_t, B, N, D>>();
-  quant::quantize(x->data(), x->size(), sh, h0->data());
-  auto w = std::make_unique<typename Q::template Work<B, N>>();
-  for (auto _ : state) {
-    *h = *h0;
-    q->forward_in_place(*h, *w);
-    benchmark::DoNotOptimize(h->data());
-    benchmark::ClobberMemory();
+  Calibration<M, B, N> cal(*p);
+  for (int i = 0; i < 4; ++i) {
+    for (auto& v : *x) v = rng.normal();
+    cal.observe(*x);
   }
-  state.counters["GFLOP"] = benchmark::Counter(encoder_flops(B, N, D, 4 * D) * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
+  const auto q = cal.quantize();
+  const auto& block = q->template get<1>();  // after the input's QuantizeInput
+  auto h0 = std::make_unique<TensorOf<std::int16_t, B, N, D>>();
+  quant::quantize_input(x->data(), x->size(), q->template get<0>().scale(0), h0->data());
+  run_in_place<std::remove_cvref_t<decltype(block)>, TensorOf<std::int16_t, B, N, D>, B, N>(state, block, *h0, encoder_flops(B, N, D, 4 * D));
   state.SetLabel(kernels::qv::name());
 }
 

@@ -38,7 +38,7 @@ check 2 "Linear: input rows x must be [L..., In] (L... of Acts<L...>, In of the 
 check 3 "MultiHeadAttention: keys/values xkv must be [B, Nk, Dkv]"
 check 4 "MultiHeadAttention: model width D must be divisible by the number of heads H"
 check 5 "DecoderBlock: encoder memory m must be [B, M, D]"
-check 6 "EncoderBlock: input rows x must be [B, N, D]"
+check 6 "Sequential: the model's input x is not the first step's Input<B, N>"
 check 7 "Sequential: the model's input x is not the first step's Input<B, N>"
 # the first line of the errors names the dimension that differs and both sizes
 first 2 "ShapeMismatch<stformer::Dimension<2>, stformer::Expected<2>, stformer::Got<3> >"

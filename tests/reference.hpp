@@ -152,9 +152,12 @@ Mat ffn(const Mat& x, const P& p, const char* act = "relu") {
 }
 template <class P>
 Mat encoder(const Mat& x, const P& p, size_t H, bool causal = false, const std::vector<bool>& keys = {}) {
-  Mat n1 = norm(x, p.sn1);
-  Mat h = add(x, mha(n1, n1, p.attn, H, 1.0 / std::sqrt(double(n1.c / H)), causal, keys));
-  return add(h, ffn(norm(h, p.sn2), p.ffn));
+  // SPEC's EncoderBlock: two residuals, sn1 and attn in the first, sn2 and ffn in the second
+  const auto& first = p.template get<0>().body;
+  const auto& second = p.template get<1>().body;
+  Mat n1 = norm(x, first.template get<"sn1">());
+  Mat h = add(x, mha(n1, n1, first.template get<"attn">(), H, 1.0 / std::sqrt(double(n1.c / H)), causal, keys));
+  return add(h, ffn(norm(h, second.template get<"sn2">()), second.template get<"ffn">()));
 }
 template <class P>
 Mat decoder(const Mat& x, const Mat& m, const P& p, size_t H, const std::vector<bool>& keys = {}) {

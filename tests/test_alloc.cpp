@@ -192,8 +192,8 @@ static_assert(sizeof(TrainingOf<SetTransformer<2, 64, 4, 16, 2>, 1, 50>) > 0);
 // and its output, no room for dx; an encoder block of SPEC's pointer model at most 60,000 B
 // (its backward's buffers, 29,200 B, are the workspace's).
 static_assert(sizeof(ActsOf<Linear<5, 7>, 2, 3>) < sizeof(void*) + sizeof(Tensor<2, 3, 7>) + sizeof(Tensor<2, 3, 5>));
-static_assert(sizeof(ActsOf<EncoderBlock<16, 1, 64>, 1, 50>) <= 60000);
-static_assert(sizeof(WorkspaceOf<ActsOf<EncoderBlock<16, 1, 64>, 1, 50>>) <= 30000);
+static_assert(sizeof(EncoderBlock<16, 1, 64>::Record<1, 50>) <= 60000);
+static_assert(sizeof(WorkspaceOf<EncoderBlock<16, 1, 64>::Record<1, 50>>) <= 30000);
 
 // An integer plan is never larger than the float plan of the same model: the int16 streams are
 // half the float ones, a linear step's int32 accumulators at most a quarter of the float

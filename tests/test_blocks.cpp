@@ -205,8 +205,8 @@ TEST_CASE("EncoderBlock and DecoderBlock") {
   auto ea = make<ActsOf<EncoderBlock<D, H, F>, B, N>>();
   for (bool causal : {false, true})
     for (const KeyMask<B, N>* km : {(const KeyMask<B, N>*)nullptr, &keys}) {
-      ea->forward(*enc, x, Mask<B, N>{.causal = causal, .keys = km});
-      for (size_t b = 0; b < B; ++b) ref::check_close(ea->out, b, ref::encoder(ref::row(x, b), *enc, H, causal, test::mask_row(km, b)));
+      const auto& y = ea->forward(*enc, x, Mask<B, N>{.causal = causal, .keys = km});
+      for (size_t b = 0; b < B; ++b) ref::check_close(y, b, ref::encoder(ref::row(x, b), *enc, H, causal, test::mask_row(km, b)));
     }
   const auto mkeys = test::lengths_mask<B, M>({2, 6});
   auto da = make<ActsOf<DecoderBlock<D, 4, F>, B, N, M>>();

@@ -96,7 +96,7 @@ TEST_CASE("model_image_source: refuses models that hold more than their paramete
   odd.w.fill(1.0f);
   CHECK_THROWS_WITH_AS(model_image_source(odd, "NotOnlyParams", "ns"), doctest::Contains("holds more than its parameters"), std::runtime_error);
   auto p = test::make<image_models::Pointer>();
-  p->get<"blocks">()[0].attn.wk.weight(2, 3) = std::numeric_limits<float>::quiet_NaN();
+  p->get<"blocks">()[0].get<0>().body.get<"attn">().wk.weight(2, 3) = std::numeric_limits<float>::quiet_NaN();
   CHECK_THROWS_WITH_AS(model_image_source(*p, "P", "ns"), doctest::Contains("blocks.0.attn.wk.weight holds a value that is not finite"),
                        std::runtime_error);
   const std::string text = model_image_source(*rebuilt<image_models::Pointer>(1), "image_models::Pointer", "w");

@@ -296,30 +296,23 @@ TEST_CASE("QMultiHeadAttention: the float block within 3% rms, causal and key-pa
 TEST_CASE_TEMPLATE("EncoderBlock in integers: the float block within 3% rms on an int16 residual stream, in SPEC's form and PyTorch's", Fm,
                    SpecForm, PostNorm<act::GELU>, PreNorm<act::ReLU>, PostNorm<act::SiLU>) {
   constexpr size_t B = 2, N = 30, D = 32, H = 4, Fw = 48;
-  using F = EncoderBlock<D, H, Fw, Fm>;
-  using Q = EncoderBlock<D, H, Fw, Fm, precision::int8>;
+  using M = Sequential<Named<"", EncoderBlock<D, H, Fw, Fm>>>;
   Rng rng(34, 0);
-  auto f = std::make_unique<F>();
+  auto f = test::make<M>();
   test::randomize(*f, rng);
   if constexpr (Fm::torch_names)  // the norms' weights and biases away from ones and zeros
-    for (auto* n : {&f->sn1, &f->sn2})
-      for (size_t i = 0; i < D; ++i) n->weight(i) = 0.5f + rng.uniform(), n->bias(i) = 0.3f * rng.normal();
+    for_each_param(
+        [&](const Path& at, Init, auto& t) {
+          const std::string name(at.name().view());
+          if (name.starts_with("norm"))
+            for (auto& v : t) v = name.ends_with("weight") ? 0.5f + rng.uniform() : 0.3f * rng.normal();
+        },
+        *f);
+  Calibration<M, B, N> cal(*f);
   Tensor<B, N, D> x;
-  test::fill(x, rng, 2.0f);
-  auto acts = std::make_unique<ActsOf<F, B, N>>();
-  const auto& want0 = acts->forward(*f, x);
-  typename Q::Ranges r;
-  r.observe(*f, *acts, x, want0);
-  const float sh = quant::scale_for(std::max(r.residual, quant::max_abs(x)), 32767);
-  TensorOf<std::int16_t, B, N, D> h;
-  round_through(x, sh, h);
-  const Tensor<B, N, D> want = acts->forward(*f, x);
-  CHECK(rel_rms(want, want0, 1.0) < 1e-3);  // the int16 stream's own rounding is small
-  auto q = std::make_unique<Q>();
-  q->from_float(*f, r, sh, sh);
-  auto w = std::make_unique<typename Q::template Work<B, N>>();
-  q->forward_in_place(h, *w);
-  const double gap = rel_rms(want, h, sh);
+  for (int i = 0; i < 4; ++i) test::fill(x, rng), cal.observe(x);
+  const auto q = cal.quantize();
+  const double gap = rms_gap(*f, *q, x, Mask<B, N>{}, rng);
   MESSAGE(std::string(Fm::torch_names ? Fm::norm_first ? "pre-norm LayerNorm, " : "post-norm LayerNorm, " : "SPEC's form, ") << std::string(act_name<typename Fm::Act>())
                                                                                                    << ": int8 within " << 100 * gap << "% rms");
   CHECK(gap < 0.03);

@@ -243,7 +243,7 @@ TEST_CASE("requant_mismatch: every requantization is its block's stored scales';
           if (n.view().ends_with(".multiplier") || n.view().ends_with(".shift")) names.emplace_back(n.view());
       },
       *q);
-  for (const char* want : {"embedding.requant.multiplier", "2.norm1.requant.multiplier", "2.branch_requant.shift", "2.self_attn.exponent.multiplier",
+  for (const char* want : {"embedding.requant.multiplier", "2.norm1.requant.multiplier", "2.self_attn.branch_requant.shift", "2.self_attn.exponent.multiplier",
                            "2.self_attn.values.multiplier", "3.sn1.requant.shift", "3.attn.wq.requant.multiplier", "4.requant.multiplier",
                            "head.fine.requant.shift"})
     CHECK_MESSAGE(std::find(names.begin(), names.end(), want) != names.end(), want);

@@ -8,6 +8,8 @@
 
 #include <stformer/stformer.hpp>
 
+#include "written_encoder.hpp"
+
 namespace written {
 using namespace stformer;
 

@@ -1,4 +1,5 @@
-// The form of a Transformer encoder or decoder block (EncoderBlock, DecoderBlock): its norm, its
+// The form of a Transformer encoder or decoder block (EncoderBlock: blocks/encoder.hpp declares
+// each form with the combinators; DecoderBlock): its norm, its
 // feed-forward layer's activation and where the norms sit, each residual branch as
 //   pre-norm:   x = x + Branch(N(x))          (SPEC's blocks with ScaleNorm; PyTorch's norm_first=True)
 //   post-norm:  x = N(x + Branch(x))          (Vaswani et al. 2017; PyTorch's default)

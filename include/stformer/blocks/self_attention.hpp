@@ -26,8 +26,8 @@ struct SelfAttention : MultiHeadAttention<D, D, D, H, S, Pr> {
   // becomes the queries, the heads and the output, T rows at a time through the tile of Work
   // (Linear::apply_tiled, in place: a tile's rows are read whole before they are written); the
   // same operations as Attention's Infer. Into a stream instead (a residual body's last step,
-  // run_add): h += MHA(x, x), x overwritten by the queries and the heads (EncoderBlock's
-  // forward_add). Scratch for both: the keys, values and tile.
+  // run_add): h += MHA(x, x), x overwritten by the queries and the heads
+  // (MultiHeadAttention's forward_add). Scratch for both: the keys, values and tile.
   static constexpr bool in_place = true;
   template <size_t B, size_t N, size_t Room = 0>
   struct Scratch {
