@@ -33,6 +33,7 @@
 #include <stformer/train/parallel.hpp>
 
 #include "flops.hpp"
+#include "written_encoder.hpp"
 
 using namespace stformer;
 
@@ -150,9 +151,11 @@ void run_in_place(benchmark::State& state, const Block& p, const Stream& h0, dou
   }
   state.counters["GFLOP"] = benchmark::Counter(flops * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
 }
-template <size_t B, size_t N, size_t D, size_t H, class Fm = SpecForm>
+// Blk: EncoderBlock, or written::EncoderBlock (tests/written_encoder.hpp), the same block written
+// part by part, as the declaration's reference: both as steps, in the same room.
+template <size_t B, size_t N, size_t D, size_t H, class Fm = SpecForm, template <size_t, size_t, size_t, class> class Blk = EncoderBlock>
 void BM_EncoderBlockInfer(benchmark::State& state) {
-  using Block = EncoderBlock<D, H, 4 * D, Fm>;
+  using Block = Blk<D, H, 4 * D, Fm>;
   auto p = std::make_unique<Block>();
   auto x = std::make_unique<Tensor<B, N, D>>();
   Rng rng(1);
@@ -176,9 +179,9 @@ void BM_EncoderBlockThreads(benchmark::State& state) {
 
 // Its integer form, in place on the int16 stream: the block quantized from 4 batches of
 // calibration (Calibration), the stream the input at the quantized model's input scale.
-template <size_t B, size_t N, size_t D, size_t H>
+template <size_t B, size_t N, size_t D, size_t H, template <size_t, size_t, size_t, class> class Blk = EncoderBlock>
 void BM_EncoderBlockInferInt8(benchmark::State& state) {
-  using M = Sequential<Named<"", EncoderBlock<D, H, 4 * D>>>;
+  using M = Sequential<Named<"", Blk<D, H, 4 * D, SpecForm>>>;
   auto p = std::make_unique<M>();
   auto x = std::make_unique<Tensor<B, N, D>>();
   Rng rng(1);
@@ -212,6 +215,13 @@ BENCHMARK(BM_EncoderBlockInfer<1, 64, 64, 4, PostNorm<>>);
 BENCHMARK(BM_EncoderBlockInfer<1, 128, 128, 8, PostNorm<>>);
 BENCHMARK(BM_EncoderBlockInfer<1, 256, 128, 8, PostNorm<>>);
 BENCHMARK(BM_EncoderBlockInfer<1, 64, 64, 4, PostNorm<act::GELU>>);
+BENCHMARK(BM_EncoderBlockInfer<1, 50, 16, 1, SpecForm, written::EncoderBlock>);
+BENCHMARK(BM_EncoderBlockInferInt8<1, 50, 16, 1, written::EncoderBlock>);
+BENCHMARK(BM_EncoderBlockInfer<1, 64, 64, 4, SpecForm, written::EncoderBlock>);
+BENCHMARK(BM_EncoderBlockInferInt8<1, 64, 64, 4, written::EncoderBlock>);
+BENCHMARK(BM_EncoderBlockInfer<1, 128, 128, 8, SpecForm, written::EncoderBlock>);
+BENCHMARK(BM_EncoderBlockInferInt8<1, 128, 128, 8, written::EncoderBlock>);
+BENCHMARK(BM_EncoderBlockInfer<1, 128, 128, 8, PostNorm<>, written::EncoderBlock>);
 BENCHMARK(BM_EncoderBlockInfer<1, 128, 128, 8, PostNorm<act::GELU>>);
 BENCHMARK(BM_MultiHeadAttention<1, 16, 64, 4>);
 BENCHMARK(BM_MultiHeadAttention<1, 64, 64, 4>);

@@ -333,3 +333,50 @@ TEST_CASE("memory plans: sizeof(Infer) is the documented plan, and the SPEC conf
   }
 }
 
+
+// A chain of row-local steps runs in tiles of rows: a feed-forward layer declared as Linear, the
+// activation and Linear, after a norm in a residual, beside FeedForward (its hidden in tiles of
+// its own): the same names and bits, forward-only and trained, kept and replayed, and no
+// [B·N, F] hidden in the plan.
+TEST_CASE_TEMPLATE("a chain of row-local steps in tiles of rows: a feed-forward layer declared, FeedForward's bits", Act, act::ReLU, act::GELU) {
+  constexpr size_t D = 16, F = 64, B = 2, N = 50;
+  using Hand = Sequential<Named<"proj", Linear<3, D>>, Named<"", Residual<Sequential<Named<"ln", LayerNorm<D>>, Named<"ffn", FeedForward<D, F, Act>>>>>,
+                          Named<"head", Linear<D, 2>>>;
+  using Chain = Sequential<Named<"fc1", Linear<D, F>>, Activation<Act, F>, Named<"fc2", Linear<F, D>>>;
+  using Declared = Sequential<Named<"proj", Linear<3, D>>, Named<"", Residual<Sequential<Named<"ln", LayerNorm<D>>, Named<"ffn", Chain>>>>,
+                              Named<"head", Linear<D, 2>>>;
+  static_assert(Chain::row_local && requires { step::Scratch<Chain, B, N, 0>::row_tiles; });
+  auto hand = make<Hand>();
+  auto declared = make<Declared>();
+  Rng rng(71);
+  init_params(*hand, rng);
+  test::randomize(*hand, rng);
+  REQUIRE(test::param_names(*hand) == test::param_names(*declared));
+  test::copy_by_name(*hand, *declared);
+  Tensor<B, N, 3> x;
+  Tensor<B, N, 2> dy;
+  fill(x, rng), fill(dy, rng);
+  auto hi = make<InferOf<Hand, B, N>>();
+  auto di = make<InferOf<Declared, B, N>>();
+  const auto& y = hi->forward(*hand, x);
+  CHECK(same_bits(y, di->forward(*declared, x)));
+  auto ha = make<ActsOf<Hand, B, N>>();
+  auto da = make<ActsOf<Declared, B, N>>();
+  CHECK(same_bits(y, ha->forward(*hand, x)));
+  CHECK(same_bits(y, da->forward(*declared, x)));
+  auto hg = make<Hand>();
+  auto dg = make<Declared>();
+  zero_grad(*hg), zero_grad(*dg);
+  const Tensor<B, N, 3> dx = ha->backward(*hand, *hg, dy);
+  CHECK(same_bits(dx, da->backward(*declared, *dg, dy)));
+  CHECK(test::params_by_name(*hg) == test::params_by_name(*dg));
+  auto dr = make<ReplayActsOf<Declared, B, N>>();
+  CHECK(same_bits(y, dr->forward(*declared, x)));
+  auto rg = make<Declared>();
+  zero_grad(*rg);
+  CHECK(same_bits(dx, dr->backward(*declared, *rg, dy)));
+  CHECK(test::params_by_name(*rg) == test::params_by_name(*dg));
+  MESSAGE("plans: declared " << sizeof(InferOf<Declared, B, N>) << " B, FeedForward " << sizeof(InferOf<Hand, B, N>) << " B, the hidden alone "
+                             << sizeof(Tensor<B, N, F>) << " B");
+  CHECK(sizeof(InferOf<Declared, B, N>) < sizeof(Tensor<B, N, F>));
+}

@@ -125,6 +125,7 @@ struct FeedForward {
   template <size_t B, size_t N>
   using Input = TensorOf<Stream, B, N, D>;
   static constexpr bool in_place = true;
+  static constexpr bool row_local = true;  // step::row_local
   template <size_t B, size_t N, size_t Room>
   using Scratch = Tile<rows_in_room(B * N, P::tile_least(B * N), Room, tile_row_bytes)>;
   template <size_t B, size_t N, size_t T, class Pool>

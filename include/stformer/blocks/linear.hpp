@@ -157,6 +157,7 @@ struct Linear : LinearCalls<Linear<In, Out, WeightInit, HasBias>, In, Out> {
   using Input = Tensor<B, N, In>;
   template <size_t B, size_t N>
   using Output = Tensor<B, N, Out>;
+  static constexpr bool row_local = true;  // step::row_local
   template <size_t B, size_t N, class Pool>
   void run(const Input<B, N>& x, Output<B, N>& y, Nothing, const Mask<B, N>&, Pool&& pool) const {
     this->template apply_columns<B * N>(x.data(), y.data(), pool);

@@ -33,6 +33,7 @@ struct ScaleNorm {
   template <size_t B, size_t N>
   using Input = Tensor<B, N, D>;
   static constexpr bool in_place = true;
+  static constexpr bool row_local = true;  // step::row_local
   template <size_t B, size_t N, class Pool>
   void forward_in_place(Tensor<B, N, D>& h, Nothing, const Mask<B, N>&, Pool&&) const {
     apply<B * N>(h.data(), h.data());

@@ -23,6 +23,8 @@
 //     (step::adds_from_stream) runs into the stream; any other body into its scratch
 //     t = Body(x) [B, N, D], then h += t.
 //     backward: dx = dy + Bodyᵀ dy
+//     A body of row-local steps (a norm and a feed-forward layer declared as a chain) runs in
+//     tiles of rows instead, each tile's output added into the stream, where that takes less.
 //   Parallel: from x into y; its scratch one branch's output and the branches' scratches, one
 //     at a time; y = ((Branch₀(x) + Branch₁(x)) + …) in branch order.
 //     backward: dx = Σᵢ Branchᵢᵀ dy
@@ -143,15 +145,30 @@ struct Residual {
     typename Block::template Infer<B, N, last> before;  // steps 0 … last − 1
     [[no_unique_address]] step::Scratch<typename Block::template BlockAt<last>, B, N, step::room_after(Room, sizeof(before))> w;
   };
+  // Tiled: not fused, the body a chain of row-local steps that runs in tiles of rows in the room
+  // (Sequential::Tiles): each tile's output added into the stream's rows, no t.
+  template <size_t B, size_t N, size_t Room>
+  static constexpr bool tiled = [] {
+    if constexpr (!fused<B, N> && chain<B, N>)
+      return requires { step::Scratch<Block, B, N, Room>::row_tiles; };
+    else
+      return false;
+  }();
   template <size_t B, size_t N, size_t Room = 0>
-  using Scratch = std::conditional_t<!fused<B, N>, Whole<B, N, Room>,
-                                     std::conditional_t<chain<B, N>, Fused<B, N, Room>, step::Scratch<Block, B, N, Room>>>;
+  using Scratch = std::conditional_t<
+      tiled<B, N, Room>, step::Scratch<Block, B, N, Room>,
+      std::conditional_t<!fused<B, N>, Whole<B, N, Room>, std::conditional_t<chain<B, N>, Fused<B, N, Room>, step::Scratch<Block, B, N, Room>>>>;
 
   template <size_t B, size_t N, class W, class Pool = Serial>
   void forward_in_place(Input<B, N>& h, W& w, const Mask<B, N>& pass, Pool&& pool = Pool{}) const {
     static_assert(std::is_same_v<Input<B, N>, step::Output<Block, B, N>>, "Residual<Body>: the body's output must have its input's shape");
     const Mask<B, N> mask = step::mask_for<Block>(pass);
-    if constexpr (fused<B, N> && !chain<B, N>) {
+    if constexpr (requires { W::row_tiles; }) {
+      constexpr size_t row = dims<Input<B, N>>.back();
+      body.for_tiles(h, w, pool, [&](size_t r0, const auto& out) {
+        step::add_to<step::count<std::remove_cvref_t<decltype(out)>>>(out.data(), h.data() + r0 * row);
+      });
+    } else if constexpr (fused<B, N> && !chain<B, N>) {
       body.run_add(h, h, w, mask, pool);
     } else if constexpr (fused<B, N>) {
       constexpr size_t last = W::last;
@@ -199,6 +216,9 @@ struct Branches : step::Parts<Parts...> {
   using Input = typename BlockAt<0>::template Input<B, N>;
   template <size_t B, size_t N>
   using Output = step::Output<BlockAt<0>, B, N>;
+  static constexpr bool row_local = []<size_t... I>(std::index_sequence<I...>) {
+    return (step::row_local<BlockAt<I>>() && ...);
+  }(std::make_index_sequence<count>{});
   template <size_t B, size_t N>
   static constexpr bool same_shapes = [] {
     return []<size_t... I>(std::index_sequence<I...>) {

@@ -125,6 +125,16 @@ constexpr bool in_place() {
   else
     return false;
 }
+// A step each of whose output rows is a function of the same input row alone (a linear layer,
+// a norm, an activation, LayerScale, a feed-forward layer; a chain or combinator of such): it
+// declares row_local = true, and a chain of such steps may run in tiles of rows (Sequential).
+template <class Block>
+constexpr bool row_local() {
+  if constexpr (requires { Block::row_local; })
+    return Block::row_local;
+  else
+    return false;
+}
 // A step whose output may be written over its input (see the top of this file).
 template <class Block>
 constexpr bool over_input() {
@@ -926,25 +936,93 @@ struct Sequential : step::Parts<S...> {
   // A chain as a step of another (a block declared as a chain, the body of a Residual, a branch
   // of Parallel). In place when every step is (a chain of residual blocks): the steps run on h
   // one after the other, each in its scratch in the room given, one at a time. Otherwise its
-  // Infer is its scratch, its output copied into the caller's y.
+  // Infer is its scratch, its output copied into the caller's y; or, for a chain of row-local
+  // steps (step::row_local), Tiles: T rows of x at a time copied into the tile's input and run
+  // through the chain's Infer<1, T>, their output copied into y, so that no step's output over
+  // all B·N rows (a feed-forward layer's hidden [B·N, F]) exists. T: the most rows the room
+  // holds, at least tile_rows(B·N); tiles only where they take less than Infer<B, N>. The same
+  // bits for any T.
   static constexpr bool in_place = (step::in_place<typename step::Info<S>::Block>() && ...);
+  static constexpr bool row_local = !in_place && (step::row_local<typename step::Info<S>::Block>() && ...);
+  // In place, the steps' scratches lie over one another: each step may take the room of the
+  // largest (a feed-forward layer's tile as many rows as the attention's buffers before it hold).
+  template <size_t B, size_t N, size_t Room>
+  static constexpr size_t in_place_room = std::max({Room, sizeof(step::Scratch<typename step::Info<S>::Block, B, N, Room>)...});
   template <size_t B, size_t N, size_t Room>
   struct InPlace {
-    Phases<step::Scratch<typename step::Info<S>::Block, B, N, Room>...> w;
+    Phases<step::Scratch<typename step::Info<S>::Block, B, N, in_place_room<B, N, Room>>...> w;
+  };
+  template <size_t B, size_t N, size_t T>
+  struct Tiles {
+    static constexpr bool row_tiles = true;
+    // ⌈B·N / T⌉ tiles whose rows differ by one at most (the first `more` take least + 1): no short
+    // last tile, which would take a product of fewer than 8 rows (kernels/matmul.hpp: another
+    // path, other bits) where the whole pass does not
+    static constexpr size_t rows = B * N, count = (rows + T - 1) / T, least = rows / count, more = rows % count;
+    template <size_t R>
+    struct Tile {
+      Input<1, R> x;
+      Infer<1, R> pass;
+    };
+    Phases<Tile<more == 0 ? least : least + 1>, Tile<least>> tile;
+  };
+  template <size_t B, size_t N, size_t Room>
+  static consteval auto whole_or_tiles() {
+    if constexpr (!row_local || tile_rows(B * N) >= B * N) {
+      return std::type_identity<Infer<B, N>>{};
+    } else {
+      constexpr size_t least = tile_rows(B * N), room = std::max(Room, sizeof(Tiles<B, N, least>));
+      if constexpr (sizeof(Infer<B, N>) <= room)
+        return std::type_identity<Infer<B, N>>{};
+      else
+        return std::type_identity<Tiles<B, N, largest_fitting<TilesOf<B, N>::template W, room, least, B * N>()>>{};
+    }
+  }
+  template <size_t B, size_t N>
+  struct TilesOf {
+    template <size_t T>
+    using W = Tiles<B, N, T>;
   };
   template <size_t B, size_t N, size_t Room = 0>
-  using Scratch = std::conditional_t<in_place, InPlace<B, N, Room>, Infer<B, N>>;
+  using Scratch = std::conditional_t<in_place, InPlace<B, N, Room>, typename decltype(whole_or_tiles<B, N, Room>())::type>;
   template <size_t B, size_t N, size_t Room, class Pool = Serial>
   void forward_in_place(Input<B, N>& h, InPlace<B, N, Room>& w, const Mask<B, N>& mask, Pool&& pool = Pool{}) const {
     [&]<size_t... I>(std::index_sequence<I...>) {
       static_assert((std::is_same_v<InputAt<B, N, I>, Input<B, N>> && ...), "Sequential: an in-place chain's steps must all take its input's shape");
-      (step::run(this->template get<I>(), h, h, w.w.template start<step::Scratch<BlockAt<I>, B, N, Room>>(), mask, pool), ...);
+      (step::run(this->template get<I>(), h, h, w.w.template start<step::Scratch<BlockAt<I>, B, N, in_place_room<B, N, Room>>>(), mask, pool), ...);
     }(std::make_index_sequence<steps>{});
   }
   template <size_t B, size_t N, class Pool = Serial>
   void run(const Input<B, N>& x, Output<B, N>& y, Infer<B, N>& w, const Mask<B, N>& mask, Pool&& pool = Pool{}) const {
     const auto& out = w.forward(*this, x, mask, pool);
     std::copy(out.begin(), out.end(), y.begin());
+  }
+  template <size_t B, size_t N, size_t T, class Pool = Serial>
+  void run(const Input<B, N>& x, Output<B, N>& y, Tiles<B, N, T>& w, const Mask<B, N>&, Pool&& pool = Pool{}) const {
+    constexpr size_t out_row = dims<Output<B, N>>.back();
+    for_tiles(x, w, pool, [&](size_t r0, const auto& out) { std::copy(out.begin(), out.end(), y.data() + r0 * out_row); });
+  }
+  // f(r0, out) for each tile of rows r0 … r0 + R − 1 of x: out, their output [1, R, ·]. x's rows
+  // of a tile are copied before the tile runs, so f may write them (a residual's stream).
+  template <size_t B, size_t N, size_t T, class Pool, class F>
+  void for_tiles(const Input<B, N>& x, Tiles<B, N, T>& w, Pool& pool, F&& f) const {
+    using W = Tiles<B, N, T>;
+    constexpr size_t in_row = dims<Input<B, N>>.back();
+    size_t r0 = 0;
+    const auto tile = [&]<size_t R>() {
+      auto& t = w.tile.template start<typename W::template Tile<R>>();
+      std::copy_n(x.data() + r0 * in_row, R * in_row, t.x.data());
+      f(r0, t.pass.forward(*this, t.x, Mask<1, R>{}, pool));
+      r0 += R;
+    };
+    for (size_t i = 0; i < W::count; ++i) {
+      if constexpr (W::more > 0)
+        if (i < W::more) {
+          tile.template operator()<W::least + 1>();
+          continue;
+        }
+      tile.template operator()<W::least>();
+    }
   }
 };
 

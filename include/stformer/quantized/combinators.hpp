@@ -105,6 +105,7 @@ struct QGated {
   using Output = typename Base::template Output<B, N>;
   template <size_t B, size_t N, size_t Room = 0>
   using Scratch = typename Base::template Scratch<B, N, Room>;  // t: Gate(x)
+  static constexpr bool row_local = Base::row_local;
 
   template <size_t B, size_t N, size_t Room, class Pool = Serial>
   void run(const Input<B, N>& x, Output<B, N>& y, Scratch<B, N, Room>& w, const Mask<B, N>& mask, Pool&& pool = Pool{}) const {

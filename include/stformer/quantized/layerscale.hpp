@@ -62,6 +62,7 @@ struct QLayerScale {
   template <size_t B, size_t N>
   using Input = TensorOf<std::int16_t, B, N, D>;
   static constexpr bool in_place = true;
+  static constexpr bool row_local = true;  // step::row_local
   template <size_t B, size_t N, class Pool>
   void forward_in_place(Input<B, N>& h, Nothing, const Mask<B, N>&, Pool&&) const {
     apply<B * N>(h.data(), h.data());

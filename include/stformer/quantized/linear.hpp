@@ -207,6 +207,7 @@ struct QLinear {
   // The sums are exact, so every tile gives the same integers.
   using Float = Linear<In, Out>;
   static constexpr bool same_scale = false;
+  static constexpr bool row_local = true;  // step::row_local
   using Ranges = NoRanges;
   template <Init::Kind K, Bias Bi>
   void from_float(const Linear<In, Out, K, Bi>& f, const Ranges&, float s_in, float s_out) {
@@ -295,6 +296,7 @@ struct QFineLinear {
   // A step of a quantized Sequential (stformer/quantized/quantize.hpp), as QLinear's: quantize
   // gives a model's first and last linear layers this form.
   static constexpr bool same_scale = false;
+  static constexpr bool row_local = true;  // step::row_local
   using Ranges = NoRanges;
   template <Init::Kind K, Bias Bi>
   void from_float(const Linear<In, Out, K, Bi>& f, const Ranges&, float s_in, float s_out) {

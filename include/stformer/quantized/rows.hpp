@@ -35,6 +35,7 @@ struct NormRows : Norm {
   template <size_t B, size_t N>
   using Output = TensorOf<std::int8_t, B, N, dims<typename Norm::template Input<1, 1>>.back()>;
   static constexpr bool in_place = false;
+  static constexpr bool row_local = true;  // step::row_local
   template <size_t B, size_t N, class Pool>
   void run(const typename Norm::template Input<B, N>& x, Output<B, N>& y, Nothing, const Mask<B, N>&, Pool&&) const {
     this->template apply<B * N>(x.data(), y.data());
@@ -58,6 +59,7 @@ struct FeedForwardRows : FeedForward<D, F, Act, precision::int8, Nm> {
   template <size_t B, size_t N>
   using Output = TensorOf<std::int16_t, B, N, D>;
   static constexpr bool in_place = false, adds_from_stream = false;
+  static constexpr bool row_local = true;  // step::row_local
   template <size_t B, size_t N, size_t T, class Pool>
   void run(const Input<B, N>& x, Output<B, N>& y, typename FeedForwardRows::template Tile<T>& w, const Mask<B, N>&, Pool&&) const {
     this->template apply_tiled<B * N, T>(x.data(), y.data(), w);
