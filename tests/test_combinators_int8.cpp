@@ -174,3 +174,42 @@ TEST_CASE_TEMPLATE("quantize: EncoderBlock declared gives the hand-written block
   MESSAGE("int8 plans: declared " << sizeof(InferOf<Quantized<Declared>, B, N>) << " B, by hand " << sizeof(InferOf<Quantized<Hand>, B, N>) << " B");
   CHECK(sizeof(InferOf<Quantized<Declared>, B, N>) <= sizeof(InferOf<Quantized<Hand>, B, N>));
 }
+
+// A block derived from a chain that declares causal = true, as a step of a quantized model: its
+// chain's integer form, causal in calibration and in every pass, so the integers of the same
+// block calibrated and run with the causal mask, whatever mask the pass is given.
+namespace {
+struct CausalEncoder : EncoderBlock<16, 2, 32> {
+  static constexpr bool causal = true;
+};
+}  // namespace
+TEST_CASE("quantize: a block derived from a chain that declares causal, in integers") {
+  constexpr size_t D = 16, B = 2, N = 8;
+  using Causal = Sequential<Named<"proj", Linear<4, D>>, Named<"block", CausalEncoder>, Named<"head", Linear<D, 3>>>;
+  using Open = Sequential<Named<"proj", Linear<4, D>>, Named<"block", EncoderBlock<16, 2, 32>>, Named<"head", Linear<D, 3>>>;
+  static_assert(!declares_causal<Causal> && declares_causal<Int8Of<CausalEncoder>::type>);
+  auto causal = test::make<Causal>();
+  auto open = test::make<Open>();
+  Rng rng(97);
+  init_params(*causal, rng);
+  test::randomize(*causal, rng);
+  test::copy_by_name(*causal, *open);
+  const auto keys = test::lengths_mask<B, N>({N, N - 3});
+  const Mask<B, N> causal_mask{.causal = true, .keys = &keys};
+  Calibration<Causal, B, N> cc(*causal);
+  Calibration<Open, B, N> co(*open);
+  Tensor<B, N, 4> x;
+  for (int i = 0; i < 6; ++i) test::fill(x, rng), cc.observe(x, &keys), co.observe(x, causal_mask);
+  const auto qc = cc.quantize();
+  const auto qo = co.quantize();
+  CHECK(test::param_names(*qc) == test::param_names(*qo));
+  auto ci = test::make<InferOf<Quantized<Causal>, B, N>>();
+  auto oi = test::make<InferOf<Quantized<Open>, B, N>>();
+  auto unmasked = test::make<InferOf<Quantized<Open>, B, N>>();
+  for (int i = 0; i < 3; ++i) {
+    test::fill(x, rng);
+    const auto& y = ci->forward(*qc, x, &keys);
+    CHECK(test::same_bits(y, oi->forward(*qo, x, causal_mask)));
+    CHECK_FALSE(test::same_bits(y, unmasked->forward(*qo, x, &keys)));
+  }
+}

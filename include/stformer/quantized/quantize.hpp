@@ -78,6 +78,22 @@ template <class... S>
 Sequential<S...> chain_of(const Sequential<S...>*);
 template <class Model>
 using ChainOf = decltype(chain_of(static_cast<const Model*>(nullptr)));
+// A block derived from a chain (a chain that declares causal = true, used as a step).
+template <class Block>
+concept derived_chain = requires { chain_of(static_cast<const Block*>(nullptr)); } && !std::is_same_v<Block, ChainOf<Block>>;
+
+}  // namespace quant
+
+// Its integer form: its chain's, declaring causal as it does.
+template <class Block>
+  requires quant::derived_chain<Block>
+struct Int8Of<Block> {
+  struct type : Int8Of<quant::ChainOf<Block>>::type {
+    static constexpr bool causal = declares_causal<Block>;
+  };
+};
+
+namespace quant {
 
 // A step's integer form: Int8Of, but a small linear layer at the model's edge (Edge: its first
 // or last step; at most 4,096 weights) takes QFineLinear, two int8 weight tensors: about 15 bits
@@ -184,6 +200,9 @@ template <class... P>
 inline constexpr bool any_integer_part = (is_integer_step<typename step::Info<P>::Block> || ...);
 template <class... S>
 inline constexpr bool is_integer_step<Sequential<S...>> = any_integer_part<S...>;
+template <class Step>
+  requires derived_chain<Step>
+inline constexpr bool is_integer_step<Step> = is_integer_step<ChainOf<Step>>;
 template <class Body>
 inline constexpr bool is_integer_step<Residual<Body>> = any_integer_part<Body>;
 template <class... Br>
@@ -216,6 +235,9 @@ template <class... S>
 struct Observed<Sequential<S...>> {
   step::Members<Observed<typename step::Info<S>::Block>...> steps;
 };
+template <class F>
+  requires derived_chain<F>
+struct Observed<F> : Observed<ChainOf<F>> {};
 template <class Body>
 struct Observed<Residual<Body>> {
   Observed<typename step::Info<Body>::Block> body;
@@ -314,6 +336,12 @@ const auto& observe(const Sequential<S...>& f, A& acts, const X& x, const Mask<B
                     size_t target = Streams::none) {
   return observe_chain(f, acts, x, mask, o, s, target);
 }
+// A block derived from a chain: its chain's, with the mask it declares.
+template <class F, class A, class X, size_t B, size_t N>
+  requires derived_chain<F>
+const auto& observe(const F& f, A& acts, const X& x, const Mask<B, N>& mask, Observed<F>& o, Streams& s, size_t target = Streams::none) {
+  return observe_chain(static_cast<const ChainOf<F>&>(f), acts, x, step::mask_for<F>(mask), static_cast<Observed<ChainOf<F>>&>(o), s, target);
+}
 // The combinators, as their records' forward computes (stformer/compose/combinators.hpp), each part
 // observed: Residual's body writes on the stream it reads, Parallel's branches on the output's.
 template <class Body, class A, class X, size_t B, size_t N>
@@ -371,6 +399,11 @@ void from_float(Q& q, const F& f, const Observed<F>& o, const Streams& s) {
     q.from_float(f, o.ranges, s.scale(o.in, int8_rows<typename Q::template Input<1, 1>>), s.scale(o.out, int8_rows<step::Output<Q, 1, 1>>));
   else
     q.from_float(f, o.ranges, s.scale(o.in), s.scale(o.out));
+}
+template <class Q, class F>
+  requires derived_chain<F>
+void from_float(Q& q, const F& f, const Observed<F>& o, const Streams& s) {
+  from_float(static_cast<typename Int8Of<ChainOf<F>>::type&>(q), static_cast<const ChainOf<F>&>(f), static_cast<const Observed<ChainOf<F>>&>(o), s);
 }
 template <class Q, class Blk, size_t Count>
 void from_float(Q& q, const Repeat<Blk, Count>& f, const Observed<Repeat<Blk, Count>>& o, const Streams& s) {
