@@ -940,8 +940,8 @@ struct Sequential : step::Parts<S...> {
   // steps (step::row_local), Tiles: T rows of x at a time copied into the tile's input and run
   // through the chain's Infer<1, T>, their output copied into y, so that no step's output over
   // all B·N rows (a feed-forward layer's hidden [B·N, F]) exists. T: the most rows the room
-  // holds, at least tile_rows(B·N); tiles only where they take less than Infer<B, N>. The same
-  // bits for any T.
+  // holds, at least tile_rows(B·N), then evened out over the tiles; tiles only where they take
+  // less than Infer<B, N>. The same bits for any T.
   static constexpr bool in_place = (step::in_place<typename step::Info<S>::Block>() && ...);
   static constexpr bool row_local = !in_place && (step::row_local<typename step::Info<S>::Block>() && ...);
   // In place, the steps' scratches lie over one another: each step may take the room of the
