@@ -82,18 +82,6 @@ using ChainOf = decltype(chain_of(static_cast<const Model*>(nullptr)));
 template <class Block>
 concept derived_chain = requires { chain_of(static_cast<const Block*>(nullptr)); } && !std::is_same_v<Block, ChainOf<Block>>;
 
-}  // namespace quant
-
-// Its integer form: its chain's, declaring causal as it does.
-template <class Block>
-  requires quant::derived_chain<Block>
-struct Int8Of<Block> {
-  struct type : Int8Of<quant::ChainOf<Block>>::type {
-    static constexpr bool causal = declares_causal<Block>;
-  };
-};
-
-namespace quant {
 
 // A step's integer form: Int8Of, but a small linear layer at the model's edge (Edge: its first
 // or last step; at most 4,096 weights) takes QFineLinear, two int8 weight tensors: about 15 bits
@@ -177,6 +165,13 @@ struct IntegerModel<Model, Chain> {
 };
 
 }  // namespace quant
+
+// The integer form of a block derived from a chain: its chain's, as a model's (IntegerModel).
+template <class Block>
+  requires quant::derived_chain<Block>
+struct Int8Of<Block> {
+  using type = typename quant::IntegerModel<Block, typename Int8Of<quant::ChainOf<Block>>::type>::type;
+};
 
 // The integer model of a composed float model.
 template <class Model>
