@@ -258,6 +258,83 @@ TEST_CASE_TEMPLATE("EncoderBlock declared: the hand-written block's names, plan,
   CHECK(sizeof(ReplayActsOf<Declared, B, N>) < sizeof(ActsOf<Declared, B, N>) / 2);
 }
 
+// SAB(X) = MAB(X, X) declared: the attention of the rows over themselves through nq and nkv
+// (Attend) in a residual, then the feed-forward part nff, fc, ReLU in a residual.
+template <size_t D, size_t H, template <size_t, auto...> class Norm>
+using DeclaredSAB = Sequential<Named<"mab", Sequential<Named<"", Residual<Attend<Named<"nq", Norm<D>>, Named<"nkv", Norm<D>>, Named<"attn", MultiHeadAttention<D, D, D, H>>>>>,
+                                                      Named<"", Residual<Sequential<Named<"nff", Norm<D>>, Named<"fc", Linear<D, D, Init::kaiming_normal>>, ReLU<D>>>>>>>;
+
+template <class A, class B>
+float max_rel_diff(const A& a, const B& b) {
+  float err = 0, scale = 0;
+  for (size_t i = 0; i < a.size(); ++i) err = std::max(err, std::abs(a.data()[i] - b.data()[i])), scale = std::max(scale, std::abs(a.data()[i]));
+  return err / std::max(scale, 1e-30f);
+}
+
+TEST_CASE_TEMPLATE("SAB declared with Attend: the hand-written block's names, plan and forward bits; its gradients", Tag, ScaleNorm<16>, Identity<16>) {
+  constexpr size_t D = 16, H = 4, B = 2, N = 20;
+  auto run = [&]<template <size_t> class Norm>() {
+    using Hand = Sequential<Named<"sab", SAB<D, H, Norm>>>;
+    using Declared = Sequential<Named<"sab", DeclaredSAB<D, H, Norm>>>;
+    CHECK(sizeof(InferOf<Declared, B, N>) == sizeof(InferOf<Hand, B, N>));
+    auto hand = make<Hand>();
+    auto declared = make<Declared>();
+    Rng rng(60);
+    init_params(*hand, rng);
+    test::randomize(*hand, rng);
+    auto names = test::param_names(*hand), declared_names = test::param_names(*declared);
+    REQUIRE(names == declared_names);
+    test::copy_by_name(*hand, *declared);
+    Tensor<B, N, D> x, dy;
+    fill(x, rng), fill(dy, rng);
+    const auto keys = test::lengths_mask<B, N>({N, N - 7});
+    for (const KeyMask<B, N>* km : {(const KeyMask<B, N>*)nullptr, &keys}) {
+      CAPTURE(km != nullptr);
+      auto hi = make<InferOf<Hand, B, N>>();
+      auto di = make<InferOf<Declared, B, N>>();
+      const auto& y = hi->forward(*hand, x, km);
+      CHECK(same_bits(y, di->forward(*declared, x, km)));
+      for (size_t b = 0; b < B; ++b) ref::check_close(y, b, ref::mab(ref::row(x, b), ref::row(x, b), hand->template get<0>().mab, H, test::mask_row(km, b)));
+      auto ha = make<ActsOf<Hand, B, N>>();
+      auto da = make<ActsOf<Declared, B, N>>();
+      CHECK(same_bits(y, ha->forward(*hand, x, km)));
+      CHECK(same_bits(y, da->forward(*declared, x, km)));
+      auto hg = make<Hand>();
+      auto dg = make<Declared>();
+      zero_grad(*hg), zero_grad(*dg);
+      const Tensor<B, N, D> dx = ha->backward(*hand, *hg, dy);
+      // dx = (dh + nqᵀ dq) + nkvᵀ dkv by hand, dh + (nqᵀ dq + nkvᵀ dkv) declared: other roundings
+      CHECK(max_rel_diff(dx, da->backward(*declared, *dg, dy)) < 1e-6f);
+      const auto want = test::params_by_name(*hg), got = test::params_by_name(*dg);
+      for (const auto& [name, g] : want) {
+        CAPTURE(name);
+        float err = 0, scale = 0;
+        for (size_t i = 0; i < g.size(); ++i) err = std::max(err, std::abs(g[i] - got.at(name)[i])), scale = std::max(scale, std::abs(g[i]));
+        CHECK(err <= 1e-6f * std::max(scale, 1e-30f));
+      }
+      // replayed: each residual's record in turn, the same gradients as the kept record's
+      auto dr = make<ReplayActsOf<Declared, B, N>>();
+      CHECK(same_bits(y, dr->forward(*declared, x, km)));
+      auto rg = make<Declared>();
+      zero_grad(*rg);
+      auto da2 = make<ActsOf<Declared, B, N>>();
+      da2->forward(*declared, x, km);
+      auto dg2 = make<Declared>();
+      zero_grad(*dg2);
+      const Tensor<B, N, D> ddx = da2->backward(*declared, *dg2, dy);
+      CHECK(same_bits(ddx, dr->backward(*declared, *rg, dy)));
+      CHECK(test::params_by_name(*rg) == test::params_by_name(*dg2));
+    }
+    MESSAGE("SAB<" << D << ", " << H << "> B " << B << " N " << N << ": plans declared " << sizeof(InferOf<Declared, B, N>) << " B, by hand "
+                   << sizeof(InferOf<Hand, B, N>) << " B; records declared " << sizeof(ActsOf<Declared, B, N>) << " B, by hand "
+                   << sizeof(ActsOf<Hand, B, N>) << " B; replayed declared " << sizeof(ReplayActsOf<Declared, B, N>) << " B");
+  };
+  if constexpr (std::is_same_v<Tag, ScaleNorm<16>>)
+    run.template operator()<ScaleNorm>();
+  else
+    run.template operator()<Identity>();
+}
+
 // A block whose type declares causal = true runs with the causal mask wherever it stands: as a
 // step of a chain, in the forward-only pass (its residual fused or whole) and in the record, the
 // pass given no mask the same bits as the pass given the causal one, and not the unmasked bits.

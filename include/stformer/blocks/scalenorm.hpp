@@ -91,9 +91,21 @@ struct Identity {
     if (x != y) std::copy_n(x, Rows * D, y);
   }
 
+  // A step of a Sequential (a declared block's un-normalised part): in place, nothing done.
+  template <size_t B, size_t N>
+  using Input = Tensor<B, N, D>;
+  static constexpr bool in_place = true;
+  static constexpr bool row_local = true;  // step::row_local
+  template <size_t B, size_t N, class Pool>
+  void forward_in_place(Tensor<B, N, D>&, Nothing, const Mask<B, N>&, Pool&&) const {}
+
   // Acts and Infer keep nothing: forward returns its input.
   template <size_t... L>
   struct Acts {
+    template <class X, size_t B, size_t N>
+    const X& forward(const Identity& p, const X& x, const Mask<B, N>&) {
+      return forward(p, x);
+    }
     template <class X>
     const X& forward(const Identity&, const X& x) {
       static_assert(shape_is<X, L..., D>, "Identity: input rows x must be [..., D] (the pass's sizes, the norm's width D)");

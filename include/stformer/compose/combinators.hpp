@@ -4,6 +4,11 @@
 //   Residual<Body>              y = x + Body(x)
 //   Parallel<Branches...>       y = Σᵢ Branchᵢ(x), every branch reading the same x
 //   Gated<Gate, Value>          y = Gate(x) ⊙ Value(x) (GLU, SwiGLU)
+//   Attend<Query, KeyValue, Attention>
+//                               y = Attention(Query(x), KeyValue(x)): an attention (a block of two
+//                               inputs, MultiHeadAttention) of x's rows over themselves, each input
+//                               through a row-local part of its own (the Set Transformer's SAB:
+//                               MAB(X, X), its norms nq and nkv)
 //
 // A part is a block, or Named<"name", Block>, or a chain Sequential<...> of several. A
 // combinator adds no name level of its own: Residual's body is named as if it stood in the
@@ -30,6 +35,11 @@
 //     backward: dx = Σᵢ Branchᵢᵀ dy
 //   Gated: from x into y; its scratch Gate(x) and the parts' scratches, one at a time.
 //     backward: dg = dy ⊙ Value(x), dv = dy ⊙ Gate(x);  dx = Gateᵀ dg + Valueᵀ dv
+//   Attend: into a stream (run_add, reading x whole before it writes: a residual's body alone,
+//     x the stream itself) or into y zeroed; its scratch a [B, N, D]: KeyValue(x) until the keys
+//     and values are projected, then Query(x), the heads in place; and the attention's work. The
+//     pass's mask reaches the attention (causal, key padding).
+//     backward: dq, dkv = Attentionᵀ dy;  dx = Queryᵀ dq + KeyValueᵀ dkv
 #pragma once
 
 #include "../core/config.hpp"
@@ -387,6 +397,97 @@ struct Gated : Branches<Gate, Value> {
       p.template backward_part<0>(step::get<0>(records), ws.dg, grad, dx, ws.part);
       p.template backward_part<1>(step::get<1>(records), ws.dv, grad, ws.d, ws.part);
       kernels::add_to<step::count<Dx>>(ws.d.data(), dx.data());
+      return dx;
+    }
+  };
+};
+
+template <class Query, class KeyValue, class Attention>
+struct Attend : step::Parts<Query, KeyValue, Attention> {
+  using Base = step::Parts<Query, KeyValue, Attention>;
+  using Q = typename Base::template BlockAt<0>;
+  using KV = typename Base::template BlockAt<1>;
+  using A = typename Base::template BlockAt<2>;
+  const A& attention() const { return this->template get<2>(); }
+  A& attention() { return this->template get<2>(); }
+
+  template <size_t B, size_t N>
+  using Input = typename Q::template Input<B, N>;
+  template <size_t B, size_t N>
+  using Rows = step::Output<Q, B, N>;  // the queries' rows, and the keys' and values'
+  template <size_t B, size_t N>
+  using Output = std::remove_cvref_t<decltype(std::declval<typename A::template Infer<B, N, N>&>().out)>;
+  static constexpr bool in_place = false, adds_from_stream = true;
+
+  // Rows over themselves never fold (blocks/attention.hpp: folds needs H·Dkv < D): the keys and
+  // values are projected, and a holds the rows of each input in turn.
+  template <size_t B, size_t N, size_t Room = 0>
+  struct Scratch {
+    static_assert(std::is_same_v<typename KV::template Input<B, N>, Input<B, N>> && std::is_same_v<step::Output<KV, B, N>, Rows<B, N>>,
+                  "Attend<Query, KeyValue, Attention>: the query and key/value parts must take the same input and give the same rows");
+    static_assert(std::is_empty_v<step::Scratch<Q, B, N, 0>> && std::is_empty_v<step::Scratch<KV, B, N, 0>>,
+                  "Attend<Query, KeyValue, Attention>: the query and key/value parts are steps without scratch (norms, Identity)");
+    static_assert(!A::template folds<N, N>, "Attend: an attention of rows over themselves does not fold");
+    static constexpr size_t T = tile_rows(B * N);
+    Rows<B, N> a;
+    typename A::template Work<B, N, N, T> w;
+  };
+
+  // h ← h + Attention(Query(x), KeyValue(x)); x (which may be h) is read whole before h is written.
+  template <size_t B, size_t N, size_t Room, class Pool = Serial>
+  void run_add(const Input<B, N>& x, Output<B, N>& h, Scratch<B, N, Room>& w, const Mask<B, N>& mask, Pool&& pool = Pool{}) const {
+    constexpr size_t T = Scratch<B, N, Room>::T;
+    Nothing none;
+    step::run(this->template get<1>(), x, w.a, none, mask, pool);
+    attention().template prepare<B, N, N, T>(w.a.data(), w.w, pool);
+    step::run(this->template get<0>(), x, w.a, none, mask, pool);
+    attention().template forward_add<B, N, N, T>(w.a.data(), h.data(), w.w, mask, pool);
+  }
+  template <size_t B, size_t N, size_t Room, class Pool = Serial>
+  void run(const Input<B, N>& x, Output<B, N>& y, Scratch<B, N, Room>& w, const Mask<B, N>& mask, Pool&& pool = Pool{}) const {
+    std::fill(y.begin(), y.end(), typename Output<B, N>::value_type{});
+    run_add(x, y, w, mask, pool);
+  }
+
+  // Memory::replay: the attention's record that keeps less, whose forward writes its workspace:
+  // kept beside it (as SelfAttention's). dkv is written over the record's concat_h(o_h), which
+  // the attention's backward reads first (W_o's gradient) and never again.
+  template <size_t B, size_t N, Memory M = Memory::keep>
+  struct Acts {
+    static constexpr bool replay = M == Memory::replay;
+    using QRecord = typename step::ActsWith<Q, B, N, M>::type;
+    using KVRecord = typename step::ActsWith<KV, B, N, M>::type;
+    using Record = typename A::template Acts<B, N, N, M>;
+    using Dx = Input<B, N>;
+    QRecord q;
+    KVRecord kv;
+    Record attn;
+    [[no_unique_address]] std::conditional_t<replay, WorkspaceOf<Record>, Nothing> kept;
+    struct Workspace {
+      Rows<B, N> dq;
+      Dx d;  // the key/value part's input gradient
+      [[no_unique_address]] std::conditional_t<replay, Nothing, WorkspaceOf<Record>> attn;
+      Phases<WorkspaceOf<QRecord>, WorkspaceOf<KVRecord>> part;
+    };
+
+    template <class X>
+    const Output<B, N>& forward(const Attend& p, const X& x, const Mask<B, N>& mask = {}) {
+      const auto& xq = step::forward(q, p.template get<0>(), x, mask);
+      const auto& xkv = step::forward(kv, p.template get<1>(), x, mask);
+      if constexpr (replay)
+        return attn.forward(p.attention(), xq, xkv, mask, kept);
+      else
+        return attn.forward(p.attention(), xq, xkv, mask);
+    }
+    const Dx& backward(const Attend& p, Attend& grad, const Output<B, N>& dout, Dx& dx, Workspace& ws) {
+      Rows<B, N>& dkv = attn.heads;
+      if constexpr (replay)
+        attn.backward(p.attention(), grad.attention(), dout, {ws.dq, dkv}, kept);
+      else
+        attn.backward(p.attention(), grad.attention(), dout, {ws.dq, dkv}, ws.attn);
+      step::copy_to(backward_with(q, p.template get<0>(), grad.template get<0>(), ws.dq, dx, ws.part.template start<WorkspaceOf<QRecord>>()), dx);
+      const auto& d = backward_with(kv, p.template get<1>(), grad.template get<1>(), dkv, ws.d, ws.part.template start<WorkspaceOf<KVRecord>>());
+      kernels::add_to<step::count<Dx>>(d.data(), dx.data());
       return dx;
     }
   };
