@@ -11,6 +11,7 @@
 
 #include "reference.hpp"
 #include "util.hpp"
+#include "written_sab.hpp"
 #include "user_blocks.hpp"
 #include "written_encoder.hpp"
 
@@ -148,7 +149,7 @@ TEST_CASE_TEMPLATE("MAB, SAB, ISAB, PMA ::Infer with ScaleNorm and Identity norm
         auto xb = ref::row(x, b);
         auto kb = test::mask_row(km, b);
         ref::check_close(ym, b, ref::mab(ref::row(q, b), xb, *mab, H, kb));
-        ref::check_close(ys, b, ref::mab(xb, xb, sab->mab, H, kb));
+        ref::check_close(ys, b, ref::mab(xb, xb, written::mab_of(*sab), H, kb));
         ref::check_close(yi, b, ref::isab(xb, *isab, H, kb));
         ref::check_close(yp, b, ref::pma(xb, *pma, H, kb));
       }
@@ -258,12 +259,6 @@ TEST_CASE_TEMPLATE("EncoderBlock declared: the hand-written block's names, plan,
   CHECK(sizeof(ReplayActsOf<Declared, B, N>) < sizeof(ActsOf<Declared, B, N>) / 2);
 }
 
-// SAB(X) = MAB(X, X) declared: the attention of the rows over themselves through nq and nkv
-// (Attend) in a residual, then the feed-forward part nff, fc, ReLU in a residual.
-template <size_t D, size_t H, template <size_t, auto...> class Norm>
-using DeclaredSAB = Sequential<Named<"mab", Sequential<Named<"", Residual<Attend<Named<"nq", Norm<D>>, Named<"nkv", Norm<D>>, Named<"attn", MultiHeadAttention<D, D, D, H>>>>>,
-                                                      Named<"", Residual<Sequential<Named<"nff", Norm<D>>, Named<"fc", Linear<D, D, Init::kaiming_normal>>, ReLU<D>>>>>>>;
-
 template <class A, class B>
 float max_rel_diff(const A& a, const B& b) {
   float err = 0, scale = 0;
@@ -271,11 +266,11 @@ float max_rel_diff(const A& a, const B& b) {
   return err / std::max(scale, 1e-30f);
 }
 
-TEST_CASE_TEMPLATE("SAB declared with Attend: the hand-written block's names, plan and forward bits; its gradients", Tag, ScaleNorm<16>, Identity<16>) {
+TEST_CASE_TEMPLATE("SAB declared (Attend): the hand-written block's names, plan and forward bits; its gradients", Tag, ScaleNorm<16>, Identity<16>) {
   constexpr size_t D = 16, H = 4, B = 2, N = 20;
   auto run = [&]<template <size_t> class Norm>() {
-    using Hand = Sequential<Named<"sab", SAB<D, H, Norm>>>;
-    using Declared = Sequential<Named<"sab", DeclaredSAB<D, H, Norm>>>;
+    using Hand = Sequential<Named<"sab", written::SAB<D, H, Norm>>>;
+    using Declared = Sequential<Named<"sab", SAB<D, H, Norm>>>;
     CHECK(sizeof(InferOf<Declared, B, N>) == sizeof(InferOf<Hand, B, N>));
     auto hand = make<Hand>();
     auto declared = make<Declared>();

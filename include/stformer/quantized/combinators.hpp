@@ -6,6 +6,12 @@
 //   Parallel<Br...>    y = sat(Σᵢ Branchᵢ(x)): every branch writes at y's scale
 //   QGated<Gate, Value>  y_q = clamp(apply(g_q·v_q, M), int16),  M = s_g·s_v / s_y
 //                      (g and v on streams of their own; their int16 product exact in int32)
+//   QAttend<Query, KeyValue, Attention>
+//                      h_q = sat(h_q + MHA(Nq(x_q), Nkv(x_q))): the parts' rows int16 at
+//                      s_r = b/32767, b the bound of their entries (ScaleNorm: |g|, an entry of
+//                      g·x/‖x‖ is at most |g|), the attention on int16 rows (QMultiHeadAttention),
+//                      its output at the stream's scale. Why int16 rows: a set model regresses a
+//                      point, and every int8 rounding of them moves it (docs/quantized.md).
 // sat: the int16 sum saturated. Which stream each part writes at, and its scale, calibration
 // decides (stformer/quantized/quantize.hpp: quant::observe walks the combinators as their forward
 // does). QGated's tensors, at the combinator's place: gate_scale, value_scale, out_scale F32 [1]
@@ -19,6 +25,7 @@
 #include <utility>
 
 #include "../compose/combinators.hpp"
+#include "attention.hpp"
 #include "linear.hpp"
 #include "rows.hpp"
 
@@ -118,6 +125,65 @@ struct QGated {
 template <class Gate, class Value>
 struct Int8Of<Gated<Gate, Value>> {
   using type = QGated<typename step::Int8Part<Gate>::type, typename step::Int8Part<Value>::type>;
+};
+
+template <class Query, class KeyValue, class Attention>
+struct QAttend : step::Parts<typename step::Renamed<Query, typename IntegerForm<typename step::Info<Query>::Block, 16>::type>::type,
+                             typename step::Renamed<KeyValue, typename IntegerForm<typename step::Info<KeyValue>::Block, 16>::type>::type,
+                             typename step::Renamed<Attention, typename IntegerForm<typename step::Info<Attention>::Block, 16>::type>::type> {
+  using Float = Attend<Query, KeyValue, Attention>;
+  using A = typename IntegerForm<typename Float::A, 16>::type;
+  template <size_t B, size_t N>
+  using Input = TensorOf<std::int16_t, B, N, dims<typename Float::template Input<1, 1>>.back()>;
+  template <size_t B, size_t N>
+  using Rows = TensorOf<std::int16_t, B, N, dims<typename Float::template Rows<1, 1>>.back()>;
+  template <size_t B, size_t N>
+  using Output = TensorOf<std::int16_t, B, N, dims<typename Float::template Output<1, 1>>.back()>;
+  static constexpr bool in_place = false, adds_from_stream = true, same_scale = false;
+
+  template <size_t B, size_t N, size_t Room = 0>
+  struct Scratch {
+    static constexpr size_t T = precision::int8::tile_rows(B * N, B * N);
+    Rows<B, N> a;  // Nkv(x) until the keys and values are projected, then Nq(x), the heads in place
+    typename A::template Work<B, N, N, T> w;
+  };
+  template <size_t B, size_t N, size_t Room, class Pool = Serial>
+  void run_add(const Input<B, N>& x, Output<B, N>& h, Scratch<B, N, Room>& w, const Mask<B, N>& mask, Pool&& pool = Pool{}) const {
+    constexpr size_t T = Scratch<B, N, Room>::T;
+    this->template get<1>().template apply<B * N>(x.data(), w.a.data());
+    this->template get<2>().template prepare<B, N, N, T>(w.a.data(), w.w, pool);
+    this->template get<0>().template apply<B * N>(x.data(), w.a.data());
+    this->template get<2>().template forward_add<B, N, N, T>(w.a.data(), h.data(), w.w, mask, pool);
+  }
+  template <size_t B, size_t N, size_t Room, class Pool = Serial>
+  void run(const Input<B, N>& x, Output<B, N>& y, Scratch<B, N, Room>& w, const Mask<B, N>& mask, Pool&& pool = Pool{}) const {
+    std::fill(y.begin(), y.end(), std::int16_t(0));
+    run_add(x, y, w, mask, pool);
+  }
+
+  struct Ranges {
+    typename A::Ranges attn;
+    template <class Acts, class X, class Y>
+    void observe(const Float& f, const Acts& acts, const X&, const Y&) {
+      attn.observe(f.attention(), acts.attn);
+    }
+  };
+  template <class Part>
+  static float rows_scale(const Part& f) {
+    static_assert(requires { quant::row_bound(f); },
+                  "Attend in integers: its query and key/value parts must bound their rows (ScaleNorm: |g|), the int16 rows' scale");
+    return quant::scale_for(quant::row_bound(f), 32767);
+  }
+  void from_float(const Float& f, const Ranges& r, float, float s_out) {
+    auto &q = this->template get<0>(), &kv = this->template get<1>();
+    q = std::remove_cvref_t<decltype(q)>::quantize(f.template get<0>(), rows_scale(f.template get<0>()));
+    kv = std::remove_cvref_t<decltype(kv)>::quantize(f.template get<1>(), rows_scale(f.template get<1>()));
+    this->template get<2>() = A::quantize(f.attention(), r.attn, q.out_scale(0), kv.out_scale(0), s_out);
+  }
+};
+template <class Query, class KeyValue, class Attention>
+struct Int8Of<Attend<Query, KeyValue, Attention>> {
+  using type = QAttend<Query, KeyValue, Attention>;
 };
 
 }  // namespace stformer

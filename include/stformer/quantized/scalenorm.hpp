@@ -11,6 +11,7 @@
 #include "../core/config.hpp"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <limits>
 
@@ -83,6 +84,15 @@ struct QScaleNorm {
     }
   }
 };
+
+// The bound of ScaleNorm's entries: |g| (g·x/‖x‖ has no entry larger), the scale of its rows
+// where a block writes them as int16 (QAttend).
+namespace quant {
+template <size_t D>
+float row_bound(const ScaleNorm<D>& f) {
+  return std::abs(f.g(0));
+}
+}  // namespace quant
 
 template <size_t D>
 struct Int8Of<ScaleNorm<D>> {
