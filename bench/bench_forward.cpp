@@ -34,6 +34,7 @@
 
 #include "flops.hpp"
 #include "written_encoder.hpp"
+#include "written_sab.hpp"
 
 using namespace stformer;
 
@@ -177,11 +178,11 @@ void BM_EncoderBlockThreads(benchmark::State& state) {
   run<Block, InferOf<Block, B, N>, B, N, D>(state, encoder_flops(B, N, D, 4 * D), pool);
 }
 
-// Its integer form, in place on the int16 stream: the block quantized from 4 batches of
-// calibration (Calibration), the stream the input at the quantized model's input scale.
-template <size_t B, size_t N, size_t D, size_t H, template <size_t, size_t, size_t, class> class Blk = EncoderBlock>
-void BM_EncoderBlockInferInt8(benchmark::State& state) {
-  using M = Sequential<Named<"", Blk<D, H, 4 * D, SpecForm>>>;
+// A block's integer form as a step, in place on the int16 stream: the block quantized from 4
+// batches of calibration (Calibration), the stream the input at the quantized model's input scale.
+template <class Block, size_t B, size_t N, size_t D>
+void run_int8(benchmark::State& state, double flops) {
+  using M = Sequential<Named<"", Block>>;
   auto p = std::make_unique<M>();
   auto x = std::make_unique<Tensor<B, N, D>>();
   Rng rng(1);
@@ -195,8 +196,29 @@ void BM_EncoderBlockInferInt8(benchmark::State& state) {
   const auto& block = q->template get<1>();  // after the input's QuantizeInput
   auto h0 = std::make_unique<TensorOf<std::int16_t, B, N, D>>();
   quant::quantize_input(x->data(), x->size(), q->template get<0>().scale(0), h0->data());
-  run_in_place<std::remove_cvref_t<decltype(block)>, TensorOf<std::int16_t, B, N, D>, B, N>(state, block, *h0, encoder_flops(B, N, D, 4 * D));
+  run_in_place<std::remove_cvref_t<decltype(block)>, TensorOf<std::int16_t, B, N, D>, B, N>(state, block, *h0, flops);
   state.SetLabel(kernels::qv::name());
+}
+template <size_t B, size_t N, size_t D, size_t H, template <size_t, size_t, size_t, class> class Blk = EncoderBlock>
+void BM_EncoderBlockInferInt8(benchmark::State& state) {
+  run_int8<Blk<D, H, 4 * D, SpecForm>, B, N, D>(state, encoder_flops(B, N, D, 4 * D));
+}
+
+// SAB (a declaration), or written::SAB (tests/written_sab.hpp), the block written by hand that
+// the declaration replaced: float and int8, as steps in the same room.
+template <size_t B, size_t N, size_t D, size_t H, template <size_t, size_t, template <size_t, auto...> class> class Blk = SAB>
+void BM_SABInfer(benchmark::State& state) {
+  using Block = Blk<D, H, ScaleNorm>;
+  auto p = std::make_unique<Block>();
+  auto x = std::make_unique<Tensor<B, N, D>>();
+  Rng rng(1);
+  init_params(*p, rng);
+  for (auto& v : *x) v = rng.normal();
+  run_in_place<Block, Tensor<B, N, D>, B, N>(state, *p, *x, sab_flops(B, N, D));
+}
+template <size_t B, size_t N, size_t D, size_t H, template <size_t, size_t, template <size_t, auto...> class> class Blk = SAB>
+void BM_SABInferInt8(benchmark::State& state) {
+  run_int8<Blk<D, H, ScaleNorm>, B, N, D>(state, sab_flops(B, N, D));
 }
 
 }  // namespace
@@ -223,6 +245,10 @@ BENCHMARK(BM_EncoderBlockInfer<1, 128, 128, 8, SpecForm, written::EncoderBlock>)
 BENCHMARK(BM_EncoderBlockInferInt8<1, 128, 128, 8, written::EncoderBlock>);
 BENCHMARK(BM_EncoderBlockInfer<1, 128, 128, 8, PostNorm<>, written::EncoderBlock>);
 BENCHMARK(BM_EncoderBlockInfer<1, 128, 128, 8, PostNorm<act::GELU>>);
+BENCHMARK(BM_SABInfer<1, 50, 64, 4>);
+BENCHMARK(BM_SABInfer<1, 50, 64, 4, written::SAB>);
+BENCHMARK(BM_SABInferInt8<1, 50, 64, 4>);
+BENCHMARK(BM_SABInferInt8<1, 50, 64, 4, written::SAB>);
 BENCHMARK(BM_MultiHeadAttention<1, 16, 64, 4>);
 BENCHMARK(BM_MultiHeadAttention<1, 64, 64, 4>);
 BENCHMARK(BM_MultiHeadAttention<1, 128, 128, 8>);

@@ -19,6 +19,7 @@
 
 constexpr double mha_flops(double B, double N, double D) { return B * (8 * N * D * D + 4 * N * N * D); }
 constexpr double encoder_flops(double B, double N, double D, double F) { return mha_flops(B, N, D) + B * 4 * N * D * F; }
+constexpr double sab_flops(double B, double N, double D) { return mha_flops(B, N, D) + B * 2 * N * D * D; }
 constexpr double mab_flops(double B, double Nq, double Nk, double D) {
   return B * (6 * Nq * D * D + 4 * Nk * D * D + 4 * Nq * Nk * D);
 }

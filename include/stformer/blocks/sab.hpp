@@ -5,7 +5,8 @@
 // as  Residual<Attend<nq, nkv, attn>> then Residual<Sequential<nff, fc, ReLU>>, under "mab"; its
 // plan, records, backward, int8 form (QAttend: int16 rows) and names are the combinators'.
 // Norm = ScaleNorm (default) or Identity (the paper's un-normalised block, no g entries; no
-// integer form). A set has no order: run it without the causal flag, which it would read.
+// integer form). A set has no order: the attention reads the pass's key mask, never its causal
+// flag (Attend<…, Ordered = false>).
 // Parameters: mab.nq.g, mab.nkv.g, mab.attn.wq, …, mab.attn.wo, mab.nff.g, mab.fc.weight [D, D]
 // (Kaiming-normal), mab.fc.bias.
 #pragma once
@@ -22,7 +23,7 @@
 namespace stformer::inline STFORMER_ABI {
 
 template <size_t D, size_t H, template <size_t, auto...> class Norm = ScaleNorm>
-using SAB = Sequential<Named<"mab", Sequential<Named<"", Residual<Attend<Named<"nq", Norm<D>>, Named<"nkv", Norm<D>>, Named<"attn", MultiHeadAttention<D, D, D, H>>>>>,
+using SAB = Sequential<Named<"mab", Sequential<Named<"", Residual<Attend<Named<"nq", Norm<D>>, Named<"nkv", Norm<D>>, Named<"attn", MultiHeadAttention<D, D, D, H>>, false>>>,
                                               Named<"", Residual<Sequential<Named<"nff", Norm<D>>, Named<"fc", Linear<D, D, Init::kaiming_normal>>, ReLU<D>>>>>>>;
 
 }  // namespace stformer

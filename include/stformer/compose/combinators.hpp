@@ -4,11 +4,12 @@
 //   Residual<Body>              y = x + Body(x)
 //   Parallel<Branches...>       y = Σᵢ Branchᵢ(x), every branch reading the same x
 //   Gated<Gate, Value>          y = Gate(x) ⊙ Value(x) (GLU, SwiGLU)
-//   Attend<Query, KeyValue, Attention>
+//   Attend<Query, KeyValue, Attention, Ordered>
 //                               y = Attention(Query(x), KeyValue(x)): an attention (a block of two
 //                               inputs, MultiHeadAttention) of x's rows over themselves, each input
 //                               through a row-local part of its own (the Set Transformer's SAB:
-//                               MAB(X, X), its norms nq and nkv)
+//                               MAB(X, X), its norms nq and nkv); Ordered = false: rows of a set,
+//                               the pass's causal flag not read (declares_unordered)
 //
 // A part is a block, or Named<"name", Block>, or a chain Sequential<...> of several. A
 // combinator adds no name level of its own: Residual's body is named as if it stood in the
@@ -38,7 +39,7 @@
 //   Attend: into a stream (run_add, reading x whole before it writes: a residual's body alone,
 //     x the stream itself) or into y zeroed; its scratch a [B, N, D]: KeyValue(x) until the keys
 //     and values are projected, then Query(x), the heads in place; and the attention's work. The
-//     pass's mask reaches the attention (causal, key padding).
+//     pass's mask reaches the attention (causal unless Ordered = false, key padding).
 //     backward: dq, dkv = Attentionᵀ dy;  dx = Queryᵀ dq + KeyValueᵀ dkv
 #pragma once
 
@@ -402,9 +403,10 @@ struct Gated : Branches<Gate, Value> {
   };
 };
 
-template <class Query, class KeyValue, class Attention>
+template <class Query, class KeyValue, class Attention, bool Ordered = true>
 struct Attend : step::Parts<Query, KeyValue, Attention> {
   using Base = step::Parts<Query, KeyValue, Attention>;
+  static constexpr bool ordered = Ordered;
   using Q = typename Base::template BlockAt<0>;
   using KV = typename Base::template BlockAt<1>;
   using A = typename Base::template BlockAt<2>;

@@ -231,10 +231,12 @@ void copy_to(const X& x, Y& y) {
 }
 
 // The mask a block runs with: the pass's, made causal whatever the pass says when the block's
-// type declares causal = true (stformer/core/tensor.hpp: declares_causal), at every depth.
+// type declares causal = true (stformer/core/tensor.hpp: declares_causal), its keys alone when
+// it declares ordered = false (declares_unordered: a set block), at every depth.
 template <class Block, size_t B, size_t N>
 constexpr Mask<B, N> mask_for(Mask<B, N> mask) {
   if constexpr (declares_causal<Block>) mask.causal = true;
+  if constexpr (declares_unordered<Block>) mask.causal = false;
   return mask;
 }
 

@@ -129,6 +129,10 @@ struct Mask {
 // (stformer/codegen/c_api_source.hpp) and its integer model (Quantized, stformer/quantized/quantize.hpp) keep.
 template <class Model>
 inline constexpr bool declares_causal = requires { requires Model::causal; };
+// Whether a block declares that its rows have no order (a set's: static constexpr bool ordered =
+// false), so that it never reads the causal flag of the pass it runs in.
+template <class Block>
+inline constexpr bool declares_unordered = requires { requires !Block::ordered; };
 
 // Mask from valid lengths: keys[b][j] = j < length[b].
 template <size_t B, size_t Nk>

@@ -6,7 +6,7 @@
 //   Parallel<Br...>    y = sat(Σᵢ Branchᵢ(x)): every branch writes at y's scale
 //   QGated<Gate, Value>  y_q = clamp(apply(g_q·v_q, M), int16),  M = s_g·s_v / s_y
 //                      (g and v on streams of their own; their int16 product exact in int32)
-//   QAttend<Query, KeyValue, Attention>
+//   QAttend<Query, KeyValue, Attention, Ordered>
 //                      h_q = sat(h_q + MHA(Nq(x_q), Nkv(x_q))): the parts' rows int16 at
 //                      s_r = b/32767, b the bound of their entries (ScaleNorm: |g|, an entry of
 //                      g·x/‖x‖ is at most |g|), the attention on int16 rows (QMultiHeadAttention),
@@ -127,12 +127,13 @@ struct Int8Of<Gated<Gate, Value>> {
   using type = QGated<typename step::Int8Part<Gate>::type, typename step::Int8Part<Value>::type>;
 };
 
-template <class Query, class KeyValue, class Attention>
+template <class Query, class KeyValue, class Attention, bool Ordered>
 struct QAttend : step::Parts<typename step::Renamed<Query, typename IntegerForm<typename step::Info<Query>::Block, 16>::type>::type,
                              typename step::Renamed<KeyValue, typename IntegerForm<typename step::Info<KeyValue>::Block, 16>::type>::type,
                              typename step::Renamed<Attention, typename IntegerForm<typename step::Info<Attention>::Block, 16>::type>::type> {
-  using Float = Attend<Query, KeyValue, Attention>;
+  using Float = Attend<Query, KeyValue, Attention, Ordered>;
   using A = typename IntegerForm<typename Float::A, 16>::type;
+  static constexpr bool ordered = Ordered;
   template <size_t B, size_t N>
   using Input = TensorOf<std::int16_t, B, N, dims<typename Float::template Input<1, 1>>.back()>;
   template <size_t B, size_t N>
@@ -181,9 +182,9 @@ struct QAttend : step::Parts<typename step::Renamed<Query, typename IntegerForm<
     this->template get<2>() = A::quantize(f.attention(), r.attn, q.out_scale(0), kv.out_scale(0), s_out);
   }
 };
-template <class Query, class KeyValue, class Attention>
-struct Int8Of<Attend<Query, KeyValue, Attention>> {
-  using type = QAttend<Query, KeyValue, Attention>;
+template <class Query, class KeyValue, class Attention, bool Ordered>
+struct Int8Of<Attend<Query, KeyValue, Attention, Ordered>> {
+  using type = QAttend<Query, KeyValue, Attention, Ordered>;
 };
 
 }  // namespace stformer
