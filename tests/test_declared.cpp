@@ -11,6 +11,7 @@
 #include <cmath>
 #include <cstring>
 #include <memory>
+#include <utility>
 
 #include <stformer/quantized/quantize.hpp>
 #include <stformer/stformer.hpp>
@@ -58,6 +59,21 @@ struct SideBySide {
   }
 };
 
+// A hand-written model with random parameters and the declared one with the same parameters,
+// under the same names (in any order).
+template <class Hand, class Declared>
+std::pair<std::unique_ptr<Hand>, std::unique_ptr<Declared>> same_parameters(Rng& rng) {
+  auto hand = make<Hand>();
+  auto declared = make<Declared>();
+  init_params(*hand, rng);
+  test::randomize(*hand, rng);
+  auto names = test::param_names(*hand), declared_names = test::param_names(*declared);
+  std::sort(names.begin(), names.end()), std::sort(declared_names.begin(), declared_names.end());
+  REQUIRE(names == declared_names);
+  test::copy_by_name(*hand, *declared);
+  return {std::move(hand), std::move(declared)};
+}
+
 // max|a − b| / max|a|
 template <class A, class B>
 float max_rel_diff(const A& a, const B& b) {
@@ -80,15 +96,8 @@ TEST_CASE_TEMPLATE("EncoderBlock declared: the hand-written block's names, plan,
   CHECK(sizeof(InferOf<Declared, B, N>) == sizeof(InferOf<Hand, B, N>));
   CHECK(sizeof(InferOf<Declared, 1, N>) == sizeof(InferOf<Hand, 1, N>));
   CHECK(sizeof(typename EncoderBlock<D, H, F, Fm>::template Record<B, N>) <= sizeof(ActsOf<written::EncoderBlock<D, H, F, Fm>, B, N>));
-  auto hand = make<Hand>();
-  auto declared = make<Declared>();
   Rng rng(59);
-  init_params(*hand, rng);
-  test::randomize(*hand, rng);
-  auto names = test::param_names(*hand), declared_names = test::param_names(*declared);
-  std::sort(names.begin(), names.end()), std::sort(declared_names.begin(), declared_names.end());
-  REQUIRE(names == declared_names);
-  test::copy_by_name(*hand, *declared);
+  const auto [hand, declared] = same_parameters<Hand, Declared>(rng);
   Tensor<B, N, D> x, dy;
   fill(x, rng), fill(dy, rng);
   const auto keys = test::lengths_mask<B, N>({N, N - 5});
@@ -114,14 +123,9 @@ TEST_CASE_TEMPLATE("SAB declared (Attend): the hand-written block's names, plan 
     using Hand = Sequential<Named<"sab", written::SAB<D, H, Norm>>>;
     using Declared = Sequential<Named<"sab", SAB<D, H, Norm>>>;
     CHECK(sizeof(InferOf<Declared, B, N>) == sizeof(InferOf<Hand, B, N>));
-    auto hand = make<Hand>();
-    auto declared = make<Declared>();
     Rng rng(60);
-    init_params(*hand, rng);
-    test::randomize(*hand, rng);
-    auto names = test::param_names(*hand), declared_names = test::param_names(*declared);
-    REQUIRE(names == declared_names);
-    test::copy_by_name(*hand, *declared);
+    const auto [hand, declared] = same_parameters<Hand, Declared>(rng);
+    CHECK(test::param_names(*hand) == test::param_names(*declared));  // in the same order too
     Tensor<B, N, D> x, dy;
     fill(x, rng), fill(dy, rng);
     const auto keys = test::lengths_mask<B, N>({N, N - 7});
@@ -140,9 +144,7 @@ TEST_CASE_TEMPLATE("SAB declared (Attend): the hand-written block's names, plan 
       const auto want = test::params_by_name(*run.grad), got = test::params_by_name(*run.declared_grad);
       for (const auto& [name, g] : want) {
         CAPTURE(name);
-        float err = 0, scale = 0;
-        for (size_t i = 0; i < g.size(); ++i) err = std::max(err, std::abs(g[i] - got.at(name)[i])), scale = std::max(scale, std::abs(g[i]));
-        CHECK(err <= 1e-6f * std::max(scale, 1e-30f));
+        CHECK(max_rel_diff(g, got.at(name)) <= 1e-6f);
       }
     }
     MESSAGE("SAB<" << D << ", " << H << "> B " << B << " N " << N << ": plans declared " << sizeof(InferOf<Declared, B, N>) << " B, by hand "
@@ -174,12 +176,8 @@ TEST_CASE_TEMPLATE("quantize: EncoderBlock declared gives the hand-written block
   constexpr size_t D = 32, H = 4, F = 64, B = 2, N = 16;
   using Hand = Sequential<Named<"proj", Linear<6, D>>, Named<"blocks", Repeat<typename Blocks::template Hand<D, H, F>, 2>>, Named<"head", Linear<D, 3>>>;
   using Declared = Sequential<Named<"proj", Linear<6, D>>, Named<"blocks", Repeat<typename Blocks::template Declared<D, H, F>, 2>>, Named<"head", Linear<D, 3>>>;
-  auto hand = test::make<Hand>();
-  auto declared = test::make<Declared>();
   Rng rng(83);
-  init_params(*hand, rng);
-  test::randomize(*hand, rng);
-  test::copy_by_name(*hand, *declared);
+  const auto [hand, declared] = same_parameters<Hand, Declared>(rng);
   const auto keys = test::lengths_mask<B, N>({N, N - 5});
   for (const bool causal : {false, true}) {
     CAPTURE(causal);
@@ -218,12 +216,8 @@ TEST_CASE("quantize: SAB declared (QAttend's int16 rows, then nff, fc, ReLU as i
   constexpr size_t B = 4, N = 12, D = 16;
   using M = Sequential<Named<"proj", Linear<2, D>>, Named<"sab", SAB<D, 2>>, Named<"head", Linear<D, 3>>>;
   using Hand = Sequential<Named<"proj", Linear<2, D>>, Named<"sab", written::SAB<D, 2>>, Named<"head", Linear<D, 3>>>;
-  auto p = test::make<M>();
-  auto h = test::make<Hand>();
   Rng rng(76);
-  init_params(*p, rng);
-  test::randomize(*p, rng);
-  test::copy_by_name(*p, *h);
+  const auto [h, p] = same_parameters<Hand, M>(rng);
   const auto keys = test::lengths_mask<B, N>({12, 9, 5, 2});
   Calibration<M, B, N> cal(*p);
   Calibration<Hand, B, N> hcal(*h);

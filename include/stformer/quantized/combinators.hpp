@@ -46,9 +46,11 @@ template <size_t Index, class B, class Q>
 struct Renamed<Indexed<Index, B>, Q> {
   using type = Indexed<Index, Q>;
 };
-// A part in integers, under the same name.
+// A part in integers, under the same name; with int16 rows (IntegerForm<Block, 16>: QAttend's parts).
 template <class S>
 struct Int8Part : Renamed<S, typename Int8Of<typename Info<S>::Block>::type> {};
+template <class S>
+struct Int16Part : Renamed<S, typename IntegerForm<typename Info<S>::Block, 16>::type> {};
 }  // namespace step
 
 // A chain: each step's integer form, a norm and a reader of its rows paired (quantized/rows.hpp).
@@ -128,11 +130,9 @@ struct Int8Of<Gated<Gate, Value>> {
 };
 
 template <class Query, class KeyValue, class Attention, bool Ordered>
-struct QAttend : step::Parts<typename step::Renamed<Query, typename IntegerForm<typename step::Info<Query>::Block, 16>::type>::type,
-                             typename step::Renamed<KeyValue, typename IntegerForm<typename step::Info<KeyValue>::Block, 16>::type>::type,
-                             typename step::Renamed<Attention, typename IntegerForm<typename step::Info<Attention>::Block, 16>::type>::type> {
+struct QAttend : step::Parts<typename step::Int16Part<Query>::type, typename step::Int16Part<KeyValue>::type, typename step::Int16Part<Attention>::type> {
   using Float = Attend<Query, KeyValue, Attention, Ordered>;
-  using A = typename IntegerForm<typename Float::A, 16>::type;
+  using A = typename QAttend::template BlockAt<2>;
   static constexpr bool ordered = Ordered;
   template <size_t B, size_t N>
   using Input = TensorOf<std::int16_t, B, N, dims<typename Float::template Input<1, 1>>.back()>;
