@@ -34,7 +34,7 @@
 
 #include "flops.hpp"
 #include "written_encoder.hpp"
-#include "written_sab.hpp"
+#include "written_set.hpp"
 
 using namespace stformer;
 
@@ -204,7 +204,7 @@ void BM_EncoderBlockInferInt8(benchmark::State& state) {
   run_int8<Blk<D, H, 4 * D, SpecForm>, B, N, D>(state, encoder_flops(B, N, D, 4 * D));
 }
 
-// SAB (a declaration), or written::SAB (tests/written_sab.hpp), the block written by hand that
+// SAB (a declaration), or written::SAB (tests/written_set.hpp), the block written by hand that
 // the declaration replaced: float and int8, as steps in the same room.
 template <size_t B, size_t N, size_t D, size_t H, template <size_t, size_t, template <size_t, auto...> class> class Blk = SAB>
 void BM_SABInfer(benchmark::State& state) {

@@ -245,8 +245,8 @@ struct Run {
       lane.written = lane.window;
       zero_grad(lane.grad.template get<"blocks">());
       zero_grad(lane.grad.template get<"pool">());
-      lane.acts.template forward_to<3>(*model, lane.window);
-      std::copy_n(lane.acts.template at<"pool">().mab.out.data(), Chunk * D, pooled.data() + l * Chunk * D);
+      const auto& rows = lane.acts.template forward_to<3>(*model, lane.window);
+      std::copy_n(rows.data(), Chunk * D, pooled.data() + l * Chunk * D);
     });
     pool.run(HeadParts, [&](size_t part) { head_forward(part); });
     pool.run(Lanes, [&](size_t l) {
@@ -304,9 +304,9 @@ struct Run {
           (*head_panels)[part].pack(w, D);
           panels = &(*head_panels)[part];
         }
-        for (Lane& lane : *lanes)
-          kernels::matmul_nt<Chunk, R, D, false, Chunk>(lane.acts.template at<"pool">().mab.out.data(), D, w, D, lane.acts.template at<"head">().out.data() + v, V, 1.0f,
-                                                        model->template get<"head">().bias.data() + v, panels);
+        for (size_t l = 0; l < Lanes; ++l)
+          kernels::matmul_nt<Chunk, R, D, false, Chunk>(pooled.data() + l * Chunk * D, D, w, D, (*lanes)[l].acts.template at<"head">().out.data() + v, V,
+                                                        1.0f, model->template get<"head">().bias.data() + v, panels);
       });
     });
   }

@@ -131,7 +131,7 @@ TEST_CASE("check_finite names the step, the tensor and the element") {
   CHECK_NOTHROW(check_finite(3, 0.5, grad_norm(*g), *g));
   CHECK_FALSE(first_nonfinite(*g));
   CHECK_THROWS_WITH_AS(check_finite(3, double(INFINITY), 0.0f, *g), "step 3: the loss is not finite (inf)", NonFiniteError);
-  g->get<"isab">().mab1.attn.wk.weight.data()[37] = NAN;
+  test::param_data(*g, "isab.mab1.attn.wk.weight")[37] = NAN;
   g->get<"head">().bias.data()[1] = INFINITY;  // later in visit order: the first one is named
   const NonFinite bad = first_nonfinite(*g);
   CHECK(bad.name == "isab.mab1.attn.wk.weight");

@@ -1,8 +1,9 @@
 // The declared blocks held to the blocks they replace, written by hand part by part
-// (tests/written_encoder.hpp, tests/written_sab.hpp): EncoderBlock in each form and SAB have the
-// hand-written blocks' names, plans and bits forward (records and replay: no larger; gradients
-// the same bits, or within 1e-6 where the declaration sums in another order), and in integers
-// the same integers (EncoderBlock pre-norm) or an error within 1.05× the hand-written block's.
+// (tests/written_encoder.hpp, tests/written_set.hpp): EncoderBlock in each form, SAB, PMA and
+// ISAB have the hand-written blocks' names, plans (no larger) and bits forward; records no
+// larger (ISAB's within 15 %); gradients the same bits, or within 1e-6 where the declaration
+// sums in another order; and in integers the same integers (EncoderBlock pre-norm) or an error
+// within 1.05× the hand-written block's.
 // Built with the configured backend alone: what the declarations compute on every backend the
 // other tests check against the references.
 #include <doctest/doctest.h>
@@ -11,7 +12,9 @@
 #include <cmath>
 #include <cstring>
 #include <memory>
+#include <string>
 #include <utility>
+#include <vector>
 
 #include <stformer/quantized/quantize.hpp>
 #include <stformer/stformer.hpp>
@@ -20,7 +23,7 @@
 #include "reference.hpp"
 #include "util.hpp"
 #include "written_encoder.hpp"
-#include "written_sab.hpp"
+#include "written_set.hpp"
 
 using namespace stformer;
 using test::fill;
@@ -33,13 +36,14 @@ namespace {
 // forward only (Infer) and recorded (Acts, kept; the declared one replayed too), and each one's
 // backward of dy: the hand-written one's (dx, grad), the declared one's kept and replayed
 // (the same bits as each other: replay runs the same forward again).
-template <class Hand, class Declared, size_t B, size_t N, size_t D>
+template <class Hand, class Declared, size_t B, size_t N, size_t D, size_t Nout = N>
 struct SideBySide {
-  Tensor<B, N, D> y, dx, declared_dx;
+  Tensor<B, Nout, D> y;
+  Tensor<B, N, D> dx, declared_dx;
   std::unique_ptr<Hand> grad = make<Hand>();
   std::unique_ptr<Declared> declared_grad = make<Declared>();
 
-  SideBySide(const Hand& hand, const Declared& declared, const Tensor<B, N, D>& x, const Mask<B, N>& mask, const Tensor<B, N, D>& dy) {
+  SideBySide(const Hand& hand, const Declared& declared, const Tensor<B, N, D>& x, const Mask<B, N>& mask, const Tensor<B, Nout, D>& dy) {
     auto hi = make<InferOf<Hand, B, N>>();
     auto di = make<InferOf<Declared, B, N>>();
     y = hi->forward(hand, x, mask);
@@ -157,6 +161,82 @@ TEST_CASE_TEMPLATE("SAB declared (Attend): the hand-written block's names, plan 
     run.template operator()<Identity>();
 }
 
+TEST_CASE_TEMPLATE("PMA declared (SeedAttend): the hand-written block's names, plan, forward bits and gradients", Tag, ScaleNorm<16>, Identity<16>) {
+  constexpr size_t D = 16, H = 4, B = 2, N = 20;
+  auto run = [&]<template <size_t> class Norm, size_t K>() {
+    CAPTURE(K);
+    using Hand = Sequential<Named<"pool", written::PMA<D, H, K, Norm>>>;
+    using Declared = Sequential<Named<"pool", PMA<D, H, K, Norm>>>;
+    static_assert(MultiHeadAttention<D, D, D, H>::folds<K, N> == (K == 1));  // 8 seeds do not fold
+    CHECK(sizeof(InferOf<Declared, B, N>) <= sizeof(InferOf<Hand, B, N>));
+    Rng rng(61);
+    const auto [hand, declared] = same_parameters<Hand, Declared>(rng);
+    Tensor<B, N, D> x;
+    Tensor<B, K, D> dy;
+    fill(x, rng), fill(dy, rng);
+    const auto keys = test::lengths_mask<B, N>({N, N - 7});
+    for (const KeyMask<B, N>* km : {(const KeyMask<B, N>*)nullptr, &keys}) {
+      CAPTURE(km != nullptr);
+      const SideBySide<Hand, Declared, B, N, D, K> run(*hand, *declared, x, Mask<B, N>{.keys = km}, dy);
+      for (size_t b = 0; b < B; ++b) ref::check_close(run.y, b, ref::pma(ref::row(x, b), hand->template get<0>(), H, test::mask_row(km, b)));
+      // a set has no order: the causal flag of the pass is not read
+      auto dc = make<InferOf<Declared, B, N>>();
+      CHECK(same_bits(run.y, dc->forward(*declared, x, Mask<B, N>{.causal = true, .keys = km})));
+      CHECK(same_bits(run.dx, run.declared_dx));
+      CHECK(test::params_by_name(*run.grad) == test::params_by_name(*run.declared_grad));
+    }
+    MESSAGE("PMA<" << D << ", " << H << ", " << K << "> B " << B << " N " << N << ": plans declared " << sizeof(InferOf<Declared, B, N>)
+                   << " B, by hand " << sizeof(InferOf<Hand, B, N>) << " B; records declared " << sizeof(ActsOf<Declared, B, N>) << " B, by hand "
+                   << sizeof(ActsOf<Hand, B, N>) << " B; replayed declared " << sizeof(ReplayActsOf<Declared, B, N>) << " B");
+    CHECK(sizeof(ActsOf<Declared, B, N>) <= sizeof(ActsOf<Hand, B, N>));
+  };
+  if constexpr (std::is_same_v<Tag, ScaleNorm<16>>)
+    run.template operator()<ScaleNorm, 1>(), run.template operator()<ScaleNorm, 8>();
+  else
+    run.template operator()<Identity, 1>(), run.template operator()<Identity, 8>();
+}
+
+TEST_CASE_TEMPLATE("ISAB declared (Attend over SeedAttend): the hand-written block's names, plan, forward bits; its gradients", Tag, ScaleNorm<16>,
+                   Identity<16>) {
+  constexpr size_t D = 16, H = 4, B = 2, N = 20;
+  auto run = [&]<template <size_t> class Norm, size_t M>() {
+    CAPTURE(M);
+    using Hand = Sequential<Named<"isab", written::ISAB<D, H, M, Norm>>>;
+    using Declared = Sequential<Named<"isab", ISAB<D, H, M, Norm>>>;
+    CHECK(sizeof(InferOf<Declared, B, N>) <= sizeof(InferOf<Hand, B, N>));
+    Rng rng(62);
+    const auto [hand, declared] = same_parameters<Hand, Declared>(rng);
+    Tensor<B, N, D> x, dy;
+    fill(x, rng), fill(dy, rng);
+    const auto keys = test::lengths_mask<B, N>({N, N - 7});
+    for (const KeyMask<B, N>* km : {(const KeyMask<B, N>*)nullptr, &keys}) {
+      CAPTURE(km != nullptr);
+      const SideBySide<Hand, Declared, B, N, D> run(*hand, *declared, x, Mask<B, N>{.keys = km}, dy);
+      for (size_t b = 0; b < B; ++b) ref::check_close(run.y, b, ref::isab(ref::row(x, b), hand->template get<0>(), H, test::mask_row(km, b)));
+      auto dc = make<InferOf<Declared, B, N>>();
+      CHECK(same_bits(run.y, dc->forward(*declared, x, Mask<B, N>{.causal = true, .keys = km})));
+      // dx = (dh + nq2ᵀ dq2) + MAB1ᵀ dHm by hand, dh + (nq2ᵀ dq2 + MAB1ᵀ dHm) declared
+      CHECK(max_rel_diff(run.dx, run.declared_dx) < 1e-6f);
+      const auto want = test::params_by_name(*run.grad), got = test::params_by_name(*run.declared_grad);
+      for (const auto& [name, g] : want) {
+        CAPTURE(name);
+        CHECK(max_rel_diff(g, got.at(name)) <= 1e-6f);
+      }
+    }
+    MESSAGE("ISAB<" << D << ", " << H << ", " << M << "> B " << B << " N " << N << ": plans declared " << sizeof(InferOf<Declared, B, N>)
+                    << " B, by hand " << sizeof(InferOf<Hand, B, N>) << " B; records declared " << sizeof(ActsOf<Declared, B, N>) << " B, by hand "
+                    << sizeof(ActsOf<Hand, B, N>) << " B; replayed declared " << sizeof(ReplayActsOf<Declared, B, N>) << " B");
+    // larger by hand's sharing: the ReLU steps' records keep their outputs beside fc's (by hand
+    // fc's output is ReLU's), the chains keep the gradients between their steps
+    CHECK(sizeof(ActsOf<Declared, B, N>) <= sizeof(ActsOf<Hand, B, N>) * 115 / 100);
+    CHECK(sizeof(ReplayActsOf<Declared, B, N>) <= sizeof(ActsOf<Hand, B, N>));
+  };
+  if constexpr (std::is_same_v<Tag, ScaleNorm<16>>)
+    run.template operator()<ScaleNorm, 4>(), run.template operator()<ScaleNorm, 20>();
+  else
+    run.template operator()<Identity, 4>(), run.template operator()<Identity, 20>();
+}
+
 // EncoderBlock, a declaration, quantizes to the integers of the block written by hand
 // (tests/written_encoder.hpp): a norm followed by the attention or the feed-forward layer passes
 // it int8 rows at the reader's input scale, as the hand-written block does, so the same float
@@ -212,31 +292,67 @@ TEST_CASE_TEMPLATE("quantize: EncoderBlock declared gives the hand-written block
   CHECK(sizeof(InferOf<Quantized<Declared>, B, N>) <= sizeof(InferOf<Quantized<Hand>, B, N>));
 }
 
+namespace {
+// A hand-written model and the declared one between linear layers, with the same parameters,
+// each calibrated on the same 8 key-padded batches of sets [4, 12, 2] and quantized: their rms
+// distances from their float models on the same inputs, and the declared integer model's names.
+template <class Hand, class M>
+struct Int8SideBySide {
+  static constexpr size_t B = 4, N = 12;
+  double gap, hand_gap;
+  std::vector<std::string> names;
+  explicit Int8SideBySide(std::uint64_t seed) {
+    Rng rng(seed);
+    const auto [h, p] = same_parameters<Hand, M>(rng);
+    const auto keys = test::lengths_mask<B, N>({12, 9, 5, 2});
+    Calibration<M, B, N> cal(*p);
+    Calibration<Hand, B, N> hcal(*h);
+    Tensor<B, N, 2> x;
+    for (int i = 0; i < 8; ++i) test::fill(x, rng), cal.observe(x, &keys), hcal.observe(x, &keys);
+    const auto q = cal.quantize();
+    const auto hq = hcal.quantize();
+    names = test::param_names(*q);
+    Rng r1(seed + 1), r2(seed + 1);
+    Tensor<B, N, 2> x1, x2;
+    gap = rms_gap(*p, *q, x1, Mask<B, N>{.keys = &keys}, r1), hand_gap = rms_gap(*h, *hq, x2, Mask<B, N>{.keys = &keys}, r2);
+  }
+  bool has(const char* name) const { return std::find(names.begin(), names.end(), name) != names.end(); }
+};
+}  // namespace
+
 TEST_CASE("quantize: SAB declared (QAttend's int16 rows, then nff, fc, ReLU as integer steps) within 1.05× the hand-written SAB's error, key-padded") {
-  constexpr size_t B = 4, N = 12, D = 16;
+  constexpr size_t N = 12, D = 16;
   using M = Sequential<Named<"proj", Linear<2, D>>, Named<"sab", SAB<D, 2>>, Named<"head", Linear<D, 3>>>;
   using Hand = Sequential<Named<"proj", Linear<2, D>>, Named<"sab", written::SAB<D, 2>>, Named<"head", Linear<D, 3>>>;
-  Rng rng(76);
-  const auto [h, p] = same_parameters<Hand, M>(rng);
-  const auto keys = test::lengths_mask<B, N>({12, 9, 5, 2});
-  Calibration<M, B, N> cal(*p);
-  Calibration<Hand, B, N> hcal(*h);
-  Tensor<B, N, 2> x;
-  for (int i = 0; i < 8; ++i) test::fill(x, rng), cal.observe(x, &keys), hcal.observe(x, &keys);
-  const auto q = cal.quantize();
-  const auto hq = hcal.quantize();
-  const auto names = test::param_names(*q);
+  const Int8SideBySide<Hand, M> run(76);
   for (const char* n : {"sab.mab.nq.out_scale", "sab.mab.nkv.requant.multiplier", "sab.mab.attn.wq.weight", "sab.mab.attn.values.multiplier", "sab.mab.nff.g", "sab.mab.fc.weight"})
-    CHECK_MESSAGE(std::find(names.begin(), names.end(), n) != names.end(), n);
-  Rng r1(77), r2(77);
-  Tensor<B, N, 2> x1, x2;
-  const double gap = rms_gap(*p, *q, x1, Mask<B, N>{.keys = &keys}, r1), hgap = rms_gap(*h, *hq, x2, Mask<B, N>{.keys = &keys}, r2);
+    CHECK_MESSAGE(run.has(n), n);
   using Q = Quantized<M>;
   using HQ = Quantized<Hand>;
-  MESSAGE("SAB<16, 2> between linear layers: int8 within " << 100 * gap << "% rms of the float model (by hand " << 100 * hgap << "%); plans: int8 "
+  MESSAGE("SAB<16, 2> between linear layers: int8 within " << 100 * run.gap << "% rms of the float model (by hand " << 100 * run.hand_gap << "%); plans: int8 "
                                                            << sizeof(InferOf<Q, 1, N>) << " B (by hand " << sizeof(InferOf<HQ, 1, N>) << " B), float "
                                                            << sizeof(InferOf<M, 1, N>) << " B");
-  CHECK(gap < 1.05 * hgap);
+  CHECK(run.gap < 1.05 * run.hand_gap);
   CHECK(sizeof(InferOf<Q, 1, N>) <= sizeof(InferOf<M, 1, N>));
 }
 
+// SPEC's set model's blocks between linear layers: ISAB (QAttend over the key/value chain of
+// QSeedAttend, MAB1's feed-forward and Nkv2) and PMA (QSeedAttend, then the feed-forward).
+TEST_CASE("quantize: ISAB and PMA declared (QAttend over QSeedAttend, QSeedAttend) within 1.05× the hand-written blocks' error, key-padded") {
+  constexpr size_t N = 12, D = 16;
+  using M = Sequential<Named<"proj", Linear<2, D>>, Named<"isab", ISAB<D, 2, 4>>, Named<"pool", PMA<D, 2, 1>>, Named<"head", Linear<D, 3>>>;
+  using Hand = Sequential<Named<"proj", Linear<2, D>>, Named<"isab", written::ISAB<D, 2, 4>>, Named<"pool", written::PMA<D, 2, 1>>, Named<"head", Linear<D, 3>>>;
+  const Int8SideBySide<Hand, M> run(78);
+  for (const char* n : {"isab.inducing", "isab.mab1.attn.wq.weight", "isab.mab1.fc.weight", "isab.mab2.nkv.out_scale", "isab.mab2.attn.values.multiplier",
+                        "pool.seeds", "pool.mab.nkv.requant.multiplier", "pool.mab.fc.weight"})
+    CHECK_MESSAGE(run.has(n), n);
+  using Q = Quantized<M>;
+  using HQ = Quantized<Hand>;
+  MESSAGE("ISAB<16, 2, 4> and PMA<16, 2, 1> between linear layers: int8 within " << 100 * run.gap << "% rms of the float model (by hand "
+                                                                                  << 100 * run.hand_gap << "%); plans: int8 " << sizeof(InferOf<Q, 1, N>)
+                                                                                  << " B (by hand " << sizeof(InferOf<HQ, 1, N>) << " B), float "
+                                                                                  << sizeof(InferOf<M, 1, N>) << " B (by hand " << sizeof(InferOf<Hand, 1, N>) << " B)");
+  CHECK(run.gap < 1.05 * run.hand_gap);
+  CHECK(sizeof(InferOf<Q, 1, N>) <= sizeof(InferOf<HQ, 1, N>));
+  CHECK(sizeof(InferOf<M, 1, N>) <= sizeof(InferOf<Hand, 1, N>));
+}

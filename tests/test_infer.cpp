@@ -11,7 +11,7 @@
 
 #include "reference.hpp"
 #include "util.hpp"
-#include "written_sab.hpp"
+#include "set_reference.hpp"
 #include "user_blocks.hpp"
 
 using namespace stformer;
@@ -256,7 +256,7 @@ TEST_CASE("memory plans: sizeof(Infer) is the documented plan, and the SPEC conf
     constexpr size_t D = 64, H = 4, M = 16;
     constexpr size_t mab1 = bytes<N, D> + bytes<D, N> + bytes<N, D> + tile(16 * D);  // queries I (16) against X (50)
     constexpr size_t mab2 = bytes<N, D> + bytes<D, M> + bytes<M, D> + tile(N * D);   // queries X against Hm (16): all 50 rows fit
-    static_assert(ISAB<D, H, M>::Work<1, N>::T2 == N);
+    static_assert(ISAB<D, H, M>::BlockAt<0>::Block::Scratch<1, N>::T == N);
     constexpr size_t pool = bytes<1, D> + bytes<N, D> + pointer_bytes + 2 * bytes<H, D> + bytes<H, N> + tile(D);
     using S = InferOf<SetTransformer<2, 64, 4, 16, 2>, 1, N>;
     CHECK(sizeof(S) == std::max({bytes<N, D> + bytes<M, D> + std::max(mab1, mab2), bytes<N, D> + bytes<1, D> + pool, bytes<1, D> + bytes<1, 2>}));

@@ -74,7 +74,7 @@ TEST_CASE("initialisation follows SPEC: Xavier, Kaiming, normal, zeros, sqrt(D)"
   CHECK(s2 == doctest::Approx(std::sqrt(2.0 / 256)).epsilon(0.02));  // Kaiming fan-in, gain √2
   auto [m3, s3] = mean_std(e->weight);
   CHECK(s3 == doctest::Approx(1.0).epsilon(0.02));
-  auto [m4, s4] = mean_std(i->inducing);
+  auto [m4, s4] = mean_std(test::params_by_name(*i).at("inducing"));
   CHECK(s4 == doctest::Approx(std::sqrt(2.0 / (256 + 64))).epsilon(0.03));
   CHECK(m->nq.g(0) == doctest::Approx(16.0));
   for (float b : m->attn.wo.bias) CHECK(b == 0.0f);

@@ -43,10 +43,32 @@ std::unique_ptr<Composed> same_model(const Written& w) {
   return c;
 }
 
+// The composed model with the hand-written one's parameters under the same names, copied by
+// name: where a declared block keeps them in another order (ISAB: MAB2's query norm first).
+template <class Composed, class Written>
+std::unique_ptr<Composed> same_parameters(const Written& w) {
+  auto c = make<Composed>();
+  auto names = test::param_names(*c), written_names = test::param_names(w);
+  std::sort(names.begin(), names.end()), std::sort(written_names.begin(), written_names.end());
+  CHECK(names == written_names);
+  test::copy_by_name(w, *c);
+  return c;
+}
+
+// max|a − b| / max|a| ≤ tol (tol 0: the same bits).
+template <class A, class B>
+bool close(const A& a, const B& b, float tol) {
+  if (tol == 0) return same_bits(a, b);
+  float err = 0, scale = 0;
+  for (size_t i = 0; i < a.size(); ++i) err = std::max(err, std::abs(a[i] - b[i])), scale = std::max(scale, std::abs(a[i]));
+  return err <= tol * scale;
+}
+
 // Forward-only outputs, training outputs, input gradients and parameter gradients of the
-// hand-written model w and its composition c, bit for bit (dL/dy random, 0 where y is −∞).
+// hand-written model w and its composition c, bit for bit (dL/dy random, 0 where y is −∞); the
+// gradients within tol of the largest entry where the composition sums in another order.
 template <class W, class C, size_t... Dims, class X, class... Mask>
-void check_same_passes(const W& w, const C& c, const X& x, Rng& rng, const Mask&... mask) {
+void check_same_passes(const W& w, const C& c, const X& x, Rng& rng, float tol, const Mask&... mask) {
   auto wi = make<InferOf<W, Dims...>>();
   auto ci = make<InferOf<C, Dims...>>();
   CHECK(same_bits(wi->forward(w, x, mask...), ci->forward(c, x, mask...)));
@@ -65,11 +87,14 @@ void check_same_passes(const W& w, const C& c, const X& x, Rng& rng, const Mask&
     wa->backward(w, *wg, *dy);
     ca->backward(c, *cg, *dy);
   } else {
-    CHECK(same_bits(wa->backward(w, *wg, *dy), ca->backward(c, *cg, *dy)));
+    const auto& wdx = wa->backward(w, *wg, *dy);
+    CHECK(close(wdx, ca->backward(c, *cg, *dy), tol));
   }
-  auto cg_as_w = make<W>();
-  std::memcpy(static_cast<void*>(cg_as_w.get()), cg.get(), sizeof(W));
-  CHECK(test::tensors_differing(*wg, *cg_as_w) == 0);
+  const auto want = test::params_by_name(*wg), got = test::params_by_name(*cg);
+  for (const auto& [name, g] : want) {
+    CAPTURE(name);
+    CHECK(close(g, got.at(name), tol));
+  }
 }
 
 // The largest sum of two neighbouring steps' own forward-only passes: the bound the derived
@@ -105,15 +130,19 @@ namespace {
 // A SPEC model of sets [B, N, 2] against its composition: the same passes bit for bit, with
 // and without padding, and a plan no larger than the hand-written one, the target and the
 // neighbours' bound.
-template <class W, class C, size_t B, size_t N>
-void check_set_model(Rng& rng, const KeyMask<B, N>& keys, size_t target, const char* what) {
+template <class W, class C, size_t B, size_t N, bool SameLayout>
+void check_set_model(Rng& rng, const KeyMask<B, N>& keys, size_t target, const char* what, float tol) {
   auto w = make<W>();
   test::randomize(*w, rng);
-  auto c = same_model<C>(*w);
+  std::unique_ptr<C> c;
+  if constexpr (SameLayout)
+    c = same_model<C>(*w);
+  else
+    c = same_parameters<C>(*w);
   Tensor<B, N, 2> x;
   fill(x, rng);
-  check_same_passes<W, C, B, N>(*w, *c, x, rng);
-  check_same_passes<W, C, B, N>(*w, *c, x, rng, &keys);
+  check_same_passes<W, C, B, N>(*w, *c, x, rng, tol);
+  check_same_passes<W, C, B, N>(*w, *c, x, rng, tol, &keys);
   MESSAGE(what << ", one set of 50: composed plan " << sizeof(InferOf<C, 1, N>) << " B, hand-written " << sizeof(InferOf<W, 1, N>) << " B");
   CHECK(sizeof(InferOf<C, 1, N>) <= sizeof(InferOf<W, 1, N>));
   CHECK(sizeof(InferOf<C, 1, N>) <= target);
@@ -121,11 +150,14 @@ void check_set_model(Rng& rng, const KeyMask<B, N>& keys, size_t target, const c
 }
 }  // namespace
 
-TEST_CASE("Sequential: SPEC's pointer and set models are the hand-written ones, bit for bit, in plans no larger") {
+// The set model's ISAB, a declaration, keeps MAB2's query norm before MAB1 and sums dx in another
+// order (tests/test_declared.cpp): its parameters copied by name, its gradients within 1e-6.
+TEST_CASE("Sequential: SPEC's pointer and set models are the hand-written ones, bit for bit (the set model's gradients within 1e-6), in plans no larger") {
   Rng rng(31);
-  check_set_model<written::PointerModel<2, 16, 1, 64, 2>, PointerModel<2, 16, 1, 64, 2>, 3, 50>(rng, test::lengths_mask<3, 50>({50, 17, 1}), 16000,
-                                                                                         "pointer model");
-  check_set_model<written::SetTransformer<2, 64, 4, 16, 2>, SetTransformer<2, 64, 4, 16, 2>, 2, 50>(rng, test::lengths_mask<2, 50>({50, 9}), 59680, "set model");
+  check_set_model<written::PointerModel<2, 16, 1, 64, 2>, PointerModel<2, 16, 1, 64, 2>, 3, 50, true>(rng, test::lengths_mask<3, 50>({50, 17, 1}), 16000,
+                                                                                               "pointer model", 0.0f);
+  check_set_model<written::SetTransformer<2, 64, 4, 16, 2>, SetTransformer<2, 64, 4, 16, 2>, 2, 50, false>(rng, test::lengths_mask<2, 50>({50, 9}), 59680,
+                                                                                                     "set model", 1e-6f);
 }
 
 TEST_CASE("Sequential: the language model is the hand-written one, bit for bit; SPEC's plan no larger") {

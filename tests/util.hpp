@@ -8,6 +8,8 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <string_view>
+#include <type_traits>
 #include <vector>
 
 #include <stformer/core/params.hpp>
@@ -54,6 +56,18 @@ std::map<std::string, std::vector<float>> params_by_name(const M& m) {
   std::map<std::string, std::vector<float>> p;
   stformer::for_each_param([&](const stformer::Path& at, stformer::Init, const auto& t) { p[std::string(at.name().view())].assign(t.begin(), t.end()); }, m);
   return p;
+}
+// The entries of m's float parameter of that name (nullptr: none).
+template <class M>
+float* param_data(M& m, std::string_view name) {
+  float* found = nullptr;
+  stformer::for_each_param(
+      [&](const stformer::Path& at, stformer::Init, auto& t) {
+        if constexpr (std::is_same_v<std::remove_cvref_t<decltype(*t.data())>, float>)
+          if (at.name().view() == name) found = t.data();
+      },
+      m);
+  return found;
 }
 // to's parameters ← from's of the same names (the same sets of names and sizes, in any order).
 template <class From, class To>

@@ -9,6 +9,7 @@
 #include <stformer/stformer.hpp>
 
 #include "written_encoder.hpp"
+#include "written_set.hpp"
 
 namespace written {
 using namespace stformer;

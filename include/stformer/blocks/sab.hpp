@@ -2,8 +2,9 @@
 // declared with the combinators (stformer/compose/): MAB's pre-norm form over the set itself,
 //   h   = X + MHA(Nq(X), Nkv(X))      (the pass's mask: key padding)
 //   out = h + ReLU(Nff(h) Wfcᵀ + bfc)
-// as  Residual<Attend<nq, nkv, attn>> then Residual<Sequential<nff, fc, ReLU>>, under "mab"; its
-// plan, records, backward, int8 form (QAttend: int16 rows) and names are the combinators'.
+// as  Residual<Attend<nq, nkv, attn>> then MabFeedForward (Residual<Sequential<nff, fc, ReLU>>),
+// under "mab"; its plan, records, backward, int8 form (QAttend: int16 rows) and names are the
+// combinators'.
 // Norm = ScaleNorm (default) or Identity (the paper's un-normalised block, no g entries; no
 // integer form). A set has no order: the attention reads the pass's key mask, never its causal
 // flag (Attend<…, Ordered = false>).
@@ -22,8 +23,12 @@
 
 namespace stformer::inline STFORMER_ABI {
 
+// MAB's second half, h + ReLU(Nff(h) Wfcᵀ + bfc): nff.g, fc.weight [D, D] (Kaiming-normal), fc.bias.
+template <size_t D, template <size_t, auto...> class Norm = ScaleNorm>
+using MabFeedForward = Residual<Sequential<Named<"nff", Norm<D>>, Named<"fc", Linear<D, D, Init::kaiming_normal>>, ReLU<D>>>;
+
 template <size_t D, size_t H, template <size_t, auto...> class Norm = ScaleNorm>
 using SAB = Sequential<Named<"mab", Sequential<Named<"", Residual<Attend<Named<"nq", Norm<D>>, Named<"nkv", Norm<D>>, Named<"attn", MultiHeadAttention<D, D, D, H>>, false>>>,
-                                              Named<"", Residual<Sequential<Named<"nff", Norm<D>>, Named<"fc", Linear<D, D, Init::kaiming_normal>>, ReLU<D>>>>>>>;
+                                              Named<"", MabFeedForward<D, Norm>>>>>;
 
 }  // namespace stformer

@@ -10,6 +10,9 @@
 //                               through a row-local part of its own (the Set Transformer's SAB:
 //                               MAB(X, X), its norms nq and nkv); Ordered = false: rows of a set,
 //                               the pass's causal flag not read (declares_unordered)
+//   SeedAttend<"seeds", K, Query, KeyValue, Attention>
+//                               y = S + Attention(Query(S), KeyValue(x)), S K learned rows (the
+//                               Set Transformer's PMA and ISAB's MAB1, their attention half)
 //
 // A part is a block, or Named<"name", Block>, or a chain Sequential<...> of several. A
 // combinator adds no name level of its own: Residual's body is named as if it stood in the
@@ -416,34 +419,74 @@ struct Attend : step::Parts<Query, KeyValue, Attention> {
   template <size_t B, size_t N>
   using Input = typename Q::template Input<B, N>;
   template <size_t B, size_t N>
-  using Rows = step::Output<Q, B, N>;  // the queries' rows, and the keys' and values'
+  using Rows = step::Output<Q, B, N>;  // the queries' rows
   template <size_t B, size_t N>
-  using Output = std::remove_cvref_t<decltype(std::declval<typename A::template Infer<B, N, N>&>().out)>;
+  using KVRows = step::Output<KV, B, N>;  // the keys' and values' rows, Nk of them
+  template <size_t B, size_t N>
+  static constexpr size_t Nk = dims<KVRows<B, N>>[1];
+  template <size_t B, size_t N>
+  using Output = std::remove_cvref_t<decltype(std::declval<typename A::template Infer<B, N, Nk<B, N>>&>().out)>;
   static constexpr bool in_place = false, adds_from_stream = true;
 
-  // Rows over themselves never fold (blocks/attention.hpp: folds needs H·Dkv < D): the keys and
-  // values are projected, and a holds the rows of each input in turn.
+  // The attention's mask: the pass's when KeyValue keeps x's rows (row-local: a norm), none over
+  // rows of its own (ISAB's MAB2 over the inducing points' MAB1(I, X)).
+  template <size_t B, size_t N>
+  static Mask<B, Nk<B, N>> keys(const Mask<B, N>& mask) {
+    if constexpr (step::row_local<KV>())
+      return mask;
+    else
+      return {};
+  }
+
+  // A KeyValue without scratch (a norm): a holds KeyValue(x) until the keys and values are
+  // projected (unless the attention folds: it reads them in kv, kept), then Query(x), the heads
+  // in place; w the attention's work. A KeyValue with scratch (ISAB's MAB1(I, X) then a norm):
+  // KeyValue(x) in kv, and over its scratch, a and the work, whose projections take as many
+  // rows per tile as that scratch leaves room for.
   template <size_t B, size_t N, size_t Room = 0>
   struct Scratch {
-    static_assert(std::is_same_v<typename KV::template Input<B, N>, Input<B, N>> && std::is_same_v<step::Output<KV, B, N>, Rows<B, N>>,
-                  "Attend<Query, KeyValue, Attention>: the query and key/value parts must take the same input and give the same rows");
-    static_assert(std::is_empty_v<step::Scratch<Q, B, N, 0>> && std::is_empty_v<step::Scratch<KV, B, N, 0>>,
-                  "Attend<Query, KeyValue, Attention>: the query and key/value parts are steps without scratch (norms, Identity)");
-    static_assert(!A::template folds<N, N>, "Attend: an attention of rows over themselves does not fold");
-    static constexpr size_t T = tile_rows(B * N);
-    Rows<B, N> a;
-    typename A::template Work<B, N, N, T> w;
+    static_assert(std::is_same_v<typename KV::template Input<B, N>, Input<B, N>>, "Attend<Query, KeyValue, Attention>: the query and key/value parts must take the same input");
+    static_assert(std::is_empty_v<step::Scratch<Q, B, N, 0>>, "Attend<Query, KeyValue, Attention>: the query part is a step without scratch (a norm, Identity)");
+    static constexpr size_t K = Nk<B, N>;
+    static constexpr bool folded = A::template folds<N, K>;
+    using KVScratch = step::Scratch<KV, B, N, 0>;
+    static constexpr bool own_kv = folded || !std::is_empty_v<KVScratch>;
+    template <size_t T>
+    struct Heads {
+      std::conditional_t<own_kv, Phases<Rows<B, N>>, Phases<Rows<B, N>, KVRows<B, N>>> a;
+      typename A::template Work<B, N, K, T> w;
+    };
+    // the room beside kv: what the caller leaves, or KeyValue's scratch
+    static constexpr size_t room = std::max(step::room_after(Room, sizeof(KVRows<B, N>)), sizeof(KVScratch));
+    static constexpr size_t T = std::is_empty_v<KVScratch> ? tile_rows(B * N) : largest_fitting<Heads, room, tile_rows(B * N), B * N>();
+    using Work = typename A::template Work<B, N, K, T>;
+    [[no_unique_address]] std::conditional_t<own_kv, KVRows<B, N>, Nothing> kv;
+    std::conditional_t<std::is_empty_v<KVScratch>, Phases<Heads<T>>, Phases<KVScratch, Heads<T>>> phase;
   };
 
   // h ← h + Attention(Query(x), KeyValue(x)); x (which may be h) is read whole before h is written.
   template <size_t B, size_t N, size_t Room, class Pool = Serial>
   void run_add(const Input<B, N>& x, Output<B, N>& h, Scratch<B, N, Room>& w, const Mask<B, N>& mask, Pool&& pool = Pool{}) const {
-    constexpr size_t T = Scratch<B, N, Room>::T;
+    using S = Scratch<B, N, Room>;
     Nothing none;
-    step::run(this->template get<1>(), x, w.a, none, mask, pool);
-    attention().template prepare<B, N, N, T>(w.a.data(), w.w, pool);
-    step::run(this->template get<0>(), x, w.a, none, mask, pool);
-    attention().template forward_add<B, N, N, T>(w.a.data(), h.data(), w.w, mask, pool);
+    KVRows<B, N>* kv;
+    if constexpr (std::is_empty_v<typename S::KVScratch>) {
+      auto& heads = w.phase.template start<typename S::template Heads<S::T>>();
+      if constexpr (S::own_kv)
+        kv = &w.kv;
+      else
+        kv = &heads.a.template start<KVRows<B, N>>();
+      step::run(this->template get<1>(), x, *kv, none, mask, pool);
+    } else {
+      kv = &w.kv;
+      step::run(this->template get<1>(), x, *kv, w.phase.template start<typename S::KVScratch>(), mask, pool);
+      w.phase.template start<typename S::template Heads<S::T>>();
+    }
+    auto& heads = w.phase.template current<typename S::template Heads<S::T>>();
+    attention().template prepare<B, N, S::K, S::T>(kv->data(), heads.w, pool);
+    auto& q = heads.a.template start<Rows<B, N>>();
+    step::run(this->template get<0>(), x, q, none, mask, pool);
+    attention().template forward_add<B, N, S::K, S::T>(q.data(), h.data(), heads.w, keys(mask), pool);
   }
   template <size_t B, size_t N, size_t Room, class Pool = Serial>
   void run(const Input<B, N>& x, Output<B, N>& y, Scratch<B, N, Room>& w, const Mask<B, N>& mask, Pool&& pool = Pool{}) const {
@@ -452,22 +495,28 @@ struct Attend : step::Parts<Query, KeyValue, Attention> {
   }
 
   // Memory::replay: the attention's record that keeps less, whose forward writes its workspace:
-  // kept beside it (as SelfAttention's). dkv is written over the record's concat_h(o_h), which
-  // the attention's backward reads first (W_o's gradient) and never again.
+  // kept beside it (as SelfAttention's; a folded attention keeps all). dkv is written over the
+  // record's concat_h(o_h), which the attention's backward reads first (W_o's gradient) and
+  // never again, when they are of one shape.
   template <size_t B, size_t N, Memory M = Memory::keep>
   struct Acts {
-    static constexpr bool replay = M == Memory::replay;
+    static constexpr size_t K = Nk<B, N>;
+    static constexpr bool replay = M == Memory::replay && !A::template folds<N, K>;
     using QRecord = typename step::ActsWith<Q, B, N, M>::type;
     using KVRecord = typename step::ActsWith<KV, B, N, M>::type;
-    using Record = typename A::template Acts<B, N, N, M>;
+    using Record = typename A::template Acts<B, N, K, M>;
     using Dx = Input<B, N>;
+    static constexpr bool dkv_over_heads = std::is_same_v<KVRows<B, N>, Rows<B, N>>;
     QRecord q;
     KVRecord kv;
     Record attn;
     [[no_unique_address]] std::conditional_t<replay, WorkspaceOf<Record>, Nothing> kept;
+    // d: the key/value part's input gradient, where dq was when they are of one type
+    static constexpr bool d_over_dq = std::is_same_v<Rows<B, N>, Dx>;
     struct Workspace {
       Rows<B, N> dq;
-      Dx d;  // the key/value part's input gradient
+      [[no_unique_address]] std::conditional_t<dkv_over_heads, Nothing, KVRows<B, N>> dkv;
+      [[no_unique_address]] std::conditional_t<d_over_dq, Nothing, Dx> d;
       [[no_unique_address]] std::conditional_t<replay, Nothing, WorkspaceOf<Record>> attn;
       Phases<WorkspaceOf<QRecord>, WorkspaceOf<KVRecord>> part;
     };
@@ -477,19 +526,153 @@ struct Attend : step::Parts<Query, KeyValue, Attention> {
       const auto& xq = step::forward(q, p.template get<0>(), x, mask);
       const auto& xkv = step::forward(kv, p.template get<1>(), x, mask);
       if constexpr (replay)
-        return attn.forward(p.attention(), xq, xkv, mask, kept);
+        return attn.forward(p.attention(), xq, xkv, keys(mask), kept);
       else
-        return attn.forward(p.attention(), xq, xkv, mask);
+        return attn.forward(p.attention(), xq, xkv, keys(mask));
     }
     const Dx& backward(const Attend& p, Attend& grad, const Output<B, N>& dout, Dx& dx, Workspace& ws) {
-      Rows<B, N>& dkv = attn.heads;
-      if constexpr (replay)
-        attn.backward(p.attention(), grad.attention(), dout, {ws.dq, dkv}, kept);
+      KVRows<B, N>* dkv;
+      if constexpr (dkv_over_heads)
+        dkv = &attn.heads;
       else
-        attn.backward(p.attention(), grad.attention(), dout, {ws.dq, dkv}, ws.attn);
+        dkv = &ws.dkv;
+      if constexpr (replay)
+        attn.backward(p.attention(), grad.attention(), dout, {ws.dq, *dkv}, kept);
+      else
+        attn.backward(p.attention(), grad.attention(), dout, {ws.dq, *dkv}, ws.attn);
       step::copy_to(backward_with(q, p.template get<0>(), grad.template get<0>(), ws.dq, dx, ws.part.template start<WorkspaceOf<QRecord>>()), dx);
-      const auto& d = backward_with(kv, p.template get<1>(), grad.template get<1>(), dkv, ws.d, ws.part.template start<WorkspaceOf<KVRecord>>());
+      Dx* into;
+      if constexpr (d_over_dq)
+        into = &ws.dq;
+      else
+        into = &ws.d;
+      const auto& d = backward_with(kv, p.template get<1>(), grad.template get<1>(), *dkv, *into, ws.part.template start<WorkspaceOf<KVRecord>>());
       kernels::add_to<step::count<Dx>>(d.data(), dx.data());
+      return dx;
+    }
+  };
+};
+
+// SeedAttend<"seeds", K, Query, KeyValue, Attention>: y = S + Attention(Query(S), KeyValue(x)),
+// x [B, N, D] -> y [B, K, D], S K learned rows [K, D] (Xavier-normal, a parameter named Name)
+// over every batch row: the Set Transformer's pooling by attention (PMA(X) = MAB(S, X) is this,
+// then its feed-forward residual; ISAB's MAB1(I, X) too). A set block: the attention reads the
+// pass's key mask over x, never its causal flag (ordered = false).
+//   forward only: y ← S; KeyValue(x) into a buffer, the keys and values projected (a few seeds
+//     fold: the attention reads KeyValue(x) itself, kept beside); Query(y) into a, the heads
+//     added into y.
+//   backward: dq, dkv = Attentionᵀ dy;  dS = Σ_b (dy + Queryᵀ dq);  dx = KeyValueᵀ dkv
+// K rows [K, D] of T, a parameter named Name: SeedAttend's seeds (float, Xavier-normal; int16 in
+// integers), stored as its first part so that the block is its parameters in visit order.
+template <FixedString Name, size_t K, size_t D, class T = float>
+struct Seeds {
+  TensorOf<T, K, D> rows;
+  template <class F, class... S>
+  static constexpr void visit(const Path& at, F& f, S&... s) {
+    f(at / Name.view(), Init{std::is_same_v<T, float> ? Init::xavier_normal : Init::zeros}, s.rows...);
+  }
+};
+
+template <FixedString Name, size_t K, class Query, class KeyValue, class Attention>
+struct SeedAttend
+    : step::Parts<Named<"", Seeds<Name, K, dims<typename step::Info<Query>::Block::template Input<1, 1>>.back()>>, Query, KeyValue, Attention> {
+  using Base = typename SeedAttend::Parts;
+  static constexpr bool ordered = false;
+  using Q = typename Base::template BlockAt<1>;
+  using KV = typename Base::template BlockAt<2>;
+  using A = typename Base::template BlockAt<3>;
+  const A& attention() const { return this->template get<3>(); }
+  A& attention() { return this->template get<3>(); }
+  const auto& seeds() const { return this->template get<0>().rows; }
+  auto& seeds() { return this->template get<0>().rows; }
+
+  template <size_t B, size_t N>
+  using Input = typename KV::template Input<B, N>;
+  template <size_t B, size_t N>
+  using Output = typename Q::template Input<B, K>;  // the seeds' rows, then the output
+  template <size_t B>
+  using Rows = step::Output<Q, B, K>;  // the queries' rows
+  template <size_t B, size_t N>
+  using KVRows = step::Output<KV, B, N>;
+  static constexpr size_t D = dims<Output<1, 1>>[2];
+
+  template <size_t B, size_t N, size_t Room = 0>
+  struct Scratch {
+    static_assert(std::is_empty_v<step::Scratch<Q, B, K, 0>> && std::is_empty_v<step::Scratch<KV, B, N, 0>>,
+                  "SeedAttend: the query and key/value parts are steps without scratch (norms, Identity)");
+    static constexpr bool folded = A::template folds<K, N>;
+    static constexpr size_t T = tile_rows(B * K);
+    // the queries' rows; unless the attention folds, KeyValue(x) before them
+    std::conditional_t<folded, Phases<Rows<B>>, Phases<Rows<B>, KVRows<B, N>>> a;
+    [[no_unique_address]] std::conditional_t<folded, KVRows<B, N>, Nothing> kv;
+    typename A::template Work<B, K, N, T> w;
+  };
+
+  void repeat_seeds(auto& y, size_t batch) const {
+    for (size_t b = 0; b < batch; ++b) std::copy(seeds().begin(), seeds().end(), y.begin() + b * K * D);
+  }
+
+  template <size_t B, size_t N, size_t Room, class Pool = Serial>
+  void run(const Input<B, N>& x, Output<B, N>& y, Scratch<B, N, Room>& w, const Mask<B, N>& mask, Pool&& pool = Pool{}) const {
+    using S = Scratch<B, N, Room>;
+    Nothing none;
+    repeat_seeds(y, B);
+    KVRows<B, N>* kv;
+    if constexpr (S::folded)
+      kv = &w.kv;
+    else
+      kv = &w.a.template start<KVRows<B, N>>();
+    step::run(this->template get<2>(), x, *kv, none, mask, pool);
+    attention().template prepare<B, K, N, S::T>(kv->data(), w.w, pool);
+    auto& q = w.a.template start<Rows<B>>();
+    step::run(this->template get<1>(), y, q, none, Mask<B, K>{}, pool);
+    attention().template forward_add<B, K, N, S::T>(q.data(), y.data(), w.w, Mask<B, N>{.keys = mask.keys}, pool);
+  }
+
+  // Memory::replay as Attend's, unless the attention folds (its record has no replayed form).
+  template <size_t B, size_t N, Memory M = Memory::keep>
+  struct Acts {
+    static constexpr bool replay = M == Memory::replay && !A::template folds<K, N>;
+    using QRecord = typename step::ActsWith<Q, B, K, M>::type;
+    using KVRecord = typename step::ActsWith<KV, B, N, M>::type;
+    using Record = typename A::template Acts<B, K, N, M>;
+    using Dx = Input<B, N>;
+    Output<B, N> s;  // S over the batch
+    QRecord q;
+    KVRecord kv;
+    Record attn;
+    [[no_unique_address]] std::conditional_t<replay, WorkspaceOf<Record>, Nothing> kept;
+    Output<B, N> out;
+    struct Workspace {
+      Output<B, N> ds;
+      KVRows<B, N> dkv;
+      [[no_unique_address]] std::conditional_t<replay, Nothing, WorkspaceOf<Record>> attn;
+      Phases<WorkspaceOf<QRecord>, WorkspaceOf<KVRecord>> part;
+    };
+
+    template <class X>
+    const Output<B, N>& forward(const SeedAttend& p, const X& x, const Mask<B, N>& mask = {}) {
+      p.repeat_seeds(s, B);
+      const auto& xq = step::forward(q, p.template get<1>(), s, Mask<B, K>{});
+      const auto& xkv = step::forward(kv, p.template get<2>(), x, mask);
+      const Mask<B, N> keys{.keys = mask.keys};
+      if constexpr (replay)
+        kernels::add<B * K * D>(s.data(), attn.forward(p.attention(), xq, xkv, keys, kept).data(), out.data());
+      else
+        kernels::add<B * K * D>(s.data(), attn.forward(p.attention(), xq, xkv, keys).data(), out.data());
+      return out;
+    }
+    // dq is written over the record's concat_h(o_h), as Attend's dkv.
+    const Dx& backward(const SeedAttend& p, SeedAttend& grad, const Output<B, N>& dout, Dx& dx, Workspace& ws) {
+      Rows<B>& dq = attn.heads;
+      if constexpr (replay)
+        attn.backward(p.attention(), grad.attention(), dout, {dq, ws.dkv}, kept);
+      else
+        attn.backward(p.attention(), grad.attention(), dout, {dq, ws.dkv}, ws.attn);
+      const auto& dqs = backward_with(q, p.template get<1>(), grad.template get<1>(), dq, ws.ds, ws.part.template start<WorkspaceOf<QRecord>>());
+      kernels::add<B * K * D>(dout.data(), dqs.data(), ws.ds.data());
+      for (size_t b = 0; b < B; ++b) kernels::add_to<K * D>(ws.ds.data() + b * K * D, grad.seeds().data());
+      step::copy_to(backward_with(kv, p.template get<2>(), grad.template get<2>(), ws.dkv, dx, ws.part.template start<WorkspaceOf<KVRecord>>()), dx);
       return dx;
     }
   };

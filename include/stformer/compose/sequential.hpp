@@ -631,15 +631,24 @@ struct Sequential : step::Parts<S...> {
     template <size_t... I>
     struct BackFor<std::index_sequence<I...>> {
       using Workspace = std::conditional_t<Replays, Nothing, Phases<WorkspaceOf<StepActs<I>>...>>;
-      using Grads = Phases<StepDx<I>...>;
     };
     using Back = BackFor<std::make_index_sequence<steps>>;
-    template <size_t G>
+    // The gradients of steps From … steps − 1's inputs (a step of another: from 1, the first
+    // writes the caller's dx).
+    template <size_t From, class I = std::make_index_sequence<steps - From>>
+    struct GradsFrom {
+      using type = Nothing;
+    };
+    template <size_t From, size_t I0, size_t... I>
+    struct GradsFrom<From, std::index_sequence<I0, I...>> {
+      using type = Phases<StepDx<From + I0>, StepDx<From + I>...>;
+    };
+    template <size_t G, size_t From = 0>
     struct WorkspaceWith {
       [[no_unique_address]] typename Back::Workspace ws;
-      std::array<typename Back::Grads, G> grads;
+      std::array<typename GradsFrom<From>::type, G> grads;
     };
-    using Workspace = WorkspaceWith<std::min<size_t>(steps - 1, 2)>;
+    using Workspace = WorkspaceWith<std::min<size_t>(steps - 1, 2), 1>;
 
     // Step I's activations, or those of the step named Name (a record that replays holds one
     // step's at a time).
@@ -706,8 +715,8 @@ struct Sequential : step::Parts<S...> {
       }
     }
     // final: where step To writes its input gradient (nullptr: a buffer of the workspace).
-    template <size_t To, size_t I = steps - 1, size_t G, class Final = Nothing>
-    decltype(auto) backward_to(const Sequential& p, Sequential& grad, const OutputAt<B, N, I>& dout, WorkspaceWith<G>& work, Final* final = nullptr) {
+    template <size_t To, size_t I = steps - 1, size_t G, size_t From, class Final = Nothing>
+    decltype(auto) backward_to(const Sequential& p, Sequential& grad, const OutputAt<B, N, I>& dout, WorkspaceWith<G, From>& work, Final* final = nullptr) {
       if constexpr (Replays && I + 1 < steps)
         step::forward(record<I>(true), p.template get<I>(), input<I>(), mask_at<B, N, I>(replay.mask, shifted));
       auto& w = workspace<I>(work);
@@ -719,7 +728,7 @@ struct Sequential : step::Parts<S...> {
         return static_cast<const Final&>(*final);
       } else {
         auto& grads = work.grads;
-        auto& dx = grads[static_cast<const void*>(&dout) == static_cast<const void*>(&grads[0]) ? 1 : 0].template start<StepDx<I>>();
+        auto& dx = grads[G > 1 && static_cast<const void*>(&dout) == static_cast<const void*>(&grads[0]) ? 1 : 0].template start<StepDx<I>>();
         const auto& d = backward_with(record<I>(), p.template get<I>(), grad.template get<I>(), dout, dx, w);
         if constexpr (I == To) {
           return d;
@@ -937,8 +946,9 @@ struct Sequential : step::Parts<S...> {
 
   // A chain as a step of another (a block declared as a chain, the body of a Residual, a branch
   // of Parallel). In place when every step is (a chain of residual blocks): the steps run on h
-  // one after the other, each in its scratch in the room given, one at a time. Otherwise its
-  // Infer is its scratch, its output copied into the caller's y; or, for a chain of row-local
+  // one after the other, each in its scratch in the room given, one at a time. When only the
+  // first step is not (Then): it runs into the caller's y, the others in place on y. Otherwise
+  // its Infer is its scratch, its output copied into the caller's y; or, for a chain of row-local
   // steps (step::row_local), Tiles: T rows of x at a time copied into the tile's input and run
   // through the chain's Infer<1, T>, their output copied into y, so that no step's output over
   // all B·N rows (a feed-forward layer's hidden [B·N, F]) exists. T: the most rows the room
@@ -968,9 +978,38 @@ struct Sequential : step::Parts<S...> {
     };
     Phases<Tile<more == 0 ? least : least + 1>, Tile<least>> tile;
   };
+  // A chain whose first step changes the shape and whose other steps are in place on its output
+  // (PMA: SeedAttend, then a residual): step 0 runs into the caller's y, the others in place on
+  // it, their scratches one at a time, each in the room of step 0's: no buffer of the chain's own.
+  template <size_t B, size_t N>
+  static constexpr bool then_in_place = [] {
+    if constexpr (in_place || row_local || steps < 2 || step::prepends<BlockAt<0>>() != 0)
+      return false;
+    else
+      return []<size_t... I>(std::index_sequence<I...>) {
+        return ((step::in_place<BlockAt<I + 1>>() && std::is_same_v<InputAt<B, N, I + 1>, OutputAt<B, N, 0>>) && ...);
+      }(std::make_index_sequence<steps - 1>{});
+  }();
+  template <size_t B, size_t N, size_t Room>
+  struct Then {
+    static constexpr size_t K = length<B, N, 1>();
+    using First = step::Scratch<BlockAt<0>, B, N, Room>;
+    static constexpr size_t room = std::max(Room, sizeof(First));
+    template <size_t I>
+    using Later = step::Scratch<BlockAt<I>, B, K, room>;
+    template <class I>
+    struct PhasesFor;
+    template <size_t... I>
+    struct PhasesFor<std::index_sequence<I...>> {
+      using type = Phases<First, Later<I + 1>...>;
+    };
+    typename PhasesFor<std::make_index_sequence<steps - 1>>::type w;
+  };
   template <size_t B, size_t N, size_t Room>
   static consteval auto whole_or_tiles() {
-    if constexpr (!row_local || tile_rows(B * N) >= B * N) {
+    if constexpr (then_in_place<B, N>) {
+      return std::type_identity<Then<B, N, Room>>{};
+    } else if constexpr (!row_local || tile_rows(B * N) >= B * N) {
       return std::type_identity<Infer<B, N>>{};
     } else {
       constexpr size_t least = tile_rows(B * N), room = std::max(Room, sizeof(Tiles<B, N, least>));
@@ -998,6 +1037,16 @@ struct Sequential : step::Parts<S...> {
   void run(const Input<B, N>& x, Output<B, N>& y, Infer<B, N>& w, const Mask<B, N>& mask, Pool&& pool = Pool{}) const {
     const auto& out = w.forward(*this, x, mask, pool);
     std::copy(out.begin(), out.end(), y.begin());
+  }
+  template <size_t B, size_t N, size_t Room, class Pool = Serial>
+  void run(const Input<B, N>& x, Output<B, N>& y, Then<B, N, Room>& w, const Mask<B, N>& mask, Pool&& pool = Pool{}) const {
+    using W = Then<B, N, Room>;
+    step::run(this->template get<0>(), x, y, w.w.template start<typename W::First>(), mask, pool);
+    Mask<B, W::K> later{};  // the pass's while the length is kept, else none (mask_at)
+    if constexpr (W::K == N) later = mask;
+    [&]<size_t... I>(std::index_sequence<I...>) {
+      (step::run(this->template get<I + 1>(), y, y, w.w.template start<typename W::template Later<I + 1>>(), later, pool), ...);
+    }(std::make_index_sequence<steps - 1>{});
   }
   template <size_t B, size_t N, size_t T, class Pool = Serial>
   void run(const Input<B, N>& x, Output<B, N>& y, Tiles<B, N, T>& w, const Mask<B, N>&, Pool&& pool = Pool{}) const {

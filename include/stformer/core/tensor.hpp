@@ -319,17 +319,27 @@ class Phases {
   template <class Q>
   Q& start() {
     static_assert((std::is_same_v<Q, P> || ...), "Phases::start: not one of this arena's phases");
-    return *::new (static_cast<void*>(bytes_)) Q;
+    return *::new (static_cast<void*>(storage())) Q;
   }
   // The phase begun last, which must be Q.
   template <class Q>
   Q& current() {
     static_assert((std::is_same_v<Q, P> || ...), "Phases::current: not one of this arena's phases");
-    return *std::launder(reinterpret_cast<Q*>(bytes_));
+    return *std::launder(reinterpret_cast<Q*>(storage()));
   }
 
  private:
   alignas(P...) unsigned char bytes_[std::max({sizeof(P)...})];
+  // The bytes, their origin hidden from the optimiser (an empty asm, no instruction): phases of
+  // arenas nested in one another's phases lie over the same bytes, where GCC's object-size
+  // checks would take one phase's buffer for another's (-Wstringop-overflow).
+  unsigned char* storage() {
+    unsigned char* p = bytes_;
+#if defined(__GNUC__)
+    asm("" : "+r"(p));
+#endif
+    return p;
+  }
 };
 
 // What a model's training record keeps: keep, every block's record; replay, of the blocks of a

@@ -129,32 +129,84 @@ struct Int8Of<Gated<Gate, Value>> {
   using type = QGated<typename step::Int8Part<Gate>::type, typename step::Int8Part<Value>::type>;
 };
 
+namespace step {
+// Attend's key/value part in integers: a norm's rows int16 (Int16Part), or a chain (ISAB's
+// MAB1(I, X) then a norm) in integers, its last step a norm whose rows QAttend sets int16.
+template <class KV>
+struct KeyValuePart
+    : std::conditional_t<row_local<typename Info<KV>::Block>(), Int16Part<KV>, Int8Part<KV>> {};
+}  // namespace step
+
+namespace quant {
+// The scale of int16 rows of a part that bounds its entries (ScaleNorm: |g|) at b/32767.
+template <class Part>
+float rows_scale(const Part& f) {
+  static_assert(requires { quant::row_bound(f); },
+                "Attend, SeedAttend in integers: their query and key/value rows come from parts that bound them (ScaleNorm: |g|), the int16 rows' scale");
+  return quant::scale_for(quant::row_bound(f), 32767);
+}
+// A norm p made from the float norm f with int16 rows at rows_scale(f).
+template <class P, class F>
+void int16_rows(P& p, const F& f) {
+  p = P::quantize(f, rows_scale(f));
+}
+}  // namespace quant
+
 template <class Query, class KeyValue, class Attention, bool Ordered>
-struct QAttend : step::Parts<typename step::Int16Part<Query>::type, typename step::Int16Part<KeyValue>::type, typename step::Int16Part<Attention>::type> {
+struct QAttend : step::Parts<typename step::Int16Part<Query>::type, typename step::KeyValuePart<KeyValue>::type, typename step::Int16Part<Attention>::type> {
   using Float = Attend<Query, KeyValue, Attention, Ordered>;
+  using KV = typename QAttend::template BlockAt<1>;
   using A = typename QAttend::template BlockAt<2>;
-  static constexpr bool ordered = Ordered;
+  static constexpr bool ordered = Ordered, chain_kv = !step::row_local<typename Float::KV>();
+  static constexpr size_t D = dims<typename Float::template Input<1, 1>>.back();
   template <size_t B, size_t N>
-  using Input = TensorOf<std::int16_t, B, N, dims<typename Float::template Input<1, 1>>.back()>;
+  using Input = TensorOf<std::int16_t, B, N, D>;
   template <size_t B, size_t N>
-  using Rows = TensorOf<std::int16_t, B, N, dims<typename Float::template Rows<1, 1>>.back()>;
+  using Rows = TensorOf<std::int16_t, B, N, D>;
+  template <size_t B, size_t N>
+  static constexpr size_t Nk = Float::template Nk<B, N>;
+  template <size_t B, size_t N>
+  using KVRows = TensorOf<std::int16_t, B, Nk<B, N>, D>;
   template <size_t B, size_t N>
   using Output = TensorOf<std::int16_t, B, N, dims<typename Float::template Output<1, 1>>.back()>;
   static constexpr bool in_place = false, adds_from_stream = true, same_scale = false;
 
+  // a: the key/value rows until they are projected, then the queries' (a norm's); a chain's
+  // rows in kv, its scratch under a and the work.
   template <size_t B, size_t N, size_t Room = 0>
   struct Scratch {
-    static constexpr size_t T = precision::int8::tile_rows(B * N, B * N);
-    Rows<B, N> a;  // Nkv(x) until the keys and values are projected, then Nq(x), the heads in place
-    typename A::template Work<B, N, N, T> w;
+    static constexpr size_t K = Nk<B, N>, T = precision::int8::tile_rows(B * N, B * K);
+    using Work = typename A::template Work<B, N, K, T>;
+    using KVScratch = std::conditional_t<chain_kv, step::Scratch<KV, B, N, 0>, Nothing>;
+    struct Heads {
+      std::conditional_t<chain_kv, Phases<Rows<B, N>>, Phases<Rows<B, N>, KVRows<B, N>>> a;
+      Work w;
+    };
+    [[no_unique_address]] std::conditional_t<chain_kv, KVRows<B, N>, Nothing> kv;
+    std::conditional_t<std::is_empty_v<KVScratch>, Phases<Heads>, Phases<KVScratch, Heads>> phase;
   };
   template <size_t B, size_t N, size_t Room, class Pool = Serial>
   void run_add(const Input<B, N>& x, Output<B, N>& h, Scratch<B, N, Room>& w, const Mask<B, N>& mask, Pool&& pool = Pool{}) const {
-    constexpr size_t T = Scratch<B, N, Room>::T;
-    this->template get<1>().template apply<B * N>(x.data(), w.a.data());
-    this->template get<2>().template prepare<B, N, N, T>(w.a.data(), w.w, pool);
-    this->template get<0>().template apply<B * N>(x.data(), w.a.data());
-    this->template get<2>().template forward_add<B, N, N, T>(w.a.data(), h.data(), w.w, mask, pool);
+    using S = Scratch<B, N, Room>;
+    std::int16_t* kv;
+    if constexpr (chain_kv) {
+      if constexpr (std::is_empty_v<typename S::KVScratch>) {
+        Nothing none;
+        step::run(this->template get<1>(), x, w.kv, none, mask, pool);
+      } else {
+        step::run(this->template get<1>(), x, w.kv, w.phase.template start<typename S::KVScratch>(), mask, pool);
+      }
+      w.phase.template start<typename S::Heads>();
+      kv = w.kv.data();
+    } else {
+      kv = w.phase.template start<typename S::Heads>().a.template start<KVRows<B, N>>().data();
+      this->template get<1>().template apply<B * N>(x.data(), kv);
+    }
+    auto& heads = w.phase.template current<typename S::Heads>();
+    this->template get<2>().template prepare<B, N, S::K, S::T>(kv, heads.w, pool);
+    auto& q = heads.a.template start<Rows<B, N>>();
+    this->template get<0>().template apply<B * N>(x.data(), q.data());
+    this->template get<2>().template forward_add<B, N, S::K, S::T>(q.data(), h.data(), heads.w, Float::keys(mask), pool);
   }
   template <size_t B, size_t N, size_t Room, class Pool = Serial>
   void run(const Input<B, N>& x, Output<B, N>& y, Scratch<B, N, Room>& w, const Mask<B, N>& mask, Pool&& pool = Pool{}) const {
@@ -169,22 +221,83 @@ struct QAttend : step::Parts<typename step::Int16Part<Query>::type, typename ste
       attn.observe(f.attention(), acts.attn);
     }
   };
-  template <class Part>
-  static float rows_scale(const Part& f) {
-    static_assert(requires { quant::row_bound(f); },
-                  "Attend in integers: its query and key/value parts must bound their rows (ScaleNorm: |g|), the int16 rows' scale");
-    return quant::scale_for(quant::row_bound(f), 32767);
-  }
+  // A chain's steps but its last are made first (quant::from_float of Attend: from their own
+  // calibrated streams); its last, a norm, writes int16 rows, as a norm part does.
   void from_float(const Float& f, const Ranges& r, float, float s_out) {
     auto &q = this->template get<0>(), &kv = this->template get<1>();
-    q = std::remove_cvref_t<decltype(q)>::quantize(f.template get<0>(), rows_scale(f.template get<0>()));
-    kv = std::remove_cvref_t<decltype(kv)>::quantize(f.template get<1>(), rows_scale(f.template get<1>()));
-    this->template get<2>() = A::quantize(f.attention(), r.attn, q.out_scale(0), kv.out_scale(0), s_out);
+    quant::int16_rows(q, f.template get<0>());
+    float s_kv;
+    if constexpr (chain_kv) {
+      constexpr size_t last = KV::steps - 1;
+      quant::int16_rows(kv.template get<last>(), f.template get<1>().template get<last>());
+      s_kv = kv.template get<last>().out_scale(0);
+    } else {
+      quant::int16_rows(kv, f.template get<1>());
+      s_kv = kv.out_scale(0);
+    }
+    this->template get<2>() = A::quantize(f.attention(), r.attn, q.out_scale(0), s_kv, s_out);
   }
 };
 template <class Query, class KeyValue, class Attention, bool Ordered>
 struct Int8Of<Attend<Query, KeyValue, Attention, Ordered>> {
   using type = QAttend<Query, KeyValue, Attention, Ordered>;
+};
+
+// SeedAttend in integers: y_q = S_q + MHA(Nq(S_q), Nkv(x_q)) on a stream of its own at s_out,
+// which starts at the seeds (int16 at s_out; its range covers them: Ranges::residual); the
+// parts' rows int16 and the attention on them as QAttend's. Tensors: the seeds (I16 [K, D]),
+// the parts'.
+template <FixedString Name, size_t K, class Query, class KeyValue, class Attention>
+struct QSeedAttend : step::Parts<Named<"", Seeds<Name, K, SeedAttend<Name, K, Query, KeyValue, Attention>::D, std::int16_t>>,  // at the output's scale
+                                 typename step::Int16Part<Query>::type, typename step::Int16Part<KeyValue>::type,
+                                 typename step::Int16Part<Attention>::type> {
+  using Float = SeedAttend<Name, K, Query, KeyValue, Attention>;
+  using A = typename QSeedAttend::template BlockAt<3>;
+  static constexpr bool ordered = false, same_scale = false;
+  static constexpr size_t D = Float::D;
+  template <size_t B, size_t N>
+  using Input = TensorOf<std::int16_t, B, N, D>;
+  template <size_t B, size_t N>
+  using Output = TensorOf<std::int16_t, B, K, D>;
+
+  template <size_t B, size_t N, size_t Room = 0>
+  struct Scratch {
+    static constexpr size_t T = precision::int8::tile_rows(B * K, B * N);
+    Phases<TensorOf<std::int16_t, B, K, D>, Input<B, N>> a;  // Nkv(x), then Nq(S)
+    typename A::template Work<B, K, N, T> w;
+  };
+  template <size_t B, size_t N, size_t Room, class Pool = Serial>
+  void run(const Input<B, N>& x, Output<B, N>& y, Scratch<B, N, Room>& w, const Mask<B, N>& mask, Pool&& pool = Pool{}) const {
+    constexpr size_t T = Scratch<B, N, Room>::T;
+    for (size_t b = 0; b < B; ++b) std::copy(this->template get<0>().rows.begin(), this->template get<0>().rows.end(), y.begin() + b * K * D);
+    auto& kv = w.a.template start<Input<B, N>>();
+    this->template get<2>().template apply<B * N>(x.data(), kv.data());
+    this->template get<3>().template prepare<B, K, N, T>(kv.data(), w.w, pool);
+    auto& q = w.a.template start<TensorOf<std::int16_t, B, K, D>>();
+    this->template get<1>().template apply<B * K>(y.data(), q.data());
+    this->template get<3>().template forward_add<B, K, N, T>(q.data(), y.data(), w.w, Mask<B, N>{.keys = mask.keys}, pool);
+  }
+
+  struct Ranges {
+    typename A::Ranges attn;
+    float residual = 0;  // the seeds, on the output's stream
+    template <class Acts, class X, class Y>
+    void observe(const Float& f, const Acts& acts, const X&, const Y&) {
+      attn.observe(f.attention(), acts.attn);
+      residual = std::max(residual, quant::max_abs(f.seeds()));
+    }
+  };
+  void from_float(const Float& f, const Ranges& r, float, float s_out) {
+    auto &q = this->template get<1>(), &kv = this->template get<2>();
+    quant::int16_rows(q, f.template get<1>());
+    quant::int16_rows(kv, f.template get<2>());
+    quant::quantize(f.seeds().data(), K * D, s_out, this->template get<0>().rows.data());
+    this->template get<3>() = A::quantize(f.attention(), r.attn, q.out_scale(0), kv.out_scale(0), s_out);
+  }
+};
+template <FixedString Name, size_t K, class Query, class KeyValue, class Attention>
+struct Int8Of<SeedAttend<Name, K, Query, KeyValue, Attention>> {
+  using type = QSeedAttend<Name, K, Query, KeyValue, Attention>;
 };
 
 }  // namespace stformer

@@ -247,6 +247,16 @@ struct Observed<Gated<G, V>> {
   size_t gate = 0, value = 0, out = 0;  // the streams of Gate(x), Value(x) and the product
 };
 
+// An Attend whose key/value part is a chain of its own (ISAB's MAB1(I, X) then a norm): its
+// ranges and streams, and the chain's.
+template <class Qp, class KVp, class Ap, bool O>
+  requires(!step::row_local<typename step::Info<KVp>::Block>())
+struct Observed<Attend<Qp, KVp, Ap, O>> {
+  typename Int8Of<Attend<Qp, KVp, Ap, O>>::type::Ranges ranges;
+  size_t in = 0, out = 0;
+  Observed<typename step::Info<KVp>::Block> kv;
+};
+
 // The streams of a pass: max|·| of each, the current one and the next new one's number.
 struct Streams {
   std::vector<float> max{0.0f};
@@ -385,6 +395,25 @@ const auto& observe(const Gated<G, V>& f, A& acts, const X& x, const Mask<B, N>&
   return acts.out;
 }
 
+// An Attend over a chain of its own: the chain observed on its own streams, then the attention,
+// as Attend's record computes; its output a leaf's.
+template <class Qp, class KVp, class Ap, bool O, class A, class X, size_t B, size_t N>
+  requires(!step::row_local<typename step::Info<KVp>::Block>())
+const auto& observe(const Attend<Qp, KVp, Ap, O>& f, A& acts, const X& x, const Mask<B, N>& mask, Observed<Attend<Qp, KVp, Ap, O>>& o, Streams& s,
+                    size_t target = Streams::none) {
+  const Mask<B, N> m = step::mask_for<Attend<Qp, KVp, Ap, O>>(mask);
+  const auto& xq = step::forward(acts.q, f.template get<0>(), x, m);
+  o.in = s.current;
+  const auto& xkv = observe(f.template get<1>(), acts.kv, x, m, o.kv, s);
+  s.current = o.in;
+  const auto& y = acts.attn.forward(f.attention(), xq, xkv, Attend<Qp, KVp, Ap, O>::keys(m));
+  STFORMER_CHECK(finite(y), "Calibration::observe: a step's output is not finite (NaN or infinity): the model's parameters are");
+  o.out = s.current = s.open(target);
+  if (target == Streams::none || target != s.adds) s.see(o.out, max_abs(y));
+  o.ranges.observe(f, acts, x, y);
+  return y;
+}
+
 // Whether rows T (a step's input or output) are int8 rows.
 template <class T>
 inline constexpr bool int8_rows = std::is_same_v<typename T::value_type, std::int8_t>;
@@ -409,6 +438,12 @@ void from_float(Q& q, const Sequential<S...>& f, const Observed<Sequential<S...>
   [&]<size_t... I>(std::index_sequence<I...>) {
     (from_float(q.template get<I>(), f.template get<I>(), step::get<I>(o.steps), s), ...);
   }(std::index_sequence_for<S...>{});
+}
+template <class Q, class Qp, class KVp, class Ap, bool O>
+  requires(!step::row_local<typename step::Info<KVp>::Block>())
+void from_float(Q& q, const Attend<Qp, KVp, Ap, O>& f, const Observed<Attend<Qp, KVp, Ap, O>>& o, const Streams& s) {
+  from_float(q.template get<1>(), f.template get<1>(), o.kv, s);
+  q.from_float(f, o.ranges, s.scale(o.in), s.scale(o.out));
 }
 template <class Q, class Body>
 void from_float(Q& q, const Residual<Body>& f, const Observed<Residual<Body>>& o, const Streams& s) {
