@@ -8,8 +8,8 @@
 # - the suite again with AddressSanitizer and UndefinedBehaviorSanitizer (no report allowed),
 #   all but the suite 'compile' (tests that run the compiler themselves, the same in every build)
 #   and the tests of numbers only that tests/meson.build leaves out of sanitized builds;
-# - the tests that run the thread pool (unit, max_value, language_model: the pool itself, training
-#   on two lanes and two threads) with ThreadSanitizer, no report allowed;
+# - the tests that run the thread pool (threads, max_value, language_model: the pool itself,
+#   training on two lanes and two threads) with ThreadSanitizer, no report allowed;
 # - the libFuzzer programs (clang) for 60 seconds each (tests/fuzz);
 # - projects that use stformer as users add it: installed (pkg-config, CMake) and as a meson
 #   subproject (tests/consumers), with the first backend's trained model;
@@ -99,8 +99,8 @@ echo "sanitizers passed"
 
 stage "ThreadSanitizer: the tests that run the thread pool (build-test-tsan)"
 setup build-test-tsan -Db_sanitize=thread -Doptimization=1 -Dsimd=x86-64-v3 -Dbench=disabled -Dwerror=true
-ninja -C build-test-tsan tests/stformer_tests tests/test_max_value tests/test_lm targets/max_value/max_value
-TSAN_OPTIONS=halt_on_error=1 meson test -C build-test-tsan --no-rebuild --print-errorlogs --timeout-multiplier 3 unit max_value language_model
+ninja -C build-test-tsan tests/test_threads tests/test_max_value tests/test_lm targets/max_value/max_value
+TSAN_OPTIONS=halt_on_error=1 meson test -C build-test-tsan --no-rebuild --print-errorlogs --timeout-multiplier 3 threads max_value language_model
 echo "ThreadSanitizer passed"
 
 stage "fuzzers, 60 s each (build-test-fuzz)"

@@ -6,7 +6,10 @@
 //   act::SiLU      y = x·σ(x) = x / (1 + e^(−x))                     nn.SiLU()
 //   backward, from the input x: dx = dy·f'(x),
 //     GELU f' = Φ(x) + x·φ(x);  GELUTanh f' = ½(1 + t) + ½x(1 − t²)·√(2/π)(1 + 3·0.044715x²),
-//     t = tanh(u);  SiLU f' = σ(x)·(1 + x(1 − σ(x)));  ReLU f' = [x > 0]
+//     t = tanh(u);  SiLU f' = σ(x)·(1 + x(1 − σ(x)));  ReLU f' = [x > 0] = [y > 0]
+// ReLU's derivative is read from its output (Kind::from_output): in a chain after a step whose
+// record keeps its output unread by its backward (a Linear), its record is OverInput: y written
+// over x, no tensor of its own.
 #pragma once
 
 #include "../core/config.hpp"
@@ -22,6 +25,7 @@ namespace stformer::inline STFORMER_ABI {
 namespace act {
 
 struct ReLU {
+  static constexpr bool from_output = true;
   static float f(float x) { return x > 0.0f ? x : 0.0f; }
   static float df(float x) { return x > 0.0f ? 1.0f : 0.0f; }
 };
@@ -120,6 +124,28 @@ struct Activation {
     const Tensor<L..., D>& backward(const Activation&, Activation&, const Tensor<L..., D>& dout, Tensor<L..., D>& dx) {
       dx = dout;
       act::backward<Kind, (L * ... * 1) * D>(x->data(), dx.data());
+      return dx;
+    }
+  };
+
+  // The record over its input: the chain gives it the previous step's record's output, an object
+  // of that record's own that nothing else reads (step::OverInput), y is written over it, and
+  // its backward is given it again.
+  template <size_t... L>
+    requires requires { Kind::from_output; }
+  struct OverInput {
+    using Dx = Tensor<L..., D>;
+    static constexpr bool over_input = true;
+
+    template <size_t B, size_t N>
+    const Tensor<L..., D>& forward(const Activation&, const Tensor<L..., D>& x, const Mask<B, N>&) {
+      auto& y = const_cast<Tensor<L..., D>&>(x);
+      act::apply<Kind, (L * ... * 1) * D>(y.data());
+      return y;
+    }
+    const Tensor<L..., D>& backward(const Activation&, Activation&, const Tensor<L..., D>& dout, Tensor<L..., D>& dx, const Tensor<L..., D>& y) {
+      dx = dout;
+      kernels::relu_backward<(L * ... * 1) * D>(y.data(), dx.data());
       return dx;
     }
   };

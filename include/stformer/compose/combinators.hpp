@@ -517,8 +517,8 @@ struct Attend : step::Parts<Query, KeyValue, Attention> {
       Rows<B, N> dq;
       [[no_unique_address]] std::conditional_t<dkv_over_heads, Nothing, KVRows<B, N>> dkv;
       [[no_unique_address]] std::conditional_t<d_over_dq, Nothing, Dx> d;
-      [[no_unique_address]] std::conditional_t<replay, Nothing, WorkspaceOf<Record>> attn;
-      Phases<WorkspaceOf<QRecord>, WorkspaceOf<KVRecord>> part;
+      // the attention's workspace (kept, replaying), then the parts'
+      Phases<std::conditional_t<replay, Nothing, WorkspaceOf<Record>>, WorkspaceOf<QRecord>, WorkspaceOf<KVRecord>> part;
     };
 
     template <class X>
@@ -539,7 +539,7 @@ struct Attend : step::Parts<Query, KeyValue, Attention> {
       if constexpr (replay)
         attn.backward(p.attention(), grad.attention(), dout, {ws.dq, *dkv}, kept);
       else
-        attn.backward(p.attention(), grad.attention(), dout, {ws.dq, *dkv}, ws.attn);
+        attn.backward(p.attention(), grad.attention(), dout, {ws.dq, *dkv}, ws.part.template start<WorkspaceOf<Record>>());
       step::copy_to(backward_with(q, p.template get<0>(), grad.template get<0>(), ws.dq, dx, ws.part.template start<WorkspaceOf<QRecord>>()), dx);
       Dx* into;
       if constexpr (d_over_dq)
@@ -646,8 +646,8 @@ struct SeedAttend
     struct Workspace {
       Output<B, N> ds;
       KVRows<B, N> dkv;
-      [[no_unique_address]] std::conditional_t<replay, Nothing, WorkspaceOf<Record>> attn;
-      Phases<WorkspaceOf<QRecord>, WorkspaceOf<KVRecord>> part;
+      // the attention's workspace (kept, replaying), then the parts'
+      Phases<std::conditional_t<replay, Nothing, WorkspaceOf<Record>>, WorkspaceOf<QRecord>, WorkspaceOf<KVRecord>> part;
     };
 
     template <class X>
@@ -668,7 +668,7 @@ struct SeedAttend
       if constexpr (replay)
         attn.backward(p.attention(), grad.attention(), dout, {dq, ws.dkv}, kept);
       else
-        attn.backward(p.attention(), grad.attention(), dout, {dq, ws.dkv}, ws.attn);
+        attn.backward(p.attention(), grad.attention(), dout, {dq, ws.dkv}, ws.part.template start<WorkspaceOf<Record>>());
       const auto& dqs = backward_with(q, p.template get<1>(), grad.template get<1>(), dq, ws.ds, ws.part.template start<WorkspaceOf<QRecord>>());
       kernels::add<B * K * D>(dout.data(), dqs.data(), ws.ds.data());
       for (size_t b = 0; b < B; ++b) kernels::add_to<K * D>(ws.ds.data() + b * K * D, grad.seeds().data());

@@ -279,6 +279,16 @@ template <class Block, size_t B, size_t N, Memory M>
 struct ActsWith {
   using type = typename decltype(acts_with<Block, B, N, M>())::type;
 };
+// A step's record lies over its input (Block::OverInput<B, N>: an activation whose derivative
+// is read from its output, ReLU) when that input is the output `out` of the record Prev before
+// it, which Prev's backward does not read (Prev::output_unread: a Linear's): the record holds
+// nothing, its backward is given that output.
+template <class Block, class Prev, size_t B, size_t N>
+concept OverInput = requires(Prev& prev) {
+  typename Block::template OverInput<B, N>;
+  prev.out;
+  requires Prev::output_unread;
+};
 
 // Storage in declaration order (a standard-layout struct of its members, no padding between
 // blocks of tensors): the model's object representation is its parameters in visit order.
@@ -589,11 +599,23 @@ struct Sequential : step::Parts<S...> {
   // backward runs each step's forward again into it just before its backward (the last step's
   // is still there): the same operations on the same inputs, the same bits, in the memory of
   // the largest step's record and workspace, which it holds with the record.
+  // Step I's record in a pass keeping M; Over: a record may lie over its input (step::OverInput;
+  // not in a record that replays, which holds one step's record at a time).
+  template <size_t B, size_t N, Memory M, bool Over, size_t I>
+  static consteval auto record_at() {
+    using Own = typename step::ActsWith<BlockAt<I>, B, length<B, N, I>(), M>::type;
+    if constexpr (I == 0 || !Over)
+      return std::type_identity<Own>{};
+    else if constexpr (step::OverInput<BlockAt<I>, typename decltype(record_at<B, N, M, Over, I - 1>())::type, B, length<B, N, I>()>)
+      return std::type_identity<typename BlockAt<I>::template OverInput<B, length<B, N, I>()>>{};
+    else
+      return std::type_identity<Own>{};
+  }
   template <size_t B, size_t N, Memory M = Memory::keep, bool Replays = M == Memory::replay && (steps > 1)>
   struct Record {
     static_assert(chain_fits<B, N>);
     template <size_t I>
-    using StepActs = typename step::ActsWith<BlockAt<I>, B, length<B, N, I>(), M>::type;
+    using StepActs = typename decltype(record_at<B, N, M, !Replays, I>())::type;
     template <class I>
     struct ActsFor;
     template <class A>
@@ -724,12 +746,12 @@ struct Sequential : step::Parts<S...> {
         static_assert(I == To, "Sequential: backward past a step whose input has no gradient (an Embedding's ids)");
         return record<I>().backward(p.template get<I>(), grad.template get<I>(), dout);
       } else if constexpr (I == To && !std::is_same_v<Final, Nothing>) {
-        step::copy_to(backward_with(record<I>(), p.template get<I>(), grad.template get<I>(), dout, *final, w), *final);
+        step::copy_to(backward_step<I>(p, grad, dout, *final, w), *final);
         return static_cast<const Final&>(*final);
       } else {
         auto& grads = work.grads;
         auto& dx = grads[G > 1 && static_cast<const void*>(&dout) == static_cast<const void*>(&grads[0]) ? 1 : 0].template start<StepDx<I>>();
-        const auto& d = backward_with(record<I>(), p.template get<I>(), grad.template get<I>(), dout, dx, w);
+        const auto& d = backward_step<I>(p, grad, dout, dx, w);
         if constexpr (I == To) {
           return d;
         } else if constexpr (Replays) {  // the step before replays over this one's record: d in dx
@@ -742,6 +764,15 @@ struct Sequential : step::Parts<S...> {
     }
 
    private:
+    // Step I's backward; a record over its input (step::OverInput) is given that input, the
+    // output of step I − 1's record.
+    template <size_t I, class D, class Dx, class W>
+    decltype(auto) backward_step(const Sequential& p, Sequential& grad, const D& dout, Dx& dx, W& w) {
+      if constexpr (requires { StepActs<I>::over_input; })
+        return record<I>().backward(p.template get<I>(), grad.template get<I>(), dout, dx, step::get<I - 1>(acts).out);
+      else
+        return backward_with(record<I>(), p.template get<I>(), grad.template get<I>(), dout, dx, w);
+    }
     // Step I's record; begin: the phase of its forward (a record that replays starts it anew).
     template <size_t I>
     StepActs<I>& record(bool begin = false) {

@@ -300,14 +300,12 @@ bool finite(const X& x) {
 
 // observe(f, acts, x, mask, o, s, target): the float part f's pass on x through its record acts,
 // its ranges into o, its streams' max|·| into s; its output on stream `target` unless none.
-// A leaf (any block with an integer form of its own):
-template <class F, class A, class X, size_t B, size_t N>
-const auto& observe(const F& f, A& acts, const X& x, const Mask<B, N>& mask, Observed<F>& o, Streams& s, size_t target = Streams::none) {
-  using Q = typename Int8Of<F>::type;
-  const auto& y = step::forward(acts, f, x, mask);
+// A leaf's output y (of any block with an integer form of its own), its input on o.in: on a
+// stream of its own unless it keeps its input's scale.
+template <class F, class A, class X, class Y>
+const Y& observe_output(const F& f, A& acts, const X& x, const Y& y, Observed<F>& o, Streams& s, size_t target) {
   STFORMER_CHECK(finite(y), "Calibration::observe: a step's output is not finite (NaN or infinity): the model's parameters are");
-  o.in = s.current;
-  if constexpr (Q::same_scale)
+  if constexpr (Int8Of<F>::type::same_scale)
     s.check_keeps(target);
   else
     s.current = s.open(target);
@@ -316,6 +314,12 @@ const auto& observe(const F& f, A& acts, const X& x, const Mask<B, N>& mask, Obs
   o.ranges.observe(f, acts, x, y);
   if constexpr (requires { o.ranges.residual; }) s.see(o.out, o.ranges.residual);
   return y;
+}
+// A leaf:
+template <class F, class A, class X, size_t B, size_t N>
+const auto& observe(const F& f, A& acts, const X& x, const Mask<B, N>& mask, Observed<F>& o, Streams& s, size_t target = Streams::none) {
+  o.in = s.current;
+  return observe_output(f, acts, x, step::forward(acts, f, x, mask), o, s, target);
 }
 // A Repeat, block by block; a chain, step by step (the last on target).
 template <class Blk, size_t Count, class A, class X, size_t B, size_t N>
@@ -406,12 +410,7 @@ const auto& observe(const Attend<Qp, KVp, Ap, O>& f, A& acts, const X& x, const 
   o.in = s.current;
   const auto& xkv = observe(f.template get<1>(), acts.kv, x, m, o.kv, s);
   s.current = o.in;
-  const auto& y = acts.attn.forward(f.attention(), xq, xkv, Attend<Qp, KVp, Ap, O>::keys(m));
-  STFORMER_CHECK(finite(y), "Calibration::observe: a step's output is not finite (NaN or infinity): the model's parameters are");
-  o.out = s.current = s.open(target);
-  if (target == Streams::none || target != s.adds) s.see(o.out, max_abs(y));
-  o.ranges.observe(f, acts, x, y);
-  return y;
+  return observe_output(f, acts, x, acts.attn.forward(f.attention(), xq, xkv, Attend<Qp, KVp, Ap, O>::keys(m)), o, s, target);
 }
 
 // Whether rows T (a step's input or output) are int8 rows.
