@@ -86,6 +86,41 @@ float max_rel_diff(const A& a, const B& b) {
   return err / std::max(scale, 1e-30f);
 }
 
+// A set block, declared and by hand (B sets of N rows in, Nout out), plain and key-padded: the
+// forward against reference(x's row b, the hand-written block, the key mask's row b) (double
+// precision); a causal pass the same bits, forward only and recorded (a set has no order); dx and
+// every gradient the same bits (tol 0) or within tol of the largest entry; the plan and the
+// record no larger than by hand.
+template <class Hand, class Declared, size_t B, size_t N, size_t D, size_t Nout, class Ref>
+void check_set_block(const std::string& what, Rng& rng, float tol, Ref&& reference) {
+  CHECK(sizeof(InferOf<Declared, B, N>) <= sizeof(InferOf<Hand, B, N>));
+  const auto [hand, declared] = same_parameters<Hand, Declared>(rng);
+  Tensor<B, N, D> x;
+  Tensor<B, Nout, D> dy;
+  fill(x, rng), fill(dy, rng);
+  auto close = [&](const auto& want, const auto& got) { return tol == 0 ? same_bits(want, got) : max_rel_diff(want, got) <= tol; };
+  const auto keys = test::lengths_mask<B, N>({N, N - 7});
+  for (const KeyMask<B, N>* km : {(const KeyMask<B, N>*)nullptr, &keys}) {
+    CAPTURE(km != nullptr);
+    const Mask<B, N> mask{.keys = km}, causal{.causal = true, .keys = km};
+    const SideBySide<Hand, Declared, B, N, D, Nout> run(*hand, *declared, x, mask, dy);
+    for (size_t b = 0; b < B; ++b) ref::check_close(run.y, b, reference(ref::row(x, b), hand->template get<0>(), test::mask_row(km, b)));
+    CHECK(same_bits(run.y, make<InferOf<Declared, B, N>>()->forward(*declared, x, causal)));
+    CHECK(same_bits(run.y, make<ActsOf<Declared, B, N>>()->forward(*declared, x, causal)));
+    CHECK(close(run.dx, run.declared_dx));
+    const auto want = test::params_by_name(*run.grad), got = test::params_by_name(*run.declared_grad);
+    for (const auto& [name, g] : want) {
+      CAPTURE(name);
+      CHECK(close(g, got.at(name)));
+    }
+  }
+  MESSAGE(what << " B " << B << " N " << N << ": plans declared " << sizeof(InferOf<Declared, B, N>) << " B, by hand " << sizeof(InferOf<Hand, B, N>)
+               << " B; records declared " << sizeof(ActsOf<Declared, B, N>) << " B, by hand " << sizeof(ActsOf<Hand, B, N>) << " B; replayed declared "
+               << sizeof(ReplayActsOf<Declared, B, N>) << " B");
+  CHECK(sizeof(ActsOf<Declared, B, N>) <= sizeof(ActsOf<Hand, B, N>));
+}
+
+
 }  // namespace
 
 // EncoderBlock, a declaration (stformer/blocks/encoder.hpp), beside the block written by hand
@@ -127,33 +162,12 @@ TEST_CASE_TEMPLATE("SAB declared (Attend): the hand-written block's names, plan 
     using Hand = Sequential<Named<"sab", written::SAB<D, H, Norm>>>;
     using Declared = Sequential<Named<"sab", SAB<D, H, Norm>>>;
     CHECK(sizeof(InferOf<Declared, B, N>) == sizeof(InferOf<Hand, B, N>));
+    CHECK(test::param_names(*make<Hand>()) == test::param_names(*make<Declared>()));  // in the same order too
     Rng rng(60);
-    const auto [hand, declared] = same_parameters<Hand, Declared>(rng);
-    CHECK(test::param_names(*hand) == test::param_names(*declared));  // in the same order too
-    Tensor<B, N, D> x, dy;
-    fill(x, rng), fill(dy, rng);
-    const auto keys = test::lengths_mask<B, N>({N, N - 7});
-    for (const KeyMask<B, N>* km : {(const KeyMask<B, N>*)nullptr, &keys}) {
-      CAPTURE(km != nullptr);
-      const SideBySide<Hand, Declared, B, N, D> run(*hand, *declared, x, Mask<B, N>{.keys = km}, dy);
-      for (size_t b = 0; b < B; ++b)
-        ref::check_close(run.y, b, ref::mab(ref::row(x, b), ref::row(x, b), hand->template get<0>().mab, H, test::mask_row(km, b)));
-      // a set has no order: the causal flag of the pass is not read, forward only or recorded
-      auto dc = make<InferOf<Declared, B, N>>();
-      CHECK(same_bits(run.y, dc->forward(*declared, x, Mask<B, N>{.causal = true, .keys = km})));
-      auto ac = make<ActsOf<Declared, B, N>>();
-      CHECK(same_bits(run.y, ac->forward(*declared, x, Mask<B, N>{.causal = true, .keys = km})));
-      // dx = (dh + nqᵀ dq) + nkvᵀ dkv by hand, dh + (nqᵀ dq + nkvᵀ dkv) declared: other roundings
-      CHECK(max_rel_diff(run.dx, run.declared_dx) < 1e-6f);
-      const auto want = test::params_by_name(*run.grad), got = test::params_by_name(*run.declared_grad);
-      for (const auto& [name, g] : want) {
-        CAPTURE(name);
-        CHECK(max_rel_diff(g, got.at(name)) <= 1e-6f);
-      }
-    }
-    MESSAGE("SAB<" << D << ", " << H << "> B " << B << " N " << N << ": plans declared " << sizeof(InferOf<Declared, B, N>) << " B, by hand "
-                   << sizeof(InferOf<Hand, B, N>) << " B; records declared " << sizeof(ActsOf<Declared, B, N>) << " B, by hand "
-                   << sizeof(ActsOf<Hand, B, N>) << " B; replayed declared " << sizeof(ReplayActsOf<Declared, B, N>) << " B");
+    // dx = (dh + nqᵀ dq) + nkvᵀ dkv by hand, dh + (nqᵀ dq + nkvᵀ dkv) declared: other roundings
+    check_set_block<Hand, Declared, B, N, D, N>("SAB<16, 4>", rng, 1e-6f, [&](const auto& x, const auto& hand, const auto& keys) {
+      return ref::mab(x, x, hand.mab, H, keys);
+    });
   };
   if constexpr (std::is_same_v<Tag, ScaleNorm<16>>)
     run.template operator()<ScaleNorm>();
@@ -168,27 +182,9 @@ TEST_CASE_TEMPLATE("PMA declared (SeedAttend): the hand-written block's names, p
     using Hand = Sequential<Named<"pool", written::PMA<D, H, K, Norm>>>;
     using Declared = Sequential<Named<"pool", PMA<D, H, K, Norm>>>;
     static_assert(MultiHeadAttention<D, D, D, H>::folds<K, N> == (K == 1));  // 8 seeds do not fold
-    CHECK(sizeof(InferOf<Declared, B, N>) <= sizeof(InferOf<Hand, B, N>));
     Rng rng(61);
-    const auto [hand, declared] = same_parameters<Hand, Declared>(rng);
-    Tensor<B, N, D> x;
-    Tensor<B, K, D> dy;
-    fill(x, rng), fill(dy, rng);
-    const auto keys = test::lengths_mask<B, N>({N, N - 7});
-    for (const KeyMask<B, N>* km : {(const KeyMask<B, N>*)nullptr, &keys}) {
-      CAPTURE(km != nullptr);
-      const SideBySide<Hand, Declared, B, N, D, K> run(*hand, *declared, x, Mask<B, N>{.keys = km}, dy);
-      for (size_t b = 0; b < B; ++b) ref::check_close(run.y, b, ref::pma(ref::row(x, b), hand->template get<0>(), H, test::mask_row(km, b)));
-      // a set has no order: the causal flag of the pass is not read
-      auto dc = make<InferOf<Declared, B, N>>();
-      CHECK(same_bits(run.y, dc->forward(*declared, x, Mask<B, N>{.causal = true, .keys = km})));
-      CHECK(same_bits(run.dx, run.declared_dx));
-      CHECK(test::params_by_name(*run.grad) == test::params_by_name(*run.declared_grad));
-    }
-    MESSAGE("PMA<" << D << ", " << H << ", " << K << "> B " << B << " N " << N << ": plans declared " << sizeof(InferOf<Declared, B, N>)
-                   << " B, by hand " << sizeof(InferOf<Hand, B, N>) << " B; records declared " << sizeof(ActsOf<Declared, B, N>) << " B, by hand "
-                   << sizeof(ActsOf<Hand, B, N>) << " B; replayed declared " << sizeof(ReplayActsOf<Declared, B, N>) << " B");
-    CHECK(sizeof(ActsOf<Declared, B, N>) <= sizeof(ActsOf<Hand, B, N>));
+    check_set_block<Hand, Declared, B, N, D, K>("PMA<16, 4, " + std::to_string(K) + ">", rng, 0,
+                                                [&](const auto& x, const auto& hand, const auto& keys) { return ref::pma(x, hand, H, keys); });
   };
   if constexpr (std::is_same_v<Tag, ScaleNorm<16>>)
     run.template operator()<ScaleNorm, 1>(), run.template operator()<ScaleNorm, 8>();
@@ -203,30 +199,10 @@ TEST_CASE_TEMPLATE("ISAB declared (Attend over SeedAttend): the hand-written blo
     CAPTURE(M);
     using Hand = Sequential<Named<"isab", written::ISAB<D, H, M, Norm>>>;
     using Declared = Sequential<Named<"isab", ISAB<D, H, M, Norm>>>;
-    CHECK(sizeof(InferOf<Declared, B, N>) <= sizeof(InferOf<Hand, B, N>));
     Rng rng(62);
-    const auto [hand, declared] = same_parameters<Hand, Declared>(rng);
-    Tensor<B, N, D> x, dy;
-    fill(x, rng), fill(dy, rng);
-    const auto keys = test::lengths_mask<B, N>({N, N - 7});
-    for (const KeyMask<B, N>* km : {(const KeyMask<B, N>*)nullptr, &keys}) {
-      CAPTURE(km != nullptr);
-      const SideBySide<Hand, Declared, B, N, D> run(*hand, *declared, x, Mask<B, N>{.keys = km}, dy);
-      for (size_t b = 0; b < B; ++b) ref::check_close(run.y, b, ref::isab(ref::row(x, b), hand->template get<0>(), H, test::mask_row(km, b)));
-      auto dc = make<InferOf<Declared, B, N>>();
-      CHECK(same_bits(run.y, dc->forward(*declared, x, Mask<B, N>{.causal = true, .keys = km})));
-      // dx = (dh + nq2ᵀ dq2) + MAB1ᵀ dHm by hand, dh + (nq2ᵀ dq2 + MAB1ᵀ dHm) declared
-      CHECK(max_rel_diff(run.dx, run.declared_dx) < 1e-6f);
-      const auto want = test::params_by_name(*run.grad), got = test::params_by_name(*run.declared_grad);
-      for (const auto& [name, g] : want) {
-        CAPTURE(name);
-        CHECK(max_rel_diff(g, got.at(name)) <= 1e-6f);
-      }
-    }
-    MESSAGE("ISAB<" << D << ", " << H << ", " << M << "> B " << B << " N " << N << ": plans declared " << sizeof(InferOf<Declared, B, N>)
-                    << " B, by hand " << sizeof(InferOf<Hand, B, N>) << " B; records declared " << sizeof(ActsOf<Declared, B, N>) << " B, by hand "
-                    << sizeof(ActsOf<Hand, B, N>) << " B; replayed declared " << sizeof(ReplayActsOf<Declared, B, N>) << " B");
-    CHECK(sizeof(ActsOf<Declared, B, N>) <= sizeof(ActsOf<Hand, B, N>));
+    // dx = (dh + nq2ᵀ dq2) + MAB1ᵀ dHm by hand, dh + (nq2ᵀ dq2 + MAB1ᵀ dHm) declared
+    check_set_block<Hand, Declared, B, N, D, N>("ISAB<16, 4, " + std::to_string(M) + ">", rng, 1e-6f,
+                                                [&](const auto& x, const auto& hand, const auto& keys) { return ref::isab(x, hand, H, keys); });
     CHECK(sizeof(ReplayActsOf<Declared, B, N>) <= sizeof(ActsOf<Hand, B, N>));
   };
   if constexpr (std::is_same_v<Tag, ScaleNorm<16>>)

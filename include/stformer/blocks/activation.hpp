@@ -14,6 +14,7 @@
 
 #include "../core/config.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <type_traits>
 
@@ -87,19 +88,16 @@ inline void backward(const float* x, float* d) {
 }  // namespace act
 
 template <class K, size_t D>
-struct Activation {
+struct Activation : RowLocal<Activation<K, D>, D> {
   using Kind = K;
   template <class F, class... S>
   static constexpr void visit(const Path&, F&, S&...) {}
 
-  // A step of a Sequential (stformer/compose/sequential.hpp), in place on rows [B, N, D].
-  template <size_t B, size_t N>
-  using Input = Tensor<B, N, D>;
-  static constexpr bool in_place = true;
-  static constexpr bool row_local = true;  // step::row_local
-  template <size_t B, size_t N, class Pool>
-  void forward_in_place(Tensor<B, N, D>& h, Nothing, const Mask<B, N>&, Pool&&) const {
-    act::apply<Kind, B * N * D>(h.data());
+  // y = f(x) on Rows rows [Rows, D] (y may be x): a row-local step (RowLocal).
+  template <size_t Rows>
+  void apply(const float* x, float* y) const {
+    if (x != y) std::copy_n(x, Rows * D, y);
+    act::apply<Kind, Rows * D>(y);
   }
 
   template <size_t... L>
@@ -108,11 +106,6 @@ struct Activation {
     const Tensor<L..., D>* x = nullptr;  // the input of the last forward
     Tensor<L..., D> out;
 
-    // As a step of a chain: row by row, the pass's mask not read.
-    template <class X, size_t B, size_t N>
-    decltype(auto) forward(const Activation& p, const X& x, const Mask<B, N>&) {
-      return forward(p, x);
-    }
     template <class X>
     const Tensor<L..., D>& forward(const Activation&, const X& in) {
       static_assert(shape_is<X, L..., D>, "activation: input rows x must be [..., D] (the pass's sizes, the step's width D)");
@@ -137,8 +130,7 @@ struct Activation {
     using Dx = Tensor<L..., D>;
     static constexpr bool over_input = true;
 
-    template <size_t B, size_t N>
-    const Tensor<L..., D>& forward(const Activation&, const Tensor<L..., D>& x, const Mask<B, N>&) {
+    const Tensor<L..., D>& forward(const Activation&, const Tensor<L..., D>& x) {
       auto& y = const_cast<Tensor<L..., D>&>(x);
       act::apply<Kind, (L * ... * 1) * D>(y.data());
       return y;
@@ -147,18 +139,6 @@ struct Activation {
       dx = dout;
       kernels::relu_backward<(L * ... * 1) * D>(y.data(), dx.data());
       return dx;
-    }
-  };
-
-  template <size_t... L>
-  struct Infer {
-    Tensor<L..., D> out;
-    template <class X>
-    const Tensor<L..., D>& forward(const Activation&, const X& in) {
-      static_assert(shape_is<X, L..., D>, "activation: input rows x must be [..., D] (the pass's sizes, the step's width D)");
-      out = in;
-      act::apply<Kind, (L * ... * 1) * D>(out.data());
-      return out;
     }
   };
 };

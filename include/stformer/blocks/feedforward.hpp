@@ -180,11 +180,6 @@ struct FeedForward {
     using Dx = Tensor<L..., D>;
     using Workspace = Tensor<L..., F>;  // the gradient of the hidden rows
 
-    // As a step of a chain: row by row, the pass's mask not read.
-    template <class X, size_t B, size_t N>
-    decltype(auto) forward(const FeedForward& p, const X& x, const Mask<B, N>&) {
-      return forward(p, x);
-    }
     template <class X>
     const Tensor<L..., D>& forward(const FeedForward& p, const X& x) {
       static_assert(shape_is<X, L..., D>, "FeedForward: input rows x must be [..., D] (the pass's sizes, the layer's width D)");

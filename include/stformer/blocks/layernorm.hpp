@@ -30,7 +30,7 @@ enum class Epsilon : std::uint32_t {};
 constexpr Epsilon epsilon(float value) { return Epsilon(std::bit_cast<std::uint32_t>(value)); }
 
 template <size_t D, bool Centred, Epsilon Eps = epsilon(Centred ? 1e-5f : 1.1920929e-7f)>
-struct RowNorm {
+struct RowNorm : RowLocal<RowNorm<D, Centred, Eps>, D> {
   static constexpr float eps = std::bit_cast<float>(std::uint32_t(Eps));
   Tensor<D> weight;
   [[no_unique_address]] std::conditional_t<Centred, Tensor<D>, Nothing> bias;
@@ -41,23 +41,14 @@ struct RowNorm {
     if constexpr (Centred) f(at / "bias", Init{Init::zeros}, s.bias...);
   }
 
-  // y = the norm of Rows rows x [Rows, D] (y may be x); mean and rstd of each row kept when not null.
+  // y = the norm of Rows rows x [Rows, D] (y may be x): a row-local step (RowLocal); mean and rstd
+  // of each row kept when not null.
   template <size_t Rows>
   void apply(const float* x, float* y, float* mean = nullptr, float* rstd = nullptr) const {
     if constexpr (Centred)
       kernels::layernorm_rows<Rows, D>(x, y, weight.data(), bias.data(), eps, mean, rstd);
     else
       kernels::rmsnorm_rows<Rows, D>(x, y, weight.data(), eps, rstd);
-  }
-
-  // A step of a Sequential (stformer/compose/sequential.hpp), in place on rows [B, N, D].
-  template <size_t B, size_t N>
-  using Input = Tensor<B, N, D>;
-  static constexpr bool in_place = true;
-  static constexpr bool row_local = true;  // step::row_local
-  template <size_t B, size_t N, class Pool>
-  void forward_in_place(Tensor<B, N, D>& h, Nothing, const Mask<B, N>&, Pool&&) const {
-    apply<B * N>(h.data(), h.data());
   }
 
   // Rows of shape [L..., D].
@@ -70,11 +61,6 @@ struct RowNorm {
     [[no_unique_address]] std::conditional_t<Centred, Tensor<rows>, Nothing> mean;
     Tensor<rows> rstd;
 
-    // As a step of a chain: row by row, the pass's mask not read.
-    template <class X, size_t B, size_t N>
-    decltype(auto) forward(const RowNorm& p, const X& x, const Mask<B, N>&) {
-      return forward(p, x);
-    }
     template <class X>
     const Tensor<L..., D>& forward(const RowNorm& p, const X& in) {
       static_assert(shape_is<X, L..., D>, "LayerNorm, RMSNorm: input rows x must be [..., D] (the pass's sizes, the norm's width D)");
@@ -97,18 +83,6 @@ struct RowNorm {
     static float* bias_data(RowNorm& grad) {
       if constexpr (Centred) return grad.bias.data();
       else return nullptr;
-    }
-  };
-
-  template <size_t... L>
-  struct Infer {
-    Tensor<L..., D> out;
-
-    template <class X>
-    const Tensor<L..., D>& forward(const RowNorm& p, const X& x) {
-      static_assert(shape_is<X, L..., D>, "LayerNorm, RMSNorm: input rows x must be [..., D] (the pass's sizes, the norm's width D)");
-      p.template apply<(L * ... * 1)>(x.data(), out.data());
-      return out;
     }
   };
 };

@@ -14,7 +14,7 @@
 namespace stformer::inline STFORMER_ABI {
 
 template <size_t D>
-struct LayerScale {
+struct LayerScale : RowLocal<LayerScale<D>, D> {
   Tensor<D> gamma;
 
   template <class F, class... S>
@@ -22,22 +22,12 @@ struct LayerScale {
     f(at / "gamma", Init{Init::constant, 1e-5f}, s.gamma...);
   }
 
-  // y = γ ⊙ x for Rows rows x [Rows, D] (y may be x).
+  // y = γ ⊙ x for Rows rows x [Rows, D] (y may be x): a row-local step (RowLocal).
   template <size_t Rows>
   void apply(const float* x, float* y) const {
     const float* g = gamma.data();
     for (size_t r = 0; r < Rows; ++r, x += D, y += D)
       for (size_t j = 0; j < D; ++j) y[j] = g[j] * x[j];
-  }
-
-  // A step of a Sequential (stformer/compose/sequential.hpp), in place on rows [B, N, D].
-  template <size_t B, size_t N>
-  using Input = Tensor<B, N, D>;
-  static constexpr bool in_place = true;
-  static constexpr bool row_local = true;  // step::row_local
-  template <size_t B, size_t N, class Pool>
-  void forward_in_place(Tensor<B, N, D>& h, Nothing, const Mask<B, N>&, Pool&&) const {
-    apply<B * N>(h.data(), h.data());
   }
 
   // Into a stream (a residual body's last step): h += γ ⊙ x.
@@ -56,11 +46,6 @@ struct LayerScale {
     const Tensor<L..., D>* x = nullptr;  // the input of the last forward
     Tensor<L..., D> out;
 
-    // As a step of a chain: row by row, the pass's mask not read.
-    template <class X, size_t B, size_t N>
-    decltype(auto) forward(const LayerScale& p, const X& x, const Mask<B, N>&) {
-      return forward(p, x);
-    }
     template <class X>
     const Tensor<L..., D>& forward(const LayerScale& p, const X& in) {
       static_assert(shape_is<X, L..., D>, "LayerScale: input rows x must be [..., D] (the pass's sizes, the scale's width D)");
@@ -75,17 +60,6 @@ struct LayerScale {
       for (size_t r = 0; r < rows; ++r, xs += D, dy += D, d += D)
         for (size_t j = 0; j < D; ++j) dg[j] += dy[j] * xs[j], d[j] = dy[j] * g[j];
       return dx;
-    }
-  };
-
-  template <size_t... L>
-  struct Infer {
-    Tensor<L..., D> out;
-    template <class X>
-    const Tensor<L..., D>& forward(const LayerScale& p, const X& x) {
-      static_assert(shape_is<X, L..., D>, "LayerScale: input rows x must be [..., D] (the pass's sizes, the scale's width D)");
-      p.template apply<(L * ... * 1)>(x.data(), out.data());
-      return out;
     }
   };
 };

@@ -173,11 +173,6 @@ struct Linear : LinearCalls<Linear<In, Out, WeightInit, HasBias>, In, Out> {
     const Tensor<L..., In>* x = nullptr;  // the input of the last forward
     Tensor<L..., Out> out;
 
-    // As a step of a chain: row by row, the pass's mask not read.
-    template <class X, size_t B, size_t N>
-    decltype(auto) forward(const Linear& p, const X& x, const Mask<B, N>&) {
-      return forward(p, x);
-    }
     // Relu: out = max(x Wᵀ + b, 0) in the same pass (FeedForward's first layer). p: a Linear, or
     // a LinearRef (and grad: the gradients' Linear or LinearRef<In, Out, float>).
     template <bool Relu = false, class Lin, class X>

@@ -15,7 +15,7 @@
 namespace stformer::inline STFORMER_ABI {
 
 template <size_t D>
-struct ScaleNorm {
+struct ScaleNorm : RowLocal<ScaleNorm<D>, D> {
   Tensor<1> g;
 
   template <class F, class... S>
@@ -23,20 +23,10 @@ struct ScaleNorm {
     f(at / "g", Init{Init::constant, 1.0f / inv_sqrt(D)}, s.g...);
   }
 
-  // y = g · x / max(‖x‖, 1e-5) on Rows rows of width D (y may be x)
+  // y = g · x / max(‖x‖, 1e-5) on Rows rows of width D (y may be x): a row-local step (RowLocal)
   template <size_t Rows>
   void apply(const float* x, float* y) const {
     kernels::scalenorm_rows<Rows, D>(x, y, g(0), nullptr);
-  }
-
-  // A step of a Sequential (stformer/compose/sequential.hpp), in place on rows [B, N, D].
-  template <size_t B, size_t N>
-  using Input = Tensor<B, N, D>;
-  static constexpr bool in_place = true;
-  static constexpr bool row_local = true;  // step::row_local
-  template <size_t B, size_t N, class Pool>
-  void forward_in_place(Tensor<B, N, D>& h, Nothing, const Mask<B, N>&, Pool&&) const {
-    apply<B * N>(h.data(), h.data());
   }
 
   // Rows of shape [L..., D].
@@ -48,11 +38,6 @@ struct ScaleNorm {
     Tensor<L..., D> out;
     Tensor<rows> rnorm;  // 1 / max(‖x‖, eps) of each row
 
-    // As a step of a chain: row by row, the pass's mask not read.
-    template <class X, size_t B, size_t N>
-    decltype(auto) forward(const ScaleNorm& p, const X& x, const Mask<B, N>&) {
-      return forward(p, x);
-    }
     template <class X>
     const Tensor<L..., D>& forward(const ScaleNorm& p, const X& in) {
       static_assert(shape_is<X, L..., D>, "ScaleNorm: input rows x must be [..., D] (the pass's sizes, the norm's width D)");
@@ -64,18 +49,6 @@ struct ScaleNorm {
     const Tensor<L..., D>& backward(const ScaleNorm& p, ScaleNorm& grad, const Tensor<L..., D>& dout, Tensor<L..., D>& dx) {
       kernels::scalenorm_backward_rows<rows, D>(x->data(), dout.data(), p.g(0), rnorm.data(), dx.data(), grad.g(0));
       return dx;
-    }
-  };
-
-  template <size_t... L>
-  struct Infer {
-    Tensor<L..., D> out;
-
-    template <class X>
-    const Tensor<L..., D>& forward(const ScaleNorm& p, const X& x) {
-      static_assert(shape_is<X, L..., D>, "ScaleNorm: input rows x must be [..., D] (the pass's sizes, the norm's width D)");
-      p.template apply<(L * ... * 1)>(x.data(), out.data());
-      return out;
     }
   };
 };
@@ -102,10 +75,6 @@ struct Identity {
   // Acts and Infer keep nothing: forward returns its input.
   template <size_t... L>
   struct Acts {
-    template <class X, size_t B, size_t N>
-    const X& forward(const Identity& p, const X& x, const Mask<B, N>&) {
-      return forward(p, x);
-    }
     template <class X>
     const X& forward(const Identity&, const X& x) {
       static_assert(shape_is<X, L..., D>, "Identity: input rows x must be [..., D] (the pass's sizes, the norm's width D)");

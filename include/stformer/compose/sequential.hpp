@@ -210,8 +210,10 @@ struct Shapes<Block, B, Len, Prev> {
 // Every step takes the scratch, the mask (Mask<B, N>: causal, key padding; a block that does not
 // read it leaves the parameter unnamed) and the pool of the pass (Serial, or a ThreadPool: a
 // block that runs on the calling thread ignores it). A training record (ActsOf<Block, B, N>)
-// takes the mask too: acts.forward(p, x, mask). A block that does not meet this is a compile
-// error at the static_asserts below, whose instantiation names the block.
+// takes the mask too: acts.forward(p, x, mask), but for a row-local block (Block::row_local: its
+// rows map one by one, no mask to read), whose record is acts.forward(p, x). A block that does
+// not meet this is a compile error at the static_asserts below, whose instantiation names the
+// block.
 template <class Block, class In, class Out, class W, size_t B, size_t N>
 concept Step = (in_place<Block>() && requires(const Block& p, In& h, W& w, const Mask<B, N>& mask, Serial& pool) {
                  p.forward_in_place(h, w, mask, pool);
@@ -219,7 +221,8 @@ concept Step = (in_place<Block>() && requires(const Block& p, In& h, W& w, const
                  p.run(x, y, w, mask, pool);
                });
 template <class A, class Block, class X, size_t B, size_t N>
-concept Record = requires(A& acts, const Block& p, const X& x, const Mask<B, N>& mask) { acts.forward(p, x, mask); };
+concept Record = (row_local<Block>() && requires(A& acts, const Block& p, const X& x) { acts.forward(p, x); }) ||
+                 (!row_local<Block>() && requires(A& acts, const Block& p, const X& x, const Mask<B, N>& mask) { acts.forward(p, x, mask); });
 
 template <class>
 inline constexpr bool always_false = false;
@@ -256,12 +259,16 @@ void run(const Block& p, const X& x, Y& y, W& w, const Mask<B, N>& mask, Pool&& 
   }
 }
 
-// acts.forward(p, x, mask): a step's training record, given the pass's mask.
+// acts.forward(p, x, mask): a step's training record, given the pass's mask (a row-local
+// block's: acts.forward(p, x)).
 template <class A, class P, class X, size_t B, size_t N>
 decltype(auto) forward(A& acts, const P& p, const X& x, const Mask<B, N>& mask) {
-  static_assert(Record<A, P, X, B, N>,
-                "a step's training record (the block in the instantiation above) does not meet the step protocol: it needs forward(p, x, const Mask<B, N>&)");
-  return acts.forward(p, x, mask_for<P>(mask));
+  static_assert(Record<A, P, X, B, N>, "a step's training record (the block in the instantiation above) does not meet the step protocol: it needs "
+                                       "forward(p, x, const Mask<B, N>&), or forward(p, x) when the block is row-local");
+  if constexpr (row_local<P>())
+    return acts.forward(p, x);
+  else
+    return acts.forward(p, x, mask_for<P>(mask));
 }
 
 // A step's record, with the Memory M where its Acts takes one (Repeat); of a chain its Record,

@@ -306,6 +306,32 @@ struct TiledIn {
 // configuration.
 struct Nothing {};
 
+// A row-local leaf of width D (the base of Self): Self::apply<Rows>(x, y) maps each row [D] on
+// its own (y may be x). As a step of a chain (stformer/compose/sequential.hpp) it runs in place
+// on rows [B, N, D] of T; its forward-only pass Infer<L...> writes out = apply(x); its record
+// (Self::Acts) is given no mask (step::row_local).
+template <class Self, size_t D, class T = float>
+struct RowLocal {
+  template <size_t B, size_t N>
+  using Input = TensorOf<T, B, N, D>;
+  static constexpr bool in_place = true, row_local = true;
+  template <size_t B, size_t N, class Pool>
+  void forward_in_place(Input<B, N>& h, Nothing, const Mask<B, N>&, Pool&&) const {
+    static_cast<const Self&>(*this).template apply<B * N>(h.data(), h.data());
+  }
+
+  template <size_t... L>
+  struct Infer {
+    TensorOf<T, L..., D> out;
+    template <class X>
+    const TensorOf<T, L..., D>& forward(const Self& p, const X& x) {
+      static_assert(typed_shape_is<T, X, L..., D>, "a row-local step (the block above): input rows x must be [..., D] (the pass's sizes, the step's width D)");
+      p.template apply<(L * ... * 1)>(x.data(), out.data());
+      return out;
+    }
+  };
+};
+
 // Phases<P...>: storage for the buffers of one phase of a forward pass at a time, as large as
 // the largest phase. start<Q>() begins phase Q in it (default-initialised: no work at run
 // time) and ends the one before, whose contents are then gone; what outlives a phase lives

@@ -27,7 +27,7 @@
 namespace stformer::inline STFORMER_ABI {
 
 template <class Kind, size_t D>
-struct QActivation {
+struct QActivation : RowLocal<QActivation<Kind, D>, D, std::int16_t> {
   using Float = Activation<Kind, D>;
   TensorOf<std::int32_t, 257> table;
 
@@ -46,10 +46,10 @@ struct QActivation {
     return q;
   }
 
-  // y [Rows] = Act of x [Rows] (int16 both); y may be x.
+  // y [Rows, D] = Act of x [Rows, D] (int16 both); y may be x.
   template <size_t Rows>
   void apply(const std::int16_t* x, std::int16_t* y) const {
-    for (size_t j = 0; j < Rows; ++j) {
+    for (size_t j = 0; j < Rows * D; ++j) {
       const std::int32_t u = std::int32_t(x[j]) + 32768, i = u >> 8, f = u & 255;
       const std::int32_t t0 = table(size_t(i)), t1 = table(size_t(i) + 1);
       y[j] = std::int16_t(kernels::clamp_i32(t0 + (((t1 - t0) * f + 128) >> 8), -32768, 32767));
@@ -57,18 +57,10 @@ struct QActivation {
   }
 
   // A step of a quantized Sequential (stformer/quantized/quantize.hpp): in place on an int16
-  // stream, its output a stream of its own at s_out.
+  // stream (RowLocal), its output a stream of its own at s_out.
   static constexpr bool same_scale = false;
   using Ranges = NoRanges;
   void from_float(const Float&, const Ranges&, float s_in, float s_out) { *this = quantize(s_in, s_out); }
-  template <size_t B, size_t N>
-  using Input = TensorOf<std::int16_t, B, N, D>;
-  static constexpr bool in_place = true;
-  static constexpr bool row_local = true;  // step::row_local
-  template <size_t B, size_t N, class Pool>
-  void forward_in_place(Input<B, N>& h, Nothing, const Mask<B, N>&, Pool&&) const {
-    apply<B * N * D>(h.data(), h.data());
-  }
 };
 
 // ReLU<D>, GELU<D>, GELUTanh<D>, SiLU<D>: each an Activation<Kind, D>.

@@ -29,7 +29,7 @@
 namespace stformer::inline STFORMER_ABI {
 
 template <size_t D, bool Centred, Epsilon Eps = epsilon(Centred ? 1e-5f : 1.1920929e-7f)>
-struct QLayerNorm {
+struct QLayerNorm : RowLocal<QLayerNorm<D, Centred, Eps>, D, std::int16_t> {
   static_assert(D <= 1024, "QLayerNorm: rows of at most 1024 (c_i = D·x_i − Σx in int32, Σc² in uint64)");
   // 2^k·√D·32767 < 2^31, i.e. 4^k·D ≤ 2^32
   static constexpr int k = [] {
@@ -118,18 +118,10 @@ struct QLayerNorm {
   }
 
   // A step of a quantized Sequential (stformer/quantized/quantize.hpp): in place on an int16
-  // stream, its output a stream of its own at s_out (an encoder's final norm).
+  // stream (RowLocal), its output a stream of its own at s_out (an encoder's final norm).
   static constexpr bool same_scale = false;
   using Ranges = NoRanges;
   void from_float(const Float& f, const Ranges&, float s_in, float s_out) { *this = quantize(f, s_in, s_out); }
-  template <size_t B, size_t N>
-  using Input = TensorOf<std::int16_t, B, N, D>;
-  static constexpr bool in_place = true;
-  static constexpr bool row_local = true;  // step::row_local
-  template <size_t B, size_t N, class Pool>
-  void forward_in_place(Input<B, N>& h, Nothing, const Mask<B, N>&, Pool&&) const {
-    apply<B * N>(h.data(), h.data());
-  }
 };
 
 template <size_t D, Epsilon Eps>

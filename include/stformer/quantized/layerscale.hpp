@@ -19,7 +19,7 @@
 namespace stformer::inline STFORMER_ABI {
 
 template <size_t D>
-struct QLayerScale {
+struct QLayerScale : RowLocal<QLayerScale<D>, D, std::int16_t> {
   using Float = LayerScale<D>;
   TensorOf<std::int8_t, D> gamma;
   Tensor<D> gamma_scale;
@@ -59,17 +59,9 @@ struct QLayerScale {
     in_scale(0) = s_in, out_scale(0) = s_out;
     set_requants(*this);
   }
-  template <size_t B, size_t N>
-  using Input = TensorOf<std::int16_t, B, N, D>;
-  static constexpr bool in_place = true;
-  static constexpr bool row_local = true;  // step::row_local
-  template <size_t B, size_t N, class Pool>
-  void forward_in_place(Input<B, N>& h, Nothing, const Mask<B, N>&, Pool&&) const {
-    apply<B * N>(h.data(), h.data());
-  }
   // Into a stream (a residual body's last step): h = clamp(h + apply(x_q·γ_q, M_c), int16).
   template <size_t B, size_t N, class Pool>
-  void run_add(const Input<B, N>& x, Input<B, N>& h, Nothing, const Mask<B, N>&, Pool&&) const {
+  void run_add(const TensorOf<std::int16_t, B, N, D>& x, TensorOf<std::int16_t, B, N, D>& h, Nothing, const Mask<B, N>&, Pool&&) const {
     for (size_t r = 0; r < B * N; ++r)
       for (size_t c = 0; c < D; ++c) {
         std::int16_t& y = h.data()[r * D + c];

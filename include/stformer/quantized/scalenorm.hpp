@@ -21,7 +21,7 @@
 namespace stformer::inline STFORMER_ABI {
 
 template <size_t D>
-struct QScaleNorm {
+struct QScaleNorm : RowLocal<QScaleNorm<D>, D, std::int16_t> {
   Tensor<1> g;
   Scale out_scale;
   Requant<1> requant;
@@ -50,19 +50,12 @@ struct QScaleNorm {
   }
 
   // A step of a quantized Sequential (stformer/quantized/quantize.hpp): in place on an int16
-  // stream, its output a stream of its own at s_out.
+  // stream, row by row (RowLocal: a row is read whole before it is written), its output a
+  // stream of its own at s_out.
   using Float = ScaleNorm<D>;
   static constexpr bool same_scale = false;
   using Ranges = NoRanges;
   void from_float(const Float& f, const Ranges&, float, float s_out) { *this = quantize(f, s_out); }
-  template <size_t B, size_t N>
-  using Input = TensorOf<std::int16_t, B, N, D>;
-  static constexpr bool in_place = true;
-  static constexpr bool row_local = true;  // step::row_local
-  template <size_t B, size_t N, class Pool>
-  void forward_in_place(Input<B, N>& h, Nothing, const Mask<B, N>&, Pool&&) const {
-    apply<B * N>(h.data(), h.data());  // row by row: a row is read whole before it is written
-  }
 
   // y [Rows, D] (int8, or int16) = the norm of x [Rows, D] (int16 or int8)
   // x_i is taken as x_i·2^up (up = 31 − its bits) with the shift lowered to match: the high
