@@ -109,7 +109,7 @@ int main(int argc, char** argv) {
   static auto qptr = quantize_fixed(ptr);
   using QPointer = std::remove_cvref_t<decltype(*qptr)>;
   auto& head = qptr->template get<QPointer::steps - 2>();
-  for (size_t i = 0; i < 16; ++i) head.query(0, i) = std::int8_t(int(rng.below(255)) - 127);
+  for (size_t i = 0; i < 16; ++i) head.get<0>().rows(0, i) = std::int8_t(int(rng.below(255)) - 127);
   static InferOf<QPointer, B, N> qptr_infer;
   for (const KeyMask<B, N>* k : masks) {
     const Mask<B, N> mask{.keys = k};

@@ -319,8 +319,9 @@ TEST_CASE("SPEC models: pointer and set, against the composed references") {
     auto h = ref::linear(ref::row(x, b), pm->get<"proj">());
     for (const auto& blk : pm->get<"blocks">()) h = ref::encoder(h, blk, 1);
     auto keys = ref::norm(h, pm->get<"sn_v">());
-    auto query = ref::norm(ref::row(pm->get<"">().query, 0), pm->get<"">().sn_q);
-    ref::check_close(pa->at<"">().pointer.logp, b, ref::pointer(query, keys, pm->get<"">().pointer), 5e-5);
+    const auto& head = pm->get<"">();
+    auto query = ref::norm(ref::row(head.seeds(), 0), head.get<"sn_q">());
+    ref::check_close(pa->at<"">().attn.logp, b, ref::pointer(query, keys, head.get<"pointer">()), 5e-5);
 
     auto e = ref::isab(ref::linear(ref::row(x, b), sm->get<"proj">()), sm->get<"isab">(), 4);
     ref::check_close(sa->at<"head">().out, b, ref::linear(ref::pma(e, sm->get<"pool">(), 4), sm->get<"head">()), 5e-5);

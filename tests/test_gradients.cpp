@@ -418,7 +418,8 @@ TEST_CASE("gradients: the SPEC models (pointer, set, language model)") {
       return project(c, B, [&](size_t b) {
         auto h = ref::linear(ref::row(x, b), p->get<"proj">());
         for (const auto& blk : p->get<"blocks">()) h = ref::encoder(h, blk, 2);
-        return ref::pointer(ref::norm(ref::row(p->get<"">().query, 0), p->get<"">().sn_q), ref::norm(h, p->get<"sn_v">()), p->get<"">().pointer);
+        const auto& head = p->get<"">();
+        return ref::pointer(ref::norm(ref::row(head.seeds(), 0), head.get<"sn_q">()), ref::norm(h, p->get<"sn_v">()), head.get<"pointer">());
       });
     };
     check_params(*p, *g, loss);

@@ -284,7 +284,7 @@ TEST_CASE("quantize: SPEC's pointer and set models close to the float models, in
   {
     PointerFixture m;
     using G = QPointer;
-    static_assert(std::is_same_v<G::BlockAt<1>, QFineLinear<2, 16>> && std::is_same_v<G::BlockAt<4>, PointerHead<16, precision::int8>> &&
+    static_assert(std::is_same_v<G::BlockAt<1>, QFineLinear<2, 16>> && std::is_same_v<G::BlockAt<4>, Int8Of<PointerHead<16>>::type> &&
                       std::is_same_v<G::BlockAt<5>, DequantizeLogits>,
                   "input, proj (the first linear layer: QFineLinear), blocks, sn_v, the pointer's head (int32 logits), their log-softmax");
     auto fi = std::make_unique<InferOf<FloatPointer, Sets, Points>>();
@@ -302,7 +302,7 @@ TEST_CASE("quantize: SPEC's pointer and set models close to the float models, in
     const TensorOf<std::int16_t, Sets, Points, 2> xq = hi->template forward_steps<0, 1>(*m.q, m.x);
     hi->template input<1>() = xq;
     const TensorOf<std::int32_t, Sets, 1, Points> logits = hi->template forward_steps<1, G::steps - 1>(*m.q);
-    const double unit = m.q->template get<G::steps - 2>().pointer.logit_scale();
+    const double unit = m.q->template get<G::steps - 2>().attention().logit_scale();
     for (size_t b = 0; b < Sets; ++b) {
       double z = 0;
       for (size_t j = 0; j < Points; ++j) z += std::exp(unit * logits(b, 0, j));

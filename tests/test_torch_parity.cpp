@@ -25,7 +25,7 @@ TEST_CASE("PyTorch parity: pointer model (encoder blocks, key padding, NLL)") {
   run_case<M, A>(
       "pointer.safetensors", [&](A& a, const M& p) -> const auto& { return a.forward(p, x, &keys); },
       [&](A& a, const M& p, M& g) {
-        float l = nll_loss(a.at<"">().pointer.logp, target, dlogp);
+        float l = nll_loss(a.at<"">().attn.logp, target, dlogp);
         a.backward(p, g, dlogp);
         return l;
       });

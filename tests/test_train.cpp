@@ -250,7 +250,7 @@ TEST_CASE("training learns: pointer model on small max-norm sets") {
     for (size_t b = 0; b < B; ++b) {
       size_t arg = 0;
       for (size_t i = 1; i < N; ++i)
-        if (a->at<"">().pointer.logp(b, 0, i) > a->at<"">().pointer.logp(b, 0, arg)) arg = i;
+        if (a->at<"">().attn.logp(b, 0, i) > a->at<"">().attn.logp(b, 0, arg)) arg = i;
       right += arg == size_t(target(b));
     }
     return double(right) / B;

@@ -7,9 +7,9 @@
 //   backward, from the input x: dx = dy·f'(x),
 //     GELU f' = Φ(x) + x·φ(x);  GELUTanh f' = ½(1 + t) + ½x(1 − t²)·√(2/π)(1 + 3·0.044715x²),
 //     t = tanh(u);  SiLU f' = σ(x)·(1 + x(1 − σ(x)));  ReLU f' = [x > 0] = [y > 0]
-// ReLU's derivative is read from its output (Kind::from_output): in a chain after a step whose
-// record keeps its output unread by its backward (a Linear), its record is OverInput: y written
-// over x, no tensor of its own.
+// ReLU's derivative is also a function of its output (Kind::df_from_output(y)): in a chain after
+// a step whose record keeps its output unread by its backward (a Linear), its record is
+// RecordOverInput: y written over x, no tensor of its own.
 #pragma once
 
 #include "../core/config.hpp"
@@ -26,9 +26,9 @@ namespace stformer::inline STFORMER_ABI {
 namespace act {
 
 struct ReLU {
-  static constexpr bool from_output = true;
   static float f(float x) { return x > 0.0f ? x : 0.0f; }
   static float df(float x) { return x > 0.0f ? 1.0f : 0.0f; }
+  static float df_from_output(float y) { return y > 0.0f ? 1.0f : 0.0f; }  // [y > 0] = [x > 0]
 };
 struct GELU {
   static float f(float x) { return 0.5f * x * (1.0f + std::erf(x * 0.70710678118654752f)); }
@@ -84,6 +84,14 @@ template <class Act, size_t N>
 inline void backward(const float* x, float* d) {
   for (size_t i = 0; i < N; ++i) d[i] *= Act::df(x[i]);
 }
+// d ← d ⊙ f'(x) read from y = f(x) (ReLU by the vector kernel)
+template <class Act, size_t N>
+inline void backward_from_output(const float* y, float* d) {
+  if constexpr (std::is_same_v<Act, ReLU>)
+    kernels::relu_backward<N>(y, d);
+  else
+    for (size_t i = 0; i < N; ++i) d[i] *= Act::df_from_output(y[i]);
+}
 
 }  // namespace act
 
@@ -107,11 +115,10 @@ struct Activation : RowLocal<Activation<K, D>, D> {
     Tensor<L..., D> out;
 
     template <class X>
-    const Tensor<L..., D>& forward(const Activation&, const X& in) {
+    const Tensor<L..., D>& forward(const Activation& p, const X& in) {
       static_assert(shape_is<X, L..., D>, "activation: input rows x must be [..., D] (the pass's sizes, the step's width D)");
       x = &in;
-      out = in;
-      act::apply<Kind, (L * ... * 1) * D>(out.data());
+      p.template apply<(L * ... * 1)>(in.data(), out.data());
       return out;
     }
     const Tensor<L..., D>& backward(const Activation&, Activation&, const Tensor<L..., D>& dout, Tensor<L..., D>& dx) {
@@ -121,23 +128,23 @@ struct Activation : RowLocal<Activation<K, D>, D> {
     }
   };
 
-  // The record over its input: the chain gives it the previous step's record's output, an object
-  // of that record's own that nothing else reads (step::OverInput), y is written over it, and
-  // its backward is given it again.
+  // The record over its input, for a kind whose derivative is read from its output: the chain
+  // gives it the previous step's record's output, an object of that record's own that nothing
+  // else reads (step::RecordOverInput), y is written over it, and its backward is given it again.
   template <size_t... L>
-    requires requires { Kind::from_output; }
-  struct OverInput {
+    requires requires(float y) { Kind::df_from_output(y); }
+  struct RecordOverInput {
     using Dx = Tensor<L..., D>;
-    static constexpr bool over_input = true;
+    static constexpr bool records_over_input = true;
 
-    const Tensor<L..., D>& forward(const Activation&, const Tensor<L..., D>& x) {
+    const Tensor<L..., D>& forward(const Activation& p, const Tensor<L..., D>& x) {
       auto& y = const_cast<Tensor<L..., D>&>(x);
-      act::apply<Kind, (L * ... * 1) * D>(y.data());
+      p.template apply<(L * ... * 1)>(y.data(), y.data());
       return y;
     }
     const Tensor<L..., D>& backward(const Activation&, Activation&, const Tensor<L..., D>& dout, Tensor<L..., D>& dx, const Tensor<L..., D>& y) {
       dx = dout;
-      kernels::relu_backward<(L * ... * 1) * D>(y.data(), dx.data());
+      act::backward_from_output<Kind, (L * ... * 1) * D>(y.data(), dx.data());
       return dx;
     }
   };

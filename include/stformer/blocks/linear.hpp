@@ -168,7 +168,7 @@ struct Linear : LinearCalls<Linear<In, Out, WeightInit, HasBias>, In, Out> {
     static constexpr size_t rows = (L * ... * 1);
     using Dx = Tensor<L..., In>;
     // forward returns out, which backward does not read: the next step of a chain may write over
-    // it (step::OverInput)
+    // it (step::RecordOverInput)
     static constexpr bool output_unread = true;
     const Tensor<L..., In>* x = nullptr;  // the input of the last forward
     Tensor<L..., Out> out;

@@ -26,6 +26,7 @@ struct PositionalEncoding {
   template <size_t B, size_t N>
   using Input = Tensor<B, N, D>;
   static constexpr bool in_place = true;
+  static constexpr bool reads_mask = false;  // step::reads_mask: row by row, each row's output fixed by its place
   template <size_t B, size_t N, class Pool>
   void forward_in_place(Tensor<B, N, D>& x, Nothing, const Mask<B, N>&, Pool&&) const {
     static_assert(N <= L, "PositionalEncoding: sequence length N exceeds the table length L");
@@ -50,11 +51,6 @@ struct PositionalEncoding {
     static_assert(N <= L, "PositionalEncoding: sequence length N exceeds the table length L");
     Tensor<B, N, D> out;
 
-    // As a step of a chain: row by row, the pass's mask not read.
-    template <class X>
-    decltype(auto) forward(const PositionalEncoding& p, const X& x, const Mask<B, N>&) {
-      return forward(p, x);
-    }
     template <class X>
     const Tensor<B, N, D>& forward(const PositionalEncoding&, const X& x) {
       static_assert(shape_is<X, B, N, D>, "PositionalEncoding: input rows x must be [B, N, D] (the pass's sizes, the table's width D)");

@@ -33,6 +33,7 @@ struct PositionEmbedding {
   template <size_t B, size_t N>
   using Input = Tensor<B, N, D>;
   static constexpr bool in_place = true;
+  static constexpr bool reads_mask = false;  // step::reads_mask: row by row, each row's output fixed by its place
   template <size_t B, size_t N, class Pool>
   void forward_in_place(Tensor<B, N, D>& x, Nothing, const Mask<B, N>&, Pool&&) const {
     static_assert(N <= L, "PositionEmbedding: the sequence is longer than the L positions it has");
@@ -42,11 +43,6 @@ struct PositionEmbedding {
   template <size_t B, size_t N>
   struct Infer {
     Tensor<B, N, D> out;
-    // As a step of a chain: row by row, the pass's mask not read.
-    template <class X>
-    decltype(auto) forward(const PositionEmbedding& p, const X& x, const Mask<B, N>&) {
-      return forward(p, x);
-    }
     template <class X>
     const Tensor<B, N, D>& forward(const PositionEmbedding& p, const X& x) {
       static_assert(shape_is<X, B, N, D>, "PositionEmbedding: input rows x must be [B, N, D] (the pass's sizes, the block's width D)");
@@ -68,6 +64,7 @@ struct PositionEmbedding {
 
 template <size_t D>
 struct ClassToken {
+  static constexpr bool reads_mask = false;  // step::reads_mask: each output row fixed by its place
   Tensor<1, 1, D> cls_token;
   static constexpr size_t prepends = 1;
 
@@ -91,11 +88,6 @@ struct ClassToken {
   template <size_t B, size_t N>
   struct Infer {
     Tensor<B, N + 1, D> out;
-    // As a step of a chain: row by row, the pass's mask not read.
-    template <class X>
-    decltype(auto) forward(const ClassToken& p, const X& x, const Mask<B, N>&) {
-      return forward(p, x);
-    }
     template <class X>
     const Tensor<B, N + 1, D>& forward(const ClassToken& p, const X& x) {
       static_assert(shape_is<X, B, N, D>, "ClassToken: input rows x must be [B, N, D] (the pass's sizes, the block's width D)");
@@ -118,6 +110,7 @@ struct ClassToken {
 
 template <size_t D>
 struct FirstToken {
+  static constexpr bool reads_mask = false;  // step::reads_mask: each output row fixed by its place
   template <class F, class... S>
   static constexpr void visit(const Path&, F&, S&...) {}
 
@@ -133,11 +126,6 @@ struct FirstToken {
   template <size_t B, size_t N>
   struct Infer {
     Tensor<B, 1, D> out;
-    // As a step of a chain: row by row, the pass's mask not read.
-    template <class X>
-    decltype(auto) forward(const FirstToken& p, const X& x, const Mask<B, N>&) {
-      return forward(p, x);
-    }
     template <class X>
     const Tensor<B, 1, D>& forward(const FirstToken& p, const X& x) {
       static_assert(shape_is<X, B, N, D>, "FirstToken: input rows x must be [B, N, D] (the pass's sizes, the block's width D)");

@@ -13,6 +13,9 @@
 //   SeedAttend<"seeds", K, Query, KeyValue, Attention>
 //                               y = S + Attention(Query(S), KeyValue(x)), S K learned rows (the
 //                               Set Transformer's PMA and ISAB's MAB1, their attention half)
+//   SeedQuery<"query", K, Query, Attention>
+//                               y = Attention(Query(S), x), the attention's own output (SPEC's
+//                               pointer head: log-probabilities over x's rows)
 //
 // A part is a block, or Named<"name", Block>, or a chain Sequential<...> of several. A
 // combinator adds no name level of its own: Residual's body is named as if it stood in the
@@ -673,6 +676,77 @@ struct SeedAttend
       kernels::add<B * K * D>(dout.data(), dqs.data(), ws.ds.data());
       for (size_t b = 0; b < B; ++b) kernels::add_to<K * D>(ws.ds.data() + b * K * D, grad.seeds().data());
       step::copy_to(backward_with(kv, p.template get<2>(), grad.template get<2>(), ws.dkv, dx, ws.part.template start<WorkspaceOf<KVRecord>>()), dx);
+      return dx;
+    }
+  };
+};
+
+// SeedQuery<"query", K, Query, Attention>: y = Attention(Query(S), x), x [B, N, Dk] -> the
+// attention's output for K query rows (PointerAttention: log-probabilities [B, K, N]), S K
+// learned rows [K, Dq] (Xavier-normal, a parameter named Name) over every batch row, Query a
+// row-local part (a norm): SPEC's pointer head (blocks/pointer.hpp). The attention reads the
+// pass's key mask over x, never its causal flag (ordered = false).
+//   forward only: q ← Query(S) over the batch, then y ← Attention(q, x); scratch q and the
+//     attention's work.
+//   backward: dq, dx = Attentionᵀ dy;  dS = Σ_b Queryᵀ dq
+template <FixedString Name, size_t K, class Query, class Attention>
+struct SeedQuery
+    : step::Parts<Named<"", Seeds<Name, K, dims<typename step::Info<Query>::Block::template Input<1, 1>>.back()>>, Query, Attention> {
+  using Base = typename SeedQuery::Parts;
+  static constexpr bool ordered = false;
+  using Q = typename Base::template BlockAt<1>;
+  using A = typename Base::template BlockAt<2>;
+  static_assert(step::row_local<Q>(), "SeedQuery: the query part is row-local (a norm, Identity)");
+  static constexpr size_t D = dims<typename Q::template Input<1, 1>>.back();
+  const A& attention() const { return this->template get<2>(); }
+  A& attention() { return this->template get<2>(); }
+  const auto& seeds() const { return this->template get<0>().rows; }
+  auto& seeds() { return this->template get<0>().rows; }
+
+  template <size_t B, size_t N>
+  using Input = Tensor<B, N, A::key_width>;
+  template <size_t B, size_t N>
+  using Output = typename A::template Output<B, K, N>;
+  template <size_t B>
+  using Rows = Tensor<B, K, D>;  // S over the batch, then Query(S)
+
+  template <size_t B, size_t N, size_t Room = 0>
+  struct Scratch {
+    Rows<B> q;
+    typename A::template Work<B, K, N> w;
+  };
+  void repeat_seeds(float* y, size_t batch) const {
+    for (size_t b = 0; b < batch; ++b) std::copy(seeds().begin(), seeds().end(), y + b * K * D);
+  }
+  template <size_t B, size_t N, size_t Room, class Pool = Serial>
+  void run(const Input<B, N>& x, Output<B, N>& y, Scratch<B, N, Room>& w, const Mask<B, N>& mask, Pool&& = Pool{}) const {
+    repeat_seeds(w.q.data(), B);
+    this->template get<1>().template apply<B * K>(w.q.data(), w.q.data());
+    attention().score(w.q.data(), x.data(), y.data(), w.w, mask.keys);
+  }
+
+  template <size_t B, size_t N, Memory M = Memory::keep>
+  struct Acts {
+    using QRecord = typename step::ActsWith<Q, B, K, M>::type;
+    using Record = ActsOf<A, B, K, N>;
+    using Dx = Input<B, N>;
+    Rows<B> s;  // S over the batch
+    QRecord q;
+    Record attn;
+    struct Workspace {
+      Rows<B> dq, ds;  // dL/dQuery(S), dL/dS
+      Phases<WorkspaceOf<Record>, WorkspaceOf<QRecord>> part;
+    };
+
+    template <class X>
+    const Output<B, N>& forward(const SeedQuery& p, const X& x, const Mask<B, N>& mask = {}) {
+      p.repeat_seeds(s.data(), B);
+      return attn.forward(p.attention(), step::forward(q, p.template get<1>(), s, Mask<B, K>{}), x, mask.keys);
+    }
+    const Dx& backward(const SeedQuery& p, SeedQuery& grad, const Output<B, N>& dout, Dx& dx, Workspace& ws) {
+      attn.backward(p.attention(), grad.attention(), dout, {ws.dq, dx}, ws.part.template start<WorkspaceOf<Record>>());
+      const auto& ds = backward_with(q, p.template get<1>(), grad.template get<1>(), ws.dq, ws.ds, ws.part.template start<WorkspaceOf<QRecord>>());
+      for (size_t b = 0; b < B; ++b) kernels::add_to<K * D>(ds.data() + b * K * D, grad.seeds().data());
       return dx;
     }
   };

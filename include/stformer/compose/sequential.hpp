@@ -135,6 +135,15 @@ constexpr bool row_local() {
   else
     return false;
 }
+// Whether a step's record reads the pass's mask: not a row-local block's, nor one that declares
+// reads_mask = false (a position table, a class token: each row's output is fixed by its place).
+template <class Block>
+constexpr bool reads_mask() {
+  if constexpr (requires { Block::reads_mask; })
+    return Block::reads_mask;
+  else
+    return !row_local<Block>();
+}
 // A step whose output may be written over its input (see the top of this file).
 template <class Block>
 constexpr bool over_input() {
@@ -210,8 +219,9 @@ struct Shapes<Block, B, Len, Prev> {
 // Every step takes the scratch, the mask (Mask<B, N>: causal, key padding; a block that does not
 // read it leaves the parameter unnamed) and the pool of the pass (Serial, or a ThreadPool: a
 // block that runs on the calling thread ignores it). A training record (ActsOf<Block, B, N>)
-// takes the mask too: acts.forward(p, x, mask), but for a row-local block (Block::row_local: its
-// rows map one by one, no mask to read), whose record is acts.forward(p, x). A block that does
+// takes the mask too: acts.forward(p, x, mask), but for a block that does not read it
+// (step::reads_mask: a row-local block, whose rows map one by one, or one that declares
+// reads_mask = false), whose record is acts.forward(p, x). A block that does
 // not meet this is a compile error at the static_asserts below, whose instantiation names the
 // block.
 template <class Block, class In, class Out, class W, size_t B, size_t N>
@@ -221,8 +231,8 @@ concept Step = (in_place<Block>() && requires(const Block& p, In& h, W& w, const
                  p.run(x, y, w, mask, pool);
                });
 template <class A, class Block, class X, size_t B, size_t N>
-concept Record = (row_local<Block>() && requires(A& acts, const Block& p, const X& x) { acts.forward(p, x); }) ||
-                 (!row_local<Block>() && requires(A& acts, const Block& p, const X& x, const Mask<B, N>& mask) { acts.forward(p, x, mask); });
+concept Record = (!reads_mask<Block>() && requires(A& acts, const Block& p, const X& x) { acts.forward(p, x); }) ||
+                 (reads_mask<Block>() && requires(A& acts, const Block& p, const X& x, const Mask<B, N>& mask) { acts.forward(p, x, mask); });
 
 template <class>
 inline constexpr bool always_false = false;
@@ -259,13 +269,13 @@ void run(const Block& p, const X& x, Y& y, W& w, const Mask<B, N>& mask, Pool&& 
   }
 }
 
-// acts.forward(p, x, mask): a step's training record, given the pass's mask (a row-local
-// block's: acts.forward(p, x)).
+// acts.forward(p, x, mask): a step's training record, given the pass's mask (a block's that does
+// not read it: acts.forward(p, x)).
 template <class A, class P, class X, size_t B, size_t N>
 decltype(auto) forward(A& acts, const P& p, const X& x, const Mask<B, N>& mask) {
   static_assert(Record<A, P, X, B, N>, "a step's training record (the block in the instantiation above) does not meet the step protocol: it needs "
-                                       "forward(p, x, const Mask<B, N>&), or forward(p, x) when the block is row-local");
-  if constexpr (row_local<P>())
+                                       "forward(p, x, const Mask<B, N>&), or forward(p, x) when the block does not read the mask (step::reads_mask)");
+  if constexpr (!reads_mask<P>())
     return acts.forward(p, x);
   else
     return acts.forward(p, x, mask_for<P>(mask));
@@ -286,13 +296,13 @@ template <class Block, size_t B, size_t N, Memory M>
 struct ActsWith {
   using type = typename decltype(acts_with<Block, B, N, M>())::type;
 };
-// A step's record lies over its input (Block::OverInput<B, N>: an activation whose derivative
-// is read from its output, ReLU) when that input is the output `out` of the record Prev before
+// A step's record lies over its input (Block::RecordOverInput<B, N>: an activation whose
+// derivative is read from its output, ReLU) when that input is the output `out` of the record Prev before
 // it, which Prev's backward does not read (Prev::output_unread: a Linear's): the record holds
 // nothing, its backward is given that output.
 template <class Block, class Prev, size_t B, size_t N>
-concept OverInput = requires(Prev& prev) {
-  typename Block::template OverInput<B, N>;
+concept RecordOverInput = requires(Prev& prev) {
+  typename Block::template RecordOverInput<B, N>;
   prev.out;
   requires Prev::output_unread;
 };
@@ -606,15 +616,15 @@ struct Sequential : step::Parts<S...> {
   // backward runs each step's forward again into it just before its backward (the last step's
   // is still there): the same operations on the same inputs, the same bits, in the memory of
   // the largest step's record and workspace, which it holds with the record.
-  // Step I's record in a pass keeping M; Over: a record may lie over its input (step::OverInput;
+  // Step I's record in a pass keeping M; Over: a record may lie over its input (step::RecordOverInput;
   // not in a record that replays, which holds one step's record at a time).
   template <size_t B, size_t N, Memory M, bool Over, size_t I>
   static consteval auto record_at() {
     using Own = typename step::ActsWith<BlockAt<I>, B, length<B, N, I>(), M>::type;
     if constexpr (I == 0 || !Over)
       return std::type_identity<Own>{};
-    else if constexpr (step::OverInput<BlockAt<I>, typename decltype(record_at<B, N, M, Over, I - 1>())::type, B, length<B, N, I>()>)
-      return std::type_identity<typename BlockAt<I>::template OverInput<B, length<B, N, I>()>>{};
+    else if constexpr (step::RecordOverInput<BlockAt<I>, typename decltype(record_at<B, N, M, Over, I - 1>())::type, B, length<B, N, I>()>)
+      return std::type_identity<typename BlockAt<I>::template RecordOverInput<B, length<B, N, I>()>>{};
     else
       return std::type_identity<Own>{};
   }
@@ -771,11 +781,11 @@ struct Sequential : step::Parts<S...> {
     }
 
    private:
-    // Step I's backward; a record over its input (step::OverInput) is given that input, the
+    // Step I's backward; a record over its input (step::RecordOverInput) is given that input, the
     // output of step I − 1's record.
     template <size_t I, class D, class Dx, class W>
     decltype(auto) backward_step(const Sequential& p, Sequential& grad, const D& dout, Dx& dx, W& w) {
-      if constexpr (requires { StepActs<I>::over_input; })
+      if constexpr (requires { StepActs<I>::records_over_input; })
         return record<I>().backward(p.template get<I>(), grad.template get<I>(), dout, dx, step::get<I - 1>(acts).out);
       else
         return backward_with(record<I>(), p.template get<I>(), grad.template get<I>(), dout, dx, w);

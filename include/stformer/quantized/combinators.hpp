@@ -12,6 +12,9 @@
 //                      g·x/‖x‖ is at most |g|), the attention on int16 rows (QMultiHeadAttention),
 //                      its output at the stream's scale. Why int16 rows: a set model regresses a
 //                      point, and every int8 rounding of them moves it (docs/quantized.md).
+//   QSeedQuery<Name, K, Query, Attention>
+//                      y = Attention(q_q, x_q), q_q = Query(S) made once from the float
+//                      block and stored in int8 at its own scale (the pointer head's query)
 // sat: the int16 sum saturated. Which stream each part writes at, and its scale, calibration
 // decides (stformer/quantized/quantize.hpp: quant::observe walks the combinators as their forward
 // does). QGated's tensors, at the combinator's place: gate_scale, value_scale, out_scale F32 [1]
@@ -20,7 +23,9 @@
 
 #include "../core/config.hpp"
 
+#include <array>
 #include <cstdint>
+#include <string_view>
 #include <tuple>
 #include <utility>
 
@@ -298,6 +303,74 @@ struct QSeedAttend : step::Parts<Named<"", Seeds<Name, K, SeedAttend<Name, K, Qu
 template <FixedString Name, size_t K, class Query, class KeyValue, class Attention>
 struct Int8Of<SeedAttend<Name, K, Query, KeyValue, Attention>> {
   using type = QSeedAttend<Name, K, Query, KeyValue, Attention>;
+};
+
+// SeedQuery in integers: Query(S) does not depend on x, so it is made once from the float block
+// and stored as int8 rows at their own scale; then y = Attention(q_q, x_q) (QPointerAttention:
+// int32 logits, the model's float end the attention's Finish). Tensors: Name (I8 [K, D]),
+// Name_scale (F32 [1]), the attention's.
+template <FixedString Name, size_t K, size_t D>
+struct QuerySeeds {
+  TensorOf<std::int8_t, K, D> rows;
+  Scale scale;
+  static constexpr auto scale_name = [] {
+    constexpr std::string_view n = Name.view(), suffix = "_scale";
+    std::array<char, n.size() + suffix.size()> s{};
+    std::copy(suffix.begin(), suffix.end(), std::copy(n.begin(), n.end(), s.begin()));
+    return s;
+  }();
+  template <class F, class... S>
+  static constexpr void visit(const Path& at, F& f, S&... s) {
+    f(at / Name.view(), Init{Init::zeros}, s.rows...);
+    f(at / std::string_view(scale_name.data(), scale_name.size()), Init{Init::zeros}, s.scale...);
+  }
+};
+
+template <FixedString Name, size_t K, class Query, class Attention>
+struct QSeedQuery : step::Parts<Named<"", QuerySeeds<Name, K, SeedQuery<Name, K, Query, Attention>::D>>, typename step::Int8Part<Attention>::type> {
+  using Float = SeedQuery<Name, K, Query, Attention>;
+  using A = typename QSeedQuery::template BlockAt<1>;
+  using Finish = typename A::Finish;
+  static constexpr bool ordered = false, same_scale = false;
+  static constexpr size_t D = Float::D;
+  const A& attention() const { return this->template get<1>(); }
+  const auto& seeds() const { return this->template get<0>(); }
+
+  template <size_t B, size_t N>
+  using Input = TensorOf<std::int16_t, B, N, Float::A::key_width>;
+  template <size_t B, size_t N>
+  using Output = typename A::template Output<B, K, N>;
+  template <size_t B, size_t N, size_t Room = 0>
+  struct Scratch {
+    TensorOf<std::int8_t, B, K, D> q;
+    typename A::template Work<B, K, N> w;
+  };
+  template <size_t B, size_t N, size_t Room, class Pool = Serial>
+  void run(const Input<B, N>& x, Output<B, N>& y, Scratch<B, N, Room>& w, const Mask<B, N>& mask, Pool&& = Pool{}) const {
+    for (size_t b = 0; b < B; ++b) std::copy(seeds().rows.begin(), seeds().rows.end(), w.q.begin() + b * K * D);
+    attention().score(w.q.data(), x.data(), y.data(), w.w, mask.keys);
+  }
+
+  struct Ranges {
+    typename A::Ranges attn;
+    template <class Acts, class X, class Y>
+    void observe(const Float& f, const Acts& acts, const X&, const Y&) {
+      attn.observe(f.attention(), acts.attn);
+    }
+  };
+  // q = Query(S) once, at the scale of its own largest entry.
+  void from_float(const Float& f, const Ranges& r, float s_x, float) {
+    auto& s = this->template get<0>();
+    typename Float::Q::template Infer<K> q;
+    s.scale(0) = quant::scale_for(quant::max_abs(q.forward(f.template get<1>(), f.seeds())));
+    quant::quantize(q.out.data(), K * D, s.scale(0), s.rows.data());
+    this->template get<1>() = A::quantize(f.attention(), r.attn, s.scale(0), s_x);
+  }
+  float output_scale() const { return float(attention().logit_scale()); }
+};
+template <FixedString Name, size_t K, class Query, class Attention>
+struct Int8Of<SeedQuery<Name, K, Query, Attention>> {
+  using type = QSeedQuery<Name, K, Query, Attention>;
 };
 
 }  // namespace stformer

@@ -16,14 +16,19 @@
 
 #include "../blocks/pointer.hpp"
 #include "../compose/sequential.hpp"
+#include "combinators.hpp"
 #include "../kernels/rowwise.hpp"
 #include "linear.hpp"
 
 namespace stformer::inline STFORMER_ABI {
 
+struct DequantizeLogits;
 template <size_t Dq, size_t Dk, size_t Da>
 struct QPointerAttention {
   using Float = PointerAttention<Dq, Dk, Da>;
+  using Finish = DequantizeLogits;  // the float end of a model ending in the logits
+  template <size_t B, size_t Nq, size_t Nk>
+  using Output = TensorOf<std::int32_t, B, Nq, Nk>;
   QLinear<Dq, Da> wq;
   QLinear<Dk, Da> wk;
   Scale q_scale, k_scale;
