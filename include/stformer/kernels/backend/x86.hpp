@@ -67,9 +67,10 @@ inline __m256i hsums8(const __m256i* a) {
 // AVX-512 VNNI) into int32 pairs, the 8 accumulators summed at the end (hsums8); the last K % 16
 // entries one by one. Exact, as the plain loop (|pair| ≤ 2·128·32768 < 2^31). B's rows are
 // asked for 16 KB ahead: one row through a large weight (a language model's head) is bound by
-// reading it, as matmul_nt's nt_tile.
+// reading it, as matmul_nt's nt_tile. Always inlined into dot_rows's loops: GCC leaves it out of
+// line where a QLinear step runs in tiles of columns, and there each call is markedly slower.
 template <size_t K>
-inline void i16_rows8(const std::int16_t* a, const std::int8_t* B, size_t ldb, std::int32_t* c, const std::int32_t* bias) {
+[[gnu::always_inline]] inline void i16_rows8(const std::int16_t* a, const std::int8_t* B, size_t ldb, std::int32_t* c, const std::int32_t* bias) {
   constexpr size_t K16 = K / 16 * 16;
   __m256i acc[8];
   for (auto& v : acc) v = _mm256_setzero_si256();
