@@ -1,0 +1,317 @@
+// Blocks of two inputs, declared as a chain: rows x [B, N, D] and a memory m [B, M, Dm] (a
+// decoder's encoder output, MAB's key set):
+//
+//   WithMemory<Causal, Parts...>   x ← Part_k(… Part_0(x)), each part a step of x in place (a
+//                                  Residual, a norm: stformer/compose/sequential.hpp) or a part
+//                                  that reads m too (reads_memory: CrossAttend, a WithMemory, a
+//                                  Repeat of one)
+//   CrossAttend<Query, KeyValue, Attention>
+//                                  h ← h + Attention(Query(h), KeyValue(m))
+//
+// A step's plan and record know the pass's B and N, never M: so a part that reads the memory
+// has a protocol of its own, a step's with M beside N:
+//   Scratch<B, N, M, Room>, forward_in_place(h, m, w, mask, keys, pool),
+//   Acts<B, N, M> with forward(p, x, m, mask, keys) and backward(p, grad, dy, {dx, dm}, ws)
+// (dm written, not added to). Causal: the rows' mask is causal (a decoder's self-attention); the
+// memory's key mask (keys) reaches every CrossAttend, the rows' causal flag never does.
+#pragma once
+
+#include "../core/config.hpp"
+
+#include <algorithm>
+#include <array>
+#include <type_traits>
+#include <utility>
+
+#include "../kernels/rowwise.hpp"
+#include "../blocks/scalenorm.hpp"
+#include "combinators.hpp"
+#include "sequential.hpp"
+
+namespace stformer::inline STFORMER_ABI {
+
+namespace step {
+// Whether a part reads the memory of a WithMemory (a Repeat of such blocks does).
+template <class Block>
+struct ReadsMemory : std::bool_constant<requires { requires Block::reads_memory; }> {};
+template <class Block, size_t Count>
+struct ReadsMemory<Repeat<Block, Count>> : ReadsMemory<Block> {};
+template <class Block>
+constexpr bool reads_memory() {
+  return ReadsMemory<Block>::value;
+}
+
+// A part of WithMemory: its scratch, its forward-only pass and its record, through the memory
+// protocol (reads_memory) or the step protocol.
+template <class Block, size_t B, size_t N, size_t M, size_t Room>
+struct MemoryScratchOf {
+  using type = Scratch<Block, B, N, Room>;
+};
+template <class Block, size_t B, size_t N, size_t M, size_t Room>
+  requires(reads_memory<Block>() && requires { typename Block::template Scratch<B, N, M, Room>; })
+struct MemoryScratchOf<Block, B, N, M, Room> {
+  using type = typename Block::template Scratch<B, N, M, Room>;
+};
+template <class Block, size_t Count, size_t B, size_t N, size_t M, size_t Room>
+  requires(reads_memory<Block>())
+struct MemoryScratchOf<Repeat<Block, Count>, B, N, M, Room> : MemoryScratchOf<Block, B, N, M, Room> {};  // one for all blocks
+template <class Block, size_t B, size_t N, size_t M, size_t Room>
+using MemoryScratch = typename MemoryScratchOf<Block, B, N, M, Room>::type;
+
+template <class T>
+inline constexpr bool is_repeat = false;
+template <class Block, size_t Count>
+inline constexpr bool is_repeat<Repeat<Block, Count>> = true;
+// The memory's rows a part reads.
+template <class Block, size_t B, size_t M>
+struct MemoryRowsOf {
+  using type = typename Block::template MemoryRows<B, M>;
+};
+template <class Block, size_t Count, size_t B, size_t M>
+struct MemoryRowsOf<Repeat<Block, Count>, B, M> : MemoryRowsOf<Block, B, M> {};
+
+template <class Block, class H, class Mem, class W, size_t B, size_t N, size_t M, class Pool>
+void run_with_memory(const Block& p, H& h, const Mem& m, W& w, const Mask<B, N>& mask, const KeyMask<B, M>* keys, Pool& pool) {
+  if constexpr (!reads_memory<Block>()) {
+    static_assert(in_place<Block>(), "WithMemory: a part that does not read the memory runs in place on the rows (a Residual, a norm)");
+    run(p, h, h, w, mask, pool);
+  } else if constexpr (is_repeat<Block>) {
+    for (const auto& block : p) block.forward_in_place(h, m, w, mask, keys, pool);
+  } else {
+    p.forward_in_place(h, m, w, mask, keys, pool);
+  }
+}
+
+// A Repeat of blocks that read the memory: their records, the gradient of the memory summed.
+template <class Block, size_t Count, size_t B, size_t N, size_t M>
+struct RepeatWithMemory {
+  using Record = typename Block::template Acts<B, N, M>;
+  using Dx = typename Record::Dx;
+  std::array<Record, Count> blocks;
+  struct Workspace {
+    std::array<std::remove_reference_t<decltype(std::declval<Dx>().dq)>, std::min<size_t>(Count - 1, 2)> d;
+    std::remove_reference_t<decltype(std::declval<Dx>().dkv)> dm;
+    WorkspaceOf<Record> block;
+  };
+  template <class X, class Mem>
+  const auto& forward(const Repeat<Block, Count>& p, const X& x, const Mem& m, const Mask<B, N>& mask, const KeyMask<B, M>* keys) {
+    const auto* h = &blocks[0].forward(p[0], x, m, mask, keys);
+    for (size_t i = 1; i < Count; ++i) h = &blocks[i].forward(p[i], *h, m, mask, keys);
+    return *h;
+  }
+  // dm: Σ_i the memory's gradient of block i, the last block's first.
+  template <class D>
+  Dx backward(const Repeat<Block, Count>& p, Repeat<Block, Count>& grad, const D& dout, Dx dx, Workspace& ws) {
+    const D* d = &dout;
+    kernels::fill<step::count<std::remove_cvref_t<decltype(dx.dkv)>>>(dx.dkv.data(), 0.0f);
+    for (size_t i = Count; i-- > 0;) {
+      D& next = i == 0 ? dx.dq : ws.d[(Count - 1 - i) % 2];
+      blocks[i].backward(p[i], grad[i], *d, {next, ws.dm}, ws.block);
+      kernels::add_to<step::count<std::remove_cvref_t<decltype(dx.dkv)>>>(ws.dm.data(), dx.dkv.data());
+      d = &next;
+    }
+    return dx;
+  }
+};
+template <class Block, size_t B, size_t N, size_t M>
+struct MemoryActsOf {
+  using type = typename ActsWith<Block, B, N, Memory::keep>::type;
+};
+template <class Block, size_t B, size_t N, size_t M>
+  requires(reads_memory<Block>())
+struct MemoryActsOf<Block, B, N, M> {
+  using type = typename Block::template Acts<B, N, M>;
+};
+template <class Block, size_t Count, size_t B, size_t N, size_t M>
+  requires(reads_memory<Block>())
+struct MemoryActsOf<Repeat<Block, Count>, B, N, M> {
+  using type = RepeatWithMemory<Block, Count, B, N, M>;
+};
+template <class Block, size_t B, size_t N, size_t M>
+using MemoryActs = typename MemoryActsOf<Block, B, N, M>::type;
+}  // namespace step
+
+// CrossAttend<Query, KeyValue, Attention>: h ← h + Attention(Query(h), KeyValue(m)), rows h
+// [B, N, D] over the memory m [B, M, Dm]; Query and KeyValue row-local parts (a norm, Identity),
+// the attention a MultiHeadAttention of two inputs. A decoder's cross-attention sublayer, MAB's
+// attention half. The memory's key mask reaches the attention.
+//   forward only: KeyValue(m) (Identity: m itself) projected to the keys and values, Query(h)
+//     into q, the heads added into h; scratch: KeyValue(m), q and the attention's work.
+//   backward: dq, dkv = Attentionᵀ dy;  dh = dy + Queryᵀ dq;  dm = KeyValueᵀ dkv
+template <class Query, class KeyValue, class Attention>
+struct CrossAttend : step::Parts<Query, KeyValue, Attention> {
+  static constexpr bool reads_memory = true;
+  using Q = typename CrossAttend::template BlockAt<0>;
+  using KV = typename CrossAttend::template BlockAt<1>;
+  using A = typename CrossAttend::template BlockAt<2>;
+  static_assert(step::row_local<Q>() && step::row_local<KV>(), "CrossAttend: the query and key/value parts are row-local (norms, Identity)");
+  const A& attention() const { return this->template get<2>(); }
+  A& attention() { return this->template get<2>(); }
+  static constexpr bool kv_itself = std::is_empty_v<KV>;  // Identity: the attention reads m
+
+  template <size_t B, size_t N>
+  using Input = typename Q::template Input<B, N>;
+  template <size_t B, size_t M>
+  using MemoryRows = typename KV::template Input<B, M>;
+  template <size_t B, size_t N>
+  using Rows = step::Output<Q, B, N>;
+  template <size_t B, size_t M>
+  using KVRows = step::Output<KV, B, M>;
+
+  template <size_t B, size_t N, size_t M, size_t Room = 0>
+  struct Scratch {
+    static constexpr size_t T = tile_rows(B * N);
+    [[no_unique_address]] std::conditional_t<kv_itself, Nothing, KVRows<B, M>> kv;
+    Rows<B, N> q;
+    typename A::template Work<B, N, M, T> w;
+  };
+  template <size_t B, size_t N, size_t M, size_t Room, class Pool = Serial>
+  void forward_in_place(Input<B, N>& h, const MemoryRows<B, M>& m, Scratch<B, N, M, Room>& w, const Mask<B, N>&, const KeyMask<B, M>* keys,
+                        Pool&& pool = Pool{}) const {
+    constexpr size_t T = Scratch<B, N, M, Room>::T;
+    const auto* kv = m.data();
+    if constexpr (!kv_itself) this->template get<1>().template apply<B * M>(m.data(), w.kv.data()), kv = w.kv.data();
+    attention().template prepare<B, N, M, T>(kv, w.w, pool);
+    this->template get<0>().template apply<B * N>(h.data(), w.q.data());
+    attention().template forward_add<B, N, M, T>(w.q.data(), h.data(), w.w, Mask<B, M>{.keys = keys}, pool);
+  }
+
+  template <size_t B, size_t N, size_t M>
+  struct Acts {
+    using QRecord = ActsOf<Q, B, N>;
+    using KVRecord = ActsOf<KV, B, M>;
+    using Record = typename A::template Acts<B, N, M>;
+    using Dx = InputGrads<Input<B, N>, MemoryRows<B, M>>;
+    QRecord q;
+    KVRecord kv;
+    Record attn;
+    Input<B, N> out;
+    struct Workspace {
+      Rows<B, N> dq;
+      KVRows<B, M> dkv;
+      Phases<WorkspaceOf<Record>, WorkspaceOf<QRecord>, WorkspaceOf<KVRecord>> part;
+    };
+
+    template <class X, class Mem>
+    const Input<B, N>& forward(const CrossAttend& p, const X& x, const Mem& m, const Mask<B, N>&, const KeyMask<B, M>* keys) {
+      const auto& xq = step::forward(q, p.template get<0>(), x, Mask<B, N>{});
+      const auto& xkv = step::forward(kv, p.template get<1>(), m, Mask<B, M>{});
+      kernels::add<step::count<Input<B, N>>>(x.data(), attn.forward(p.attention(), xq, xkv, Mask<B, M>{.keys = keys}).data(), out.data());
+      return out;
+    }
+    Dx backward(const CrossAttend& p, CrossAttend& grad, const Input<B, N>& dout, Dx dx, Workspace& ws) {
+      attn.backward(p.attention(), grad.attention(), dout, {ws.dq, ws.dkv}, ws.part.template start<WorkspaceOf<Record>>());
+      step::copy_to(backward_with(q, p.template get<0>(), grad.template get<0>(), ws.dq, dx.dq, ws.part.template start<WorkspaceOf<QRecord>>()), dx.dq);
+      kernels::add_to<step::count<Input<B, N>>>(dout.data(), dx.dq.data());
+      step::copy_to(backward_with(kv, p.template get<1>(), grad.template get<1>(), ws.dkv, dx.dkv, ws.part.template start<WorkspaceOf<KVRecord>>()), dx.dkv);
+      return dx;
+    }
+  };
+};
+
+template <bool Causal, class... Parts>
+struct WithMemory : step::Parts<Parts...> {
+  static constexpr bool reads_memory = true, causal = Causal;
+  static constexpr size_t count = sizeof...(Parts);
+  template <size_t I>
+  using BlockAt = typename step::Parts<Parts...>::template BlockAt<I>;
+  template <size_t B, size_t N>
+  using Input = typename BlockAt<0>::template Input<B, N>;
+  static constexpr size_t first_reader = [] {
+    size_t k = 0, found = count;
+    ((step::reads_memory<typename step::Info<Parts>::Block>() && found == count ? found = k : 0, ++k), ...);
+    return found;
+  }();
+  static_assert(first_reader < count, "WithMemory: no part reads the memory");
+  template <size_t B, size_t M>
+  using MemoryRows = typename step::MemoryRowsOf<BlockAt<first_reader>, B, M>::type;
+
+  // The parts' scratches over one another, each in the room of the largest.
+  template <size_t B, size_t N, size_t M, size_t Room>
+  static constexpr size_t room = std::max({Room, sizeof(step::MemoryScratch<typename step::Info<Parts>::Block, B, N, M, Room>)...});
+  template <size_t B, size_t N, size_t M, size_t Room = 0>
+  struct Scratch {
+    Phases<step::MemoryScratch<typename step::Info<Parts>::Block, B, N, M, room<B, N, M, Room>>...> w;
+  };
+  template <size_t B, size_t N, size_t M, size_t Room, class Pool = Serial>
+  void forward_in_place(Input<B, N>& h, const MemoryRows<B, M>& m, Scratch<B, N, M, Room>& w, const Mask<B, N>& pass, const KeyMask<B, M>* keys,
+                        Pool&& pool = Pool{}) const {
+    Mask<B, N> mask = pass;
+    if constexpr (Causal) mask.causal = true;
+    [&]<size_t... I>(std::index_sequence<I...>) {
+      (step::run_with_memory(this->template get<I>(), h, m, w.w.template start<step::MemoryScratch<BlockAt<I>, B, N, M, room<B, N, M, Room>>>(), mask, keys,
+                             pool),
+       ...);
+    }(std::make_index_sequence<count>{});
+  }
+
+  template <size_t B, size_t N, size_t M>
+  struct Infer {
+    Input<B, N> out;
+    Scratch<B, N, M> w;
+    template <class X, class Pool = Serial>
+    const Input<B, N>& forward(const WithMemory& p, const X& x, const MemoryRows<B, M>& m, const KeyMask<B, M>* keys = nullptr, Pool&& pool = Pool{}) {
+      static_assert(std::is_same_v<X, Input<B, N>>, "WithMemory: the rows x must be [B, N, D] (the pass's sizes, the block's width)");
+      if (&x != &out) std::copy(x.begin(), x.end(), out.begin());
+      p.forward_in_place(out, m, w, Mask<B, N>{}, keys, pool);
+      return out;
+    }
+  };
+
+  template <size_t B, size_t N, size_t M>
+  struct Acts {
+    using Dx = InputGrads<Input<B, N>, MemoryRows<B, M>>;
+    step::Members<step::MemoryActs<typename step::Info<Parts>::Block, B, N, M>...> records;
+    struct Workspace {
+      std::array<Input<B, N>, 2> d;  // the rows' gradients between the parts, in turn
+      MemoryRows<B, M> dm;           // one part's gradient of the memory
+      Phases<WorkspaceOf<step::MemoryActs<typename step::Info<Parts>::Block, B, N, M>>...> part;
+    };
+
+    template <class X>
+    const Input<B, N>& forward(const WithMemory& p, const X& x, const MemoryRows<B, M>& m, const KeyMask<B, M>* keys = nullptr) {
+      return forward(p, x, m, Mask<B, N>{}, keys);
+    }
+    template <class X>
+    const Input<B, N>& forward(const WithMemory& p, const X& x, const MemoryRows<B, M>& m, const Mask<B, N>& pass, const KeyMask<B, M>* keys) {
+      Mask<B, N> mask = pass;
+      if constexpr (Causal) mask.causal = true;
+      return forward_from<0>(p, x, m, mask, keys);
+    }
+    // dx.dkv: the parts' gradients of the memory summed, the last part's first.
+    Dx backward(const WithMemory& p, WithMemory& grad, const Input<B, N>& dout, Dx dx, Workspace& ws) {
+      kernels::fill<step::count<MemoryRows<B, M>>>(dx.dkv.data(), 0.0f);
+      backward_from<count - 1>(p, grad, dout, dx, ws);
+      return dx;
+    }
+
+   private:
+    template <size_t I, class X>
+    const Input<B, N>& forward_from(const WithMemory& p, const X& x, const MemoryRows<B, M>& m, const Mask<B, N>& mask, const KeyMask<B, M>* keys) {
+      const Input<B, N>* h;
+      if constexpr (step::reads_memory<BlockAt<I>>())
+        h = &step::get<I>(records).forward(p.template get<I>(), x, m, mask, keys);
+      else
+        h = &step::forward(step::get<I>(records), p.template get<I>(), x, mask);
+      if constexpr (I + 1 < count)
+        return forward_from<I + 1>(p, *h, m, mask, keys);
+      else
+        return *h;
+    }
+    template <size_t I>
+    void backward_from(const WithMemory& p, WithMemory& grad, const Input<B, N>& d, Dx dx, Workspace& ws) {
+      using R = step::MemoryActs<BlockAt<I>, B, N, M>;
+      Input<B, N>& next = I == 0 ? dx.dq : ws.d[(count - 1 - I) % 2];
+      auto& record = step::get<I>(records);
+      if constexpr (step::reads_memory<BlockAt<I>>()) {
+        record.backward(p.template get<I>(), grad.template get<I>(), d, {next, ws.dm}, ws.part.template start<WorkspaceOf<R>>());
+        kernels::add_to<step::count<MemoryRows<B, M>>>(ws.dm.data(), dx.dkv.data());
+      } else {
+        step::copy_to(backward_with(record, p.template get<I>(), grad.template get<I>(), d, next, ws.part.template start<WorkspaceOf<R>>()), next);
+      }
+      if constexpr (I > 0) backward_from<I - 1>(p, grad, next, dx, ws);
+    }
+  };
+};
+
+}  // namespace stformer

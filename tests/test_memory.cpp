@@ -1,0 +1,83 @@
+// Blocks of two inputs declared with WithMemory and CrossAttend (stformer/compose/memory.hpp),
+// held to the hand-written DecoderBlock (blocks/decoder.hpp) in each form: the same names, the
+// same bits forward (Infer and Acts), the same bits of dx, dm and every gradient.
+#include <doctest/doctest.h>
+
+#include <algorithm>
+#include <memory>
+#include <utility>
+
+#include <stformer/compose/memory.hpp>
+#include <stformer/stformer.hpp>
+
+#include "util.hpp"
+
+using namespace stformer;
+using test::fill;
+using test::make;
+using test::same_bits;
+
+namespace {
+
+template <class Fm, size_t D, size_t H, size_t F>
+struct DeclaredDecoder {
+  static constexpr bool torch = Fm::torch_names;
+  using Norm = typename Fm::template Norm<D>;
+  template <FixedString Spec, FixedString Torch>
+  using N = std::conditional_t<torch, Named<Torch, Norm>, Named<Spec, Norm>>;
+  using Self = Named<"self_attn", SelfAttention<D, H, ScoreScale::head_width, torch ? Projections::packed : Projections::separate>>;
+  using Cross = std::conditional_t<torch, Named<"multihead_attn", typename Fm::template Attention<D, H>>, Named<"cross_attn", typename Fm::template Attention<D, H>>>;
+  using Ffn = std::conditional_t<torch, Named<"", FeedForward<D, F, typename Fm::Act, precision::float32, FfnNames::linear>>,
+                                 Named<"ffn", FeedForward<D, F, typename Fm::Act>>>;
+  using PreNormed = WithMemory<true, Named<"", Residual<Sequential<N<"sn1", "norm1">, Self>>>, Named<"", CrossAttend<N<"sn2", "norm2">, Identity<D>, Cross>>,
+                               Named<"", Residual<Sequential<N<"sn3", "norm3">, Ffn>>>>;
+  using PostNormed = WithMemory<true, Named<"", Residual<Self>>, N<"sn1", "norm1">, Named<"", CrossAttend<Identity<D>, Identity<D>, Cross>>,
+                                N<"sn2", "norm2">, Named<"", Residual<Ffn>>, N<"sn3", "norm3">>;
+  using type = std::conditional_t<Fm::norm_first, PreNormed, PostNormed>;
+};
+
+}  // namespace
+
+TEST_CASE_TEMPLATE("WithMemory: a decoder block declared has DecoderBlock's names and bits, forward and backward", Fm, SpecForm, PostNorm<>, PreNorm<act::GELU>) {
+  constexpr size_t D = 16, H = 4, F = 32, B = 2, N = 7, M = 9;
+  using Hand = DecoderBlock<D, H, F, Fm>;
+  using Declared = typename DeclaredDecoder<Fm, D, H, F>::type;
+  Rng rng(11);
+  auto hand = make<Hand>();
+  auto declared = make<Declared>();
+  init_params(*hand, rng);
+  test::randomize(*hand, rng);
+  auto names = test::param_names(*hand), declared_names = test::param_names(*declared);
+  std::sort(names.begin(), names.end()), std::sort(declared_names.begin(), declared_names.end());
+  REQUIRE(names == declared_names);
+  test::copy_by_name(*hand, *declared);
+
+  Tensor<B, N, D> x, dy;
+  Tensor<B, M, D> m;
+  fill(x, rng), fill(dy, rng), fill(m, rng);
+  const KeyMask<B, M> keys = test::lengths_mask<B, M>({M, 4});
+  for (const KeyMask<B, M>* k : {static_cast<const KeyMask<B, M>*>(nullptr), &keys}) {
+    auto hi = make<InferOf<Hand, B, N, M>>();
+    auto di = make<InferOf<Declared, B, N, M>>();
+    const Tensor<B, N, D> y = hi->forward(*hand, x, m, k);
+    CHECK(same_bits(y, di->forward(*declared, x, m, k)));
+    MESSAGE("plans: by hand " << sizeof(*hi) << " B, declared " << sizeof(*di) << " B");
+    auto ha = make<ActsOf<Hand, B, N, M>>();
+    auto da = make<ActsOf<Declared, B, N, M>>();
+    CHECK(same_bits(y, ha->forward(*hand, x, m, k)));
+    CHECK(same_bits(y, da->forward(*declared, x, m, k)));
+    MESSAGE("records: by hand " << sizeof(*ha) << " B, declared " << sizeof(*da) << " B");
+    auto hg = make<Hand>();
+    auto dg = make<Declared>();
+    zero_grad(*hg), zero_grad(*dg);
+    Tensor<B, N, D> hdx, ddx;
+    Tensor<B, M, D> hdm, ddm;
+    auto hws = make<WorkspaceOf<ActsOf<Hand, B, N, M>>>();
+    auto dws = make<WorkspaceOf<ActsOf<Declared, B, N, M>>>();
+    ha->backward(*hand, *hg, dy, {hdx, hdm}, *hws);
+    da->backward(*declared, *dg, dy, {ddx, ddm}, *dws);
+    CHECK(same_bits(hdx, ddx));
+    CHECK(same_bits(hdm, ddm));
+    CHECK(test::params_by_name(*hg) == test::params_by_name(*dg));
+  }
+}
