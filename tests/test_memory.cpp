@@ -81,3 +81,59 @@ TEST_CASE_TEMPLATE("WithMemory: a decoder block declared has DecoderBlock's name
     CHECK(test::params_by_name(*hg) == test::params_by_name(*dg));
   }
 }
+
+namespace {
+// The two-input blocks by hand and declared, side by side: the same names, forward bits (Infer,
+// Acts), dx, dm and gradients. Returns the plans' and records' sizes.
+template <class Hand, class Declared, size_t B, size_t N, size_t M, size_t D>
+void check_two_inputs(Rng& rng) {
+  auto hand = make<Hand>();
+  auto declared = make<Declared>();
+  init_params(*hand, rng);
+  test::randomize(*hand, rng);
+  auto names = test::param_names(*hand), declared_names = test::param_names(*declared);
+  std::sort(names.begin(), names.end()), std::sort(declared_names.begin(), declared_names.end());
+  REQUIRE(names == declared_names);
+  test::copy_by_name(*hand, *declared);
+  Tensor<B, N, D> x, dy;
+  Tensor<B, M, D> m;
+  fill(x, rng), fill(dy, rng), fill(m, rng);
+  const KeyMask<B, M> keys = test::lengths_mask<B, M>({M, 4});
+  for (const KeyMask<B, M>* k : {static_cast<const KeyMask<B, M>*>(nullptr), &keys}) {
+    auto hi = make<InferOf<Hand, B, N, M>>();
+    auto di = make<InferOf<Declared, B, N, M>>();
+    const Tensor<B, N, D> y = hi->forward(*hand, x, m, k);
+    CHECK(same_bits(y, di->forward(*declared, x, m, k)));
+    auto ha = make<ActsOf<Hand, B, N, M>>();
+    auto da = make<ActsOf<Declared, B, N, M>>();
+    CHECK(same_bits(y, ha->forward(*hand, x, m, k)));
+    CHECK(same_bits(y, da->forward(*declared, x, m, k)));
+    auto hg = make<Hand>();
+    auto dg = make<Declared>();
+    zero_grad(*hg), zero_grad(*dg);
+    Tensor<B, N, D> hdx, ddx;
+    Tensor<B, M, D> hdm, ddm;
+    auto hws = make<WorkspaceOf<ActsOf<Hand, B, N, M>>>();
+    auto dws = make<WorkspaceOf<ActsOf<Declared, B, N, M>>>();
+    ha->backward(*hand, *hg, dy, {hdx, hdm}, *hws);
+    da->backward(*declared, *dg, dy, {ddx, ddm}, *dws);
+    CHECK(same_bits(hdx, ddx));
+    CHECK(same_bits(hdm, ddm));
+    CHECK(test::params_by_name(*hg) == test::params_by_name(*dg));
+  }
+  MESSAGE("plans: by hand " << sizeof(InferOf<Hand, B, N, M>) << " B, declared " << sizeof(InferOf<Declared, B, N, M>) << " B; records: by hand "
+                            << sizeof(ActsOf<Hand, B, N, M>) << " B, declared " << sizeof(ActsOf<Declared, B, N, M>) << " B");
+}
+}  // namespace
+
+TEST_CASE("WithMemory: PyTorch's nn.TransformerDecoder (2 post-norm GELU layers, a final norm) declared, and MAB") {
+  constexpr size_t D = 16, H = 2, F = 32;
+  Rng rng(12);
+  using Layer = typename DeclaredDecoder<PostNorm<act::GELU>, D, H, F>::type;
+  using Decoder = WithMemory<true, Named<"layers", Repeat<Layer, 2>>, Named<"norm", LayerNorm<D>>>;
+  check_two_inputs<TransformerDecoder<DecoderBlock<D, H, F, PostNorm<act::GELU>>, 2, LayerNorm<D>>, Decoder, 2, 6, 9, D>(rng);
+  using Mab = WithMemory<false, Named<"", CrossAttend<Named<"nq", ScaleNorm<D>>, Named<"nkv", ScaleNorm<D>>, Named<"attn", MultiHeadAttention<D, D, D, H>>>>,
+                         Named<"", MabFeedForward<D>>>;
+  check_two_inputs<MAB<D, H>, Mab, 2, 5, 11, D>(rng);
+  check_two_inputs<MAB<D, H>, Mab, 2, 20, 3, D>(rng);  // few keys: the attention folds
+}

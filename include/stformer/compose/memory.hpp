@@ -158,22 +158,36 @@ struct CrossAttend : step::Parts<Query, KeyValue, Attention> {
   template <size_t B, size_t M>
   using KVRows = step::Output<KV, B, M>;
 
+  // KeyValue(m) (none for Identity) and then Query(h) in one buffer, unless the attention folds
+  // (it reads KeyValue(m) as it attends: kept beside).
   template <size_t B, size_t N, size_t M, size_t Room = 0>
   struct Scratch {
     static constexpr size_t T = tile_rows(B * N);
-    [[no_unique_address]] std::conditional_t<kv_itself, Nothing, KVRows<B, M>> kv;
-    Rows<B, N> q;
+    static constexpr bool folded = A::template folds<N, M>;
+    static constexpr bool apart = folded && !kv_itself;
+    [[no_unique_address]] std::conditional_t<apart, KVRows<B, M>, Nothing> kv;
+    std::conditional_t<apart || kv_itself, Phases<Rows<B, N>>, Phases<KVRows<B, M>, Rows<B, N>>> a;
     typename A::template Work<B, N, M, T> w;
   };
   template <size_t B, size_t N, size_t M, size_t Room, class Pool = Serial>
   void forward_in_place(Input<B, N>& h, const MemoryRows<B, M>& m, Scratch<B, N, M, Room>& w, const Mask<B, N>&, const KeyMask<B, M>* keys,
                         Pool&& pool = Pool{}) const {
-    constexpr size_t T = Scratch<B, N, M, Room>::T;
-    const auto* kv = m.data();
-    if constexpr (!kv_itself) this->template get<1>().template apply<B * M>(m.data(), w.kv.data()), kv = w.kv.data();
-    attention().template prepare<B, N, M, T>(kv, w.w, pool);
-    this->template get<0>().template apply<B * N>(h.data(), w.q.data());
-    attention().template forward_add<B, N, M, T>(w.q.data(), h.data(), w.w, Mask<B, M>{.keys = keys}, pool);
+    using S = Scratch<B, N, M, Room>;
+    const typename KVRows<B, M>::value_type* kv = m.data();
+    if constexpr (!kv_itself) {
+      auto& rows = [&]() -> KVRows<B, M>& {
+        if constexpr (S::apart)
+          return w.kv;
+        else
+          return w.a.template start<KVRows<B, M>>();
+      }();
+      this->template get<1>().template apply<B * M>(m.data(), rows.data());
+      kv = rows.data();
+    }
+    attention().template prepare<B, N, M, S::T>(kv, w.w, pool);
+    auto& q = w.a.template start<Rows<B, N>>();
+    this->template get<0>().template apply<B * N>(h.data(), q.data());
+    attention().template forward_add<B, N, M, S::T>(q.data(), h.data(), w.w, Mask<B, M>{.keys = keys}, pool);
   }
 
   template <size_t B, size_t N, size_t M>
@@ -182,8 +196,8 @@ struct CrossAttend : step::Parts<Query, KeyValue, Attention> {
     using KVRecord = ActsOf<KV, B, M>;
     using Record = typename A::template Acts<B, N, M>;
     using Dx = InputGrads<Input<B, N>, MemoryRows<B, M>>;
-    QRecord q;
-    KVRecord kv;
+    [[no_unique_address]] QRecord q;
+    [[no_unique_address]] KVRecord kv;
     Record attn;
     Input<B, N> out;
     struct Workspace {
