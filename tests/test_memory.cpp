@@ -104,3 +104,43 @@ TEST_CASE("WithMemory: PyTorch's nn.TransformerDecoder (2 post-norm GELU layers,
   check_two_inputs<MAB<D, H>, Mab, 2, 5, 11, D>(rng);
   check_two_inputs<MAB<D, H>, Mab, 2, 20, 3, D>(rng);  // few keys: the attention folds
 }
+
+#include <stformer/quantized/memory.hpp>
+
+#include "quantized.hpp"
+
+TEST_CASE_TEMPLATE("CrossAttend in integers: a decoder's cross-attention within 3% rms of the float part, pre-norm and post-norm, key-padded", Query, Named<"sn2", ScaleNorm<32>>,
+                   Identity<32>) {
+  constexpr size_t B = 2, N = 20, M = 12, D = 32, H = 4;
+  using F = CrossAttend<Query, Identity<D>, Named<"cross_attn", MultiHeadAttention<D, D, D, H>>>;
+  using Q = Int8Of<F>::type;
+  Rng rng(37, 0);
+  auto f = make<F>();
+  init_params(*f, rng);
+  test::randomize(*f, rng);
+  Tensor<B, N, D> x;
+  Tensor<B, M, D> m;
+  fill(x, rng, 2.0f), fill(m, rng, 3.0f);
+  const KeyMask<B, M> keys = test::lengths_mask<B, M>({M, 5});
+  for (const KeyMask<B, M>* k : {static_cast<const KeyMask<B, M>*>(nullptr), &keys}) {
+    auto acts = make<ActsOf<F, B, N, M>>();
+    const Tensor<B, N, D> y0 = acts->forward(*f, x, m, Mask<B, N>{}, k);
+    typename Q::Ranges r;
+    r.observe(*f, *acts, x);
+    const float sh = quant::int16_scale(std::max(quant::max_abs(x), quant::max_abs(y0))), sm = quant::int16_scale(quant::max_abs(m));
+    TensorOf<std::int16_t, B, N, D> h;
+    TensorOf<std::int16_t, B, M, D> mq;
+    Tensor<B, N, D> xd = x;
+    Tensor<B, M, D> md = m;
+    round_through(xd, sh, h);
+    round_through(md, sm, mq);
+    const Tensor<B, N, D> want = acts->forward(*f, xd, md, Mask<B, N>{}, k);
+    auto q = make<Q>();
+    q->from_float(*f, r, sh, sm);
+    auto w = make<typename Q::template Scratch<B, N, M>>();
+    q->forward_in_place(h, mq, *w, Mask<B, N>{}, k);
+    const double gap = rel_rms(want, h, sh);
+    MESSAGE(std::string(Q::query_itself ? "post-norm" : "pre-norm") << std::string(k ? ", key-padded" : "") << ": int8 within " << 100 * gap << "% rms");
+    CHECK(gap < 0.03);
+  }
+}
