@@ -144,3 +144,38 @@ TEST_CASE_TEMPLATE("CrossAttend in integers: a decoder's cross-attention within 
     CHECK(gap < 0.03);
   }
 }
+
+TEST_CASE_TEMPLATE("WithMemory in integers: a declared decoder block calibrated (MemoryCalibration) within 3% rms of the float block (post-norm 5%), key-padded", Fm, SpecForm,
+                   PostNorm<act::GELU>, PreNorm<act::ReLU>) {
+  constexpr size_t B = 2, N = 20, M = 12, D = 32, H = 4, Fw = 48;
+  using F = typename DeclaredDecoder<Fm, D, H, Fw>::type;
+  using Q = typename Int8Of<F>::type;
+  Rng rng(36, 0);
+  auto f = make<F>();
+  init_params(*f, rng);
+  test::randomize(*f, rng);
+  Tensor<B, N, D> x;
+  Tensor<B, M, D> m;
+  fill(x, rng, 2.0f), fill(m, rng, 3.0f);
+  const KeyMask<B, M> keys = test::lengths_mask<B, M>({M, 5});
+  auto cal = std::make_unique<MemoryCalibration<F, B, N, M>>(*f);
+  cal->observe(x, m), cal->observe(x, m, &keys);
+  auto q = cal->quantize();
+  for (const KeyMask<B, M>* k : {static_cast<const KeyMask<B, M>*>(nullptr), &keys}) {
+    TensorOf<std::int16_t, B, N, D> h;
+    TensorOf<std::int16_t, B, M, D> mq;
+    Tensor<B, N, D> xd = x;
+    Tensor<B, M, D> md = m;
+    round_through(xd, cal->x_scale(), h);
+    round_through(md, cal->memory_scale(), mq);
+    auto fi = make<InferOf<F, B, N, M>>();
+    const Tensor<B, N, D> want = fi->forward(*f, xd, md, k);
+    auto qi = make<InferOf<Q, B, N, M>>();
+    const auto& got = qi->forward(*q, h, mq, k);
+    const double gap = rel_rms(want, got, cal->out_scale());
+    MESSAGE(std::string(Fm::torch_names ? Fm::norm_first ? "pre-norm LayerNorm" : "post-norm LayerNorm" : "SPEC's form") << std::string(k ? ", key-padded" : "")
+                                                                                                   << ": int8 within " << 100 * gap << "% rms; plans float "
+                                                                                                   << sizeof(InferOf<F, B, N, M>) << " B, int8 " << sizeof(InferOf<Q, B, N, M>) << " B");
+    CHECK(gap < (Fm::norm_first ? 0.03 : 0.05));
+  }
+}

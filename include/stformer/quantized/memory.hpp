@@ -11,12 +11,15 @@
 #include "../core/config.hpp"
 
 #include <algorithm>
+#include <array>
+#include <memory>
 #include <cstdint>
 #include <type_traits>
 
 #include "../blocks/form.hpp"
 #include "../compose/memory.hpp"
 #include "attention.hpp"
+#include "quantize.hpp"
 #include "rows.hpp"
 
 namespace stformer::inline STFORMER_ABI {
@@ -88,6 +91,136 @@ struct QCrossAttend {
 template <class Query, class KeyValue, class Attention>
 struct Int8Of<CrossAttend<Query, KeyValue, Attention>> {
   using type = QCrossAttend<Query, KeyValue, Attention>;
+};
+
+// WithMemory in integers: its parts' integer forms under their names, on the rows' int16 stream
+// and the memory's; a Repeat of memory blocks, block by block.
+template <bool Causal, class... Parts>
+struct Int8Of<WithMemory<Causal, Parts...>> {
+  using type = WithMemory<Causal, typename step::Int8Part<Parts>::type...>;
+};
+template <class Block, size_t Count>
+  requires(step::reads_memory<Block>())
+struct Int8Of<Repeat<Block, Count>> {
+  using type = Repeat<typename Int8Of<Block>::type, Count>;
+};
+
+namespace quant {
+// Calibration of a block of two inputs: the rows' streams as a chain's (each part that does not
+// read the memory observed as a step), the memory a stream of its own (o.memory), each
+// CrossAttend on the rows' stream (it adds into it).
+template <class Q, class KV, class A>
+struct Observed<CrossAttend<Q, KV, A>> {
+  typename QCrossAttend<Q, KV, A>::Ranges ranges;
+  size_t in = 0;
+};
+template <bool C, class... P>
+struct Observed<WithMemory<C, P...>> {
+  step::Members<Observed<typename step::Info<P>::Block>...> parts;
+};
+template <class Blk, size_t Count>
+  requires(step::reads_memory<Blk>())
+struct Observed<Repeat<Blk, Count>> {
+  std::array<Observed<Blk>, Count> blocks;
+};
+
+template <class Q, class KV, class A, class R, class X, class Mem, size_t B, size_t N, size_t M>
+const auto& observe_memory(const CrossAttend<Q, KV, A>& f, R& acts, const X& x, const Mem& m, const Mask<B, N>& mask, const KeyMask<B, M>* keys,
+                           Observed<CrossAttend<Q, KV, A>>& o, Streams& s) {
+  o.in = s.current;
+  const auto& y = acts.forward(f, x, m, mask, keys);
+  o.ranges.observe(f, acts, x);
+  s.see(s.current, max_abs(y));
+  return y;
+}
+template <class Blk, size_t Count, class R, class X, class Mem, size_t B, size_t N, size_t M>
+  requires(step::reads_memory<Blk>())
+const auto& observe_memory(const Repeat<Blk, Count>& f, R& acts, const X& x, const Mem& m, const Mask<B, N>& mask, const KeyMask<B, M>* keys,
+                           Observed<Repeat<Blk, Count>>& o, Streams& s) {
+  const X* h = &x;
+  for (size_t i = 0; i < Count; ++i) h = &observe_memory(f[i], acts.blocks[i], *h, m, mask, keys, o.blocks[i], s);
+  return *h;
+}
+template <bool C, class... P, class R, class X, class Mem, size_t B, size_t N, size_t M>
+const auto& observe_memory(const WithMemory<C, P...>& f, R& acts, const X& x, const Mem& m, const Mask<B, N>& pass, const KeyMask<B, M>* keys,
+                           Observed<WithMemory<C, P...>>& o, Streams& s) {
+  Mask<B, N> mask = pass;
+  if constexpr (C) mask.causal = true;
+  const X* h = &x;
+  [&]<size_t... I>(std::index_sequence<I...>) {
+    (
+        [&] {
+          using Part = typename WithMemory<C, P...>::template BlockAt<I>;
+          if constexpr (step::reads_memory<Part>())
+            h = &observe_memory(f.template get<I>(), step::get<I>(acts.records), *h, m, mask, keys, step::get<I>(o.parts), s);
+          else
+            h = &observe(f.template get<I>(), step::get<I>(acts.records), *h, mask, step::get<I>(o.parts), s);
+        }(),
+        ...);
+  }(std::index_sequence_for<P...>{});
+  return *h;
+}
+
+// The integer block from what calibration kept: each part from its float part, its ranges and
+// its streams' scales; s_m the memory's.
+template <class Qb, class Q, class KV, class A>
+void from_float_memory(Qb& q, const CrossAttend<Q, KV, A>& f, const Observed<CrossAttend<Q, KV, A>>& o, const Streams& s, float s_m) {
+  q.from_float(f, o.ranges, s.scale(o.in), s_m);
+}
+template <class Qb, class Blk, size_t Count>
+  requires(step::reads_memory<Blk>())
+void from_float_memory(Qb& q, const Repeat<Blk, Count>& f, const Observed<Repeat<Blk, Count>>& o, const Streams& s, float s_m) {
+  for (size_t i = 0; i < Count; ++i) from_float_memory(q[i], f[i], o.blocks[i], s, s_m);
+}
+template <class Qb, bool C, class... P>
+void from_float_memory(Qb& q, const WithMemory<C, P...>& f, const Observed<WithMemory<C, P...>>& o, const Streams& s, float s_m) {
+  [&]<size_t... I>(std::index_sequence<I...>) {
+    (
+        [&] {
+          if constexpr (step::reads_memory<typename WithMemory<C, P...>::template BlockAt<I>>())
+            from_float_memory(q.template get<I>(), f.template get<I>(), step::get<I>(o.parts), s, s_m);
+          else
+            from_float(q.template get<I>(), f.template get<I>(), step::get<I>(o.parts), s);
+        }(),
+        ...);
+  }(std::index_sequence_for<P...>{});
+}
+}  // namespace quant
+
+// Post-training quantization of a block of two inputs (rows x [B, N, ·], memory m [B, M, ·]):
+// observe runs the float block; quantize makes the integer block, which runs on int16 streams:
+// x at x_scale(), m at memory_scale(), its output at out_scale(). Host side.
+template <class Block, size_t B, size_t N, size_t M>
+class MemoryCalibration {
+ public:
+  using Q = typename Int8Of<Block>::type;
+  explicit MemoryCalibration(const Block& block) : block_(block), acts_(std::make_unique<ActsOf<Block, B, N, M>>()) {}
+
+  template <class X, class Mem>
+  void observe(const X& x, const Mem& m, const KeyMask<B, M>* keys = nullptr) {
+    streams_.current = 0, streams_.next = 2;  // 0: the rows' input, 1: the memory
+    streams_.see(0, quant::max_abs(x));
+    streams_.see(1, quant::max_abs(m));
+    quant::observe_memory(block_, *acts_, x, m, Mask<B, N>{}, keys, observed_, streams_);
+    out_ = streams_.current;
+    ++batches_;
+  }
+  std::unique_ptr<Q> quantize() const {
+    STFORMER_CHECK(batches_ > 0, "MemoryCalibration::quantize: no calibration batch observed");
+    auto q = std::make_unique<Q>();
+    quant::from_float_memory(*q, block_, observed_, streams_, memory_scale());
+    return q;
+  }
+  float x_scale() const { return streams_.scale(0); }
+  float memory_scale() const { return streams_.scale(1); }
+  float out_scale() const { return streams_.scale(out_); }
+
+ private:
+  const Block& block_;
+  std::unique_ptr<ActsOf<Block, B, N, M>> acts_;
+  quant::Observed<Block> observed_;
+  quant::Streams streams_;
+  size_t out_ = 0, batches_ = 0;
 };
 
 }  // namespace stformer
