@@ -189,3 +189,36 @@ TEST_CASE_TEMPLATE("WithMemory in integers: a declared decoder block calibrated 
     CHECK(gap < (Fm::norm_first ? 0.03 : 0.05));
   }
 }
+
+TEST_CASE("WithMemory in integers: MAB declared, calibrated, within 1% rms of the float block on int16 streams, key-padded") {
+  constexpr size_t B = 2, Nq = 8, Nk = 20, D = 32, H = 4;
+  using F = WithMemory<false, Named<"", CrossAttend<Named<"nq", ScaleNorm<D>>, Named<"nkv", ScaleNorm<D>>, Named<"attn", MultiHeadAttention<D, D, D, H>>>>,
+                       Named<"", MabFeedForward<D>>>;
+  using Q = typename Int8Of<F>::type;
+  Rng rng(38, 0);
+  auto f = make<F>();
+  init_params(*f, rng);
+  test::randomize(*f, rng);
+  Tensor<B, Nq, D> x;
+  Tensor<B, Nk, D> y;
+  fill(x, rng, 2.0f), fill(y, rng, 2.0f);
+  const KeyMask<B, Nk> keys = test::lengths_mask<B, Nk>({Nk, 7});
+  auto cal = std::make_unique<MemoryCalibration<F, B, Nq, Nk>>(*f);
+  cal->observe(x, y), cal->observe(x, y, &keys);
+  auto q = cal->quantize();
+  for (const KeyMask<B, Nk>* k : {static_cast<const KeyMask<B, Nk>*>(nullptr), &keys}) {
+    TensorOf<std::int16_t, B, Nq, D> h;
+    TensorOf<std::int16_t, B, Nk, D> yq;
+    Tensor<B, Nq, D> xd = x;
+    Tensor<B, Nk, D> yd = y;
+    round_through(xd, cal->x_scale(), h);
+    round_through(yd, cal->memory_scale(), yq);
+    auto fi = make<InferOf<F, B, Nq, Nk>>();
+    const Tensor<B, Nq, D> want = fi->forward(*f, xd, yd, k);
+    auto qi = make<InferOf<Q, B, Nq, Nk>>();
+    const double gap = rel_rms(want, qi->forward(*q, h, yq, k), cal->out_scale());
+    MESSAGE(std::string(k ? "key-padded: " : "") << "MAB int8 within " << 100 * gap << "% rms; plans float " << sizeof(InferOf<F, B, Nq, Nk>) << " B, int8 "
+                                                 << sizeof(InferOf<Q, B, Nq, Nk>) << " B");
+    CHECK(gap < 0.01);
+  }
+}

@@ -3,8 +3,8 @@
 //   a_q = Query(h) as int8 rows at s_a (a norm writing them, or, Identity, the stream
 //         requantized: apply(h_q, s_h/s_a)), s_a from the calibrated max|Query(h)|
 //   h_q = sat(h_q + QMultiHeadAttention(a_q, m_q))   the keys and values projected from m_q
-// the same composition as the hand-written DecoderBlock<…, precision::int8>'s. KeyValue is
-// Identity here; a norm there (MAB: int16 rows, as QAttend's) is not written yet.
+// the same composition as the hand-written DecoderBlock<…, precision::int8>'s; with a norm as
+// KeyValue (MAB) both parts' rows int16 at |g|/32767 and the attention on them, as QAttend's.
 // Tensors: the norm's (or branch_scale, stream_scale, branch_requant), the attention's.
 #pragma once
 
@@ -19,6 +19,7 @@
 #include "../blocks/form.hpp"
 #include "../compose/memory.hpp"
 #include "attention.hpp"
+#include "combinators.hpp"
 #include "quantize.hpp"
 #include "rows.hpp"
 
@@ -27,19 +28,26 @@ namespace stformer::inline STFORMER_ABI {
 template <class Query, class KeyValue, class Attention>
 struct QCrossAttend {
   using Float = CrossAttend<Query, KeyValue, Attention>;
-  static_assert(Float::kv_itself, "QCrossAttend: a key/value part of its own (a norm) has no integer form yet");
   static constexpr bool reads_memory = true, same_scale = true;
   using FQ = typename Float::Q;
-  static constexpr bool query_itself = std::is_empty_v<FQ>;  // Identity: the stream requantized
+  // wide: a norm as KeyValue (MAB): both parts' rows int16 at |g|/32767 and the attention on
+  // them, as QAttend's; else (a decoder) the query's rows int8 and the memory's stream itself
+  static constexpr bool wide = !Float::kv_itself;
+  static constexpr bool query_itself = !wide && std::is_empty_v<FQ>;  // Identity: the stream requantized
   static constexpr size_t D = dims<typename Float::template Input<1, 1>>.back();
-  using QueryPart = typename std::conditional_t<query_itself, std::type_identity<BranchScales<1>>, Int8Of<FQ>>::type;
-  using A = typename IntegerForm<typename Float::A, 8>::type;
+  using QueryPart = typename std::conditional_t<wide, IntegerForm<FQ, 16>,
+                                                std::conditional_t<query_itself, std::type_identity<BranchScales<1>>, Int8Of<FQ>>>::type;
+  using KVPart = typename std::conditional_t<wide, IntegerForm<typename Float::KV, 16>, std::type_identity<Nothing>>::type;
+  using A = typename IntegerForm<typename Float::A, wide ? 16 : 8>::type;
+  using Row = std::conditional_t<wide, std::int16_t, std::int8_t>;
   QueryPart query;
+  [[no_unique_address]] KVPart kv;
   A attn;
 
   template <class F, class... S>
   static constexpr void visit(const Path& at, F& f, S&... s) {
-    step::visit_part<std::tuple_element_t<0, std::tuple<Query, KeyValue, Attention>>>(at, 0, true, f, s.query...);
+    step::visit_part<Query>(at, 0, true, f, s.query...);
+    if constexpr (wide) step::visit_part<KeyValue>(at, 1, true, f, s.kv...);
     step::visit_part<Attention>(at, 2, true, f, s.attn...);
   }
 
@@ -51,14 +59,20 @@ struct QCrossAttend {
   template <size_t B, size_t N, size_t M, size_t Room = 0>
   struct Scratch {
     static constexpr size_t T = precision::int8::tile_rows(B * N, B * M);
-    TensorOf<std::int8_t, B, N, D> a;
+    [[no_unique_address]] std::conditional_t<wide, TensorOf<std::int16_t, B, M, D>, Nothing> kv;  // KeyValue(m)
+    TensorOf<Row, B, N, D> a;
     typename A::template Work<B, N, M, T> w;
   };
   template <size_t B, size_t N, size_t M, size_t Room, class Pool = Serial>
   void forward_in_place(Input<B, N>& h, const MemoryRows<B, M>& m, Scratch<B, N, M, Room>& w, const Mask<B, N>&, const KeyMask<B, M>* keys,
                         Pool&& pool = Pool{}) const {
     constexpr size_t T = Scratch<B, N, M, Room>::T;
-    attn.template prepare<B, N, M, T>(m.data(), w.w, pool);
+    if constexpr (wide) {
+      kv.template apply<B * M>(m.data(), w.kv.data());
+      attn.template prepare<B, N, M, T>(w.kv.data(), w.w, pool);
+    } else {
+      attn.template prepare<B, N, M, T>(m.data(), w.w, pool);
+    }
     if constexpr (query_itself)
       for (size_t k = 0; k < B * N * D; ++k) w.a.data()[k] = std::int8_t(kernels::clamp_i32(query.branch_requant.apply(0, h.data()[k]), -128, 127));
     else
@@ -80,12 +94,18 @@ struct QCrossAttend {
     }
   };
   void from_float(const Float& f, const Ranges& r, float s_h, float s_m) {
-    const float s_a = quant::scale_for(r.query);
-    if constexpr (query_itself)
-      query.set(0, s_a, s_h);
-    else
-      query.from_float(f.template get<0>(), {}, s_h, s_a);
-    attn = A::quantize(f.attention(), r.attn, s_a, s_m, s_h);
+    if constexpr (wide) {
+      quant::int16_rows(query, f.template get<0>());
+      quant::int16_rows(kv, f.template get<1>());
+      attn = A::quantize(f.attention(), r.attn, query.out_scale(0), kv.out_scale(0), s_h);
+    } else {
+      const float s_a = quant::scale_for(r.query);
+      if constexpr (query_itself)
+        query.set(0, s_a, s_h);
+      else
+        query.from_float(f.template get<0>(), {}, s_h, s_a);
+      attn = A::quantize(f.attention(), r.attn, s_a, s_m, s_h);
+    }
   }
 };
 template <class Query, class KeyValue, class Attention>
