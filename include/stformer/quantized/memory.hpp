@@ -59,8 +59,8 @@ struct QCrossAttend {
   template <size_t B, size_t N, size_t M, size_t Room = 0>
   struct Scratch {
     static constexpr size_t T = precision::int8::tile_rows(B * N, B * M);
-    [[no_unique_address]] std::conditional_t<wide, TensorOf<std::int16_t, B, M, D>, Nothing> kv;  // KeyValue(m)
-    TensorOf<Row, B, N, D> a;
+    // KeyValue(m) until the keys and values are projected (wide), then the query's rows
+    std::conditional_t<wide, Phases<TensorOf<std::int16_t, B, M, D>, TensorOf<Row, B, N, D>>, Phases<TensorOf<Row, B, N, D>>> a;
     typename A::template Work<B, N, M, T> w;
   };
   template <size_t B, size_t N, size_t M, size_t Room, class Pool = Serial>
@@ -68,16 +68,18 @@ struct QCrossAttend {
                         Pool&& pool = Pool{}) const {
     constexpr size_t T = Scratch<B, N, M, Room>::T;
     if constexpr (wide) {
-      kv.template apply<B * M>(m.data(), w.kv.data());
-      attn.template prepare<B, N, M, T>(w.kv.data(), w.w, pool);
+      auto& rows = w.a.template start<TensorOf<std::int16_t, B, M, D>>();
+      kv.template apply<B * M>(m.data(), rows.data());
+      attn.template prepare<B, N, M, T>(rows.data(), w.w, pool);
     } else {
       attn.template prepare<B, N, M, T>(m.data(), w.w, pool);
     }
+    auto& a = w.a.template start<TensorOf<Row, B, N, D>>();
     if constexpr (query_itself)
-      for (size_t k = 0; k < B * N * D; ++k) w.a.data()[k] = std::int8_t(kernels::clamp_i32(query.branch_requant.apply(0, h.data()[k]), -128, 127));
+      for (size_t k = 0; k < B * N * D; ++k) a.data()[k] = std::int8_t(kernels::clamp_i32(query.branch_requant.apply(0, h.data()[k]), -128, 127));
     else
-      query.template apply<B * N>(h.data(), w.a.data());
-    attn.template forward_add<B, N, M, T>(w.a.data(), h.data(), w.w, Mask<B, M>{.keys = keys}, pool);
+      query.template apply<B * N>(h.data(), a.data());
+    attn.template forward_add<B, N, M, T>(a.data(), h.data(), w.w, Mask<B, M>{.keys = keys}, pool);
   }
 
   // From the float part: the query rows' range (Query(h), or h itself) and the attention's.
