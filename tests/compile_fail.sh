@@ -37,7 +37,7 @@ check 1 "Sequential: the model's input x is not the first step's Input<B, N>"
 check 2 "Linear: input rows x must be [L..., In] (L... of Acts<L...>, In of the weight [Out, In])"
 check 3 "MultiHeadAttention: keys/values xkv must be [B, Nk, Dkv]"
 check 4 "MultiHeadAttention: model width D must be divisible by the number of heads H"
-check 5 "DecoderBlock: encoder memory m must be [B, M, D]"
+check 5 "WithMemory: the memory m must be [B, M, Dm]"
 check 6 "Sequential: the model's input x is not the first step's Input<B, N>"
 check 7 "Sequential: the model's input x is not the first step's Input<B, N>"
 # the first line of the errors names the dimension that differs and both sizes

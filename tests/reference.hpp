@@ -161,17 +161,34 @@ Mat encoder(const Mat& x, const P& p, size_t H, bool causal = false, const std::
 }
 template <class P>
 Mat decoder(const Mat& x, const Mat& m, const P& p, size_t H, const std::vector<bool>& keys = {}) {
+  // SPEC's DecoderBlock: a residual of sn1 and self_attn (causal), the cross-attention part of
+  // sn2 and cross_attn over m, a residual of sn3 and ffn
+  const auto& first = p.template get<0>().body;
+  const auto& cross = p.template get<1>();
+  const auto& third = p.template get<2>().body;
   double s = 1.0 / std::sqrt(double(x.c / H));
-  Mat n1 = norm(x, p.sn1);
-  Mat h1 = add(x, mha(n1, n1, p.self_attn, H, s, true));
-  Mat h2 = add(h1, mha(norm(h1, p.sn2), m, p.cross_attn, H, s, false, keys));
-  return add(h2, ffn(norm(h2, p.sn3), p.ffn));
+  Mat n1 = norm(x, first.template get<"sn1">());
+  Mat h1 = add(x, mha(n1, n1, first.template get<"self_attn">(), H, s, true));
+  Mat h2 = add(h1, mha(norm(h1, cross.template get<"sn2">()), m, cross.template get<"cross_attn">(), H, s, false, keys));
+  return add(h2, ffn(norm(h2, third.template get<"sn3">()), third.template get<"ffn">()));
 }
+template <class Nq, class Nkv, class A, class Nff, class Fc>
+Mat mab(const Mat& x, const Mat& y, const Nq& nq, const Nkv& nkv, const A& attn, const Nff& nff, const Fc& fc, size_t H, const std::vector<bool>& keys) {
+  double s = 1.0 / std::sqrt(double(x.c / H));
+  Mat h = add(x, mha(norm(x, nq), norm(y, nkv), attn, H, s, false, keys));
+  return add(h, relu(linear(norm(h, nff), fc)));
+}
+// MAB written by hand (tests/written_mab.hpp) or declared (stformer/blocks/mab.hpp: the part
+// CrossAttend<nq, nkv, attn>, then the residual of nff, fc and ReLU)
 template <class P>
 Mat mab(const Mat& x, const Mat& y, const P& p, size_t H, const std::vector<bool>& keys = {}) {
-  double s = 1.0 / std::sqrt(double(x.c / H));
-  Mat h = add(x, mha(norm(x, p.nq), norm(y, p.nkv), p.attn, H, s, false, keys));
-  return add(h, relu(linear(norm(h, p.nff), p.fc)));
+  if constexpr (requires { p.nq; }) {
+    return mab(x, y, p.nq, p.nkv, p.attn, p.nff, p.fc, H, keys);
+  } else {
+    const auto& a = p.template get<0>();
+    const auto& f = p.template get<1>().body;
+    return mab(x, y, a.template get<"nq">(), a.template get<"nkv">(), a.template get<"attn">(), f.template get<"nff">(), f.template get<"fc">(), H, keys);
+  }
 }
 template <class P>
 Mat isab(const Mat& x, const P& p, size_t H, const std::vector<bool>& keys = {}) {

@@ -1,7 +1,10 @@
-// Blocks of two inputs declared with WithMemory and CrossAttend (stformer/compose/memory.hpp),
-// held to the hand-written DecoderBlock (blocks/decoder.hpp) in each form: the same names, the
-// same bits forward (Infer and Acts), the same bits of dx, dm and every gradient, plans and
-// records no larger.
+// Blocks of two inputs declared with WithMemory and CrossAttend (stformer/compose/memory.hpp):
+// DecoderBlock in each form, TransformerDecoder and MAB held to the blocks written by hand
+// (tests/written_decoder.hpp, tests/written_mab.hpp): the same names, the same bits forward
+// (Infer and Acts), the same bits of dx, dm and every gradient, plans and records no larger;
+// replayed (ReplayActsOf), the same bits in less memory;
+// in integers (QCrossAttend, MemoryCalibration) within a stated error of the float block, the
+// integer plans no larger than the hand-written ones.
 #include <doctest/doctest.h>
 
 #include <algorithm>
@@ -12,32 +15,13 @@
 #include <stformer/stformer.hpp>
 
 #include "util.hpp"
+#include "written_decoder.hpp"
+#include "written_set.hpp"
 
 using namespace stformer;
 using test::fill;
 using test::make;
 using test::same_bits;
-
-namespace {
-
-template <class Fm, size_t D, size_t H, size_t F>
-struct DeclaredDecoder {
-  static constexpr bool torch = Fm::torch_names;
-  using Norm = typename Fm::template Norm<D>;
-  template <FixedString Spec, FixedString Torch>
-  using N = std::conditional_t<torch, Named<Torch, Norm>, Named<Spec, Norm>>;
-  using Self = Named<"self_attn", SelfAttention<D, H, ScoreScale::head_width, torch ? Projections::packed : Projections::separate>>;
-  using Cross = std::conditional_t<torch, Named<"multihead_attn", typename Fm::template Attention<D, H>>, Named<"cross_attn", typename Fm::template Attention<D, H>>>;
-  using Ffn = std::conditional_t<torch, Named<"", FeedForward<D, F, typename Fm::Act, precision::float32, FfnNames::linear>>,
-                                 Named<"ffn", FeedForward<D, F, typename Fm::Act>>>;
-  using PreNormed = WithMemory<true, Named<"", Residual<Sequential<N<"sn1", "norm1">, Self>>>, Named<"", CrossAttend<N<"sn2", "norm2">, Identity<D>, Cross>>,
-                               Named<"", Residual<Sequential<N<"sn3", "norm3">, Ffn>>>>;
-  using PostNormed = WithMemory<true, Named<"", Residual<Self>>, N<"sn1", "norm1">, Named<"", CrossAttend<Identity<D>, Identity<D>, Cross>>,
-                                N<"sn2", "norm2">, Named<"", Residual<Ffn>>, N<"sn3", "norm3">>;
-  using type = std::conditional_t<Fm::norm_first, PreNormed, PostNormed>;
-};
-
-}  // namespace
 
 namespace {
 // The two-input blocks by hand and declared, side by side: the same names, forward bits (Infer,
@@ -78,7 +62,23 @@ void check_two_inputs(Rng& rng) {
     CHECK(same_bits(hdx, ddx));
     CHECK(same_bits(hdm, ddm));
     CHECK(test::params_by_name(*hg) == test::params_by_name(*dg));
+    // replayed (Memory::replay): one part's record at a time, each run again before its backward
+    auto dr = make<ReplayActsOf<Declared, B, N, M>>();
+    CHECK(same_bits(y, dr->forward(*declared, x, m, k)));
+    auto rg = make<Declared>();
+    zero_grad(*rg);
+    Tensor<B, N, D> rdx;
+    Tensor<B, M, D> rdm;
+    auto rws = make<WorkspaceOf<ReplayActsOf<Declared, B, N, M>>>();
+    dr->backward(*declared, *rg, dy, {rdx, rdm}, *rws);
+    CHECK(same_bits(rdx, ddx));
+    CHECK(same_bits(rdm, ddm));
+    CHECK(test::params_by_name(*rg) == test::params_by_name(*dg));
   }
+  constexpr size_t kept = sizeof(ActsOf<Declared, B, N, M>) + sizeof(WorkspaceOf<ActsOf<Declared, B, N, M>>);
+  constexpr size_t replayed = sizeof(ReplayActsOf<Declared, B, N, M>) + sizeof(WorkspaceOf<ReplayActsOf<Declared, B, N, M>>);
+  MESSAGE("training memory (record and workspace): kept " << kept << " B, replayed " << replayed << " B");
+  CHECK(replayed < kept);
   CHECK(sizeof(InferOf<Declared, B, N, M>) <= sizeof(InferOf<Hand, B, N, M>));
   CHECK(sizeof(ActsOf<Declared, B, N, M>) <= sizeof(ActsOf<Hand, B, N, M>));
   MESSAGE("plans: by hand " << sizeof(InferOf<Hand, B, N, M>) << " B, declared " << sizeof(InferOf<Declared, B, N, M>) << " B; records: by hand "
@@ -90,19 +90,19 @@ TEST_CASE_TEMPLATE("WithMemory: a decoder block declared has DecoderBlock's name
                    PreNorm<act::GELU>) {
   constexpr size_t D = 16, H = 4, F = 32;
   Rng rng(11);
-  check_two_inputs<DecoderBlock<D, H, F, Fm>, typename DeclaredDecoder<Fm, D, H, F>::type, 2, 7, 9, D>(rng);
+  check_two_inputs<written::DecoderBlock<D, H, F, Fm>, DecoderBlock<D, H, F, Fm>, 2, 7, 9, D>(rng);
 }
 
-TEST_CASE("WithMemory: PyTorch's nn.TransformerDecoder (2 post-norm GELU layers, a final norm) declared, and MAB") {
+TEST_CASE("WithMemory: TransformerDecoder (PyTorch's two post-norm GELU layers and a final norm; three SPEC layers, no norm) and MAB (ScaleNorm, Identity) as by hand") {
   constexpr size_t D = 16, H = 2, F = 32;
   Rng rng(12);
-  using Layer = typename DeclaredDecoder<PostNorm<act::GELU>, D, H, F>::type;
-  using Decoder = WithMemory<true, Named<"layers", Repeat<Layer, 2>>, Named<"norm", LayerNorm<D>>>;
-  check_two_inputs<TransformerDecoder<DecoderBlock<D, H, F, PostNorm<act::GELU>>, 2, LayerNorm<D>>, Decoder, 2, 6, 9, D>(rng);
-  using Mab = WithMemory<false, Named<"", CrossAttend<Named<"nq", ScaleNorm<D>>, Named<"nkv", ScaleNorm<D>>, Named<"attn", MultiHeadAttention<D, D, D, H>>>>,
-                         Named<"", MabFeedForward<D>>>;
-  check_two_inputs<MAB<D, H>, Mab, 2, 5, 11, D>(rng);
-  check_two_inputs<MAB<D, H>, Mab, 2, 20, 3, D>(rng);  // few keys: the attention folds
+  using Layer = DecoderBlock<D, H, F, PostNorm<act::GELU>>;
+  check_two_inputs<written::TransformerDecoder<written::DecoderBlock<D, H, F, PostNorm<act::GELU>>, 2, LayerNorm<D>>, TransformerDecoder<Layer, 2, LayerNorm<D>>, 2, 6,
+                   9, D>(rng);
+  check_two_inputs<written::TransformerDecoder<written::DecoderBlock<D, H, F>, 3>, TransformerDecoder<DecoderBlock<D, H, F>, 3>, 2, 6, 9, D>(rng);
+  check_two_inputs<written::MAB<D, H>, MAB<D, H>, 2, 5, 11, D>(rng);
+  check_two_inputs<written::MAB<D, H>, MAB<D, H>, 2, 20, 3, D>(rng);  // few keys: the attention folds
+  check_two_inputs<written::MAB<D, H, Identity>, MAB<D, H, Identity>, 2, 5, 11, D>(rng);
 }
 
 #include <stformer/quantized/memory.hpp>
@@ -148,7 +148,7 @@ TEST_CASE_TEMPLATE("CrossAttend in integers: a decoder's cross-attention within 
 TEST_CASE_TEMPLATE("WithMemory in integers: a declared decoder block calibrated (MemoryCalibration) within 3% rms of the float block (post-norm 5%), key-padded", Fm, SpecForm,
                    PostNorm<act::GELU>, PreNorm<act::ReLU>) {
   constexpr size_t B = 2, N = 20, M = 12, D = 32, H = 4, Fw = 48;
-  using F = typename DeclaredDecoder<Fm, D, H, Fw>::type;
+  using F = DecoderBlock<D, H, Fw, Fm>;
   using Q = typename Int8Of<F>::type;
   Rng rng(36, 0);
   auto f = make<F>();
@@ -183,18 +183,18 @@ TEST_CASE_TEMPLATE("WithMemory in integers: a declared decoder block calibrated 
     auto qi = make<InferOf<Q, B, N, M>>();
     const auto& got = qi->forward(*q, h, mq, k);
     const double gap = rel_rms(want, got, cal->out_scale());
-    MESSAGE(std::string(Fm::torch_names ? Fm::norm_first ? "pre-norm LayerNorm" : "post-norm LayerNorm" : "SPEC's form") << std::string(k ? ", key-padded" : "")
-                                                                                                   << ": int8 within " << 100 * gap << "% rms; plans float "
-                                                                                                   << sizeof(InferOf<F, B, N, M>) << " B, int8 " << sizeof(InferOf<Q, B, N, M>) << " B (by hand "
-                                                                                                   << sizeof(typename DecoderBlock<D, H, Fw, Fm, precision::int8>::template Infer<B, N, M>) << " B)");
+    using Hand = typename written::DecoderBlock<D, H, Fw, Fm, precision::int8>::template Infer<B, N, M>;
+    MESSAGE(std::string(Fm::torch_names ? Fm::norm_first ? "pre-norm LayerNorm" : "post-norm LayerNorm" : "SPEC's form")
+            << std::string(k ? ", key-padded" : "") << ": int8 within " << 100 * gap << "% rms; plans float " << sizeof(InferOf<F, B, N, M>) << " B, int8 "
+            << sizeof(InferOf<Q, B, N, M>) << " B (by hand " << sizeof(Hand) << " B)");
     CHECK(gap < (Fm::norm_first ? 0.03 : 0.05));
+    CHECK(sizeof(InferOf<Q, B, N, M>) <= sizeof(Hand));
   }
 }
 
 TEST_CASE("WithMemory in integers: MAB declared, calibrated, within 1% rms of the float block on int16 streams, key-padded") {
   constexpr size_t B = 2, Nq = 8, Nk = 20, D = 32, H = 4;
-  using F = WithMemory<false, Named<"", CrossAttend<Named<"nq", ScaleNorm<D>>, Named<"nkv", ScaleNorm<D>>, Named<"attn", MultiHeadAttention<D, D, D, H>>>>,
-                       Named<"", MabFeedForward<D>>>;
+  using F = MAB<D, H>;
   using Q = typename Int8Of<F>::type;
   Rng rng(38, 0);
   auto f = make<F>();
@@ -219,7 +219,8 @@ TEST_CASE("WithMemory in integers: MAB declared, calibrated, within 1% rms of th
     auto qi = make<InferOf<Q, B, Nq, Nk>>();
     const double gap = rel_rms(want, qi->forward(*q, h, yq, k), cal->out_scale());
     MESSAGE(std::string(k ? "key-padded: " : "") << "MAB int8 within " << 100 * gap << "% rms; plans float " << sizeof(InferOf<F, B, Nq, Nk>) << " B, int8 "
-                                                 << sizeof(InferOf<Q, B, Nq, Nk>) << " B (by hand " << sizeof(MAB<D, H, ScaleNorm, precision::int8>::Infer<B, Nq, Nk>) << " B)");
+                                                 << sizeof(InferOf<Q, B, Nq, Nk>) << " B (by hand " << sizeof(written::MAB<D, H, ScaleNorm, precision::int8>::Infer<B, Nq, Nk>) << " B)");
     CHECK(gap < 0.01);
+    CHECK(sizeof(InferOf<Q, B, Nq, Nk>) <= sizeof(written::MAB<D, H, ScaleNorm, precision::int8>::Infer<B, Nq, Nk>));
   }
 }

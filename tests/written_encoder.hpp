@@ -25,6 +25,7 @@
 #include <algorithm>
 
 #include "stformer/stformer.hpp"
+#include "written_form.hpp"
 
 // The encoder block written by hand, part by part, as the library had it before EncoderBlock
 // became a declaration (stformer/blocks/encoder.hpp): the tests hold the declaration to its
@@ -48,15 +49,15 @@ struct EncoderBlock {
   Attention attn;
   Of<Norm> sn2;
   Ffn ffn;
-  [[no_unique_address]] typename Fm::template BranchScalesOf<P, 2> rows;  // post-norm in integers: the attention's and the FFN's
+  [[no_unique_address]] typename FormParts<Fm>::template BranchScalesOf<P, 2> rows;  // post-norm in integers: the attention's and the FFN's
 
   template <class Fn, class... S>
   static constexpr void visit(const Path& at, Fn& f, S&... s) {
-    stformer::visit(at / Fm::norm_name(1), f, s.sn1...);
-    Fm::visit_attention(at, "attn", "self_attn", f, s.attn...);
-    stformer::visit(at / Fm::norm_name(2), f, s.sn2...);
-    Fm::visit_ffn(at, f, s.ffn...);
-    Fm::visit_branch_scales(at, f, s.rows...);
+    stformer::visit(at / FormParts<Fm>::norm_name(1), f, s.sn1...);
+    FormParts<Fm>::visit_attention(at, "attn", "self_attn", f, s.attn...);
+    stformer::visit(at / FormParts<Fm>::norm_name(2), f, s.sn2...);
+    FormParts<Fm>::visit_ffn(at, f, s.ffn...);
+    FormParts<Fm>::visit_branch_scales(at, f, s.rows...);
   }
 
   // Forward only, in place on the residual stream: h ← EncoderBlock(h), rows in tiles in the
@@ -80,13 +81,13 @@ struct EncoderBlock {
   void forward_in_place(TensorOf<Stream, B, N, D>& h, Work<B, N, T>& w, Mask<B, N> mask = {}, Pool&& pool = Pool{}) const {
     using Wk = Work<B, N, T>;
     auto& attention = w.phase.template start<typename Wk::AttentionWork>();
-    Fm::template branch_input<B * N, D>(sn1, h.data(), w.a.data(), rows, 0);
+    FormParts<Fm>::template branch_input<B * N, D>(sn1, h.data(), w.a.data(), rows, 0);
     attn.template prepare<B, N, N, T>(w.a.data(), attention, pool);
     attn.template forward_add<B, N, N, T>(w.a.data(), h.data(), attention, mask, pool);
-    Fm::template branch_output<B * N>(sn1, h.data());
-    Fm::template branch_input<B * N, D>(sn2, h.data(), w.a.data(), rows, 1);
+    FormParts<Fm>::template branch_output<B * N>(sn1, h.data());
+    FormParts<Fm>::template branch_input<B * N, D>(sn2, h.data(), w.a.data(), rows, 1);
     ffn.template add_tiled<B * N, Wk::Tf>(w.a.data(), h.data(), w.phase.template start<typename Wk::FfnTile>(), pool);
-    Fm::template branch_output<B * N>(sn2, h.data());
+    FormParts<Fm>::template branch_output<B * N>(sn2, h.data());
   }
 
   // A step of a Sequential (stformer/compose/sequential.hpp): forward_in_place, Work its scratch,

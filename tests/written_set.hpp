@@ -11,6 +11,7 @@
 
 #include "stformer/stformer.hpp"
 #include "util.hpp"
+#include "written_mab.hpp"
 
 namespace written {
 using namespace stformer;

@@ -37,6 +37,7 @@
 #include "models/set_transformer.hpp"
 
 #include "quantized/quantize.hpp"
+#include "quantized/memory.hpp"
 
 #include "train/loss.hpp"
 #include "train/optim.hpp"

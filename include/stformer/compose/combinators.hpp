@@ -556,6 +556,12 @@ struct Attend : step::Parts<Query, KeyValue, Attention> {
   };
 };
 
+// y [batch, K, D] ← the rows S [K, D] in every batch row
+template <class Rows, class T>
+void repeat_rows(const Rows& rows, T* y, size_t batch) {
+  for (size_t b = 0; b < batch; ++b) std::copy(rows.begin(), rows.end(), y + b * rows.size());
+}
+
 // SeedAttend<"seeds", K, Query, KeyValue, Attention>: y = S + Attention(Query(S), KeyValue(x)),
 // x [B, N, D] -> y [B, K, D], S K learned rows [K, D] (Xavier-normal, a parameter named Name)
 // over every batch row: the Set Transformer's pooling by attention (PMA(X) = MAB(S, X) is this,
@@ -611,15 +617,11 @@ struct SeedAttend
     typename A::template Work<B, K, N, T> w;
   };
 
-  void repeat_seeds(auto& y, size_t batch) const {
-    for (size_t b = 0; b < batch; ++b) std::copy(seeds().begin(), seeds().end(), y.begin() + b * K * D);
-  }
-
   template <size_t B, size_t N, size_t Room, class Pool = Serial>
   void run(const Input<B, N>& x, Output<B, N>& y, Scratch<B, N, Room>& w, const Mask<B, N>& mask, Pool&& pool = Pool{}) const {
     using S = Scratch<B, N, Room>;
     Nothing none;
-    repeat_seeds(y, B);
+    repeat_rows(seeds(), y.data(), B);
     KVRows<B, N>* kv;
     if constexpr (S::folded)
       kv = &w.kv;
@@ -655,7 +657,7 @@ struct SeedAttend
 
     template <class X>
     const Output<B, N>& forward(const SeedAttend& p, const X& x, const Mask<B, N>& mask = {}) {
-      p.repeat_seeds(s, B);
+      repeat_rows(p.seeds(), s.data(), B);
       const auto& xq = step::forward(q, p.template get<1>(), s, Mask<B, K>{});
       const auto& xkv = step::forward(kv, p.template get<2>(), x, mask);
       const Mask<B, N> keys{.keys = mask.keys};
@@ -715,12 +717,9 @@ struct SeedQuery
     Rows<B> q;
     typename A::template Work<B, K, N> w;
   };
-  void repeat_seeds(float* y, size_t batch) const {
-    for (size_t b = 0; b < batch; ++b) std::copy(seeds().begin(), seeds().end(), y + b * K * D);
-  }
   template <size_t B, size_t N, size_t Room, class Pool = Serial>
   void run(const Input<B, N>& x, Output<B, N>& y, Scratch<B, N, Room>& w, const Mask<B, N>& mask, Pool&& = Pool{}) const {
-    repeat_seeds(w.q.data(), B);
+    repeat_rows(seeds(), w.q.data(), B);
     this->template get<1>().template apply<B * K>(w.q.data(), w.q.data());
     attention().score(w.q.data(), x.data(), y.data(), w.w, mask.keys);
   }
@@ -740,7 +739,7 @@ struct SeedQuery
 
     template <class X>
     const Output<B, N>& forward(const SeedQuery& p, const X& x, const Mask<B, N>& mask = {}) {
-      p.repeat_seeds(s.data(), B);
+      repeat_rows(p.seeds(), s.data(), B);
       return attn.forward(p.attention(), step::forward(q, p.template get<1>(), s, Mask<B, K>{}), x, mask.keys);
     }
     const Dx& backward(const SeedQuery& p, SeedQuery& grad, const Output<B, N>& dout, Dx& dx, Workspace& ws) {

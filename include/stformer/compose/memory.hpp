@@ -239,6 +239,10 @@ struct WithMemory : step::Parts<Parts...> {
   static_assert(first_reader < count, "WithMemory: no part reads the memory");
   template <size_t B, size_t M>
   using MemoryRows = typename step::MemoryRowsOf<BlockAt<first_reader>, B, M>::type;
+  template <class Mem, size_t B, size_t M>
+  static constexpr void check_memory() {
+    static_assert(std::is_same_v<Mem, MemoryRows<B, M>>, "WithMemory: the memory m must be [B, M, Dm] (the pass's sizes, the width its first reader takes)");
+  }
 
   // The parts' scratches over one another, each in the room of the largest.
   template <size_t B, size_t N, size_t M, size_t Room>
@@ -263,9 +267,10 @@ struct WithMemory : step::Parts<Parts...> {
   struct Infer {
     Input<B, N> out;
     Scratch<B, N, M> w;
-    template <class X, class Pool = Serial>
-    const Input<B, N>& forward(const WithMemory& p, const X& x, const MemoryRows<B, M>& m, const KeyMask<B, M>* keys = nullptr, Pool&& pool = Pool{}) {
+    template <class X, class Mem, class Pool = Serial>
+    const Input<B, N>& forward(const WithMemory& p, const X& x, const Mem& m, const KeyMask<B, M>* keys = nullptr, Pool&& pool = Pool{}) {
       static_assert(std::is_same_v<X, Input<B, N>>, "WithMemory: the rows x must be [B, N, D] (the pass's sizes, the block's width)");
+      check_memory<Mem, B, M>();
       if (&x != &out) std::copy(x.begin(), x.end(), out.begin());
       p.forward_in_place(out, m, w, Mask<B, N>{}, keys, pool);
       return out;
@@ -282,12 +287,13 @@ struct WithMemory : step::Parts<Parts...> {
       Phases<WorkspaceOf<step::MemoryActs<typename step::Info<Parts>::Block, B, N, M>>...> part;
     };
 
-    template <class X>
-    const Input<B, N>& forward(const WithMemory& p, const X& x, const MemoryRows<B, M>& m, const KeyMask<B, M>* keys = nullptr) {
+    template <class X, class Mem>
+    const Input<B, N>& forward(const WithMemory& p, const X& x, const Mem& m, const KeyMask<B, M>* keys = nullptr) {
       return forward(p, x, m, Mask<B, N>{}, keys);
     }
-    template <class X>
-    const Input<B, N>& forward(const WithMemory& p, const X& x, const MemoryRows<B, M>& m, const Mask<B, N>& pass, const KeyMask<B, M>* keys) {
+    template <class X, class Mem>
+    const Input<B, N>& forward(const WithMemory& p, const X& x, const Mem& m, const Mask<B, N>& pass, const KeyMask<B, M>* keys) {
+      check_memory<Mem, B, M>();
       Mask<B, N> mask = pass;
       if constexpr (Causal) mask.causal = true;
       return forward_from<0>(p, x, m, mask, keys);

@@ -1,7 +1,7 @@
 // A composite block's precision, its last template parameter: what its leaves are and what flows
-// between them. The composite blocks written part by part (FeedForward, DecoderBlock, MAB,
-// PointerHead) are written once over it (a declared block, EncoderBlock, SAB, ISAB, PMA, has its
-// chain's integer form); only the leaves (Linear, the norms, the attention cores, embeddings,
+// between them. The composite block written part by part, FeedForward, is written once over it
+// (a declared block, EncoderBlock, DecoderBlock, MAB, SAB, ISAB, PMA, the pointer head, has its
+// combinators' integer form); only the leaves (Linear, the norms, the attention cores, embeddings,
 // positions, the class token, pooling) have an integer form of their own. A block at
 // precision::int8 needs the leaves' forms: include <stformer/quantized/quantize.hpp> (else
 // "Int8Of: this block has no integer form", naming the leaf).
@@ -28,9 +28,8 @@ namespace stformer::inline STFORMER_ABI {
 
 // Int8Of<Block>::type: the integer form of a float block, the step quantize
 // (stformer/quantized/quantize.hpp) puts in its place. Each quantized leaf's header gives its own;
-// a composite block written part by part that can be a step (FeedForward, PointerHead) is
-// itself at precision::int8. (MAB and DecoderBlock take two inputs: not steps; they are used at
-// precision::int8 directly.) Besides the step's forward (int16 streams in and out; token ids in for
+// a composite block written part by part (FeedForward) is itself at precision::int8; a block of
+// two inputs (WithMemory: DecoderBlock, MAB) has its own (stformer/quantized/memory.hpp). Besides the step's forward (int16 streams in and out; token ids in for
 // an embedding, int32 logits out for the pointer's head), such a block has:
 //   using Float;                           the float block it comes from
 //   static constexpr bool same_scale;      its output at its input's scale (a residual stream)

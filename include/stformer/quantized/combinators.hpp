@@ -274,7 +274,7 @@ struct QSeedAttend : step::Parts<Named<"", Seeds<Name, K, SeedAttend<Name, K, Qu
   template <size_t B, size_t N, size_t Room, class Pool = Serial>
   void run(const Input<B, N>& x, Output<B, N>& y, Scratch<B, N, Room>& w, const Mask<B, N>& mask, Pool&& pool = Pool{}) const {
     constexpr size_t T = Scratch<B, N, Room>::T;
-    for (size_t b = 0; b < B; ++b) std::copy(this->template get<0>().rows.begin(), this->template get<0>().rows.end(), y.begin() + b * K * D);
+    repeat_rows(this->template get<0>().rows, y.data(), B);
     auto& kv = w.a.template start<Input<B, N>>();
     this->template get<2>().template apply<B * N>(x.data(), kv.data());
     this->template get<3>().template prepare<B, K, N, T>(kv.data(), w.w, pool);
@@ -347,7 +347,7 @@ struct QSeedQuery : step::Parts<Named<"", QuerySeeds<Name, K, SeedQuery<Name, K,
   };
   template <size_t B, size_t N, size_t Room, class Pool = Serial>
   void run(const Input<B, N>& x, Output<B, N>& y, Scratch<B, N, Room>& w, const Mask<B, N>& mask, Pool&& = Pool{}) const {
-    for (size_t b = 0; b < B; ++b) std::copy(seeds().rows.begin(), seeds().rows.end(), w.q.begin() + b * K * D);
+    repeat_rows(seeds().rows, w.q.data(), B);
     attention().score(w.q.data(), x.data(), y.data(), w.w, mask.keys);
   }
 

@@ -16,7 +16,6 @@
 #include <cstdint>
 #include <type_traits>
 
-#include "../blocks/form.hpp"
 #include "../compose/memory.hpp"
 #include "attention.hpp"
 #include "combinators.hpp"

@@ -24,6 +24,34 @@
 
 namespace stformer::inline STFORMER_ABI {
 
+// The scales of C branches' input rows in a post-norm block in integers (a_q = apply(h_q, s_h / s_a):
+// a post-norm branch's input, the int16 stream requantized at the branch's scale s_a), and the
+// stream's s_h (stream_scale F32 [1]).
+template <size_t C>
+struct BranchScales {
+  Tensor<C> branch_scale;
+  Requant<C> branch_requant;
+  Scale stream_scale;
+
+  template <class F, class... S>
+  static constexpr void visit(const Path& at, F& f, S&... s) {
+    f(at / "branch_scale", Init{Init::zeros}, s.branch_scale...);
+    stformer::visit(at / "branch_requant", f, s.branch_requant...);
+    f(at / "stream_scale", Init{Init::zeros}, s.stream_scale...);
+  }
+  // M_i = s_h / s_a[i]
+  template <class B, class F>
+  static void requants(B& b, F&& f) {
+    f("branch_requant", b.branch_requant, [&](size_t i) { return double(b.stream_scale(0)) / b.branch_scale(i); });
+  }
+  // branch i's scale s_a for a stream at s_h (host side)
+  void set(size_t i, float s_a, float s_h) {
+    branch_scale(i) = s_a, stream_scale(0) = s_h;
+    requants(*this, [&](const char*, auto& r, const auto& m) { r.set(i, m(i)); });
+  }
+};
+
+
 template <class Q>
 struct RowsWriter {};
 template <class Q>

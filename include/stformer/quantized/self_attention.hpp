@@ -16,7 +16,6 @@
 #include <cstdint>
 #include <type_traits>
 
-#include "../blocks/form.hpp"
 #include "../blocks/self_attention.hpp"
 #include "attention.hpp"
 #include "rows.hpp"
