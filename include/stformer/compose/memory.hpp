@@ -11,7 +11,7 @@
 // A step's plan and record know the pass's B and N, never M: so a part that reads the memory
 // has a protocol of its own, a step's with M beside N:
 //   Scratch<B, N, M, Room>, forward_in_place(h, m, w, mask, keys, pool),
-//   Acts<B, N, M> with forward(p, x, m, mask, keys) and backward(p, grad, dy, {dx, dm}, ws)
+//   Acts<B, N, M, Memory> with forward(p, x, m, mask, keys) and backward(p, grad, dy, {dx, dm}, ws)
 // (dm written, not added to). Causal: the rows' mask is causal (a decoder's self-attention); the
 // memory's key mask (keys) reaches every CrossAttend, the rows' causal flag never does.
 #pragma once
@@ -83,52 +83,76 @@ void run_with_memory(const Block& p, H& h, const Mem& m, W& w, const Mask<B, N>&
 }
 
 // A Repeat of blocks that read the memory: their records, the gradient of the memory summed.
-template <class Block, size_t Count, size_t B, size_t N, size_t M>
+// Memory::replay: one record, and the inputs of blocks 1 … Count − 1 (block 0's, the memory and
+// the masks kept by pointer, as a record keeps its inputs); backward runs each block's forward
+// again into it before its backward: the same bits.
+template <class Block, size_t Count, size_t B, size_t N, size_t M, Memory Keep>
 struct RepeatWithMemory {
-  using Record = typename Block::template Acts<B, N, M>;
+  static constexpr bool replay = Keep == Memory::replay && Count > 1;
+  using Record = typename Block::template Acts<B, N, M, Keep>;
   using Dx = typename Record::Dx;
-  std::array<Record, Count> blocks;
+  using Rows = std::remove_reference_t<decltype(std::declval<Dx>().dq)>;
+  using MemoryRows = std::remove_reference_t<decltype(std::declval<Dx>().dkv)>;
+  struct Replay {
+    std::array<Rows, Count - 1> inputs;
+    const Rows* x = nullptr;
+    const MemoryRows* m = nullptr;
+    Mask<B, N> mask;
+    const KeyMask<B, M>* keys = nullptr;
+  };
+  struct NoReplay {};  // of this record's own type: no padding beside a part's empty member
+  std::array<Record, replay ? 1 : Count> blocks;
+  [[no_unique_address]] std::conditional_t<replay, Replay, NoReplay> kept;
   struct Workspace {
-    std::array<std::remove_reference_t<decltype(std::declval<Dx>().dq)>, std::min<size_t>(Count - 1, 2)> d;
-    std::remove_reference_t<decltype(std::declval<Dx>().dkv)> dm;
+    std::array<Rows, std::min<size_t>(Count - 1, 2)> d;
+    MemoryRows dm;
     WorkspaceOf<Record> block;
   };
-  template <class X, class Mem>
-  const auto& forward(const Repeat<Block, Count>& p, const X& x, const Mem& m, const Mask<B, N>& mask, const KeyMask<B, M>* keys) {
-    const auto* h = &blocks[0].forward(p[0], x, m, mask, keys);
-    for (size_t i = 1; i < Count; ++i) h = &blocks[i].forward(p[i], *h, m, mask, keys);
+  Record& record(size_t i) { return blocks[replay ? 0 : i]; }
+
+  template <class X>
+  const Rows& forward(const Repeat<Block, Count>& p, const X& x, const MemoryRows& m, const Mask<B, N>& mask, const KeyMask<B, M>* keys) {
+    if constexpr (replay) kept.x = &x, kept.m = &m, kept.mask = mask, kept.keys = keys;
+    const Rows* h = &x;
+    for (size_t i = 0; i < Count; ++i) {
+      h = &record(i).forward(p[i], *h, m, mask, keys);
+      if constexpr (replay)
+        if (i + 1 < Count) h = &(kept.inputs[i] = *h);
+    }
     return *h;
   }
   // dm: Σ_i the memory's gradient of block i, the last block's first.
   template <class D>
   Dx backward(const Repeat<Block, Count>& p, Repeat<Block, Count>& grad, const D& dout, Dx dx, Workspace& ws) {
     const D* d = &dout;
-    kernels::fill<step::count<std::remove_cvref_t<decltype(dx.dkv)>>>(dx.dkv.data(), 0.0f);
+    kernels::fill<step::count<MemoryRows>>(dx.dkv.data(), 0.0f);
     for (size_t i = Count; i-- > 0;) {
+      if constexpr (replay)
+        if (i + 1 < Count) record(i).forward(p[i], i == 0 ? *kept.x : kept.inputs[i - 1], *kept.m, kept.mask, kept.keys);
       D& next = i == 0 ? dx.dq : ws.d[(Count - 1 - i) % 2];
-      blocks[i].backward(p[i], grad[i], *d, {next, ws.dm}, ws.block);
-      kernels::add_to<step::count<std::remove_cvref_t<decltype(dx.dkv)>>>(ws.dm.data(), dx.dkv.data());
+      record(i).backward(p[i], grad[i], *d, {next, ws.dm}, ws.block);
+      kernels::add_to<step::count<MemoryRows>>(ws.dm.data(), dx.dkv.data());
       d = &next;
     }
     return dx;
   }
 };
-template <class Block, size_t B, size_t N, size_t M>
+template <class Block, size_t B, size_t N, size_t M, Memory Mem>
 struct MemoryActsOf {
-  using type = typename ActsWith<Block, B, N, Memory::keep>::type;
+  using type = typename ActsWith<Block, B, N, Mem>::type;
 };
-template <class Block, size_t B, size_t N, size_t M>
+template <class Block, size_t B, size_t N, size_t M, Memory Mem>
   requires(reads_memory<Block>())
-struct MemoryActsOf<Block, B, N, M> {
-  using type = typename Block::template Acts<B, N, M>;
+struct MemoryActsOf<Block, B, N, M, Mem> {
+  using type = typename Block::template Acts<B, N, M, Mem>;
 };
-template <class Block, size_t Count, size_t B, size_t N, size_t M>
+template <class Block, size_t Count, size_t B, size_t N, size_t M, Memory Mem>
   requires(reads_memory<Block>())
-struct MemoryActsOf<Repeat<Block, Count>, B, N, M> {
-  using type = RepeatWithMemory<Block, Count, B, N, M>;
+struct MemoryActsOf<Repeat<Block, Count>, B, N, M, Mem> {
+  using type = RepeatWithMemory<Block, Count, B, N, M, Mem>;
 };
-template <class Block, size_t B, size_t N, size_t M>
-using MemoryActs = typename MemoryActsOf<Block, B, N, M>::type;
+template <class Block, size_t B, size_t N, size_t M, Memory Mem = Memory::keep>
+using MemoryActs = typename MemoryActsOf<Block, B, N, M, Mem>::type;
 }  // namespace step
 
 // CrossAttend<Query, KeyValue, Attention>: h ← h + Attention(Query(h), KeyValue(m)), rows h
@@ -190,31 +214,43 @@ struct CrossAttend : step::Parts<Query, KeyValue, Attention> {
     attention().template forward_add<B, N, M, S::T>(q.data(), h.data(), w.w, Mask<B, M>{.keys = keys}, pool);
   }
 
-  template <size_t B, size_t N, size_t M>
+  // Memory::replay: the attention's record that keeps less, whose forward writes its workspace,
+  // kept beside it (as Attend's).
+  template <size_t B, size_t N, size_t M, Memory Keep = Memory::keep>
   struct Acts {
-    using QRecord = ActsOf<Q, B, N>;
-    using KVRecord = ActsOf<KV, B, M>;
-    using Record = typename A::template Acts<B, N, M>;
+    static constexpr bool replay = Keep == Memory::replay && !A::template folds<N, M>;
+    using QRecord = typename step::ActsWith<Q, B, N, Keep>::type;
+    using KVRecord = typename step::ActsWith<KV, B, M, Keep>::type;
+    using Record = typename A::template Acts<B, N, M, Keep>;
     using Dx = InputGrads<Input<B, N>, MemoryRows<B, M>>;
     [[no_unique_address]] QRecord q;
     [[no_unique_address]] KVRecord kv;
     Record attn;
+    struct NoReplay {};  // of this record's own type: no padding beside a part's empty member
+    [[no_unique_address]] std::conditional_t<replay, WorkspaceOf<Record>, NoReplay> kept;
     Input<B, N> out;
     struct Workspace {
       Rows<B, N> dq;
       KVRows<B, M> dkv;
-      Phases<WorkspaceOf<Record>, WorkspaceOf<QRecord>, WorkspaceOf<KVRecord>> part;
+      Phases<std::conditional_t<replay, Nothing, WorkspaceOf<Record>>, WorkspaceOf<QRecord>, WorkspaceOf<KVRecord>> part;
     };
 
     template <class X, class Mem>
     const Input<B, N>& forward(const CrossAttend& p, const X& x, const Mem& m, const Mask<B, N>&, const KeyMask<B, M>* keys) {
       const auto& xq = step::forward(q, p.template get<0>(), x, Mask<B, N>{});
       const auto& xkv = step::forward(kv, p.template get<1>(), m, Mask<B, M>{});
-      kernels::add<step::count<Input<B, N>>>(x.data(), attn.forward(p.attention(), xq, xkv, Mask<B, M>{.keys = keys}).data(), out.data());
+      const Mask<B, M> mask{.keys = keys};
+      if constexpr (replay)
+        kernels::add<step::count<Input<B, N>>>(x.data(), attn.forward(p.attention(), xq, xkv, mask, kept).data(), out.data());
+      else
+        kernels::add<step::count<Input<B, N>>>(x.data(), attn.forward(p.attention(), xq, xkv, mask).data(), out.data());
       return out;
     }
     Dx backward(const CrossAttend& p, CrossAttend& grad, const Input<B, N>& dout, Dx dx, Workspace& ws) {
-      attn.backward(p.attention(), grad.attention(), dout, {ws.dq, ws.dkv}, ws.part.template start<WorkspaceOf<Record>>());
+      if constexpr (replay)
+        attn.backward(p.attention(), grad.attention(), dout, {ws.dq, ws.dkv}, kept);
+      else
+        attn.backward(p.attention(), grad.attention(), dout, {ws.dq, ws.dkv}, ws.part.template start<WorkspaceOf<Record>>());
       step::copy_to(backward_with(q, p.template get<0>(), grad.template get<0>(), ws.dq, dx.dq, ws.part.template start<WorkspaceOf<QRecord>>()), dx.dq);
       kernels::add_to<step::count<Input<B, N>>>(dout.data(), dx.dq.data());
       step::copy_to(backward_with(kv, p.template get<1>(), grad.template get<1>(), ws.dkv, dx.dkv, ws.part.template start<WorkspaceOf<KVRecord>>()), dx.dkv);
@@ -277,14 +313,39 @@ struct WithMemory : step::Parts<Parts...> {
     }
   };
 
-  template <size_t B, size_t N, size_t M>
+  // The training record, Mem what it keeps. Memory::replay (two parts or more): one part's record
+  // at a time, with its workspace, and the inputs of parts 1 … count − 1 (part 0's, the memory
+  // and the masks kept by pointer); backward runs each part's forward again into it just before
+  // its backward (the last part's is still there): the same bits, in the memory of the largest
+  // part's record; each part's own record replays too (a Repeat's blocks, a Residual's chain).
+  template <size_t B, size_t N, size_t M, Memory Keep = Memory::keep>
   struct Acts {
+    static constexpr bool replays = Keep == Memory::replay && count > 1;
     using Dx = InputGrads<Input<B, N>, MemoryRows<B, M>>;
-    step::Members<step::MemoryActs<typename step::Info<Parts>::Block, B, N, M>...> records;
+    template <size_t I>
+    using PartActs = step::MemoryActs<BlockAt<I>, B, N, M, Keep>;
+    template <class I>
+    struct RecordsFor;
+    template <size_t... I>
+    struct RecordsFor<std::index_sequence<I...>> {
+      using type = std::conditional_t<replays, Phases<step::WithWork<PartActs<I>>...>, step::Members<PartActs<I>...>>;
+      using Work = std::conditional_t<replays, Nothing, Phases<WorkspaceOf<PartActs<I>>...>>;
+    };
+    using PartRecords = RecordsFor<std::make_index_sequence<count>>;
+    typename PartRecords::type records;
+    struct Replay {
+      std::array<Input<B, N>, count - 1> inputs;  // parts 1 … count − 1's
+      const Input<B, N>* x = nullptr;
+      const MemoryRows<B, M>* m = nullptr;
+      Mask<B, N> mask;
+      const KeyMask<B, M>* keys = nullptr;
+    };
+    struct NoReplay {};  // of this record's own type: no padding beside a part's empty member
+    [[no_unique_address]] std::conditional_t<replays, Replay, NoReplay> kept;
     struct Workspace {
       std::array<Input<B, N>, 2> d;  // the rows' gradients between the parts, in turn
       MemoryRows<B, M> dm;           // one part's gradient of the memory
-      Phases<WorkspaceOf<step::MemoryActs<typename step::Info<Parts>::Block, B, N, M>>...> part;
+      [[no_unique_address]] typename PartRecords::Work part;
     };
 
     template <class X, class Mem>
@@ -296,6 +357,10 @@ struct WithMemory : step::Parts<Parts...> {
       check_memory<Mem, B, M>();
       Mask<B, N> mask = pass;
       if constexpr (Causal) mask.causal = true;
+      if constexpr (replays) {
+        static_assert(std::is_same_v<X, Input<B, N>>, "WithMemory: a record that replays its parts takes the rows x as Input<B, N>");
+        kept.x = &x, kept.m = &m, kept.mask = mask, kept.keys = keys;
+      }
       return forward_from<0>(p, x, m, mask, keys);
     }
     // dx.dkv: the parts' gradients of the memory summed, the last part's first.
@@ -307,29 +372,48 @@ struct WithMemory : step::Parts<Parts...> {
 
    private:
     template <size_t I, class X>
-    const Input<B, N>& forward_from(const WithMemory& p, const X& x, const MemoryRows<B, M>& m, const Mask<B, N>& mask, const KeyMask<B, M>* keys) {
-      const Input<B, N>* h;
+    const Input<B, N>& forward_part(const WithMemory& p, const X& x, const MemoryRows<B, M>& m, const Mask<B, N>& mask, const KeyMask<B, M>* keys) {
       if constexpr (step::reads_memory<BlockAt<I>>())
-        h = &step::get<I>(records).forward(p.template get<I>(), x, m, mask, keys);
+        return record<I>(true).forward(p.template get<I>(), x, m, mask, keys);
       else
-        h = &step::forward(step::get<I>(records), p.template get<I>(), x, mask);
-      if constexpr (I + 1 < count)
-        return forward_from<I + 1>(p, *h, m, mask, keys);
+        return step::forward(record<I>(true), p.template get<I>(), x, mask);
+    }
+    template <size_t I, class X>
+    const Input<B, N>& forward_from(const WithMemory& p, const X& x, const MemoryRows<B, M>& m, const Mask<B, N>& mask, const KeyMask<B, M>* keys) {
+      const Input<B, N>& h = forward_part<I>(p, x, m, mask, keys);
+      if constexpr (I + 1 == count)
+        return h;
+      else if constexpr (replays)  // the next part's record takes h's place: its input is kept
+        return forward_from<I + 1>(p, kept.inputs[I] = h, m, mask, keys);
       else
-        return *h;
+        return forward_from<I + 1>(p, h, m, mask, keys);
     }
     template <size_t I>
     void backward_from(const WithMemory& p, WithMemory& grad, const Input<B, N>& d, Dx dx, Workspace& ws) {
-      using R = step::MemoryActs<BlockAt<I>, B, N, M>;
+      if constexpr (replays && I + 1 < count) forward_part<I>(p, I == 0 ? *kept.x : kept.inputs[I - 1], *kept.m, kept.mask, kept.keys);
       Input<B, N>& next = I == 0 ? dx.dq : ws.d[(count - 1 - I) % 2];
-      auto& record = step::get<I>(records);
+      auto& w = workspace<I>(ws);
       if constexpr (step::reads_memory<BlockAt<I>>()) {
-        record.backward(p.template get<I>(), grad.template get<I>(), d, {next, ws.dm}, ws.part.template start<WorkspaceOf<R>>());
+        record<I>().backward(p.template get<I>(), grad.template get<I>(), d, {next, ws.dm}, w);
         kernels::add_to<step::count<MemoryRows<B, M>>>(ws.dm.data(), dx.dkv.data());
       } else {
-        step::copy_to(backward_with(record, p.template get<I>(), grad.template get<I>(), d, next, ws.part.template start<WorkspaceOf<R>>()), next);
+        step::copy_to(backward_with(record<I>(), p.template get<I>(), grad.template get<I>(), d, next, w), next);
       }
       if constexpr (I > 0) backward_from<I - 1>(p, grad, next, dx, ws);
+    }
+    template <size_t I>
+    PartActs<I>& record(bool begin = false) {
+      if constexpr (replays)
+        return (begin ? records.template start<step::WithWork<PartActs<I>>>() : records.template current<step::WithWork<PartActs<I>>>()).acts;
+      else
+        return step::get<I>(records);
+    }
+    template <size_t I>
+    WorkspaceOf<PartActs<I>>& workspace(Workspace& ws) {
+      if constexpr (replays)
+        return records.template current<step::WithWork<PartActs<I>>>().ws;
+      else
+        return ws.part.template start<WorkspaceOf<PartActs<I>>>();
     }
   };
 };

@@ -307,6 +307,13 @@ concept RecordOverInput = requires(Prev& prev) {
   requires Prev::output_unread;
 };
 
+// A part's record with its workspace: a record that replays holds one part's at a time.
+template <class A>
+struct WithWork {
+  A acts;
+  [[no_unique_address]] WorkspaceOf<A> ws;
+};
+
 // Storage in declaration order (a standard-layout struct of its members, no padding between
 // blocks of tensors): the model's object representation is its parameters in visit order.
 template <class... T>
@@ -635,14 +642,9 @@ struct Sequential : step::Parts<S...> {
     using StepActs = typename decltype(record_at<B, N, M, !Replays, I>())::type;
     template <class I>
     struct ActsFor;
-    template <class A>
-    struct WithWork {
-      A acts;
-      [[no_unique_address]] WorkspaceOf<A> ws;
-    };
     template <size_t... I>
     struct ActsFor<std::index_sequence<I...>> {
-      using type = std::conditional_t<Replays, Phases<WithWork<StepActs<I>>...>, step::Members<StepActs<I>...>>;
+      using type = std::conditional_t<Replays, Phases<step::WithWork<StepActs<I>>...>, step::Members<StepActs<I>...>>;
     };
     template <class I>
     struct InputsFor;
@@ -794,14 +796,14 @@ struct Sequential : step::Parts<S...> {
     template <size_t I>
     StepActs<I>& record(bool begin = false) {
       if constexpr (Replays)
-        return (begin ? acts.template start<WithWork<StepActs<I>>>() : acts.template current<WithWork<StepActs<I>>>()).acts;
+        return (begin ? acts.template start<step::WithWork<StepActs<I>>>() : acts.template current<step::WithWork<StepActs<I>>>()).acts;
       else
         return step::get<I>(acts);
     }
     template <size_t I, class W>
     WorkspaceOf<StepActs<I>>& workspace(W& work) {
       if constexpr (Replays)
-        return acts.template current<WithWork<StepActs<I>>>().ws;
+        return acts.template current<step::WithWork<StepActs<I>>>().ws;
       else
         return work.ws.template start<WorkspaceOf<StepActs<I>>>();
     }
@@ -1128,9 +1130,10 @@ struct Sequential : step::Parts<S...> {
 // A model's training record that replays its blocks (Memory::replay): of a Repeat's blocks one
 // record instead of all of theirs, and of an encoder block one half's at a time, for one more
 // forward of all but the last block and one more of each block's attention. A block's record
-// keeps its mask, which points to the caller's KeyMask: keep that alive until backward.
-template <class Model, size_t B, size_t N>
-using ReplayActsOf = typename Model::template Acts<B, N, Memory::replay>;
+// keeps its mask, which points to the caller's KeyMask: keep that alive until backward. A block
+// of two inputs (stformer/compose/memory.hpp): ReplayActsOf<Block, B, N, M>.
+template <class Model, size_t B, size_t N, size_t... M>
+using ReplayActsOf = typename Model::template Acts<B, N, M..., Memory::replay>;
 
 // The plan of an Infer of a Sequential, one line per phase: the step, the shapes of its input
 // and output, and the bytes of its input (the caller's for the first step), output and scratch
