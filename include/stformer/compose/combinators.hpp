@@ -409,6 +409,44 @@ struct Gated : Branches<Gate, Value> {
   };
 };
 
+namespace step {
+// The scratch of an attention over the rows a KeyValue part makes of x (Attend, QAttend): a
+// holds KeyValue(x) until the keys and values are projected (unless OwnKV: the rows kept in kv,
+// for a folded attention, which reads them as it attends, or a chain's rows of its own), then
+// Query(x); w the attention's work. A KeyValue with scratch of its own (a chain) runs in the
+// phase before a and w.
+template <class Rows, class KVRows, class KVScratch, class Work, bool OwnKV>
+struct AttendScratch {
+  struct Heads {
+    std::conditional_t<OwnKV, Phases<Rows>, Phases<Rows, KVRows>> a;
+    Work w;
+  };
+  [[no_unique_address]] std::conditional_t<OwnKV, KVRows, Nothing> kv;
+  std::conditional_t<std::is_empty_v<KVScratch>, Phases<Heads>, Phases<KVScratch, Heads>> phase;
+  // run(rows, scratch) writes KeyValue(x) into rows; then the heads' phase is on.
+  template <class Run>
+  KVRows& key_rows(Run&& run) {
+    if constexpr (std::is_empty_v<KVScratch>) {
+      auto& h = phase.template start<Heads>();
+      KVRows& rows = [&]() -> KVRows& {
+        if constexpr (OwnKV)
+          return kv;
+        else
+          return h.a.template start<KVRows>();
+      }();
+      Nothing none;
+      run(rows, none);
+      return rows;
+    } else {
+      run(kv, phase.template start<KVScratch>());
+      phase.template start<Heads>();
+      return kv;
+    }
+  }
+  Heads& heads() { return phase.template current<Heads>(); }
+};
+}  // namespace step
+
 template <class Query, class KeyValue, class Attention, bool Ordered = true>
 struct Attend : step::Parts<Query, KeyValue, Attention> {
   using Base = step::Parts<Query, KeyValue, Attention>;
@@ -441,55 +479,45 @@ struct Attend : step::Parts<Query, KeyValue, Attention> {
       return {};
   }
 
-  // A KeyValue without scratch (a norm): a holds KeyValue(x) until the keys and values are
-  // projected (unless the attention folds: it reads them in kv, kept), then Query(x), the heads
-  // in place; w the attention's work. A KeyValue with scratch (ISAB's MAB1(I, X) then a norm):
-  // KeyValue(x) in kv, and over its scratch, a and the work, whose projections take as many
-  // rows per tile as that scratch leaves room for.
+  // step::AttendScratch, its rows' tile: with a KeyValue without scratch (a norm), as many rows
+  // as tile_rows; with a KeyValue with scratch (ISAB's MAB1(I, X) then a norm), as many as fit
+  // in that scratch's room (its phase is over), and the caller's beside KeyValue(x).
+  template <size_t B, size_t N>
+  struct AttendOf {
+    static constexpr size_t K = Nk<B, N>;
+    using KVScratch = step::Scratch<KV, B, N, 0>;
+    static constexpr bool own_kv = A::template folds<N, K> || !std::is_empty_v<KVScratch>;
+    template <size_t T>
+    using With = step::AttendScratch<Rows<B, N>, KVRows<B, N>, KVScratch, typename A::template Work<B, N, K, T>, own_kv>;
+    template <size_t T>
+    using Heads = typename With<T>::Heads;
+  };
+  template <size_t B, size_t N, size_t Room>
+  static constexpr size_t attend_tile = [] {
+    using O = AttendOf<B, N>;
+    if constexpr (std::is_empty_v<typename O::KVScratch>)
+      return tile_rows(B * N);
+    else
+      return largest_fitting<O::template Heads, std::max(step::room_after(Room, sizeof(KVRows<B, N>)), sizeof(typename O::KVScratch)), tile_rows(B * N), B * N>();
+  }();
   template <size_t B, size_t N, size_t Room = 0>
-  struct Scratch {
+  struct Scratch : AttendOf<B, N>::template With<attend_tile<B, N, Room>> {
+    static constexpr size_t T = attend_tile<B, N, Room>;
     static_assert(std::is_same_v<typename KV::template Input<B, N>, Input<B, N>>, "Attend<Query, KeyValue, Attention>: the query and key/value parts must take the same input");
     static_assert(std::is_empty_v<step::Scratch<Q, B, N, 0>>, "Attend<Query, KeyValue, Attention>: the query part is a step without scratch (a norm, Identity)");
-    static constexpr size_t K = Nk<B, N>;
-    static constexpr bool folded = A::template folds<N, K>;
-    using KVScratch = step::Scratch<KV, B, N, 0>;
-    static constexpr bool own_kv = folded || !std::is_empty_v<KVScratch>;
-    template <size_t T>
-    struct Heads {
-      std::conditional_t<own_kv, Phases<Rows<B, N>>, Phases<Rows<B, N>, KVRows<B, N>>> a;
-      typename A::template Work<B, N, K, T> w;
-    };
-    // the room beside kv: what the caller leaves, or KeyValue's scratch
-    static constexpr size_t room = std::max(step::room_after(Room, sizeof(KVRows<B, N>)), sizeof(KVScratch));
-    static constexpr size_t T = std::is_empty_v<KVScratch> ? tile_rows(B * N) : largest_fitting<Heads, room, tile_rows(B * N), B * N>();
-    using Work = typename A::template Work<B, N, K, T>;
-    [[no_unique_address]] std::conditional_t<own_kv, KVRows<B, N>, Nothing> kv;
-    std::conditional_t<std::is_empty_v<KVScratch>, Phases<Heads<T>>, Phases<KVScratch, Heads<T>>> phase;
   };
 
   // h ← h + Attention(Query(x), KeyValue(x)); x (which may be h) is read whole before h is written.
   template <size_t B, size_t N, size_t Room, class Pool = Serial>
   void run_add(const Input<B, N>& x, Output<B, N>& h, Scratch<B, N, Room>& w, const Mask<B, N>& mask, Pool&& pool = Pool{}) const {
-    using S = Scratch<B, N, Room>;
-    Nothing none;
-    KVRows<B, N>* kv;
-    if constexpr (std::is_empty_v<typename S::KVScratch>) {
-      auto& heads = w.phase.template start<typename S::template Heads<S::T>>();
-      if constexpr (S::own_kv)
-        kv = &w.kv;
-      else
-        kv = &heads.a.template start<KVRows<B, N>>();
-      step::run(this->template get<1>(), x, *kv, none, mask, pool);
-    } else {
-      kv = &w.kv;
-      step::run(this->template get<1>(), x, *kv, w.phase.template start<typename S::KVScratch>(), mask, pool);
-      w.phase.template start<typename S::template Heads<S::T>>();
-    }
-    auto& heads = w.phase.template current<typename S::template Heads<S::T>>();
-    attention().template prepare<B, N, S::K, S::T>(kv->data(), heads.w, pool);
+    constexpr size_t K = Nk<B, N>, T = Scratch<B, N, Room>::T;
+    auto& kv = w.key_rows([&](auto& rows, auto& scratch) { step::run(this->template get<1>(), x, rows, scratch, mask, pool); });
+    auto& heads = w.heads();
+    attention().template prepare<B, N, K, T>(kv.data(), heads.w, pool);
     auto& q = heads.a.template start<Rows<B, N>>();
+    Nothing none;
     step::run(this->template get<0>(), x, q, none, mask, pool);
-    attention().template forward_add<B, N, S::K, S::T>(q.data(), h.data(), heads.w, keys(mask), pool);
+    attention().template forward_add<B, N, K, T>(q.data(), h.data(), heads.w, keys(mask), pool);
   }
   template <size_t B, size_t N, size_t Room, class Pool = Serial>
   void run(const Input<B, N>& x, Output<B, N>& y, Scratch<B, N, Room>& w, const Mask<B, N>& mask, Pool&& pool = Pool{}) const {

@@ -176,42 +176,27 @@ struct QAttend : step::Parts<typename step::Int16Part<Query>::type, typename ste
   using Output = TensorOf<std::int16_t, B, N, dims<typename Float::template Output<1, 1>>.back()>;
   static constexpr bool in_place = false, adds_from_stream = true, same_scale = false;
 
-  // a: the key/value rows until they are projected, then the queries' (a norm's); a chain's
-  // rows in kv, its scratch under a and the work.
+  // step::AttendScratch (compose/combinators.hpp) on int16 rows: a chain's rows in kv, its
+  // scratch under a and the work; the integer attention's tile.
+  template <size_t B, size_t N>
+  static constexpr size_t tile = precision::int8::tile_rows(B * N, B * Nk<B, N>);
   template <size_t B, size_t N, size_t Room = 0>
-  struct Scratch {
-    static constexpr size_t K = Nk<B, N>, T = precision::int8::tile_rows(B * N, B * K);
-    using Work = typename A::template Work<B, N, K, T>;
-    using KVScratch = std::conditional_t<chain_kv, step::Scratch<KV, B, N, 0>, Nothing>;
-    struct Heads {
-      std::conditional_t<chain_kv, Phases<Rows<B, N>>, Phases<Rows<B, N>, KVRows<B, N>>> a;
-      Work w;
-    };
-    [[no_unique_address]] std::conditional_t<chain_kv, KVRows<B, N>, Nothing> kv;
-    std::conditional_t<std::is_empty_v<KVScratch>, Phases<Heads>, Phases<KVScratch, Heads>> phase;
-  };
+  struct Scratch : step::AttendScratch<Rows<B, N>, KVRows<B, N>, std::conditional_t<chain_kv, step::Scratch<KV, B, N, 0>, Nothing>,
+                                       typename A::template Work<B, N, Nk<B, N>, tile<B, N>>, chain_kv> {};
   template <size_t B, size_t N, size_t Room, class Pool = Serial>
   void run_add(const Input<B, N>& x, Output<B, N>& h, Scratch<B, N, Room>& w, const Mask<B, N>& mask, Pool&& pool = Pool{}) const {
-    using S = Scratch<B, N, Room>;
-    std::int16_t* kv;
-    if constexpr (chain_kv) {
-      if constexpr (std::is_empty_v<typename S::KVScratch>) {
-        Nothing none;
-        step::run(this->template get<1>(), x, w.kv, none, mask, pool);
-      } else {
-        step::run(this->template get<1>(), x, w.kv, w.phase.template start<typename S::KVScratch>(), mask, pool);
-      }
-      w.phase.template start<typename S::Heads>();
-      kv = w.kv.data();
-    } else {
-      kv = w.phase.template start<typename S::Heads>().a.template start<KVRows<B, N>>().data();
-      this->template get<1>().template apply<B * N>(x.data(), kv);
-    }
-    auto& heads = w.phase.template current<typename S::Heads>();
-    this->template get<2>().template prepare<B, N, S::K, S::T>(kv, heads.w, pool);
+    constexpr size_t K = Nk<B, N>, T = tile<B, N>;
+    auto& kv = w.key_rows([&](auto& rows, auto& scratch) {
+      if constexpr (chain_kv)
+        step::run(this->template get<1>(), x, rows, scratch, mask, pool);
+      else
+        this->template get<1>().template apply<B * N>(x.data(), rows.data());
+    });
+    auto& heads = w.heads();
+    this->template get<2>().template prepare<B, N, K, T>(kv.data(), heads.w, pool);
     auto& q = heads.a.template start<Rows<B, N>>();
     this->template get<0>().template apply<B * N>(x.data(), q.data());
-    this->template get<2>().template forward_add<B, N, S::K, S::T>(q.data(), h.data(), heads.w, Float::keys(mask), pool);
+    this->template get<2>().template forward_add<B, N, K, T>(q.data(), h.data(), heads.w, Float::keys(mask), pool);
   }
   template <size_t B, size_t N, size_t Room, class Pool = Serial>
   void run(const Input<B, N>& x, Output<B, N>& y, Scratch<B, N, Room>& w, const Mask<B, N>& mask, Pool&& pool = Pool{}) const {
