@@ -75,7 +75,7 @@ struct QCrossAttend {
     }
     auto& a = w.a.template start<TensorOf<Row, B, N, D>>();
     if constexpr (query_itself)
-      for (size_t k = 0; k < B * N * D; ++k) a.data()[k] = std::int8_t(kernels::clamp_i32(query.branch_requant.apply(0, h.data()[k]), -128, 127));
+      query.requantize(0, h.data(), a.data(), B * N * D);
     else
       query.template apply<B * N>(h.data(), a.data());
     attn.template forward_add<B, N, M, T>(a.data(), h.data(), w.w, Mask<B, M>{.keys = keys}, pool);

@@ -44,6 +44,10 @@ struct BranchScales {
   static void requants(B& b, F&& f) {
     f("branch_requant", b.branch_requant, [&](size_t i) { return double(b.stream_scale(0)) / b.branch_scale(i); });
   }
+  // a [n] ← branch i's int8 rows of the int16 stream h [n]: sat(apply(h_q, s_h / s_a))
+  void requantize(size_t i, const std::int16_t* h, std::int8_t* a, size_t n) const {
+    for (size_t k = 0; k < n; ++k) a[k] = std::int8_t(kernels::clamp_i32(branch_requant.apply(i, h[k]), -128, 127));
+  }
   // branch i's scale s_a for a stream at s_h (host side)
   void set(size_t i, float s_a, float s_h) {
     branch_scale(i) = s_a, stream_scale(0) = s_h;

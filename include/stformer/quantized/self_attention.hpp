@@ -100,8 +100,7 @@ struct QSelfAttention {
     if constexpr (rows_in) {
       return const_cast<std::int8_t*>(x.data());
     } else {
-      for (size_t k = 0; k < B * N * D; ++k)
-        w.a.data()[k] = std::int8_t(kernels::clamp_i32(rows.branch_requant.apply(0, x.data()[k]), -128, 127));
+      rows.requantize(0, x.data(), w.a.data(), B * N * D);
       return w.a.data();
     }
   }
