@@ -146,9 +146,13 @@ Mat mha(const Mat& xq, const Mat& xkv, const P& p, size_t H, double scale, bool 
     }
   return linear(o, p.wo);
 }
+// a feed-forward layer: the chain's first and last steps (FeedForward), or a hand-written one's fc1 and fc2
 template <class P>
 Mat ffn(const Mat& x, const P& p, const char* act = "relu") {
-  return linear(activation(linear(x, p.fc1), act), p.fc2);
+  if constexpr (requires { p.fc1; })
+    return linear(activation(linear(x, p.fc1), act), p.fc2);
+  else
+    return linear(activation(linear(x, p.template get<0>()), act), p.template get<2>());
 }
 template <class P>
 Mat encoder(const Mat& x, const P& p, size_t H, bool causal = false, const std::vector<bool>& keys = {}) {

@@ -8,8 +8,10 @@
 #include <cstring>
 
 #include <stformer/stformer.hpp>
+#include <stformer/train/parallel.hpp>
 
 #include "reference.hpp"
+#include "written_feedforward.hpp"
 #include "util.hpp"
 #include "set_reference.hpp"
 #include "user_blocks.hpp"
@@ -276,18 +278,18 @@ TEST_CASE("memory plans: sizeof(Infer) is the documented plan, and the SPEC conf
 }
 
 
-// A chain of row-local steps runs in tiles of rows: a feed-forward layer declared as Linear, the
-// activation and Linear, after a norm in a residual, beside FeedForward (its hidden in tiles of
-// its own): the same names and bits, forward-only and trained, kept and replayed, and no
-// [B·N, F] hidden in the plan.
-TEST_CASE_TEMPLATE("a chain of row-local steps in tiles of rows: a feed-forward layer declared, FeedForward's bits", Act, act::ReLU, act::GELU) {
+// A chain of row-local steps runs in tiles of rows: FeedForward, declared as Linear, the
+// activation and Linear, after a norm in a residual (pre-norm), alone in a residual (post-norm)
+// and as a step of its own, beside the feed-forward layer written by hand
+// (written_feedforward.hpp: its hidden in tiles of its own): the same names and bits,
+// forward-only (on one thread and on two) and trained, kept and replayed; plans and records no
+// larger, and no [B·N, F] hidden in the plan.
+template <class Act, template <class> class Shape>
+void feed_forward_declared() {
   constexpr size_t D = 16, F = 64, B = 2, N = 50;
-  using Hand = Sequential<Named<"proj", Linear<3, D>>, Named<"", Residual<Sequential<Named<"ln", LayerNorm<D>>, Named<"ffn", FeedForward<D, F, Act>>>>>,
-                          Named<"head", Linear<D, 2>>>;
-  using Chain = Sequential<Named<"fc1", Linear<D, F>>, Activation<Act, F>, Named<"fc2", Linear<F, D>>>;
-  using Declared = Sequential<Named<"proj", Linear<3, D>>, Named<"", Residual<Sequential<Named<"ln", LayerNorm<D>>, Named<"ffn", Chain>>>>,
-                              Named<"head", Linear<D, 2>>>;
-  static_assert(Chain::row_local && requires { step::Scratch<Chain, B, N, 0>::row_tiles; });
+  using Hand = Shape<written::FeedForward<D, F, Act>>;
+  using Declared = Shape<FeedForward<D, F, Act>>;
+  static_assert(FeedForward<D, F, Act>::leaf_rows && FeedForward<D, F, Act>::in_place);
   auto hand = make<Hand>();
   auto declared = make<Declared>();
   Rng rng(71);
@@ -302,6 +304,8 @@ TEST_CASE_TEMPLATE("a chain of row-local steps in tiles of rows: a feed-forward 
   auto di = make<InferOf<Declared, B, N>>();
   const auto& y = hi->forward(*hand, x);
   CHECK(same_bits(y, di->forward(*declared, x)));
+  ThreadPool two(2);
+  CHECK(same_bits(y, di->forward(*declared, x, Mask<B, N>{}, two)));
   auto ha = make<ActsOf<Hand, B, N>>();
   auto da = make<ActsOf<Declared, B, N>>();
   CHECK(same_bits(y, ha->forward(*hand, x)));
@@ -318,7 +322,20 @@ TEST_CASE_TEMPLATE("a chain of row-local steps in tiles of rows: a feed-forward 
   zero_grad(*rg);
   CHECK(same_bits(dx, dr->backward(*declared, *rg, dy)));
   CHECK(test::params_by_name(*rg) == test::params_by_name(*dg));
-  MESSAGE("plans: declared " << sizeof(InferOf<Declared, B, N>) << " B, FeedForward " << sizeof(InferOf<Hand, B, N>) << " B, the hidden alone "
-                             << sizeof(Tensor<B, N, F>) << " B");
+  MESSAGE("plans: declared " << sizeof(InferOf<Declared, B, N>) << " B, by hand " << sizeof(InferOf<Hand, B, N>) << " B, the hidden alone "
+                             << sizeof(Tensor<B, N, F>) << " B; records " << sizeof(ActsOf<Declared, B, N>) << " B, by hand " << sizeof(ActsOf<Hand, B, N>) << " B");
+  CHECK(sizeof(InferOf<Declared, B, N>) <= sizeof(InferOf<Hand, B, N>));
   CHECK(sizeof(InferOf<Declared, B, N>) < sizeof(Tensor<B, N, F>));
+  CHECK(sizeof(ActsOf<Declared, B, N>) <= sizeof(ActsOf<Hand, B, N>));
+}
+template <class Ffn>
+using PreNormed = Sequential<Named<"proj", Linear<3, 16>>, Named<"", Residual<Sequential<Named<"ln", LayerNorm<16>>, Named<"ffn", Ffn>>>>, Named<"head", Linear<16, 2>>>;
+template <class Ffn>
+using PostNormed = Sequential<Named<"proj", Linear<3, 16>>, Named<"", Residual<Named<"ffn", Ffn>>>, Named<"ln", LayerNorm<16>>, Named<"head", Linear<16, 2>>>;
+template <class Ffn>
+using Alone = Sequential<Named<"proj", Linear<3, 16>>, Named<"ffn", Ffn>, Named<"head", Linear<16, 2>>>;
+TEST_CASE_TEMPLATE("FeedForward is a chain of row-local steps in tiles of rows: the hand-written layer's bits, plans and records", Act, act::ReLU, act::GELU) {
+  SUBCASE("pre-norm") { feed_forward_declared<Act, PreNormed>(); }
+  SUBCASE("post-norm") { feed_forward_declared<Act, PostNormed>(); }
+  SUBCASE("a step of its own") { feed_forward_declared<Act, Alone>(); }
 }

@@ -183,7 +183,7 @@ TEST_CASE_TEMPLATE("WithMemory in integers: a declared decoder block calibrated 
     auto qi = make<InferOf<Q, B, N, M>>();
     const auto& got = qi->forward(*q, h, mq, k);
     const double gap = rel_rms(want, got, cal->out_scale());
-    using Hand = typename written::DecoderBlock<D, H, Fw, Fm, precision::int8>::template Infer<B, N, M>;
+    using Hand = typename written::DecoderBlock<D, H, Fw, Fm, written::precision::int8>::template Infer<B, N, M>;
     MESSAGE(std::string(Fm::torch_names ? Fm::norm_first ? "pre-norm LayerNorm" : "post-norm LayerNorm" : "SPEC's form")
             << std::string(k ? ", key-padded" : "") << ": int8 within " << 100 * gap << "% rms; plans float " << sizeof(InferOf<F, B, N, M>) << " B, int8 "
             << sizeof(InferOf<Q, B, N, M>) << " B (by hand " << sizeof(Hand) << " B)");
@@ -219,8 +219,8 @@ TEST_CASE("WithMemory in integers: MAB declared, calibrated, within 1% rms of th
     auto qi = make<InferOf<Q, B, Nq, Nk>>();
     const double gap = rel_rms(want, qi->forward(*q, h, yq, k), cal->out_scale());
     MESSAGE(std::string(k ? "key-padded: " : "") << "MAB int8 within " << 100 * gap << "% rms; plans float " << sizeof(InferOf<F, B, Nq, Nk>) << " B, int8 "
-                                                 << sizeof(InferOf<Q, B, Nq, Nk>) << " B (by hand " << sizeof(written::MAB<D, H, ScaleNorm, precision::int8>::Infer<B, Nq, Nk>) << " B)");
+                                                 << sizeof(InferOf<Q, B, Nq, Nk>) << " B (by hand " << sizeof(written::MAB<D, H, ScaleNorm, written::precision::int8>::Infer<B, Nq, Nk>) << " B)");
     CHECK(gap < 0.01);
-    CHECK(sizeof(InferOf<Q, B, Nq, Nk>) <= sizeof(written::MAB<D, H, ScaleNorm, precision::int8>::Infer<B, Nq, Nk>));
+    CHECK(sizeof(InferOf<Q, B, Nq, Nk>) <= sizeof(written::MAB<D, H, ScaleNorm, written::precision::int8>::Infer<B, Nq, Nk>));
   }
 }

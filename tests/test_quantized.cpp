@@ -1,4 +1,4 @@
-// The blocks in integers (stformer/quantized/, and the composite blocks at precision::int8)
+// The blocks in integers (stformer/quantized/)
 // against the float blocks they come from, on the float block's own inputs dequantized (so that
 // only the block's quantization is measured), with the documented bounds (docs/quantized.md,
 // "How it computes"): QLinear and the attention's projections 1.5% rms of the output,
@@ -193,7 +193,8 @@ TEST_CASE("FeedForward in integers with GELU, GELU (tanh) and SiLU tables: the f
   constexpr size_t B = 2, N = 16, D = 24, Fw = 64;
   auto check = [&]<class Act>(Act) {
     using F = FeedForward<D, Fw, Act>;
-    using Q = FeedForward<D, Fw, Act, precision::int8>;
+    using Q = Int8Of<F>::type;  // one step: QFeedForward
+    static_assert(std::is_same_v<Q, QFeedForward<Named<"fc1", Linear<D, Fw, Init::kaiming_normal>>, Activation<Act, Fw>, Named<"fc2", Linear<Fw, D, Init::kaiming_normal>>>>);
     Rng rng(36, 0);
     auto f = std::make_unique<F>();
     test::randomize(*f, rng);
@@ -210,7 +211,7 @@ TEST_CASE("FeedForward in integers with GELU, GELU (tanh) and SiLU tables: the f
     TensorOf<std::int16_t, B, N, D> out;
     out.fill(0);
     typename Q::template Tile<8> w;
-    q->template add_tiled<B * N, 8>(xq.data(), out.data(), w);
+    q->template apply_tiled<B * N, 8, true>(xq.data(), out.data(), w);
     const double gap = rel_rms(want, out, so);
     MESSAGE(std::string(act_name<Act>()) << ": int8 within " << 100 * gap << "% rms");
     CHECK(gap < 0.03);

@@ -277,5 +277,5 @@ struct EncoderBlock {
 // Its integer form (stformer/quantized/quantize.hpp): the same block at precision::int8.
 template <size_t D, size_t H, size_t F, class Fm>
 struct stformer::Int8Of<written::EncoderBlock<D, H, F, Fm>> {
-  using type = written::EncoderBlock<D, H, F, Fm, precision::int8>;
+  using type = written::EncoderBlock<D, H, F, Fm, written::precision::int8>;
 };

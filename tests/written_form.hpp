@@ -10,6 +10,7 @@
 #include <type_traits>
 
 #include "stformer/stformer.hpp"
+#include "written_feedforward.hpp"
 
 namespace written {
 using namespace stformer;

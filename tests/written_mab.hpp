@@ -18,6 +18,7 @@
 #include <iterator>
 
 #include "stformer/stformer.hpp"
+#include "written_feedforward.hpp"
 
 namespace written {
 using namespace stformer;

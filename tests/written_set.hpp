@@ -361,18 +361,18 @@ MAB<D, H, Norm> mab_of(const stformer::SAB<D, H, Norm>& declared) {
 // Its integer form (stformer/quantized/quantize.hpp): the same block at precision::int8.
 template <size_t D, size_t H, template <size_t, auto...> class Norm>
 struct stformer::Int8Of<written::SAB<D, H, Norm>> {
-  using type = written::SAB<D, H, Norm, precision::int8>;
+  using type = written::SAB<D, H, Norm, written::precision::int8>;
 };
 
 // Its integer form (stformer/quantized/quantize.hpp): the same block at precision::int8.
 template <size_t D, size_t H, size_t M, template <size_t, auto...> class Norm>
 struct stformer::Int8Of<written::ISAB<D, H, M, Norm>> {
-  using type = written::ISAB<D, H, M, Norm, precision::int8>;
+  using type = written::ISAB<D, H, M, Norm, written::precision::int8>;
 };
 
 // Its integer form (stformer/quantized/quantize.hpp): the same block at precision::int8.
 template <size_t D, size_t H, size_t K, template <size_t, auto...> class Norm>
 struct stformer::Int8Of<written::PMA<D, H, K, Norm>> {
-  using type = written::PMA<D, H, K, Norm, precision::int8>;
+  using type = written::PMA<D, H, K, Norm, written::precision::int8>;
 };
 

@@ -7,9 +7,9 @@
 //   backward, from the input x: dx = dy·f'(x),
 //     GELU f' = Φ(x) + x·φ(x);  GELUTanh f' = ½(1 + t) + ½x(1 − t²)·√(2/π)(1 + 3·0.044715x²),
 //     t = tanh(u);  SiLU f' = σ(x)·(1 + x(1 − σ(x)));  ReLU f' = [x > 0] = [y > 0]
-// ReLU's derivative is also a function of its output (Kind::df_from_output(y)): in a chain after
-// a step whose record keeps its output unread by its backward (a Linear), its record is
-// RecordOverInput: y written over x, no tensor of its own.
+// In a chain after a step whose record keeps its output unread by its backward (a Linear), its
+// record is RecordOverInput: x read there, and for ReLU, whose derivative is also a function of
+// its output (Kind::df_from_output(y)), y written over x, no tensor of its own.
 #pragma once
 
 #include "../core/config.hpp"
@@ -98,6 +98,7 @@ inline void backward_from_output(const float* y, float* d) {
 template <class K, size_t D>
 struct Activation : RowLocal<Activation<K, D>, D> {
   using Kind = K;
+  static constexpr bool relu = std::is_same_v<K, act::ReLU>;  // a linear layer before it may apply it (step::RowTiles)
   template <class F, class... S>
   static constexpr void visit(const Path&, F&, S&...) {}
 
@@ -108,9 +109,11 @@ struct Activation : RowLocal<Activation<K, D>, D> {
     act::apply<Kind, Rows * D>(y);
   }
 
+  // backward_in_place: dx may be dout (a chain's gradients in one buffer)
   template <size_t... L>
   struct Acts {
     using Dx = Tensor<L..., D>;
+    static constexpr bool backward_in_place = true;
     const Tensor<L..., D>* x = nullptr;  // the input of the last forward
     Tensor<L..., D> out;
 
@@ -122,29 +125,39 @@ struct Activation : RowLocal<Activation<K, D>, D> {
       return out;
     }
     const Tensor<L..., D>& backward(const Activation&, Activation&, const Tensor<L..., D>& dout, Tensor<L..., D>& dx) {
-      dx = dout;
+      if (&dx != &dout) dx = dout;
       act::backward<Kind, (L * ... * 1) * D>(x->data(), dx.data());
       return dx;
     }
   };
 
-  // The record over its input, for a kind whose derivative is read from its output: the chain
-  // gives it the previous step's record's output, an object of that record's own that nothing
-  // else reads (step::RecordOverInput), y is written over it, and its backward is given it again.
+  // The record beside its input, the previous step's record's output (an object of that
+  // record's own that nothing else reads: step::RecordOverInput), which backward is given again:
+  // for a kind whose derivative is read from its output (ReLU) y is written over it and the
+  // record holds nothing; for another it holds y, and x is read there.
   template <size_t... L>
-    requires requires(float y) { Kind::df_from_output(y); }
   struct RecordOverInput {
     using Dx = Tensor<L..., D>;
-    static constexpr bool records_over_input = true;
+    static constexpr bool records_over_input = true, backward_in_place = true;
+    static constexpr bool over = requires(float y) { Kind::df_from_output(y); };
+    [[no_unique_address]] std::conditional_t<over, Nothing, Tensor<L..., D>> out;
 
     const Tensor<L..., D>& forward(const Activation& p, const Tensor<L..., D>& x) {
-      auto& y = const_cast<Tensor<L..., D>&>(x);
-      p.template apply<(L * ... * 1)>(y.data(), y.data());
+      auto& y = [&]() -> Tensor<L..., D>& {
+        if constexpr (over)
+          return const_cast<Tensor<L..., D>&>(x);
+        else
+          return out;
+      }();
+      p.template apply<(L * ... * 1)>(x.data(), y.data());
       return y;
     }
-    const Tensor<L..., D>& backward(const Activation&, Activation&, const Tensor<L..., D>& dout, Tensor<L..., D>& dx, const Tensor<L..., D>& y) {
-      dx = dout;
-      act::backward_from_output<Kind, (L * ... * 1) * D>(y.data(), dx.data());
+    const Tensor<L..., D>& backward(const Activation&, Activation&, const Tensor<L..., D>& dout, Tensor<L..., D>& dx, const Tensor<L..., D>& in) {
+      if (&dx != &dout) dx = dout;
+      if constexpr (over)
+        act::backward_from_output<Kind, (L * ... * 1) * D>(in.data(), dx.data());
+      else
+        act::backward<Kind, (L * ... * 1) * D>(in.data(), dx.data());
       return dx;
     }
   };

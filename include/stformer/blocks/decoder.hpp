@@ -25,7 +25,6 @@
 #pragma once
 
 #include "../core/config.hpp"
-#include "../core/precision.hpp"
 
 #include <type_traits>
 
@@ -48,7 +47,7 @@ struct Decoder {
   using Self = Named<"self_attn", SelfAttention<D, H, ScoreScale::head_width, torch ? Projections::packed : Projections::separate>>;
   using Cross = std::conditional_t<torch, Named<"multihead_attn", typename Fm::template Attention<D, H>>, Named<"cross_attn", typename Fm::template Attention<D, H>>>;
   // PyTorch's linear1 and linear2 sit at the layer's level: a step that adds no name
-  using Ffn = std::conditional_t<torch, Named<"", FeedForward<D, F, typename Fm::Act, precision::float32, FfnNames::linear>>,
+  using Ffn = std::conditional_t<torch, Named<"", FeedForward<D, F, typename Fm::Act, FfnNames::linear>>,
                                  Named<"ffn", FeedForward<D, F, typename Fm::Act>>>;
   using PreNormed = WithMemory<true, Named<"", Residual<Sequential<N<"sn1", "norm1">, Self>>>, Named<"", CrossAttend<N<"sn2", "norm2">, Identity<D>, Cross>>,
                                Named<"", Residual<Sequential<N<"sn3", "norm3">, Ffn>>>>;

@@ -18,7 +18,6 @@
 #pragma once
 
 #include "../core/config.hpp"
-#include "../core/precision.hpp"
 
 #include <type_traits>
 
@@ -41,7 +40,7 @@ struct Encoder {
   using Mha = std::conditional_t<torch, Named<"self_attn", SelfAttention<D, H>>,
                                  Named<"attn", SelfAttention<D, H, ScoreScale::head_width, Projections::separate>>>;
   // PyTorch's linear1 and linear2 sit at the layer's level: a step that adds no name
-  using Ffn = std::conditional_t<torch, Named<"", FeedForward<D, F, typename Fm::Act, precision::float32, FfnNames::linear>>,
+  using Ffn = std::conditional_t<torch, Named<"", FeedForward<D, F, typename Fm::Act, FfnNames::linear>>,
                                  Named<"ffn", FeedForward<D, F, typename Fm::Act>>>;
   using PreNormed = Sequential<Named<"", Residual<Sequential<N1, Mha>>>, Named<"", Residual<Sequential<N2, Ffn>>>>;
   using PostNormed = Sequential<Named<"", Residual<Mha>>, N1, Named<"", Residual<Ffn>>, N2>;

@@ -75,16 +75,6 @@ inline constexpr size_t count = [] {
 // Room minus what a combinator keeps beside its parts' scratch, at least 0.
 constexpr size_t room_after(size_t room, size_t used) { return room > used ? room - used : 0; }
 
-// y ← y + a, N entries: float, or int16 streams at one scale, the sum saturated (an integer
-// combinator's, stformer/quantized/combinators.hpp).
-template <size_t N, class T>
-void add_to(const T* a, T* y) {
-  if constexpr (std::is_same_v<T, float>)
-    kernels::add_to<N>(a, y);
-  else
-    for (size_t j = 0; j < N; ++j) y[j] = T(std::clamp<std::int32_t>(std::int32_t(y[j]) + a[j], INT16_MIN, INT16_MAX));
-}
-
 // y ← y ⊙ a, n entries.
 template <size_t N>
 void multiply_into(const float* a, float* y) {
@@ -163,7 +153,7 @@ struct Residual {
     [[no_unique_address]] step::Scratch<typename Block::template BlockAt<last>, B, N, step::room_after(Room, sizeof(before))> w;
   };
   // Tiled: not fused, the body a chain of row-local steps that runs in tiles of rows in the room
-  // (Sequential::Tiles): each tile's output added into the stream's rows, no t.
+  // (step::RowTiles, or Sequential::Tiles): each tile's output added into the stream's rows, no t.
   template <size_t B, size_t N, size_t Room>
   static constexpr bool tiled = [] {
     if constexpr (!fused<B, N> && chain<B, N>)
@@ -171,16 +161,30 @@ struct Residual {
     else
       return false;
   }();
+  template <size_t B, size_t N, size_t Room>
+  static consteval auto scratch_for() {
+    if constexpr (tiled<B, N, Room>) {
+      if constexpr (Block::leaf_rows)
+        return std::type_identity<typename Block::template RowScratch<B, N, Room, false>>{};
+      else
+        return std::type_identity<step::Scratch<Block, B, N, Room>>{};
+    } else if constexpr (!fused<B, N>)
+      return std::type_identity<Whole<B, N, Room>>{};
+    else if constexpr (chain<B, N>)
+      return std::type_identity<Fused<B, N, Room>>{};
+    else
+      return std::type_identity<step::Scratch<Block, B, N, Room>>{};
+  }
   template <size_t B, size_t N, size_t Room = 0>
-  using Scratch = std::conditional_t<
-      tiled<B, N, Room>, step::Scratch<Block, B, N, Room>,
-      std::conditional_t<!fused<B, N>, Whole<B, N, Room>, std::conditional_t<chain<B, N>, Fused<B, N, Room>, step::Scratch<Block, B, N, Room>>>>;
+  using Scratch = typename decltype(scratch_for<B, N, Room>())::type;
 
   template <size_t B, size_t N, class W, class Pool = Serial>
   void forward_in_place(Input<B, N>& h, W& w, const Mask<B, N>& pass, Pool&& pool = Pool{}) const {
     static_assert(std::is_same_v<Input<B, N>, step::Output<Block, B, N>>, "Residual<Body>: the body's output must have its input's shape");
     const Mask<B, N> mask = step::mask_for<Block>(pass);
-    if constexpr (requires { W::row_tiles; }) {
+    if constexpr (requires { W::K; }) {
+      w.run(body.row_leaves(), h.data(), h.data(), pool);
+    } else if constexpr (requires { W::row_tiles; }) {
       constexpr size_t row = dims<Input<B, N>>.back();
       body.for_tiles(h, w, pool, [&](size_t r0, const auto& out) {
         step::add_to<step::count<std::remove_cvref_t<decltype(out)>>>(out.data(), h.data() + r0 * row);

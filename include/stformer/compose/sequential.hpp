@@ -62,7 +62,10 @@
 
 #include <algorithm>
 #include <array>
+#include <climits>
+#include <cstdint>
 #include <cstdio>
+#include <tuple>
 #include <new>
 #include <string_view>
 #include <type_traits>
@@ -70,6 +73,7 @@
 
 #include "../core/params.hpp"
 #include "../core/tensor.hpp"
+#include "../kernels/rowwise.hpp"
 
 namespace stformer::inline STFORMER_ABI {
 
@@ -207,6 +211,155 @@ template <class Block, size_t B, size_t Len, class Prev>
 struct Shapes<Block, B, Len, Prev> {
   using In = Prev;
   using Out = typename Block::template OutputFrom<Prev>;
+};
+
+// y ← y + a, N entries: float, or int16 streams at one scale, the sum saturated (an integer
+// combinator's, stformer/quantized/combinators.hpp).
+template <size_t N, class T>
+void add_to(const T* a, T* y) {
+  if constexpr (std::is_same_v<T, float>)
+    kernels::add_to<N>(a, y);
+  else
+    for (size_t j = 0; j < N; ++j) y[j] = T(std::clamp<std::int32_t>(std::int32_t(y[j]) + a[j], INT16_MIN, INT16_MAX));
+}
+
+// A row-local leaf called on rows by pointer, p.apply<Rows>(x, y): a linear layer, a norm, an
+// activation, LayerScale (y may be x when it is in place).
+template <class Block>
+concept RowCall = row_local<Block>() && requires(const Block& p, const typename Block::template Input<1, 1>::value_type* x,
+                                                 typename Output<Block, 1, 1>::value_type* y) { p.template apply<1>(x, y); };
+// A block's row-local leaves, in order, through the chains inside it (RowLeaves<Sequential>,
+// below): ok when every one is a RowCall; of(p): references to them.
+template <class Block>
+struct RowLeaves {
+  static constexpr bool ok = RowCall<Block>;
+  using type = std::tuple<const Block&>;
+  static type of(const Block& p) { return type(p); }
+};
+
+// The tiles of a chain of row-local leaves (Leaves: a tuple of references to them) over Rows
+// rows, T at a time: leaf k reads the output of leaf k − 1 (leaf 0 x's rows) and writes one of
+// two tile buffers, in turn (an in-place leaf over its input, unless that is x), so that of each
+// output only [T, width] rows exist (a feed-forward layer's hidden [T, F]); the last leaf writes
+// y's rows (Into), or a buffer then added into y's rows (a residual's stream: y may be x, each
+// tile's rows read whole before they are written). Each linear layer's weight is packed once for
+// all the tiles (Linear::with_panels), a linear layer followed by ReLU applies it in its own
+// pass, and the kernels follow the whole layer's rows (Of): the same bits as the whole rows at
+// once, for any T and any pool (the rows in S parts, part s through its own T/S rows of the tile).
+template <class Leaves, size_t Rows, size_t T, bool Into>
+struct RowTiles {
+  static constexpr bool row_tiles = true;
+  static constexpr size_t K = std::tuple_size_v<Leaves>;
+  template <size_t k>
+  using L = std::remove_cvref_t<std::tuple_element_t<k, Leaves>>;
+  template <size_t k>
+  using In = typename L<k>::template Input<1, 1>::value_type;
+  template <size_t k>
+  using Out = typename Output<L<k>, 1, 1>::value_type;
+  template <size_t k>
+  static constexpr size_t width = dims<Output<L<k>, 1, 1>>.back();
+  // leaf k applies ReLU after it (Linear::apply<Rows, true>), and leaf k + 1 is skipped
+  template <size_t k>
+  static constexpr bool relu_next = [] {
+    if constexpr (k + 1 < K && requires { typename L<k>::Panels; })
+      return requires { requires L<k + 1>::relu; };
+    return false;
+  }();
+  // leaf k is applied by the linear layer before it
+  template <size_t k>
+  static constexpr bool skipped = [] {
+    if constexpr (k > 0)
+      return relu_next<k - 1>;
+    return false;
+  }();
+  // y may be x (in place): the leaves' first call does not write y
+  static constexpr bool x_apart = K > 1 + relu_next<0>;
+  // where leaf k writes: buffer 0 or 1, or y (2); its input: x (3) for leaf 0
+  static constexpr std::array<int, K + 1> at = [] {
+    std::array<int, K + 1> a{};
+    a[0] = 3;
+    [&]<size_t... k>(std::index_sequence<k...>) {
+      ((a[k + 1] = Into && k + 1 == K ? 2 : in_place<L<k>>() && a[k] != 3 ? a[k] : a[k] == 0 ? 1 : 0), ...);
+    }(std::make_index_sequence<K>{});
+    return a;
+  }();
+  // the bytes of a row of buffer j: the widest output it holds
+  static constexpr std::array<size_t, 2> row_bytes = [] {
+    std::array<size_t, 2> r{};
+    [&]<size_t... k>(std::index_sequence<k...>) {
+      ((at[k + 1] < 2 ? r[size_t(at[k + 1])] = std::max(r[size_t(at[k + 1])], width<k> * sizeof(Out<k>)) : 0), ...);
+    }(std::make_index_sequence<K>{});
+    return r;
+  }();
+  template <size_t Bytes>
+  struct alignas(alignof(Tensor<1>)) Buffer {
+    unsigned char bytes[Bytes];
+  };
+  template <size_t Bytes>
+  using BufferOf = std::conditional_t<Bytes == 0, Nothing, Buffer<Bytes>>;
+  [[no_unique_address]] BufferOf<T * row_bytes[0]> b0;
+  [[no_unique_address]] BufferOf<T * row_bytes[1]> b1;
+
+  // y's rows ← (or +=) the leaves of x's, on the threads of pool.
+  template <class Pool>
+  void run(const Leaves& leaves, const In<0>* x, Out<K - 1>* y, Pool& pool) {
+    with_parts(pool, [&]<size_t S>() {
+      if constexpr (S == 1 || T < S)
+        run_part<Rows, T>(leaves, x, y, 0);
+      else
+        for_parts<Rows, S>(pool, [&]<size_t R>(size_t r0, size_t s) { run_part<R, T / S>(leaves, x + r0 * dims<typename L<0>::template Input<1, 1>>.back(), y + r0 * width<K - 1>, s * (T / S)); });
+    });
+  }
+
+ private:
+  // Rs rows in tiles of Ts, from row t0 of the buffers.
+  template <size_t Rs, size_t Ts, class P = std::tuple<>>
+  void run_part(const Leaves& leaves, const In<0>* x, Out<K - 1>* y, size_t t0, const P& panels = {}) {
+    constexpr size_t k = std::tuple_size_v<P>;
+    if constexpr (k < K) {
+      if constexpr (requires { typename L<k>::Panels; })
+        std::get<k>(leaves).template with_panels<Rs, Ts, Rows>([&](const auto* q) { run_part<Rs, Ts>(leaves, x, y, t0, std::tuple_cat(panels, std::tuple(q))); });
+      else
+        run_part<Rs, Ts>(leaves, x, y, t0, std::tuple_cat(panels, std::tuple<const Nothing*>(nullptr)));
+    } else {
+      constexpr size_t in_row = dims<typename L<0>::template Input<1, 1>>.back();
+      for_tiles<Rs, Ts>([&]<size_t R>(size_t i) {
+        [&]<size_t... j>(std::index_sequence<j...>) { (leaf<j, R>(leaves, panels, x + i * in_row, y + i * width<K - 1>, t0), ...); }(std::make_index_sequence<K>{});
+      });
+    }
+  }
+  template <int where, class E>
+  E* buffer(E* y, size_t t0) {
+    if constexpr (where == 2)
+      return y;
+    else if constexpr (where == 0)
+      return reinterpret_cast<E*>(b0.bytes + t0 * row_bytes[0]);
+    else
+      return reinterpret_cast<E*>(b1.bytes + t0 * row_bytes[1]);
+  }
+  template <size_t k, size_t R, class P>
+  void leaf(const Leaves& leaves, const P& panels, const In<0>* x, Out<K - 1>* y, size_t t0) {
+    if constexpr (!skipped<k>) {
+      constexpr size_t last = k + relu_next<k>;   // the leaf whose output this call writes
+      const In<k>* src = [&] {
+        if constexpr (k == 0)
+          return x;
+        else
+          return buffer<at[k]>(static_cast<const In<k>*>(nullptr), t0);
+      }();
+      Out<k>* dst = [&] {
+        if constexpr (last + 1 == K)
+          return buffer<at[K]>(y, t0);
+        else
+          return buffer<at[last + 1]>(static_cast<Out<k>*>(nullptr), t0);
+      }();
+      if constexpr (requires { typename L<k>::Panels; })
+        std::get<k>(leaves).template apply<R, relu_next<k>, Rows>(src, dst, std::get<k>(panels));
+      else
+        std::get<k>(leaves).template apply<R>(src, dst);
+      if constexpr (last + 1 == K && !Into) add_to<R * width<k>>(dst, y);
+    }
+  }
 };
 
 // The step protocol: what a chain (and a combinator) asks of each of its blocks, given its
@@ -635,8 +788,8 @@ struct Sequential : step::Parts<S...> {
     else
       return std::type_identity<Own>{};
   }
-  template <size_t B, size_t N, Memory M = Memory::keep, bool Replays = M == Memory::replay && (steps > 1)>
-  struct Record {
+  template <size_t B, size_t N, Memory M, bool Replays>
+  struct RecordAs {
     static_assert(chain_fits<B, N>);
     template <size_t I>
     using StepActs = typename decltype(record_at<B, N, M, !Replays, I>())::type;
@@ -671,7 +824,7 @@ struct Sequential : step::Parts<S...> {
     struct BackFor;
     template <size_t... I>
     struct BackFor<std::index_sequence<I...>> {
-      using Workspace = std::conditional_t<Replays, Nothing, Phases<WorkspaceOf<StepActs<I>>...>>;
+      using Workspace = std::conditional_t<Replays || (std::is_empty_v<WorkspaceOf<StepActs<I>>> && ...), Nothing, Phases<WorkspaceOf<StepActs<I>>...>>;
     };
     using Back = BackFor<std::make_index_sequence<steps>>;
     // The gradients of steps From … steps − 1's inputs (a step of another: from 1, the first
@@ -689,7 +842,22 @@ struct Sequential : step::Parts<S...> {
       [[no_unique_address]] typename Back::Workspace ws;
       std::array<typename GradsFrom<From>::type, G> grads;
     };
-    using Workspace = WorkspaceWith<std::min<size_t>(steps - 1, 2), 1>;
+    // A step whose record's backward may write dx over dout (backward_in_place: an activation):
+    // given one of the buffers, it stays in it. The buffers the gradients of steps From … steps − 1
+    // take: the last step's in one, then another for each step before it that is not in place.
+    template <size_t I>
+    static constexpr bool back_in_place = requires { requires StepActs<I>::backward_in_place; };
+    template <size_t From>
+    static constexpr size_t grads_from = [] {
+      if constexpr (From >= steps) {
+        return size_t(0);
+      } else {
+        size_t others = 0;
+        [&]<size_t... I>(std::index_sequence<I...>) { ((others += !back_in_place<From + I>), ...); }(std::make_index_sequence<steps - 1 - From>{});
+        return std::min<size_t>(1 + others, 2);
+      }
+    }();
+    using Workspace = WorkspaceWith<grads_from<1>, 1>;
 
     // Step I's activations, or those of the step named Name (a record that replays holds one
     // step's at a time).
@@ -769,7 +937,12 @@ struct Sequential : step::Parts<S...> {
         return static_cast<const Final&>(*final);
       } else {
         auto& grads = work.grads;
-        auto& dx = grads[G > 1 && static_cast<const void*>(&dout) == static_cast<const void*>(&grads[0]) ? 1 : 0].template start<StepDx<I>>();
+        const auto in = [&](size_t g) { return g < G && static_cast<const void*>(&dout) == static_cast<const void*>(&grads[g]); };
+        auto& dx = [&]() -> StepDx<I>& {
+          if constexpr (back_in_place<I> && std::is_same_v<StepDx<I>, OutputAt<B, N, I>>)
+            if (in(0) || in(1)) return const_cast<StepDx<I>&>(dout);
+          return grads[G > 1 && in(0) ? 1 : 0].template start<StepDx<I>>();
+        }();
         const auto& d = backward_step<I>(p, grad, dout, dx, w);
         if constexpr (I == To) {
           return d;
@@ -802,10 +975,14 @@ struct Sequential : step::Parts<S...> {
     }
     template <size_t I, class W>
     WorkspaceOf<StepActs<I>>& workspace(W& work) {
-      if constexpr (Replays)
+      if constexpr (Replays) {
         return acts.template current<step::WithWork<StepActs<I>>>().ws;
-      else
+      } else if constexpr (std::is_same_v<typename Back::Workspace, Nothing>) {
+        static constinit WorkspaceOf<StepActs<I>> none{};  // every step's is empty
+        return none;
+      } else {
         return work.ws.template start<WorkspaceOf<StepActs<I>>>();
+      }
     }
     template <size_t I>
     const InputAt<B, N, I>& input() const {
@@ -815,11 +992,25 @@ struct Sequential : step::Parts<S...> {
         return step::get<I - 1>(replay.inputs);
     }
   };
+  // A chain as a step of another: its record replays (Memory::replay, two steps or more) where
+  // that takes less memory, record and workspace, than keeping every step's (not a feed-forward
+  // layer's, whose steps' inputs are its records).
+  template <size_t B, size_t N, Memory M>
+  static constexpr bool replays = [] {
+    if constexpr (M == Memory::replay && steps > 1) {
+      using R = RecordAs<B, N, M, true>;
+      using K = RecordAs<B, N, M, false>;
+      return sizeof(R) + sizeof(typename R::Workspace) < sizeof(K) + sizeof(typename K::Workspace);
+    }
+    return false;
+  }();
   template <size_t B, size_t N, Memory M = Memory::keep>
-  struct Acts : Record<B, N, M, false> {
-    using Base = Record<B, N, M, false>;
+  using Record = RecordAs<B, N, M, replays<B, N, M>>;
+  template <size_t B, size_t N, Memory M = Memory::keep>
+  struct Acts : RecordAs<B, N, M, false> {
+    using Base = RecordAs<B, N, M, false>;
     static constexpr bool whole = true;  // its own workspace
-    typename Base::template WorkspaceWith<std::min<size_t>(steps, 2)> work;
+    typename Base::template WorkspaceWith<Base::template grads_from<0>> work;
     using Base::backward, Base::backward_to;
 
     // Accumulates the parameters' gradients into grad; returns dL/dx (nothing when the first
@@ -1004,8 +1195,31 @@ struct Sequential : step::Parts<S...> {
   // all B·N rows (a feed-forward layer's hidden [B·N, F]) exists. T: the most rows the room
   // holds, at least tile_rows(B·N), then evened out over the tiles; tiles only where they take
   // less than Infer<B, N>. The same bits for any T.
-  static constexpr bool in_place = (step::in_place<typename step::Info<S>::Block>() && ...);
-  static constexpr bool row_local = !in_place && (step::row_local<typename step::Info<S>::Block>() && ...);
+  // A chain of row-local leaves, one at least not in place (step::RowLeaves: linear layers,
+  // norms, activations, through the chains inside it: a feed-forward layer, and the norm before
+  // it), runs in step::RowTiles, in place when its output is its input's shape.
+  static constexpr bool all_in_place = (step::in_place<typename step::Info<S>::Block>() && ...);
+  static constexpr bool row_local = !all_in_place && (step::row_local<typename step::Info<S>::Block>() && ...);
+  using Leaves = typename step::RowLeaves<Sequential>::type;
+  static constexpr bool leaf_rows = [] {
+    if constexpr (step::RowLeaves<Sequential>::ok && !all_in_place)
+      return true;
+    return false;
+  }();
+  template <size_t B, size_t N, size_t Room, bool Into>
+  static consteval auto row_scratch() {
+    using One = step::RowTiles<Leaves, B * N, 1, Into>;
+    constexpr size_t T = rows_in_room(B * N, tile_rows(B * N), Room, One::row_bytes[0] + One::row_bytes[1]);
+    return std::type_identity<step::RowTiles<Leaves, B * N, T, Into>>{};
+  }
+  template <size_t B, size_t N, size_t Room, bool Into = true>
+  using RowScratch = typename decltype(row_scratch<B, N, Room, Into>())::type;
+  static constexpr bool in_place = [] {
+    if constexpr (leaf_rows)
+      return std::is_same_v<Input<1, 1>, Output<1, 1>> && step::RowTiles<Leaves, 1, 1, true>::x_apart;
+    return all_in_place;
+  }();
+  Leaves row_leaves() const { return step::RowLeaves<Sequential>::of(*this); }
   // In place, the steps' scratches lie over one another: each step may take the room of the
   // largest (a feed-forward layer's tile as many rows as the attention's buffers before it hold).
   template <size_t B, size_t N, size_t Room>
@@ -1033,7 +1247,7 @@ struct Sequential : step::Parts<S...> {
   // it, their scratches one at a time, each in the room of step 0's: no buffer of the chain's own.
   template <size_t B, size_t N>
   static constexpr bool then_in_place = [] {
-    if constexpr (in_place || row_local || steps < 2 || step::prepends<BlockAt<0>>() != 0)
+    if constexpr (in_place || leaf_rows || row_local || steps < 2 || step::prepends<BlockAt<0>>() != 0)
       return false;
     else
       return []<size_t... I>(std::index_sequence<I...>) {
@@ -1074,8 +1288,25 @@ struct Sequential : step::Parts<S...> {
     template <size_t T>
     using W = Tiles<B, N, T>;
   };
+  template <size_t B, size_t N, size_t Room>
+  static consteval auto scratch_for() {
+    if constexpr (leaf_rows)
+      return row_scratch<B, N, Room, true>();
+    else if constexpr (all_in_place)
+      return std::type_identity<InPlace<B, N, Room>>{};
+    else
+      return whole_or_tiles<B, N, Room>();
+  }
   template <size_t B, size_t N, size_t Room = 0>
-  using Scratch = std::conditional_t<in_place, InPlace<B, N, Room>, typename decltype(whole_or_tiles<B, N, Room>())::type>;
+  using Scratch = typename decltype(scratch_for<B, N, Room>())::type;
+  template <size_t B, size_t N, class L, size_t R, size_t T, bool I, class Pool = Serial>
+  void forward_in_place(Input<B, N>& h, step::RowTiles<L, R, T, I>& w, const Mask<B, N>&, Pool&& pool = Pool{}) const {
+    w.run(row_leaves(), h.data(), h.data(), pool);
+  }
+  template <size_t B, size_t N, class L, size_t R, size_t T, bool I, class Pool = Serial>
+  void run(const Input<B, N>& x, Output<B, N>& y, step::RowTiles<L, R, T, I>& w, const Mask<B, N>&, Pool&& pool = Pool{}) const {
+    w.run(row_leaves(), x.data(), y.data(), pool);
+  }
   template <size_t B, size_t N, size_t Room, class Pool = Serial>
   void forward_in_place(Input<B, N>& h, InPlace<B, N, Room>& w, const Mask<B, N>& mask, Pool&& pool = Pool{}) const {
     [&]<size_t... I>(std::index_sequence<I...>) {
@@ -1124,6 +1355,18 @@ struct Sequential : step::Parts<S...> {
         }
       tile.template operator()<W::least>();
     }
+  }
+};
+
+// A chain's row-local leaves: its steps', in order.
+template <class... S>
+struct step::RowLeaves<Sequential<S...>> {
+  static constexpr bool ok = (RowLeaves<typename Info<S>::Block>::ok && ...);
+  using type = decltype(std::tuple_cat(std::declval<typename RowLeaves<typename Info<S>::Block>::type>()...));
+  static type of(const Sequential<S...>& p) {
+    return [&]<size_t... I>(std::index_sequence<I...>) {
+      return std::tuple_cat(RowLeaves<typename Info<S>::Block>::of(p.template get<I>())...);
+    }(std::index_sequence_for<S...>{});
   }
 };
 

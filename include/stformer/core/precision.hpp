@@ -1,16 +1,9 @@
-// A composite block's precision, its last template parameter: what its leaves are and what flows
-// between them. The composite block written part by part, FeedForward, is written once over it
-// (a declared block, EncoderBlock, DecoderBlock, MAB, SAB, ISAB, PMA, the pointer head, has its
-// combinators' integer form); only the leaves (Linear, the norms, the attention cores, embeddings,
-// positions, the class token, pooling) have an integer form of their own. A block at
-// precision::int8 needs the leaves' forms: include <stformer/quantized/quantize.hpp> (else
+// What a block's integer form is (Int8Of) and the host-side helpers its quantization uses. Only
+// the leaves (Linear, the norms, the attention cores, embeddings, positions, the class token,
+// pooling, a feed-forward layer as one step) have an integer form of their own; a declared block
+// (EncoderBlock, DecoderBlock, MAB, SAB, ISAB, PMA, the pointer head) has its combinators'
+// (stformer/quantized/combinators.hpp). The forms need <stformer/quantized/quantize.hpp> (else
 // "Int8Of: this block has no integer form", naming the leaf).
-//   precision::float32 (the default): the float leaves on float rows; training (Acts) and
-//     forward-only passes.
-//   precision::int8: each leaf's integer form (Int8Of, beside each quantized leaf), an int16
-//     residual stream (Stream) and, inside a block, rows of int8 or, where a block asks for
-//     16 bits, int16 (Row<16>); forward only, made from the float block by its from_float
-//     (stformer/quantized/quantize.hpp).
 #pragma once
 
 #include "config.hpp"
@@ -28,9 +21,9 @@ namespace stformer::inline STFORMER_ABI {
 
 // Int8Of<Block>::type: the integer form of a float block, the step quantize
 // (stformer/quantized/quantize.hpp) puts in its place. Each quantized leaf's header gives its own;
-// a composite block written part by part (FeedForward) is itself at precision::int8; a block of
-// two inputs (WithMemory: DecoderBlock, MAB) has its own (stformer/quantized/memory.hpp). Besides the step's forward (int16 streams in and out; token ids in for
-// an embedding, int32 logits out for the pointer's head), such a block has:
+// a block of two inputs (WithMemory: DecoderBlock, MAB) has its own (stformer/quantized/memory.hpp).
+// Besides the step's forward (int16 streams in and out; token ids in for an embedding, int32
+// logits out for the pointer's head), such a block has:
 //   using Float;                           the float block it comes from
 //   static constexpr bool same_scale;      its output at its input's scale (a residual stream)
 //   struct Ranges { observe(f, acts, x, y) };  what calibration keeps of the float block's pass
@@ -95,34 +88,5 @@ void quantize(const float* x, size_t n, float s, T* y) {
 inline float int16_scale(float max_abs) { return scale_for(2 * max_abs, 32767); }
 
 }  // namespace quant
-
-namespace precision {
-
-struct float32 {
-  static constexpr bool integer = false;
-  template <class Leaf, size_t Bits = 8>
-  using Of = Leaf;
-  template <size_t Bits>
-  using Row = float;
-  using Stream = float;
-  // Rows per tile of a block whose queries' rows are `queries` and keys' `keys` (the float
-  // attention's tile grows into its scores' room by itself), and the fewest in a plan.
-  static constexpr size_t tile_rows(size_t queries, size_t) { return stformer::tile_rows(queries); }
-  static constexpr size_t tile_least(size_t rows) { return stformer::tile_rows(rows); }
-};
-
-struct int8 {
-  static constexpr bool integer = true;
-  template <class Leaf, size_t Bits = 8>
-  using Of = typename IntegerForm<Leaf, Bits>::type;
-  template <size_t Bits>
-  using Row = std::conditional_t<Bits == 8, std::int8_t, std::int16_t>;
-  using Stream = std::int16_t;
-  // The integer attention projects its keys T rows at a time too: tiles as large as the longer side.
-  static constexpr size_t tile_rows(size_t queries, size_t keys) { return qtile_rows(queries > keys ? queries : keys); }
-  static constexpr size_t tile_least(size_t rows) { return qtile_least(rows); }
-};
-
-}  // namespace precision
 
 }  // namespace stformer

@@ -207,7 +207,7 @@ struct QMultiHeadAttention {
 // In a composite block at precision::int8: int8 rows, or int16 where the block asks for 16 bits.
 template <size_t Dq, size_t Dkv, size_t D, size_t H, ScoreScale S, Projections Pr, size_t Bits>
 struct IntegerForm<MultiHeadAttention<Dq, Dkv, D, H, S, Pr>, Bits> {
-  using type = QMultiHeadAttention<Dq, Dkv, D, H, S, precision::int8::Row<Bits>, Pr>;
+  using type = QMultiHeadAttention<Dq, Dkv, D, H, S, std::conditional_t<Bits == 8, std::int8_t, std::int16_t>, Pr>;
 };
 
 }  // namespace stformer

@@ -179,7 +179,7 @@ struct QAttend : step::Parts<typename step::Int16Part<Query>::type, typename ste
   // step::AttendScratch (compose/combinators.hpp) on int16 rows: a chain's rows in kv, its
   // scratch under a and the work; the integer attention's tile.
   template <size_t B, size_t N>
-  static constexpr size_t tile = precision::int8::tile_rows(B * N, B * Nk<B, N>);
+  static constexpr size_t tile = qtile_rows(std::max(B * N, B * Nk<B, N>));
   template <size_t B, size_t N, size_t Room = 0>
   struct Scratch : step::AttendScratch<Rows<B, N>, KVRows<B, N>, std::conditional_t<chain_kv, step::Scratch<KV, B, N, 0>, Nothing>,
                                        typename A::template Work<B, N, Nk<B, N>, tile<B, N>>, chain_kv> {};
@@ -252,7 +252,7 @@ struct QSeedAttend : step::Parts<Named<"", Seeds<Name, K, SeedAttend<Name, K, Qu
 
   template <size_t B, size_t N, size_t Room = 0>
   struct Scratch {
-    static constexpr size_t T = precision::int8::tile_rows(B * K, B * N);
+    static constexpr size_t T = qtile_rows(std::max(B * K, B * N));
     Phases<TensorOf<std::int16_t, B, K, D>, Input<B, N>> a;  // Nkv(x), then Nq(S)
     typename A::template Work<B, K, N, T> w;
   };

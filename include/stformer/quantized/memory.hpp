@@ -57,7 +57,7 @@ struct QCrossAttend {
 
   template <size_t B, size_t N, size_t M, size_t Room = 0>
   struct Scratch {
-    static constexpr size_t T = precision::int8::tile_rows(B * N, B * M);
+    static constexpr size_t T = qtile_rows(std::max(B * N, B * M));
     // KeyValue(m) until the keys and values are projected (wide), then the query's rows
     std::conditional_t<wide, Phases<TensorOf<std::int16_t, B, M, D>, TensorOf<Row, B, N, D>>, Phases<TensorOf<Row, B, N, D>>> a;
     typename A::template Work<B, N, M, T> w;

@@ -52,6 +52,7 @@
 #include "attention.hpp"
 #include "combinators.hpp"
 #include "embedding.hpp"
+#include "feedforward.hpp"
 #include "layernorm.hpp"
 #include "layerscale.hpp"
 #include "linear.hpp"
@@ -226,10 +227,21 @@ template <class B, size_t Count>
 struct Observed<Repeat<B, Count>> {
   std::array<Observed<B>, Count> blocks;
 };
+// A chain whose integer form is one step (QFeedForward) is observed as a leaf.
+template <class Chain>
+inline constexpr bool one_step = false;
+template <class S1, class A, class S2>
+  requires feed_forward<S1, A, S2>
+inline constexpr bool one_step<Sequential<S1, A, S2>> = true;
+template <class Chain>
+struct StepsObserved;
 template <class... S>
-struct Observed<Sequential<S...>> {
+struct StepsObserved<Sequential<S...>> {
   step::Members<Observed<typename step::Info<S>::Block>...> steps;
 };
+template <class... S>
+  requires(!one_step<Sequential<S...>>)
+struct Observed<Sequential<S...>> : StepsObserved<Sequential<S...>> {};
 template <class F>
   requires derived_chain<F>
 struct Observed<F> : Observed<ChainOf<F>> {};
@@ -330,7 +342,7 @@ const auto& observe(const Repeat<Blk, Count>& f, A& acts, const X& x, const Mask
   return *h;
 }
 template <size_t I = 0, class... S, class A, class X, size_t B, size_t N>
-const auto& observe_chain(const Sequential<S...>& f, A& acts, const X& x, const Mask<B, N>& mask, Observed<Sequential<S...>>& o, Streams& s,
+const auto& observe_chain(const Sequential<S...>& f, A& acts, const X& x, const Mask<B, N>& mask, StepsObserved<Sequential<S...>>& o, Streams& s,
                           size_t target = Streams::none) {
   if constexpr (I == 0) Sequential<S...>::shift_keys(mask, acts.shifted);
   const auto& y = observe(f.template get<I>(), acts.template at<I>(), x, Sequential<S...>::template mask_at<B, N, I>(mask, acts.shifted),
@@ -341,6 +353,7 @@ const auto& observe_chain(const Sequential<S...>& f, A& acts, const X& x, const 
     return observe_chain<I + 1>(f, acts, y, mask, o, s, target);
 }
 template <class... S, class A, class X, size_t B, size_t N>
+  requires(!one_step<Sequential<S...>>)
 const auto& observe(const Sequential<S...>& f, A& acts, const X& x, const Mask<B, N>& mask, Observed<Sequential<S...>>& o, Streams& s,
                     size_t target = Streams::none) {
   return observe_chain(f, acts, x, mask, o, s, target);
@@ -433,6 +446,7 @@ void from_float(Q& q, const Repeat<Blk, Count>& f, const Observed<Repeat<Blk, Co
   for (size_t i = 0; i < Count; ++i) from_float(q[i], f[i], o.blocks[i], s);
 }
 template <class Q, class... S>
+  requires(!one_step<Sequential<S...>>)
 void from_float(Q& q, const Sequential<S...>& f, const Observed<Sequential<S...>>& o, const Streams& s) {
   [&]<size_t... I>(std::index_sequence<I...>) {
     (from_float(q.template get<I>(), f.template get<I>(), step::get<I>(o.steps), s), ...);
@@ -464,7 +478,7 @@ void from_float(Q& q, const Gated<G, V>& f, const Observed<Gated<G, V>>& o, cons
 // The integer model of a float model from what calibration kept of it: each step's ranges and
 // streams, the streams' scales.
 template <class Model>
-std::unique_ptr<Quantized<Model>> integer_model(const Model& model, const Observed<ChainOf<Model>>& observed, const Streams& streams) {
+std::unique_ptr<Quantized<Model>> integer_model(const Model& model, const StepsObserved<ChainOf<Model>>& observed, const Streams& streams) {
   using Chain = ChainOf<Model>;
   using Q = Quantized<Model>;
   auto q = std::make_unique<Q>();
@@ -515,7 +529,7 @@ class Calibration {
  private:
   const Model& model_;
   std::unique_ptr<ActsOf<Chain, B, N>> acts_;
-  quant::Observed<Chain> observed_;
+  quant::StepsObserved<Chain> observed_;
   quant::Streams streams_;
   size_t batches_ = 0;
 };

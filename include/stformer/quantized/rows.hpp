@@ -17,8 +17,8 @@
 #include <tuple>
 #include <type_traits>
 
-#include "../blocks/feedforward.hpp"
 #include "../compose/sequential.hpp"
+#include "feedforward.hpp"
 #include "layernorm.hpp"
 #include "scalenorm.hpp"
 
@@ -82,28 +82,27 @@ struct RowsWriter<QLayerNorm<D, Centred, Eps>> {
   using type = NormRows<QLayerNorm<D, Centred, Eps>>;
 };
 
-// FeedForward in integers from int8 rows x at s_a into an int16 stream: y = FFN(x), or h += FFN(x)
-// (a residual body's last step); its tile as in place.
-template <size_t D, size_t F, class Act, FfnNames Nm>
-struct FeedForwardRows : FeedForward<D, F, Act, precision::int8, Nm> {
+// A feed-forward layer in integers (QFeedForward) from int8 rows x at s_a into an int16 stream:
+// y = FFN(x), or h += FFN(x) (a residual body's last step); its tile as in place.
+template <class Q>
+struct FeedForwardRows : Q {
   template <size_t B, size_t N>
-  using Input = TensorOf<std::int8_t, B, N, D>;
+  using Input = TensorOf<std::int8_t, B, N, Q::D>;
   template <size_t B, size_t N>
-  using Output = TensorOf<std::int16_t, B, N, D>;
+  using Output = TensorOf<std::int16_t, B, N, Q::D>;
   static constexpr bool in_place = false, adds_from_stream = false;
-  static constexpr bool row_local = true;  // step::row_local
   template <size_t B, size_t N, size_t T, class Pool>
-  void run(const Input<B, N>& x, Output<B, N>& y, typename FeedForwardRows::template Tile<T>& w, const Mask<B, N>&, Pool&&) const {
+  void run(const Input<B, N>& x, Output<B, N>& y, typename Q::template Tile<T>& w, const Mask<B, N>&, Pool&&) const {
     this->template apply_tiled<B * N, T>(x.data(), y.data(), w);
   }
   template <size_t B, size_t N, size_t T, class Pool>
-  void run_add(const Input<B, N>& x, Output<B, N>& h, typename FeedForwardRows::template Tile<T>& w, const Mask<B, N>&, Pool&& pool) const {
-    this->template add_tiled<B * N, T>(x.data(), h.data(), w, pool);
+  void run_add(const Input<B, N>& x, Output<B, N>& h, typename Q::template Tile<T>& w, const Mask<B, N>&, Pool&&) const {
+    this->template apply_tiled<B * N, T, true>(x.data(), h.data(), w);
   }
 };
-template <size_t D, size_t F, class Act, FfnNames Nm>
-struct RowsReader<FeedForward<D, F, Act, precision::int8, Nm>> {
-  using type = FeedForwardRows<D, F, Act, Nm>;
+template <class S1, class A, class S2>
+struct RowsReader<QFeedForward<S1, A, S2>> {
+  using type = FeedForwardRows<QFeedForward<S1, A, S2>>;
 };
 
 namespace step {

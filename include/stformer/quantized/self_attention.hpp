@@ -72,7 +72,7 @@ struct QSelfAttention {
     typename Attention::template Work<B, N, N, T> w;
   };
   template <size_t B, size_t N, size_t Room = 0>
-  using Scratch = typename TiledIn<Work, B, N, Room, precision::int8::tile_least(B * N)>::type;
+  using Scratch = typename TiledIn<Work, B, N, Room, qtile_least(B * N)>::type;
   template <size_t B, size_t N, size_t T, class Pool = Serial>
     requires(!rows_in)
   void forward_in_place(Input<B, N>& h, Work<B, N, T>& w, const Mask<B, N>& mask, Pool&& pool = Pool{}) const {
