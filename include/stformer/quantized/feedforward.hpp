@@ -27,25 +27,21 @@
 namespace stformer::inline STFORMER_ABI {
 
 namespace quant {
+// The sizes of a linear layer with a bias.
 template <class S>
-struct LinearOf {
-  static constexpr bool ok = false;
-};
+struct LinearOf {};
 template <size_t In, size_t Out, Init::Kind K>
 struct LinearOf<Linear<In, Out, K, Bias::yes>> {
-  static constexpr bool ok = true;
   static constexpr size_t in = In, out = Out;
 };
-// A chain of a linear layer D → F, an activation on F and a linear layer F → D (steps S1, A, S2).
+// A chain of a linear layer D → F, an activation on F and a linear layer F → D (blocks L1, Act, L2).
+template <class L1, class Act, class L2>
+inline constexpr bool feed_forward_blocks = false;
+template <size_t D, size_t F, Init::Kind K1, Init::Kind K2, class Act>
+  requires std::is_base_of_v<Activation<typename Act::Kind, F>, Act>
+inline constexpr bool feed_forward_blocks<Linear<D, F, K1, Bias::yes>, Act, Linear<F, D, K2, Bias::yes>> = true;
 template <class S1, class A, class S2>
-concept feed_forward = [] {
-  using L1 = LinearOf<typename step::Info<S1>::Block>;
-  using L2 = LinearOf<typename step::Info<S2>::Block>;
-  using Act = typename step::Info<A>::Block;
-  if constexpr (L1::ok && L2::ok && requires { typename Act::Kind; })
-    return std::is_base_of_v<Activation<typename Act::Kind, L1::out>, Act> && L1::out == L2::in && L1::in == L2::out;
-  return false;
-}();
+concept feed_forward = feed_forward_blocks<typename step::Info<S1>::Block, typename step::Info<A>::Block, typename step::Info<S2>::Block>;
 }  // namespace quant
 
 template <class S1, class A, class S2>
