@@ -182,13 +182,15 @@ struct Residual {
   void forward_in_place(Input<B, N>& h, W& w, const Mask<B, N>& pass, Pool&& pool = Pool{}) const {
     static_assert(std::is_same_v<Input<B, N>, step::Output<Block, B, N>>, "Residual<Body>: the body's output must have its input's shape");
     const Mask<B, N> mask = step::mask_for<Block>(pass);
-    if constexpr (requires { W::K; }) {
-      w.run(body.row_leaves(), h.data(), h.data(), pool);
-    } else if constexpr (requires { W::row_tiles; }) {
-      constexpr size_t row = dims<Input<B, N>>.back();
-      body.for_tiles(h, w, pool, [&](size_t r0, const auto& out) {
-        step::add_to<step::count<std::remove_cvref_t<decltype(out)>>>(out.data(), h.data() + r0 * row);
-      });
+    if constexpr (requires { W::row_tiles; }) {
+      if constexpr (Block::leaf_rows) {
+        w.run(body.row_leaves(), h.data(), h.data(), pool);
+      } else {
+        constexpr size_t row = dims<Input<B, N>>.back();
+        body.for_tiles(h, w, pool, [&](size_t r0, const auto& out) {
+          step::add_to<step::count<std::remove_cvref_t<decltype(out)>>>(out.data(), h.data() + r0 * row);
+        });
+      }
     } else if constexpr (fused<B, N> && !chain<B, N>) {
       body.run_add(h, h, w, mask, pool);
     } else if constexpr (fused<B, N>) {

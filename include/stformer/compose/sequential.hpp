@@ -258,6 +258,7 @@ struct RowTiles {
   using Out = typename Output<L<k>, 1, 1>::value_type;
   template <size_t k>
   static constexpr size_t width = dims<Output<L<k>, 1, 1>>.back();
+  static constexpr size_t in_width = dims<typename L<0>::template Input<1, 1>>.back();
   // leaf k applies ReLU after it (Linear::apply<Rows, true>), and leaf k + 1 is skipped
   template <size_t k>
   static constexpr bool relu_next = [] {
@@ -307,7 +308,7 @@ struct RowTiles {
       if constexpr (S == 1 || T < S)
         run_part<Rows, T>(leaves, x, y, 0);
       else
-        for_parts<Rows, S>(pool, [&]<size_t R>(size_t r0, size_t s) { run_part<R, T / S>(leaves, x + r0 * dims<typename L<0>::template Input<1, 1>>.back(), y + r0 * width<K - 1>, s * (T / S)); });
+        for_parts<Rows, S>(pool, [&]<size_t R>(size_t r0, size_t s) { run_part<R, T / S>(leaves, x + r0 * in_width, y + r0 * width<K - 1>, s * (T / S)); });
     });
   }
 
@@ -322,9 +323,8 @@ struct RowTiles {
       else
         run_part<Rs, Ts>(leaves, x, y, t0, std::tuple_cat(panels, std::tuple<const Nothing*>(nullptr)));
     } else {
-      constexpr size_t in_row = dims<typename L<0>::template Input<1, 1>>.back();
       for_tiles<Rs, Ts>([&]<size_t R>(size_t i) {
-        [&]<size_t... j>(std::index_sequence<j...>) { (leaf<j, R>(leaves, panels, x + i * in_row, y + i * width<K - 1>, t0), ...); }(std::make_index_sequence<K>{});
+        [&]<size_t... j>(std::index_sequence<j...>) { (leaf<j, R>(leaves, panels, x + i * in_width, y + i * width<K - 1>, t0), ...); }(std::make_index_sequence<K>{});
       });
     }
   }
@@ -1201,11 +1201,7 @@ struct Sequential : step::Parts<S...> {
   static constexpr bool all_in_place = (step::in_place<typename step::Info<S>::Block>() && ...);
   static constexpr bool row_local = !all_in_place && (step::row_local<typename step::Info<S>::Block>() && ...);
   using Leaves = typename step::RowLeaves<Sequential>::type;
-  static constexpr bool leaf_rows = [] {
-    if constexpr (step::RowLeaves<Sequential>::ok && !all_in_place)
-      return true;
-    return false;
-  }();
+  static constexpr bool leaf_rows = step::RowLeaves<Sequential>::ok && !all_in_place;
   template <size_t B, size_t N, size_t Room, bool Into>
   static consteval auto row_scratch() {
     using One = step::RowTiles<Leaves, B * N, 1, Into>;
@@ -1247,7 +1243,7 @@ struct Sequential : step::Parts<S...> {
   // it, their scratches one at a time, each in the room of step 0's: no buffer of the chain's own.
   template <size_t B, size_t N>
   static constexpr bool then_in_place = [] {
-    if constexpr (in_place || leaf_rows || row_local || steps < 2 || step::prepends<BlockAt<0>>() != 0)
+    if constexpr (in_place || row_local || steps < 2 || step::prepends<BlockAt<0>>() != 0)
       return false;
     else
       return []<size_t... I>(std::index_sequence<I...>) {
