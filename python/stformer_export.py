@@ -301,7 +301,7 @@ def _read(module, input_shape):
 
 
 def _check_finite(module):
-    bad = [k for k, v in module.state_dict().items() if v.is_floating_point() and not torch.isfinite(v).all()]
+    bad = [k for k, v in module.named_parameters() if not torch.isfinite(v).all()]
     if bad:
         raise ExportError("stformer_export: parameters hold a NaN or an infinity: " + ", ".join(bad))
 
@@ -339,18 +339,144 @@ def _decoder(module, input_shape, memory_shape):
     return cpp
 
 
-def export(module, input_shape, name, folder, example=None, memory_shape=None, memory=None):
-    """Writes folder/name.safetensors (module's state_dict) and folder/name.hpp (`using name =
-    stformer::Sequential<...>;`) for inputs of input_shape: (B, N, In) rows or (B, N) token ids.
-    With example (a tensor of input_shape), also folder/name.example.safetensors: `input` and
-    the eval-mode `output`, to check the C++ side against. Returns the header's path.
+def _known(path, m, x, node, build):
+    """The leaves of a PyTorch module the trace keeps whole (stformer_trace), called on rows x;
+    None, with the reason recorded, for one stformer does not read."""
+    import stformer_trace as st
+    state = {k: v.detach().float() for k, v in m.state_dict().items()}
+    if x is None:
+        return build.fail(node, "a module applied to no tensor computed from the input")
+    if isinstance(m, nn.Linear):
+        bias = "" if m.bias is not None else ", stformer::Init::xavier_normal, stformer::Bias::no"
+        return st.Leaf(path, f"stformer::Linear<{m.in_features}, {m.out_features}{bias}>", f"nn.Linear({m.in_features}, {m.out_features})",
+                       m, state)
+    if isinstance(m, nn.LayerNorm):
+        if len(m.normalized_shape) != 1 or not m.elementwise_affine:
+            return build.fail(node, "stformer's LayerNorm normalises the last dimension, with a weight")
+        w = m.weight.detach()
+        b = m.bias.detach() if m.bias is not None else torch.zeros_like(w)
+        return build.norm_leaf(path, w, b, m.eps)
+    kind = _activation_name(m)
+    if kind is not None:
+        return st.Leaf(path, f"stformer::{kind}<{x.shape[-1]}>", f"nn.{type(m).__name__}", m)
+    if isinstance(m, nn.Embedding):
+        if x.dtype not in (torch.int64, torch.int32) or node.args[0].op != "placeholder":
+            return build.fail(node, "an nn.Embedding is read on the model's token ids, as its first step")
+        if m.max_norm is not None:
+            return build.fail(node, "max_norm renormalises rows as it looks them up, which stformer does not")
+        return st.Leaf(path, f"stformer::Embedding<{m.num_embeddings}, {m.embedding_dim}>",
+                       f"nn.Embedding({m.num_embeddings}, {m.embedding_dim})", m, state)
+    if isinstance(m, (nn.TransformerEncoderLayer, nn.TransformerEncoder, PositionEmbedding, ClassToken, MeanPool, FirstToken)):
+        mask = node.kwargs.get("src_mask", node.kwargs.get("mask", node.args[1] if len(node.args) > 1 else None))
+        causal = False
+        if mask is not None:
+            value = build.r.const(mask)
+            causal = st._causal_mask_value(value, x.shape[1])
+            if mask in build.dep or not causal:
+                return build.fail(node, "a mask that is not the causal one")
+            build.causal.add(path)
+        if node.kwargs.get("src_key_padding_mask") is not None:
+            return build.fail(node, "a key padding mask: not read yet")
+        chain = _Chain(tuple(x.shape))
+        _walk(chain, path, m)
+        for e in chain.errors:
+            build.fail(node, e)
+        if chain.errors:
+            return None
+        run = (lambda y: m(y, value)) if causal else m
+        return [st.Leaf(p, t, what, run if i == 0 else (lambda y: y), state if i == 0 else {}, causal, prefix=path)
+                for i, (p, t, what) in enumerate(chain.steps)]
+    return build.fail(node, f"{type(m).__name__} is not a module stformer_export reads (see docs/pytorch.md)")
+
+
+_TRACED_WHOLE = (nn.Linear, nn.LayerNorm, nn.ReLU, nn.GELU, nn.SiLU, nn.Dropout, nn.Identity, nn.Embedding, nn.MultiheadAttention,
+                 nn.TransformerEncoderLayer, nn.TransformerEncoder, PositionEmbedding, ClassToken, MeanPool, FirstToken)
+
+
+def _chain_reads(module):
+    """Whether module is a chain of the modules the chain reader takes (nn.Sequential, nn.ModuleList or one of them)."""
+    if isinstance(module, (nn.Sequential, nn.ModuleList)):
+        return all(_chain_reads(c) for c in module.children()) and type(module) in (nn.Sequential, nn.ModuleList)
+    return isinstance(module, _SUPPORTED) and type(module).forward is next(c for c in _SUPPORTED if isinstance(module, c)).forward
+
+
+def _export_traced(module, example, name, folder, causal):
+    """A module with its own forward: traced (stformer_trace), checked, written."""
+    import stformer_trace as st
+    if not torch.is_tensor(example):
+        raise ExportError("stformer_export: a module with a forward of its own is traced: give an example input tensor, "
+                          "not a shape")
+    _check_finite(module)
+    was_training = module.training
+    module.eval()
+    try:
+        with torch.no_grad():
+            chain, out_shape, got = st.read(module, example, _TRACED_WHOLE, _known)
+            mine = chain(example)
+    except st.TraceError as e:
+        raise ExportError(str(e)) from None
+    finally:
+        module.train(was_training)
+    causal_parts = {leaf.path for leaf in chain.leaves() if leaf.causal}
+    if causal_parts and len(causal_parts) != len({leaf.path for leaf in chain.leaves() if "Attention" in leaf.cpp or "Block" in leaf.cpp
+                                                 or "Repeat" in leaf.cpp}):
+        raise ExportError("stformer_export: some attentions are causal and some are not: stformer declares a model causal or not")
+    is_causal = bool(causal_parts)
+    if causal is not None and causal != is_causal:
+        raise ExportError(f"stformer_export: causal={causal}, but the model's attention is {'causal' if is_causal else 'not causal'}")
+    if not st._close(mine, got, 1e-4):
+        raise ExportError("stformer_export: the steps read from the forward do not compute what the module computes "
+                          f"(largest difference {float((mine.reshape(-1) - got.reshape(-1)).abs().max()):.3g}): not exported")
+    seen = {}
+    for leaf in chain.leaves():
+        if leaf.state and id(leaf) in seen:
+            raise ExportError(f"stformer_export: the output of '{leaf.path}' is read by two branches that stformer cannot "
+                              "share: it would be computed twice, with its parameters twice")
+        seen[id(leaf)] = leaf
+    state = {}
+    for leaf in chain.leaves():
+        for k, v in leaf.state.items():
+            key = f"{leaf.prefix}.{k}" if leaf.prefix else k
+            if key in state and not torch.equal(state[key], v):
+                raise ExportError(f"stformer_export: two steps would save different tensors as {key!r}")
+            state[key] = v.detach().float().contiguous()
+    steps = [(leaf.path, leaf.cpp, leaf.what) for leaf in chain.leaves()]
+    cpp = "stformer::Sequential<\n" + ",\n".join("    " + s.type() for s in chain.steps) + ">"
+    return _write(module, name, folder, cpp, steps, state, tuple(example.shape), out_shape, example, got, is_causal)
+
+
+def export(module, example, name, folder, memory_shape=None, memory=None, causal=None):
+    """Writes folder/name.hpp, which declares the model's type (`using name = stformer::Sequential<...>;`,
+    or a struct of it declaring `causal = true` for a causal model), folder/name.safetensors, its
+    parameters under the names that type reads, and folder/name.example.safetensors: the example
+    `input` and the module's eval-mode `output` for it, to check the C++ side against. Returns
+    the header's path.
+
+    example: the input tensor (float rows (B, N, In), or int64 token ids (B, N)); its shape fixes
+    the model's. A shape tuple is accepted for a chain of the modules listed above (random
+    values are drawn, and no example file is written).
+    A module with a forward of its own is traced (stformer_trace) and needs a tensor.
+    causal: None (found from the graph), or True/False, which must agree with what is found.
     An nn.TransformerDecoder or nn.TransformerDecoderLayer takes two inputs: the rows (B, N, D)
-    and the memory, of memory_shape (B, M, D) (with example, the memory tensor too, saved as
-    `memory`); its header declares a TransformerDecoder or a DecoderBlock, which computes
-    module(x, memory, tgt_mask=the causal mask)."""
+    and the memory: its tensor (B, M, D) (saved as `memory`), or memory_shape; its header
+    declares a TransformerDecoder or a DecoderBlock, which computes module(x, memory,
+    tgt_mask=the causal mask)."""
     if not name.isidentifier():
         raise ExportError(f"stformer_export: name {name!r} is not a C++ identifier")
+    if torch.is_tensor(example):
+        example_input, input_shape = example, tuple(example.shape)
+    else:
+        example_input, input_shape = None, tuple(int(s) for s in example)
+    if memory is not None and memory_shape is None:
+        memory_shape = tuple(memory.shape)
     decoder = isinstance(module, (nn.TransformerDecoder, nn.TransformerDecoderLayer))
+    if not decoder and not _chain_reads(module):
+        if example_input is None:
+            raise ExportError("stformer_export: a module with a forward of its own is traced: give an example input tensor, "
+                              "not a shape")
+        return _export_traced(module, example_input, name, folder, causal)
+    if causal:
+        raise ExportError("stformer_export: causal=True, but a chain of modules has no causal mask (a decoder's is its own)")
     if decoder:
         cpp = _decoder(module, input_shape, memory_shape)
         out_shape, steps = tuple(input_shape), [("", cpp, type(module).__name__)]
@@ -363,12 +489,12 @@ def export(module, input_shape, name, folder, example=None, memory_shape=None, m
     try:
         with torch.no_grad():
             if decoder:
-                probe = example if example is not None else torch.randn(*input_shape)
+                probe = example_input if example_input is not None else torch.randn(*input_shape)
                 mem = memory if memory is not None else torch.randn(*memory_shape)
-                causal = torch.triu(torch.full((input_shape[1], input_shape[1]), float("-inf")), 1)
-                got = module(probe, mem, tgt_mask=causal)
+                causal_mask = torch.triu(torch.full((input_shape[1], input_shape[1]), float("-inf")), 1)
+                got = module(probe, mem, tgt_mask=causal_mask)
             else:
-                probe = example if example is not None else (
+                probe = example_input if example_input is not None else (
                     torch.randint(0, chain.vocabulary, tuple(input_shape)) if len(input_shape) == 2 else torch.randn(*input_shape))
                 got = _forward(module, probe)
     finally:
@@ -376,14 +502,22 @@ def export(module, input_shape, name, folder, example=None, memory_shape=None, m
     if not torch.is_tensor(got) or tuple(got.shape) != out_shape:
         raise ExportError(f"stformer_export: the model's forward gives {tuple(got.shape) if torch.is_tensor(got) else type(got).__name__}, "
                           f"but its modules in order give {out_shape}: its forward is not the chain of its modules")
-    os.makedirs(folder, exist_ok=True)
     state = {k: v.detach().float().contiguous() for k, v in module.state_dict().items()}
+    return _write(module, name, folder, cpp, steps, state, input_shape, out_shape, example_input, got, False,
+                  memory_shape=memory_shape if decoder else None, memory=mem if decoder else None)
+
+
+def _write(module, name, folder, cpp, steps, state, input_shape, out_shape, example, got, causal, memory_shape=None, memory=None):
+    """The header, the parameters and (with an example) the example's input and output."""
+    decoder = memory_shape is not None
+    os.makedirs(folder, exist_ok=True)
+    flat = cpp.replace("\n", "").replace("    ", " ")
     save_safetensors(os.path.join(folder, f"{name}.safetensors"), state,
-                     {"stformer.type": cpp.replace("\n", "").replace("    ", " "), "torch": torch.__version__})
+                     {"stformer.type": flat, "stformer.causal": "true" if causal else "false", "torch": torch.__version__})
     if example is not None:
-        saved = {"input": example.int() if len(input_shape) == 2 else example.float(), "output": got.float()}
+        saved = {"input": example.int() if len(input_shape) == 2 else example.float(), "output": got.float().reshape(out_shape)}
         if decoder:
-            saved["memory"] = mem.float()
+            saved["memory"] = memory.float()
         save_safetensors(os.path.join(folder, f"{name}.example.safetensors"), saved)
     b, n = input_shape[0], input_shape[1]
     x_type = f"stformer::IdTensor<{b}, {n}>" if len(input_shape) == 2 else f"stformer::Tensor<{b}, {n}, {input_shape[2]}>"
@@ -401,18 +535,23 @@ def export(module, input_shape, name, folder, example=None, memory_shape=None, m
                  f'              "{name}: the shapes PyTorch gave");', ""]
     else:
         lines = [f"// {name}: written by python/stformer_export.py from a {type(module).__name__} (PyTorch {torch.__version__}).",
-                 f"// Input {x_type} x, output {y_type}:",
+                 f"// Input {x_type} x, output {y_type}" + (" (PyTorch's, reshaped to rows)" if got.dim() != 3 else "") + ":",
                  f"//   auto model = std::make_unique<{name}>();              // load_params: <stformer/io/checkpoint.hpp>",
                  f'//   stformer::load_params("{name}.safetensors", *model);',
                  f"//   stformer::InferOf<{name}, {b}, {n}> pass;",
-                 "//   const auto& y = pass.forward(*model, x);"]
+                 "//   const auto& y = pass.forward(*model, x);" + ("           // causal: the mask is the model's own" if causal else "")]
         check = [f"static_assert(std::is_same_v<{name}::Input<{b}, {n}>, {x_type}> &&",
                  f"              std::is_same_v<{name}::Output<{b}, {n}>, {y_type}>,",
                  f'              "{name}: the shapes PyTorch gave");', ""]
     lines += ["// Its steps, by PyTorch's path:"]
     lines += [f"//   {p or '(the model)':<24} {what}" for p, _, what in steps]
-    lines += ["#pragma once", "", "#include <type_traits>", "", "#include <stformer/stformer.hpp>", "",
-              f"using {name} = {cpp};", ""] + check
+    lines += ["#pragma once", "", "#include <type_traits>", "", "#include <stformer/stformer.hpp>", ""]
+    if causal:
+        lines += [f"// Causal: row i of the output reads rows 0 .. i of the input alone; every pass applies the mask.",
+                  f"struct {name} : {cpp} {{", "  static constexpr bool causal = true;", "};", ""]
+    else:
+        lines += [f"using {name} = {cpp};", ""]
+    lines += check
     path = os.path.join(folder, f"{name}.hpp")
     with open(path, "w") as f:
         f.write("\n".join(lines))

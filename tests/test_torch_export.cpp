@@ -1,9 +1,7 @@
-// The exporter's round trip: tests/torch/make_export.py built five models from PyTorch's own
+// The exporter's round trip: tests/torch/make_export.py built models from PyTorch's own
 // modules and exported each with python/stformer_export.py (a header declaring its type, its
 // state_dict, an example input and PyTorch's eval-mode output). Here each header is included as
-// it was written, its file loaded by PyTorch's names, and InferOf's output compared with
-// PyTorch's to 1e-5 relative (to the output's largest entry); training's forward (ActsOf) gives
-// the same bits. The files are in STFORMER_EXPORT_DIR, where the build wrote them. The trained
+// it was written and run (tests/torch/round_trip.hpp). The trained
 // classifier (trained by PyTorch at build time) is then quantized and its int8 accuracy held to
 // within 1 point of the float model's.
 #include <doctest/doctest.h>
@@ -27,32 +25,13 @@
 #include "tagger.hpp"
 #include "tokens.hpp"
 #include "trained.hpp"
-#include "torch/compare.hpp"
+#include "torch/round_trip.hpp"
 
 using namespace stformer;
 
 namespace {
 
-std::string exported(const char* name) { return test::file_in("STFORMER_EXPORT_DIR", name); }
-
-template <class M, size_t B, size_t N>
-void round_trip(const char* name) {
-  const std::string base = exported(name);
-  auto model = std::make_unique<M>();
-  load_params(base + ".safetensors", *model);
-  const auto example = safetensors::File::read(base + ".example.safetensors");
-  typename M::template Input<B, N> x;
-  typename M::template Output<B, N> want;
-  test::read(example, "input", x);
-  test::read(example, "output", want);
-  auto pass = std::make_unique<InferOf<M, B, N>>();
-  const auto& y = pass->forward(*model, x);
-  test::worst = 0;
-  test::check_rel(name, y, want, 1e-5);
-  MESSAGE(std::string(name) << ": InferOf against PyTorch, largest relative difference " << test::worst << "; arena " << sizeof(InferOf<M, B, N>) << " B");
-  auto acts = std::make_unique<ActsOf<M, B, N>>();
-  CHECK(acts->forward(*model, x) == y);
-}
+using test::exported, test::round_trip;
 
 // A decoder: rows x [B, N, D] and the memory [B, M, D] (the example's `memory`).
 template <class M, size_t B, size_t N, size_t Mem, size_t D>

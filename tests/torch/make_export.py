@@ -59,7 +59,7 @@ encoder = nn.TransformerEncoder(layer(16, 4, 48, activation="gelu", norm_first=T
 for name, model, x in [("classifier", classifier, torch.randn(1, 32, 8)), ("tagger", tagger, torch.randn(2, 7, 6)),
                        ("tokens", tokens, torch.randint(0, 50, (3, 12))), ("listed", listed, torch.randn(2, 5, 4)),
                        ("encoder", encoder, torch.randn(2, 5, 16))]:
-    sx.export(spread_norms(model), tuple(x.shape), name, out, example=x)
+    sx.export(spread_norms(model), x, name, out)
     assert model.training, "export leaves the model's mode as it was"
 
 # Decoders, two inputs: nn.TransformerDecoder (2 post-norm GELU layers and a final norm) and a
@@ -67,7 +67,7 @@ for name, model, x in [("classifier", classifier, torch.randn(1, 32, 8)), ("tagg
 decoder = nn.TransformerDecoder(nn.TransformerDecoderLayer(16, 2, 32, activation="gelu", batch_first=True), 2, norm=nn.LayerNorm(16))
 decoder_layer = nn.TransformerDecoderLayer(16, 4, 24, batch_first=True, norm_first=True)
 for name, model in [("decoder", decoder), ("decoder_layer", decoder_layer)]:
-    sx.export(spread_norms(model), (2, 6, 16), name, out, example=torch.randn(2, 6, 16), memory_shape=(2, 9, 16), memory=torch.randn(2, 9, 16))
+    sx.export(spread_norms(model), torch.randn(2, 6, 16), name, out, memory=torch.randn(2, 9, 16))
 
 
 # The classifier trained: one row of 32 is a prototype (of 5) plus noise, the rest noise; the
@@ -127,18 +127,19 @@ class Residual(nn.Sequential):
         return x + super().forward(x)
 
 
-message = refused(nn.Sequential(nn.Linear(8, 16), nn.BatchNorm1d(16), nn.TransformerEncoderLayer(16, 4, 64), Mine(),
-                                nn.MultiheadAttention(16, 2), Residual(nn.Linear(16, 16)), nn.Linear(3, 4),
-                                nn.LayerNorm(16, eps=1e-6)),
+# A chain of the listed modules is read as one: every module it cannot take, by path and class.
+message = refused(nn.Sequential(nn.Linear(8, 16), nn.TransformerEncoderLayer(16, 4, 64), nn.Linear(3, 4),
+                                nn.TransformerEncoder(layer(16, 2, 32, activation=torch.tanh), 1)),
                   (1, 4, 8),
-                  "'1' (BatchNorm1d): not a module stformer_export supports",
-                  "'2' (TransformerEncoderLayer): batch_first=False",
-                  "'3' (Mine): a module of your own",
-                  "'4' (MultiheadAttention): attention takes queries, keys and values",
-                  "'5' (Residual): a subclass of Sequential with a forward of its own",
-                  "'6' (Linear): takes rows of width 3, but the step before gives width 16",
-                  "'7' (LayerNorm): eps=1e-06")
-assert message.count("\n") == 7, message
+                  "'1' (TransformerEncoderLayer): batch_first=False",
+                  "'2' (Linear): takes rows of width 3, but the step before gives width 16",
+                  "'3.layers.0' (TransformerEncoderLayer): activation tanh")
+assert message.count("\n") == 3, message
+# A module of one's own, or a chain holding one, is traced: it needs an example tensor, and what it
+# cannot read is named by module and source line (tests/torch/make_traced.py).
+refused(nn.Sequential(nn.Linear(8, 8), Mine()), (1, 4, 8), "give an example input tensor, not a shape")
+message = refused(nn.Sequential(nn.Linear(8, 16), nn.BatchNorm1d(4), Residual(nn.Linear(16, 16))), torch.randn(1, 4, 8),
+                  "module '1' at make_export.py:", "BatchNorm1d is not a module stformer_export reads")
 refused(nn.Sequential(nn.Linear(8, 8), nn.Embedding(10, 8)), (1, 4, 8), "'1' (Embedding): an nn.Embedding takes token ids")
 refused(nn.Sequential(nn.Linear(8, 8)), (1, 4), "'0' (Linear): takes rows [B, N, D], but the input is token ids")
 refused(nn.Sequential(sx.PositionEmbedding(4, 8)), (1, 6, 8), "'0' (PositionEmbedding): 6 rows, but positions for 4 only")

@@ -266,12 +266,12 @@ void for_parts(Pool& pool, F&& f) {
 // (their tile buffers are T rows wide), by default.
 constexpr size_t tile_rows(size_t rows) { return rows < 16 ? rows : 16; }
 
-// Rows per tile for a buffer of row_bytes a row that may take `room` bytes: at least T, at most
+// Rows per tile for a buffer of row_bytes a row (none: all the rows) that may take `room` bytes: at least T, at most
 // `rows`, then evened out over the tiles it takes (50 rows in room for 37: 2 tiles of 25). A
 // phase's tile grows into what the arena's largest phase leaves free: fewer, larger tiles cost
 // no memory and run faster (each tile repacks the layer's weights).
 constexpr size_t rows_in_room(size_t rows, size_t T, size_t room, size_t row_bytes) {
-  size_t t = room / row_bytes;
+  size_t t = row_bytes == 0 ? rows : room / row_bytes;  // no buffer (one step, into y): every row at once
   t = t < T ? T : t > rows ? rows : t;
   const size_t tiles = (rows + t - 1) / t;
   return (rows + tiles - 1) / tiles;

@@ -1,0 +1,893 @@
+"""stformer_trace: a PyTorch module's own forward, traced by torch.fx, read as an stformer declaration.
+
+stformer_export.export calls it for any module that is not a plain chain of the modules it lists.
+The forward is traced with the example input (torch.fx: PyTorch's layers stay whole, everything
+else is followed into), every value is computed once on the example, and the graph is read as
+stformer's steps and combinators:
+
+    a step on the stream               a leaf (Linear, LayerNorm, an activation, SelfAttention, ...)
+    one after the other                Sequential<...>
+    x + f(x)                           Residual<f>
+    f(x) + g(x)                        Parallel<f, g>
+    f(x) * g(x)                        Gated<f, g>
+
+Attention is found where the author wrote it: nn.MultiheadAttention called on one stream, or
+written out (q, k, v from one Linear packed or three, heads by view/reshape/permute/transpose,
+q @ k^T times a scale, a mask from a buffer, softmax, @ v, heads merged, an output Linear). Its
+heads are read off the scores' shape; its scale and mask are those of the values the trace
+computed (1/sqrt(head width) or 1/sqrt(width); no mask, or the causal one), and nothing else is
+taken. The declaration is then computed in PyTorch, step by step as stformer computes it, on the
+example input, and must give the module's output: a model is never exported to compute another
+function.
+
+What cannot be read is refused naming the operation, its module and its source line, every one
+at once.
+"""
+import math
+import operator
+import os
+
+import torch
+import torch.fx
+import torch.nn as nn
+import torch.nn.functional as F
+
+
+class TraceError(ValueError):
+    """The reasons a module's forward cannot be read, one per line."""
+
+
+# ---------------------------------------------------------------------------------------------
+# The declaration: leaves and combinators, each able to write its C++ type and to compute itself.
+
+class Leaf:
+    """A step of stformer's own: its C++ type, its parameters (name -> tensor, under `prefix`, by default its path), and
+    `fn`, what it computes in PyTorch (from the stream [B, N, D] to the next)."""
+
+    def __init__(self, path, cpp, what, fn, state=None, causal=False, prefix=None):
+        self.path, self.cpp, self.what, self.fn, self.state, self.causal = path, cpp, what, fn, state or {}, causal
+        self.prefix = path if prefix is None else prefix  # the state's names are prefix.name
+
+    def type(self):
+        return f'stformer::Named<"{self.path}", {self.cpp}>'
+
+    def __call__(self, x):
+        return self.fn(x)
+
+    def leaves(self):
+        return [self]
+
+
+def _unnamed(part):
+    """A part of Parallel or Gated: its name, else none (not its index)."""
+    return part if part.startswith("stformer::Named<") else f'stformer::Named<"", {part}>'
+
+
+class Chain:
+    def __init__(self, steps):
+        self.steps = steps
+
+    def type(self):
+        if len(self.steps) == 1:
+            return self.steps[0].type()
+        return 'stformer::Named<"", stformer::Sequential<' + ", ".join(s.type() for s in self.steps) + ">>"
+
+    def body(self):
+        """As a combinator's part: a chain of its steps, or its one step itself."""
+        if len(self.steps) == 1:
+            return self.steps[0].type()
+        return "stformer::Sequential<" + ", ".join(s.type() for s in self.steps) + ">"
+
+    def __call__(self, x):
+        for s in self.steps:
+            x = s(x)
+        return x
+
+    def leaves(self):
+        return [leaf for s in self.steps for leaf in s.leaves()]
+
+
+class Residual:
+    def __init__(self, body):
+        self.body = body
+
+    def type(self):
+        return f'stformer::Named<"", stformer::Residual<{self.body.body()}>>'
+
+    def __call__(self, x):
+        return x + self.body(x)
+
+    def leaves(self):
+        return self.body.leaves()
+
+
+class Parallel:
+    def __init__(self, branches):
+        self.branches = branches
+
+    def type(self):
+        return 'stformer::Named<"", stformer::Parallel<' + ", ".join(_unnamed(b.body()) for b in self.branches) + ">>"
+
+    def __call__(self, x):
+        y = self.branches[0](x)
+        for b in self.branches[1:]:
+            y = y + b(x)
+        return y
+
+    def leaves(self):
+        return [leaf for b in self.branches for leaf in b.leaves()]
+
+
+class Gated:
+    def __init__(self, gate, value):
+        self.gate, self.value = gate, value
+
+    def type(self):
+        return f'stformer::Named<"", stformer::Gated<{_unnamed(self.gate.body())}, {_unnamed(self.value.body())}>>'
+
+    def __call__(self, x):
+        return self.gate(x) * self.value(x)
+
+    def leaves(self):
+        return self.gate.leaves() + self.value.leaves()
+
+
+# ---------------------------------------------------------------------------------------------
+# Tracing
+
+_ACT_MODULES = {nn.ReLU: ("ReLU", F.relu), nn.SiLU: ("SiLU", F.silu)}
+_ACT_FUNCTIONS = {F.relu: "ReLU", torch.relu: "ReLU", F.silu: "SiLU", F.gelu: "GELU"}
+_RELABEL_METHODS = {"view", "reshape", "permute", "transpose", "contiguous", "flatten", "squeeze", "unsqueeze", "chunk", "split",
+                    "unflatten", "size", "dim", "unbind"}
+_RELABEL_FUNCTIONS = {torch.reshape, torch.permute, torch.transpose, torch.flatten, torch.squeeze, torch.unsqueeze, torch.chunk,
+                      torch.split, torch.unbind, operator.getitem, getattr, torch.Tensor.transpose, torch.Tensor.view}
+_SOFTMAX = {F.softmax, torch.softmax}
+_MATMUL = {operator.matmul, torch.matmul, torch.bmm, torch.einsum}
+_DROPOUT_FUNCTIONS = {F.dropout}
+
+
+class _Proxy(torch.fx.Proxy):
+    """A traced value that also holds its value on the example: shapes are plain numbers, so the
+    forward's own arithmetic on them (x.shape, x.size(1), torch.arange(n), unbind, iteration) runs."""
+
+    @property
+    def shape(self):
+        return self.value.shape
+
+    def size(self, dim=None):
+        return self.value.size() if dim is None else self.value.size(dim)
+
+    def dim(self):
+        return self.value.dim()
+
+    @property
+    def ndim(self):
+        return self.value.dim()
+
+    @property
+    def dtype(self):
+        return self.value.dtype
+
+    @property
+    def device(self):
+        return self.value.device
+
+    def __len__(self):
+        return len(self.value)
+
+    def __iter__(self):
+        return iter([self[i] for i in range(len(self.value))])
+
+
+class _Untraced:
+    """Within it, nn.Module is called and read as it is outside a trace (torch.fx's patches lifted)."""
+
+    def __enter__(self):
+        from torch.fx._symbolic_trace import _orig_module_call, _orig_module_getattr
+        self.kept = nn.Module.__call__, nn.Module.__getattr__
+        nn.Module.__call__, nn.Module.__getattr__ = _orig_module_call, _orig_module_getattr
+
+    def __exit__(self, *_):
+        nn.Module.__call__, nn.Module.__getattr__ = self.kept
+
+
+class _Tracer(torch.fx.Tracer):
+    """torch.fx's tracer with shapes made concrete: each node's value on the example is computed
+    as the node is made (values)."""
+
+    def __init__(self, leaves, example):
+        super().__init__()
+        self.record_stack_traces = True
+        self.leaf_types = leaves
+        self.example = example
+        self.values = {}
+        self.within = []  # the module paths being traced into, innermost last
+
+    def is_leaf_module(self, m, qualname):
+        return isinstance(m, self.leaf_types) or super().is_leaf_module(m, qualname)
+
+    def call_module(self, m, forward, args, kwargs):
+        self.within.append(self.path_of_module(m))
+        try:
+            return super().call_module(m, forward, args, kwargs)
+        finally:
+            self.within.pop()
+
+    def proxy(self, node):
+        return _Proxy(node, self)
+
+    def create_proxy(self, kind, target, args, kwargs, name=None, type_expr=None, proxy_factory_fn=None):
+        p = super().create_proxy(kind, target, args, kwargs, name, type_expr, proxy_factory_fn)
+        a, kw = torch.fx.node.map_aggregate((args, kwargs), lambda v: v.value if isinstance(v, _Proxy) else v)
+        with torch.no_grad(), _Untraced():
+            if kind == "placeholder":
+                value = self.example
+            elif kind == "get_attr":
+                value = self.root
+                for part in target.split("."):
+                    value = getattr(value, part)
+            elif kind == "call_function":
+                value = target(*a, **kw)
+            elif kind == "call_method":
+                value = getattr(a[0], target)(*a[1:], **kw)
+            elif kind == "call_module":
+                value = self.root.get_submodule(target)(*a, **kw)
+            else:
+                value = None
+        p.value = value
+        self.values[p.node] = value
+        if self.within and kind != "call_module":
+            p.node.meta["stformer.module"] = self.within[-1]
+        return p
+
+
+_TORCH_DIR = os.path.dirname(torch.__file__) + os.sep
+
+
+def _where(node):
+    """Where a node's code is: its module and source line ("in 'blocks.0.attn' at model.py:31: code")."""
+    lines = [l for l in (getattr(node, "stack_trace", None) or "").split("\n") if l.strip()]
+    at = "no source line recorded"
+    for i, l in enumerate(lines):  # innermost first: the first frame outside torch and the exporter
+        l = l.strip()
+        if l.startswith("File ") and '"' in l:
+            file = l.split('"')[1]
+            if file.startswith(_TORCH_DIR) or file.endswith(("stformer_trace.py", "stformer_export.py")):
+                continue
+            line = l.split("line ")[1].split(",")[0] if "line " in l else "?"
+            code = lines[i + 1].strip() if i + 1 < len(lines) else ""
+            at = f"{file.rsplit('/', 1)[-1]}:{line}: {code}"
+            break
+    module = node.meta.get("stformer.module")
+    return f"in '{module}' at {at}" if module else f"at {at}"
+
+
+def _describe(node):
+    if node.op == "call_module":
+        return f"module '{node.target}'"
+    if node.op in ("call_function",):
+        return f"{getattr(node.target, '__name__', str(node.target))}()"
+    if node.op == "call_method":
+        return f".{node.target}()"
+    return f"{node.op} {node.target}"
+
+
+class _Reader:
+    def __init__(self, module, example, leaves, extra):
+        self.module = module
+        self.errors = []
+        self.extra = extra  # stformer_export's own modules: type -> reader(reader, node, module, x) -> Leaf
+        tracer = _Tracer(leaves, example)
+        try:
+            graph = tracer.trace(module)
+        except Exception as e:
+            if isinstance(e, torch.fx.proxy.TraceError) or "symbolically traced variables" in str(e):
+                raise TraceError(f"stformer_export: torch.fx cannot follow the model's forward: {e}\n"
+                                 "  (control flow that depends on the input's values cannot be traced; shapes may be read)") from e
+            raise TraceError(f"stformer_export: the model's forward fails on the example input: {type(e).__name__}: {e}") from e
+        self.graph = graph
+        self.modules = dict(module.named_modules())
+        self.values = tracer.values
+        out = next(n for n in graph.nodes if n.op == "output")
+        self.output = torch.fx.node.map_arg(out.args[0], lambda n: self.values[n])
+        self.inputs = [n for n in graph.nodes if n.op == "placeholder"]
+        self.example = example
+
+    # -- what depends on the input ------------------------------------------------------------
+    def depends(self):
+        """Nodes whose value depends on the input."""
+        dep = set()
+        for n in self.graph.nodes:
+            if n.op == "placeholder":
+                dep.add(n)
+            elif any(a in dep for a in n.all_input_nodes):
+                dep.add(n)
+        return dep
+
+    def fail(self, node, why):
+        self.errors.append(f"{_describe(node)} {_where(node)}: {why}")
+
+    def value(self, node):
+        return self.values[node]
+
+    def const(self, arg):
+        """The value of an argument that does not depend on the input."""
+        if isinstance(arg, torch.fx.Node):
+            if arg not in self.values and arg.op == "get_attr":  # a buffer or constant the trace did not compute
+                value = self.module
+                for part in arg.target.split("."):
+                    value = getattr(value, part)
+                self.values[arg] = value
+            return self.values[arg]
+        return arg
+
+
+def _causal_mask_value(m, n):
+    """Whether a mask tensor (bool: True = hidden, or additive: -inf hidden) is the causal one over n rows."""
+    if not torch.is_tensor(m):
+        return None
+    m = m[..., :n, :n] if m.dim() >= 2 and m.shape[-1] >= n and m.shape[-2] >= n else m
+    if m.dim() < 2 or m.shape[-1] != n or m.shape[-2] != n:
+        return None
+    m = m.reshape(-1, n, n)[0]
+    upper = torch.triu(torch.ones(n, n, dtype=torch.bool), 1)
+    hidden = m if m.dtype == torch.bool else torch.isinf(m) & (m < 0)
+    if m.dtype != torch.bool and not torch.all((m == 0) | hidden):
+        return None
+    if torch.equal(hidden, upper):
+        return True
+    if not hidden.any():
+        return False
+    return None
+
+
+def reference_attention(x, w_in, b_in, w_out, b_out, heads, scale, causal):
+    """Multi-head self-attention of x [B, N, D] with packed projections, as stformer computes it."""
+    b, n, d = x.shape
+    q, k, v = F.linear(x, w_in, b_in).split(d, dim=-1)
+    dh = d // heads
+    q, k, v = (t.reshape(b, n, heads, dh).transpose(1, 2) for t in (q, k, v))
+    s = (q @ k.transpose(-2, -1)) * scale
+    if causal:
+        s = s.masked_fill(torch.triu(torch.ones(n, n, dtype=torch.bool), 1), float("-inf"))
+    o = (s.softmax(-1) @ v).transpose(1, 2).reshape(b, n, d)
+    return F.linear(o, w_out, b_out)
+
+
+def _close(a, b, tol=1e-4):
+    if not (torch.is_tensor(a) and torch.is_tensor(b)) or a.numel() != b.numel():
+        return False
+    a, b = a.reshape(-1).double(), b.reshape(-1).double()
+    return float((a - b).abs().max()) <= tol * max(1e-30, float(b.abs().max()))
+
+
+def _prefix(paths):
+    """The module path the given module paths share ('blocks.0.attn' of 'blocks.0.attn.q', ...)."""
+    parts = [p.split(".") for p in paths]
+    common = []
+    for level in zip(*parts):
+        if len(set(level)) != 1:
+            break
+        common.append(level[0])
+    return ".".join(common)
+
+
+def _canonical(v, batch):
+    """A stream value as stformer's rows (B, N, D): (B, N, D) itself, (B, D) as (B, 1, D); else None."""
+    if not torch.is_tensor(v) or v.dim() not in (2, 3) or v.shape[0] != batch:
+        return None
+    return tuple(v.shape) if v.dim() == 3 else (v.shape[0], 1, v.shape[1])
+
+
+class _Op:
+    """A node of the graph over streams: the input, a step (leaf) on one stream, or a join of two
+    streams (add, mul)."""
+
+    def __init__(self, kind, inputs, leaf=None):
+        self.kind, self.inputs, self.leaf = kind, inputs, leaf
+
+
+def read(module, example, leaves, known):
+    """The declaration (a Chain) of module's forward on example, the output's rows (B, N, D), the
+    state to save (name -> tensor) and whether it is causal; raises TraceError with every reason.
+    leaves: module types traced whole; known(path, module, in_shape, node) -> list of Leaf for the
+    modules stformer_export reads itself (None when it refuses; it records why)."""
+    r = _Reader(module, example, leaves, known)
+    return _Build(r).run()
+
+
+class _Build:
+    def __init__(self, r):
+        self.r = r
+        self.batch = r.example.shape[0]
+        self.dep = r.depends()
+        self.ops = {}          # stream node -> _Op
+        self.alias = {}        # node -> the stream node it relabels
+        self.absorbed = set()  # nodes inside an attention
+        self.causal = set()
+        self.attentions = 0
+        self.unnamed = 0
+        self.unread_attention = False  # an attention was refused: the values inside it are not reported again
+
+    def stream(self, node):
+        while node in self.alias:
+            node = self.alias[node]
+        return node
+
+    def value(self, node):
+        return self.r.values[node]
+
+    def fail(self, node, why):
+        self.r.fail(node, why)
+
+    # -- attention ------------------------------------------------------------------------------
+    def _back(self, node, ok):
+        """From node back through operations ok(n) accepts, to the first it does not: that node."""
+        seen = 0
+        while ok(node) and seen < 64:
+            nxt = [a for a in node.all_input_nodes if a in self.dep]
+            if len(nxt) != 1:
+                break
+            node, seen = nxt[0], seen + 1
+        return node
+
+    def _relabel(self, n):
+        if n.op == "call_method" and n.target in _RELABEL_METHODS | {"mul", "div", "float", "type_as"}:
+            return True
+        if n.op == "call_function" and (n.target in _RELABEL_FUNCTIONS or n.target in (operator.mul, operator.truediv)):
+            return True
+        return False
+
+    def _linear_of(self, node):
+        """The nn.Linear call a tensor of the attention comes from through relabellings, or None."""
+        src = self._back(node, self._relabel)
+        if src.op == "call_module" and isinstance(self.r.modules.get(src.target), nn.Linear):
+            return src
+        return None
+
+    def attention(self, soft):
+        """Reads the attention written out around softmax node `soft` as a SelfAttention leaf
+        ending at its output Linear; False (with the reason) when it cannot."""
+        r = self.r
+        scores = soft.args[0]
+        dim = soft.kwargs.get("dim", soft.args[1] if len(soft.args) > 1 else None)
+        sv = self.value(scores)
+        if dim not in (-1, sv.dim() - 1):
+            return self.fail(soft, "a softmax over another axis than the keys' (the last)")
+        masked = False
+
+        def before_scores(n):
+            nonlocal masked
+            if n.op == "call_method" and n.target == "masked_fill" or n.op == "call_function" and n.target in (torch.masked_fill,):
+                masked = True
+                return True
+            if n.op == "call_function" and n.target in (operator.add, torch.add) or n.op == "call_method" and n.target == "add":
+                deps = [a for a in n.all_input_nodes if a in self.dep]
+                if len(deps) == 1:
+                    masked = True
+                    return True
+                return False
+            return n.op == "call_function" and n.target in (operator.mul, operator.truediv, torch.mul, torch.div) or \
+                n.op == "call_method" and n.target in ("mul", "div", "float", "type_as", "view", "reshape", "contiguous")
+
+        mm1 = self._back(scores, before_scores)
+        if not (mm1.op == "call_function" and mm1.target in (operator.matmul, torch.matmul, torch.bmm)):
+            return self.fail(soft, "the scores before this softmax are not q @ k^T (a matmul) times a scale, with a mask")
+        q_lin, k_lin = (self._linear_of(a) for a in mm1.args[:2])
+        # forward: softmax (through dropout) @ v
+        users = list(soft.users)
+        node = soft
+        while len(users) == 1 and (users[0].op == "call_module" and isinstance(r.modules.get(users[0].target), nn.Dropout)
+                                   or users[0].op == "call_function" and users[0].target in _DROPOUT_FUNCTIONS
+                                   or users[0].op == "call_method" and users[0].target in ("type_as", "float", "to")):
+            node, users = users[0], list(users[0].users)
+        if len(users) != 1 or not (users[0].op == "call_function" and users[0].target in (operator.matmul, torch.matmul, torch.bmm)) \
+                or users[0].args[0] is not node:
+            return self.fail(soft, "the softmax's weights are not multiplied by the values (weights @ v), or are used elsewhere too")
+        mm2 = users[0]
+        v_lin = self._linear_of(mm2.args[1])
+        if None in (q_lin, k_lin, v_lin):
+            return self.fail(mm1, "the queries, keys and values do not each come from an nn.Linear through view/reshape/permute/split")
+        # forward from o through the heads' merge to the output Linear
+        node = mm2
+        while True:
+            users = list(node.users)
+            if len(users) != 1:
+                return self.fail(mm2, "the heads' output is used more than once before the output projection")
+            u = users[0]
+            if u.op == "call_module" and isinstance(r.modules.get(u.target), nn.Linear):
+                out_lin = u
+                break
+            if u.op == "call_module" and isinstance(r.modules.get(u.target), nn.Dropout) or self._relabel(u):
+                node = u
+                continue
+            return self.fail(u, "between the heads' output and its nn.Linear projection, only view/reshape/transpose/permute")
+        x = q_lin.args[0]
+        if k_lin.args[0] is not x or v_lin.args[0] is not x:
+            return self.fail(mm1, "the keys and values are not projected from the queries' input: cross-attention is not read yet")
+        q_mod, k_mod, v_mod, o_mod = (r.modules[n.target] for n in (q_lin, k_lin, v_lin, out_lin))
+        xv = self.value(x)
+        d = xv.shape[-1]
+        heads = sv.shape[1] if sv.dim() == 4 else sv.shape[0] // self.batch
+        if heads < 1 or d % heads:
+            return self.fail(soft, f"scores of shape {tuple(sv.shape)}: no head count that divides the width {d}")
+
+        def bias(m, n):
+            return m.bias.detach() if m.bias is not None else torch.zeros(n)
+        if q_mod is k_mod is v_mod:
+            if q_mod.out_features != 3 * d:
+                return self.fail(q_lin, f"a packed projection of {q_mod.out_features} features, not 3 x {d}")
+            w_in, b_in = q_mod.weight.detach(), bias(q_mod, 3 * d)
+        else:
+            if any(m.out_features != d or m.in_features != d for m in (q_mod, k_mod, v_mod)):
+                return self.fail(q_lin, "the query, key and value projections are not each [width, width]")
+            w_in = torch.cat([m.weight.detach() for m in (q_mod, k_mod, v_mod)])
+            b_in = torch.cat([bias(m, d) for m in (q_mod, k_mod, v_mod)])
+        if o_mod.in_features != d or o_mod.out_features != d:
+            return self.fail(out_lin, "the output projection is not [width, width]")
+        w_out, b_out = o_mod.weight.detach(), bias(o_mod, d)
+        want = self.value(out_lin)
+        found = None
+        with torch.no_grad():
+            for scale, s_name in ((1 / math.sqrt(d // heads), "head_width"), (1 / math.sqrt(d), "model_width")):
+                for causal in (False, True):
+                    if _close(reference_attention(xv, w_in, b_in, w_out, b_out, heads, scale, causal), want):
+                        found = found or (s_name, causal, scale)
+        if found is None:
+            return self.fail(soft, f"not multi-head attention as stformer computes it ({heads} heads of {d // heads}, "
+                                   "scale 1/sqrt(head width) or 1/sqrt(width), no mask or the causal one, q, k, v packed in that order)")
+        s_name, causal, scale = found
+        if masked and not causal:
+            return self.fail(soft, "a mask that is not the causal one (a key padding mask is not read yet)")
+        # the nodes of the attention: between x and the output projection
+        inside = self._between(x, out_lin)
+        for n in inside - {out_lin}:
+            for u in n.users:
+                if u not in inside:
+                    return self.fail(n, "a value inside the attention is used outside it (its weights?)")
+        self.absorbed |= inside - {out_lin}
+        path = _prefix([n.target for n in (q_lin, k_lin, v_lin, out_lin)]) or f"attention{self.attentions}"
+        self.attentions += 1
+        leaf = self.self_attention(path, d, heads, s_name, scale, causal, w_in, b_in, w_out, b_out, "attention written out")
+        self.ops[out_lin] = _Op("unary", [x], leaf)
+        return True
+
+    def self_attention(self, path, d, heads, s_name, scale, causal, w_in, b_in, w_out, b_out, what):
+        if causal:
+            self.causal.add(path)
+        return Leaf(path, f"stformer::SelfAttention<{d}, {heads}, stformer::ScoreScale::{s_name}>",
+                    f"{what}: {heads} heads{', causal' if causal else ''}",
+                    lambda x: reference_attention(x, w_in, b_in, w_out, b_out, heads, scale, causal),
+                    {"in_proj_weight": w_in, "in_proj_bias": b_in, "out_proj.weight": w_out, "out_proj.bias": b_out}, causal)
+
+    def _between(self, a, b):
+        """The nodes on paths from a to b, b included, a not."""
+        anc, todo = set(), [b]
+        while todo:
+            n = todo.pop()
+            if n in anc or n is a:
+                continue
+            anc.add(n)
+            todo.extend(n.all_input_nodes)
+        return {n for n in anc if n in self.dep}
+
+    def mha_module(self, node, m):
+        """nn.MultiheadAttention called on one stream: a SelfAttention leaf at its getitem(0)."""
+        q, k, v = (node.args + (None, None, None))[:3]
+        k = node.kwargs.get("key", k)
+        v = node.kwargs.get("value", v)
+        if not (q is k is v):
+            return self.fail(node, "queries, keys and values from different tensors: cross-attention is not read yet")
+        if not m.batch_first:
+            return self.fail(node, "batch_first=False: stformer's rows are [B, N, D]; construct it with batch_first=True")
+        if not m._qkv_same_embed_dim or m.bias_k is not None or m.add_zero_attn:
+            return self.fail(node, "kdim/vdim, add_bias_kv or add_zero_attn, which stformer's attention has not")
+        if node.kwargs.get("key_padding_mask") is not None:
+            return self.fail(node, "a key_padding_mask: not read yet")
+        causal = False
+        mask = node.kwargs.get("attn_mask", node.args[5] if len(node.args) > 5 else None)
+        n = self.value(q).shape[1]
+        if mask is not None:
+            if mask in self.dep:
+                return self.fail(node, "an attn_mask computed from the input")
+            causal = _causal_mask_value(self.r.const(mask), n)
+            if causal is None:
+                return self.fail(node, "an attn_mask that is not the causal one")
+        if node.kwargs.get("is_causal"):
+            causal = True
+        outs = list(node.users)
+        if any(not (u.op == "call_function" and u.target is operator.getitem and u.args[1] == 0) for u in outs) or len(outs) != 1:
+            return self.fail(node, "its attention weights are used (only its output, [0], is read)")
+        d, h = m.embed_dim, m.num_heads
+        w_in, w_out = m.in_proj_weight.detach(), m.out_proj.weight.detach()
+        b_in = m.in_proj_bias.detach() if m.in_proj_bias is not None else torch.zeros(3 * d)
+        b_out = m.out_proj.bias.detach() if m.out_proj.bias is not None else torch.zeros(d)
+        self.absorbed.add(node)
+        leaf = self.self_attention(node.target, d, h, "head_width", 1 / math.sqrt(d // h), causal, w_in, b_in, w_out, b_out,
+                                   "nn.MultiheadAttention")
+        self.ops[outs[0]] = _Op("unary", [q], leaf)
+        return True
+
+    # -- the graph over streams -------------------------------------------------------------------
+    def run(self):
+        r = self.r
+        if len(r.inputs) != 1:
+            raise TraceError(f"stformer_export: the forward takes {len(r.inputs)} inputs; one is read (the rows or the token ids)")
+        nodes = list(r.graph.nodes)
+        # attention first: its nodes are read as one step
+        for n in nodes:
+            if n in self.dep and n not in self.absorbed:
+                if n.op == "call_module" and isinstance(r.modules.get(n.target), nn.MultiheadAttention):
+                    self.mha_module(n, r.modules[n.target])
+                elif (n.op == "call_function" and n.target in _SOFTMAX) or (n.op == "call_method" and n.target == "softmax"):
+                    self.unread_attention |= not self.attention(n)
+        out = None
+        for n in nodes:
+            if n.op == "output":
+                out = n.args[0]
+                continue
+            if n not in self.dep or n in self.absorbed or n in self.ops:
+                continue
+            self.node(n)
+        if r.errors:
+            raise TraceError("stformer_export: the model cannot be exported as it stands:\n  " + "\n  ".join(r.errors))
+        if not isinstance(out, torch.fx.Node) or out not in self.dep:
+            raise TraceError("stformer_export: the forward must return one tensor computed from its input")
+        end = self.stream(out)
+        shape = _canonical(self.value(out), self.batch)
+        if shape is None:
+            raise TraceError(f"stformer_export: the output's shape {tuple(self.value(out).shape)} is not rows (B, N, D) or (B, D)")
+        chain = Chain(self.build(r.inputs[0], end))
+        if not chain.steps:
+            raise TraceError("stformer_export: the model has no step stformer computes")
+        if r.errors:
+            raise TraceError("stformer_export: the model cannot be exported as it stands:\n  " + "\n  ".join(r.errors))
+        return chain, shape, r.output
+
+    def unary(self, n, src, leaf):
+        self.ops[n] = _Op("unary", [self.stream(src)], leaf)
+
+    def node(self, n):
+        r = self.r
+        if n.op == "placeholder":
+            self.ops[n] = _Op("input", [])
+            return
+        args = [a for a in n.all_input_nodes if a in self.dep]
+        if not torch.is_tensor(self.value(n)) and not isinstance(self.value(n), (tuple, list)):
+            return  # a number computed from a shape
+        if self.unread_attention and _canonical(self.value(n), self.batch) is None:
+            return  # inside the attention refused
+        if n.op == "call_module":
+            m = r.modules[n.target]
+            if isinstance(m, (nn.Dropout, nn.Identity)):
+                self.alias[n] = args[0]
+                return
+            leaves = r.extra(n.target, m, self.value(args[0]) if args else None, n, self)
+            if leaves:
+                if len(args) != 1:
+                    return self.fail(n, "a module called on more than one tensor computed from the input")
+                self.unary(n, args[0], leaves if isinstance(leaves, Leaf) else Chain(leaves))
+            return
+        target = n.target
+        name = target if n.op == "call_method" else getattr(target, "__name__", str(target))
+        if n.op == "call_function" and target in _ACT_FUNCTIONS or n.op == "call_method" and target in ("relu", "gelu"):
+            kind = _ACT_FUNCTIONS.get(target, "ReLU" if target == "relu" else "GELU")
+            if kind == "GELU" and n.kwargs.get("approximate", "none") == "tanh":
+                kind = "GELUTanh"
+            return self.activation(n, args[0], kind)
+        if n.op == "call_function" and target in _DROPOUT_FUNCTIONS or n.op == "call_method" and target in ("contiguous", "float", "type_as"):
+            self.alias[n] = args[0]
+            return
+        if n.op == "call_function" and target is F.layer_norm:
+            return self.layer_norm(n, args)
+        if target in (operator.add, torch.add, operator.iadd) or name == "add":
+            return self.join(n, "add", args)
+        if target in (operator.mul, torch.mul, operator.imul) or name == "mul":
+            return self.join(n, "mul", args)
+        if target is torch.cat:
+            return self.cat(n, args)
+        if name == "mean" and n.op == "call_method" or target is torch.mean:
+            dims = n.kwargs.get("dim", n.args[1] if len(n.args) > 1 else None)
+            if dims in (1, (1,), [1], -2) and self.value(args[0]).dim() == 3:
+                d = self.value(args[0]).shape[2]
+                return self.unary(n, args[0], Leaf(self.anon("pool"), f"stformer::MeanPool<{d}>", "the rows' mean",
+                                                   lambda x: x.mean(dim=1, keepdim=True)))
+            return self.fail(n, "a mean over another axis than the rows'")
+        if target is operator.getitem:
+            return self.getitem(n, args)
+        if (n.op == "call_method" and target in _RELABEL_METHODS) or target in _RELABEL_FUNCTIONS:
+            before, after = _canonical(self.value(args[0]), self.batch), _canonical(self.value(n), self.batch)
+            if before is not None and before == after:
+                self.alias[n] = args[0]
+                return
+            shape = (lambda v: tuple(v.shape) if torch.is_tensor(v) else f"{len(v)} parts")
+            return self.fail(n, f"reshapes the rows {shape(self.value(args[0]))} into {shape(self.value(n))} outside an attention")
+        return self.fail(n, "not an operation stformer_export reads (see docs/pytorch.md)")
+
+    def anon(self, what):
+        """The path of a step the module has no name for: none for a step without parameters, else
+        what it is and a number."""
+        if what in ("act", "pool", "first"):
+            return ""
+        self.unnamed += 1
+        return f"{what}{self.unnamed}"
+
+    def activation(self, n, src, kind):
+        d = self.value(src).shape[-1]
+        fn = {"ReLU": F.relu, "SiLU": F.silu, "GELU": F.gelu, "GELUTanh": lambda x: F.gelu(x, approximate="tanh")}[kind]
+        self.unary(n, src, Leaf(self.anon("act"), f"stformer::{kind}<{d}>", kind, fn))
+
+    def layer_norm(self, n, args):
+        shape = n.args[1] if len(n.args) > 1 else n.kwargs.get("normalized_shape")
+        w = n.args[2] if len(n.args) > 2 else n.kwargs.get("weight")
+        b = n.args[3] if len(n.args) > 3 else n.kwargs.get("bias")
+        eps = n.args[4] if len(n.args) > 4 else n.kwargs.get("eps", 1e-5)
+        if w is None or len(shape) != 1 or any(isinstance(a, torch.fx.Node) and a in self.dep for a in (w, b)):
+            return self.fail(n, "a layer_norm over the last axis with a weight is read")
+        wv = self.r.const(w).detach()
+        bv = self.r.const(b).detach() if b is not None else torch.zeros_like(wv)
+        path = _prefix([a.target for a in (w, b) if isinstance(a, torch.fx.Node) and a.op == "get_attr"]) or self.anon("norm")
+        self.unary(n, args[0], self.norm_leaf(path, wv, bv, eps))
+
+    def norm_leaf(self, path, w, b, eps):
+        d = w.shape[0]
+        eps32 = float(torch.tensor(eps, dtype=torch.float32))
+        written = next(t for t in (f"{eps:g}", f"{eps:.9g}", repr(eps32))
+                       if float(torch.tensor(float(t), dtype=torch.float32)) == eps32)
+        cpp = f"stformer::LayerNorm<{d}>" if eps32 == float(torch.tensor(1e-5, dtype=torch.float32)) else \
+            f"stformer::LayerNorm<{d}, stformer::epsilon({written}f)>"
+        return Leaf(path, cpp, f"LayerNorm({d}, eps={eps})", lambda x: F.layer_norm(x, (d,), w, b, eps), {"weight": w, "bias": b})
+
+    def join(self, n, kind, args):
+        a = [x for x in n.args[:2]]
+        deps = [x for x in a if isinstance(x, torch.fx.Node) and x in self.dep]
+        if len(deps) == 2:
+            self.ops[n] = _Op(kind, [self.stream(deps[0]), self.stream(deps[1])])
+            return
+        src = deps[0]
+        other = a[1] if a[0] is src else a[0]
+        c = self.r.const(other)
+        xv = self.value(src)
+        if kind == "add" and torch.is_tensor(c) and c.dim() >= 2 and xv.dim() == 3 and c.shape[-1] == xv.shape[-1] \
+                and c.numel() == xv.shape[1] * xv.shape[2]:
+            weight = c.detach().reshape(xv.shape[1], xv.shape[2]).float().clone()
+            names = self._names(other)
+            path = _prefix(names) if names else self.anon("positions")
+            n_rows, d = weight.shape
+            return self.unary(n, src, Leaf(path, f"stformer::PositionEmbedding<{n_rows}, {d}>", f"positions ({n_rows}, {d}) added",
+                                           lambda x: x + weight[: x.shape[1]], {"weight": weight}))
+        if kind == "mul" and torch.is_tensor(c) and c.dim() >= 1 and c.numel() == xv.shape[-1] and c.shape[-1] == xv.shape[-1]:
+            gamma = c.detach().reshape(-1).float().clone()
+            names = self._names(other)
+            return self.unary(n, src, Leaf(_prefix(names) if names else self.anon("scale"), f"stformer::LayerScale<{gamma.numel()}>",
+                                           "a learned scale per feature", lambda x: x * gamma, {"gamma": gamma}))
+        if kind == "mul" and (not torch.is_tensor(c) or c.numel() == 1):
+            prev = self.ops.get(self.stream(src))
+            scale = float(c)
+            if prev is not None and prev.kind == "unary" and isinstance(prev.leaf, Leaf) and prev.leaf.cpp.startswith("stformer::Embedding<") \
+                    and len(self.stream(src).users) == 1:
+                old = prev.leaf
+                w = old.state["weight"] * torch.tensor(scale, dtype=torch.float32)
+                self.ops[n] = _Op("unary", prev.inputs, Leaf(old.path, old.cpp, f"{old.what}, scaled by {scale:g}",
+                                                            lambda ids: F.embedding(ids, w), {"weight": w}))
+                return
+            return self.fail(n, f"a product by the constant {scale:g} (read only right after an nn.Embedding, into its table)")
+        return self.fail(n, f"a {kind} of the rows and a constant of shape {tuple(c.shape) if torch.is_tensor(c) else type(c).__name__}")
+
+    def _names(self, node):
+        """The module or parameter a constant comes from: its path ("pos_embed", "transformer.wpe"); for a
+        parameter of a module, the module's ("blocks.0.ls1" of "blocks.0.ls1.gamma")."""
+        names = []
+        for x in self._consts(node):
+            if x.op == "call_module":
+                names.append(x.target)
+            elif not x.target.startswith("_tensor_constant"):
+                owner, _, leaf = x.target.rpartition(".")
+                names.append(owner if owner and leaf in ("gamma", "weight", "scale") else x.target)
+        return names
+
+    def _consts(self, node):
+        """The get_attr and module nodes a constant comes from."""
+        out, todo, seen = [], [node], set()
+        while todo:
+            x = todo.pop()
+            if not isinstance(x, torch.fx.Node) or x in seen:
+                continue
+            seen.add(x)
+            if x.op in ("get_attr",) or x.op == "call_module":
+                out.append(x)
+            todo.extend(x.all_input_nodes)
+        return out
+
+    def cat(self, n, args):
+        parts = n.args[0]
+        dim = n.kwargs.get("dim", n.args[1] if len(n.args) > 1 else 0)
+        if len(parts) == 2 and dim in (1, -2) and parts[1] in self.dep and parts[0] not in self.dep:
+            c = self.r.const(parts[0])
+            xv = self.value(parts[1])
+            if torch.is_tensor(c) and c.dim() == 3 and c.shape[1] == 1 and torch.equal(c, c[:1].expand_as(c)):
+                d = xv.shape[2]
+                token = c[:1].detach().reshape(1, 1, d).float().clone()
+                names = [x.target for x in self._consts(parts[0]) if x.op == "get_attr"]
+                path = names[0].rsplit(".", 1)[0] if names and "." in names[0] else ""
+                leaf = Leaf(path, f"stformer::ClassToken<{d}>", "a class token before the rows",
+                            lambda x: torch.cat([token.expand(x.shape[0], -1, -1), x], dim=1), {"cls_token": token})
+                return self.unary(n, parts[1], leaf)
+        return self.fail(n, "a cat of the rows other than a learned token put before them (ClassToken)")
+
+    def getitem(self, n, args):
+        idx = n.args[1]
+        xv = self.value(args[0])
+        if isinstance(idx, tuple) and xv.dim() == 3 and len(idx) >= 2 and idx[0] == slice(None) and \
+                (idx[1] == 0 or idx[1] == slice(None, 1) or idx[1] == slice(0, 1)) and all(i == slice(None) or i is Ellipsis for i in idx[2:]):
+            d = xv.shape[2]
+            return self.unary(n, args[0], Leaf(self.anon("first"), f"stformer::FirstToken<{d}>", "the first row", lambda x: x[:, :1]))
+        return self.fail(n, f"indexing the rows with {idx!r} (the first row, [:, 0], is read)")
+
+    # -- structure -------------------------------------------------------------------------------
+    def dominators(self):
+        order = [n for n in self.r.graph.nodes if n in self.ops]
+        dom = {}
+        for n in order:
+            preds = self.ops[n].inputs
+            if not preds:
+                dom[n] = {n}
+            else:
+                common = set.intersection(*(dom[p] for p in preds))
+                dom[n] = common | {n}
+        return dom
+
+    def regroup(self, end, fork, a, b, steps):
+        """(x + p(x)) + q(x) as x + (p(x) + q(x)): a residual over two branches side by side (GPT-J's
+        block), the steps both branches begin with (its norm) read once before them. The sum's
+        order changes: the result within float rounding of PyTorch's, not its bits."""
+        for first, second in ((a, b), (b, a)):
+            inner = self.ops.get(first)
+            if inner is None or inner.kind != "add" or fork not in inner.inputs or len(first.users) != 1:
+                continue
+            p = inner.inputs[1] if inner.inputs[0] is fork else inner.inputs[0]
+            if p is fork:
+                continue
+            left, right = self.build(fork, p), self.build(fork, second)
+            shared = []
+            while left and right and left[0] is right[0]:
+                shared.append(left.pop(0))
+                right.pop(0)
+            if not left or not right:
+                self.fail(end, "two branches of which one is the other's beginning")
+                return True
+            steps.append(Residual(Chain(shared + [Parallel([Chain(left), Chain(right)])])))
+            return True
+        return False
+
+    def build(self, start, end):
+        if not hasattr(self, "_dom"):
+            self._dom = self.dominators()
+        dom = self._dom
+        steps = []
+        while end is not start:
+            op = self.ops.get(end)
+            if op is None or op.kind == "input":
+                self.fail(end, "the rows reach here by another way than the input's")
+                break
+            if op.kind == "unary":
+                steps.append(op.leaf)
+                end = op.inputs[0]
+                continue
+            fork = max((d for d in dom[end] if d is not end), key=lambda d: len(dom[d]))
+            a, b = op.inputs
+            if op.kind == "add" and (a is fork or b is fork):
+                body = self.build(fork, b if a is fork else a)
+                if not body:
+                    self.fail(end, "x + x")
+                steps.append(Residual(Chain(body)))
+            elif op.kind == "add" and self.regroup(end, fork, a, b, steps):
+                pass
+            else:
+                left, right = Chain(self.build(fork, a)), Chain(self.build(fork, b))
+                if not left.steps or not right.steps:
+                    self.fail(end, f"a {op.kind} of the rows with a function of themselves where one side is the rows as they are")
+                steps.append(Parallel([left, right]) if op.kind == "add" else Gated(left, right))
+            end = fork
+        steps.reverse()
+        return steps

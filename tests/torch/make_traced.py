@@ -1,0 +1,162 @@
+#!/usr/bin/python3
+"""The exporter's tracing (python/stformer_trace.py), its PyTorch side: models with a forward of
+their own (tests/torch/traced_models.py, in the styles of timm's ViT, BERT, nanoGPT, GPT-J, a
+SwiGLU layer, nn.MultiheadAttention and nn.TransformerEncoder with causal masks), each exported
+with an example input and PyTorch's output for it (tests/test_torch_traced.cpp runs them); and the
+refusals, checked here: each names the operation, its module and its source line.
+
+usage: /usr/bin/python3 tests/torch/make_traced.py OUT_DIR
+writes OUT_DIR/{vit,bert,gpt,mha,encoded}.{hpp,safetensors,example.safetensors}
+"""
+import os
+import sys
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+here = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(here, "..", "..", "python"))
+sys.path.insert(0, here)
+import stformer_export as sx  # noqa: E402
+import traced_models as tm  # noqa: E402
+
+torch.manual_seed(7)
+torch.set_num_threads(1)
+out = sys.argv[1]
+
+
+def spread(model):
+    """Norms, scales and tokens away from their initial values, as a trained model's are."""
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if name.endswith(("norm.weight", "norm1.weight", "norm2.weight", "ln_1.weight", "ln_2.weight", "ln_f.weight", "ln.weight",
+                              "_norm.weight")):
+                p.uniform_(0.5, 1.5)
+            elif name.endswith(("norm.bias", "norm1.bias", "norm2.bias", "ln_1.bias", "ln_2.bias", "ln_f.bias", "ln.bias", "_norm.bias")):
+                p.normal_(0, 0.3)
+            elif name.endswith(("gamma", "cls_token", "pos_embed", "in_proj_bias")):
+                p.normal_(0, 0.5)
+    return model
+
+
+models = [("vit", tm.SmallVit(12), torch.randn(2, 9, 12)),
+          ("bert", tm.SmallBert(), torch.randint(0, 40, (2, 16))),
+          ("gpt", tm.SmallGpt(), torch.randint(0, 48, (2, 16))),
+          ("mha", tm.MhaModel(), torch.randn(2, 10, 6)),
+          ("encoded", tm.Encoded(), torch.randn(2, 8, 5))]
+for name, model, x in models:
+    path = sx.export(spread(model), x, name, out)
+    assert model.training, "export leaves the model's mode as it was"
+    header = open(path).read()
+    assert ("static constexpr bool causal = true;" in header) == (name in ("gpt", "mha", "encoded")), f"{name}: causal or not"
+
+
+# The refusals, every reason at once, each with its module and source line.
+def refused(model, x, *wanted, **kw):
+    try:
+        sx.export(model, x, "bad", out, **kw)
+    except sx.ExportError as e:
+        for w in wanted:
+            assert w in str(e), f"{w!r} not in:\n{e}"
+        return str(e)
+    raise AssertionError(f"exported: {type(model).__name__}")
+
+
+class Unread(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(8, 8)
+        self.bn = nn.BatchNorm1d(4)
+
+    def forward(self, x):
+        x = self.bn(self.fc(x))
+        x = x + torch.tanh(x)
+        return torch.cumsum(x, dim=1)
+
+
+message = refused(Unread(), torch.randn(2, 4, 8),
+                  "module 'bn' at make_traced.py:",
+                  "x = self.bn(self.fc(x)): BatchNorm1d is not a module stformer_export reads",
+                  "tanh() at make_traced.py:", "x = x + torch.tanh(x): not an operation stformer_export reads",
+                  "cumsum() at make_traced.py:", "return torch.cumsum(x, dim=1): not an operation")
+assert message.count("\n") == 3, message
+
+
+class Branchy(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(8, 8)
+
+    def forward(self, x):
+        if x.sum() > 0:
+            return self.fc(x)
+        return x
+
+
+refused(Branchy(), torch.randn(2, 4, 8), "torch.fx cannot follow the model's forward", "control flow that depends on the input's values")
+
+
+class Windowed(nn.Module):
+    """A mask that is not the causal one (a band): refused, not run without it."""
+
+    def __init__(self):
+        super().__init__()
+        self.attn = nn.MultiheadAttention(8, 2, batch_first=True)
+        band = torch.ones(4, 4, dtype=torch.bool).triu(1) | torch.ones(4, 4, dtype=torch.bool).tril(-2)
+        self.register_buffer("band", band)
+
+    def forward(self, x):
+        return self.attn(x, x, x, attn_mask=self.band)[0]
+
+
+refused(Windowed(), torch.randn(2, 4, 8), "module 'attn'", "an attn_mask that is not the causal one")
+
+
+class Cross(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.a, self.b = nn.Linear(8, 8), nn.Linear(8, 8)
+        self.attn = nn.MultiheadAttention(8, 2, batch_first=True)
+
+    def forward(self, x):
+        return self.attn(self.a(x), self.b(x), self.b(x))[0]
+
+
+refused(Cross(), torch.randn(2, 4, 8), "cross-attention is not read yet")
+
+
+class Mixed(nn.Module):
+    """One causal attention and one not: a model is declared causal or not."""
+
+    def __init__(self):
+        super().__init__()
+        self.one = nn.MultiheadAttention(8, 2, batch_first=True)
+        self.two = nn.MultiheadAttention(8, 2, batch_first=True)
+        self.register_buffer("mask", torch.ones(4, 4, dtype=torch.bool).triu(1))
+
+    def forward(self, x):
+        x = x + self.one(x, x, x, attn_mask=self.mask)[0]
+        return x + self.two(x, x, x)[0]
+
+
+refused(Mixed(), torch.randn(2, 4, 8), "some attentions are causal and some are not")
+refused(tm.SmallGpt(), torch.randint(0, 48, (2, 16)), "causal=False, but the model's attention is causal", causal=False)
+refused(tm.SmallVit(12), (2, 9, 12), "give an example input tensor, not a shape")
+
+
+class Shifted(nn.Module):
+    """Attention written out whose scale is neither 1/sqrt(head width) nor 1/sqrt(width)."""
+
+    def __init__(self):
+        super().__init__()
+        self.qkv, self.proj = nn.Linear(8, 24), nn.Linear(8, 8)
+
+    def forward(self, x):
+        b, n, c = x.shape
+        q, k, v = self.qkv(x).reshape(b, n, 3, 2, 4).permute(2, 0, 3, 1, 4).unbind(0)
+        a = (q @ k.transpose(-2, -1) * 0.9).softmax(-1)
+        return self.proj((a @ v).transpose(1, 2).reshape(b, n, c))
+
+
+refused(Shifted(), torch.randn(2, 4, 8), "not multi-head attention as stformer computes it")

@@ -1,0 +1,231 @@
+"""Models written as their authors write them, each an nn.Module with a forward of its own, for
+the exporter's tracing (python/stformer_trace.py). Written for these tests in the styles of
+timm's ViT, BERT, nanoGPT, GPT-J and a SwiGLU feed-forward layer; small, so that the C++ side
+compiles quickly."""
+import math
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+
+class PackedAttention(nn.Module):
+    """timm's style: one Linear makes q, k and v; reshape, permute, q @ k^T * scale."""
+
+    def __init__(self, dim, heads):
+        super().__init__()
+        self.heads, self.scale = heads, (dim // heads) ** -0.5
+        self.qkv = nn.Linear(dim, 3 * dim)
+        self.proj = nn.Linear(dim, dim)
+
+    def forward(self, x):
+        b, n, c = x.shape
+        qkv = self.qkv(x).reshape(b, n, 3, self.heads, c // self.heads).permute(2, 0, 3, 1, 4)
+        q, k, v = qkv.unbind(0)
+        attn = (q @ k.transpose(-2, -1)) * self.scale
+        attn = attn.softmax(dim=-1)
+        return self.proj((attn @ v).transpose(1, 2).reshape(b, n, c))
+
+
+class LayerScale(nn.Module):
+    def __init__(self, dim, init=0.1):
+        super().__init__()
+        self.gamma = nn.Parameter(init * torch.ones(dim))
+
+    def forward(self, x):
+        return x * self.gamma
+
+
+class VitBlock(nn.Module):
+    def __init__(self, dim, heads, hidden):
+        super().__init__()
+        self.norm1 = nn.LayerNorm(dim, eps=1e-6)
+        self.attn = PackedAttention(dim, heads)
+        self.ls1 = LayerScale(dim)
+        self.norm2 = nn.LayerNorm(dim, eps=1e-6)
+        self.mlp = nn.Sequential(nn.Linear(dim, hidden), nn.GELU(), nn.Dropout(0.1), nn.Linear(hidden, dim))
+        self.ls2 = LayerScale(dim)
+
+    def forward(self, x):
+        x = x + self.ls1(self.attn(self.norm1(x)))
+        return x + self.ls2(self.mlp(self.norm2(x)))
+
+
+class SmallVit(nn.Module):
+    """Patches (already flattened) in, a class token, learned positions, two blocks, a head on the token."""
+
+    def __init__(self, patch, dim=32, depth=2, heads=4, classes=5, patches=9):
+        super().__init__()
+        self.patch_embed = nn.Linear(patch, dim)
+        self.cls_token = nn.Parameter(torch.randn(1, 1, dim) * 0.02)
+        self.pos_embed = nn.Parameter(torch.randn(1, patches + 1, dim) * 0.02)
+        self.blocks = nn.Sequential(*[VitBlock(dim, heads, 2 * dim) for _ in range(depth)])
+        self.norm = nn.LayerNorm(dim, eps=1e-6)
+        self.head = nn.Linear(dim, classes)
+
+    def forward(self, x):
+        x = self.patch_embed(x)
+        x = torch.cat((self.cls_token.expand(x.shape[0], -1, -1), x), dim=1)
+        x = x + self.pos_embed
+        x = self.blocks(x)
+        x = self.norm(x)
+        return self.head(x[:, 0])
+
+
+class BertLayer(nn.Module):
+    """BERT's style: separate query, key, value; scores divided by sqrt(head width); post-norm, eps 1e-12."""
+
+    def __init__(self, dim, heads, hidden):
+        super().__init__()
+        self.heads, self.width = heads, dim // heads
+        self.query, self.key, self.value = nn.Linear(dim, dim), nn.Linear(dim, dim), nn.Linear(dim, dim)
+        self.dense = nn.Linear(dim, dim)
+        self.attention_norm = nn.LayerNorm(dim, eps=1e-12)
+        self.intermediate = nn.Linear(dim, hidden)
+        self.output = nn.Linear(hidden, dim)
+        self.output_norm = nn.LayerNorm(dim, eps=1e-12)
+
+    def split(self, t):
+        return t.view(t.size(0), t.size(1), self.heads, self.width).permute(0, 2, 1, 3)
+
+    def forward(self, x):
+        q, k, v = self.split(self.query(x)), self.split(self.key(x)), self.split(self.value(x))
+        scores = torch.matmul(q, k.transpose(-1, -2)) / math.sqrt(self.width)
+        probs = nn.functional.softmax(scores, dim=-1)
+        context = torch.matmul(probs, v).permute(0, 2, 1, 3).contiguous()
+        context = context.view(context.size(0), context.size(1), -1)
+        h = self.attention_norm(self.dense(context) + x)
+        return self.output_norm(self.output(F.gelu(self.intermediate(h))) + h)
+
+
+class SmallBert(nn.Module):
+    def __init__(self, vocabulary=40, length=16, dim=32, heads=4, layers=2, classes=3):
+        super().__init__()
+        self.word_embeddings = nn.Embedding(vocabulary, dim)
+        self.position_embeddings = nn.Embedding(length, dim)
+        self.norm = nn.LayerNorm(dim, eps=1e-12)
+        self.layers = nn.ModuleList([BertLayer(dim, heads, 2 * dim) for _ in range(layers)])
+        self.classifier = nn.Linear(dim, classes)
+
+    def forward(self, ids):
+        positions = torch.arange(ids.shape[1])
+        x = self.norm(self.word_embeddings(ids) + self.position_embeddings(positions))
+        for layer in self.layers:
+            x = layer(x)
+        return self.classifier(x[:, 0])
+
+
+class CausalSelfAttention(nn.Module):
+    """nanoGPT's style: c_attn packed, split, a causal buffer, masked_fill, c_proj."""
+
+    def __init__(self, dim, heads, length):
+        super().__init__()
+        self.heads = heads
+        self.c_attn = nn.Linear(dim, 3 * dim)
+        self.c_proj = nn.Linear(dim, dim)
+        self.register_buffer("bias", torch.tril(torch.ones(length, length)).view(1, 1, length, length))
+
+    def forward(self, x):
+        B, T, C = x.size()
+        q, k, v = self.c_attn(x).split(C, dim=2)
+        k = k.view(B, T, self.heads, C // self.heads).transpose(1, 2)
+        q = q.view(B, T, self.heads, C // self.heads).transpose(1, 2)
+        v = v.view(B, T, self.heads, C // self.heads).transpose(1, 2)
+        att = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(k.size(-1)))
+        att = att.masked_fill(self.bias[:, :, :T, :T] == 0, float("-inf"))
+        att = F.softmax(att, dim=-1)
+        y = (att @ v).transpose(1, 2).contiguous().view(B, T, C)
+        return self.c_proj(y)
+
+
+class GptBlock(nn.Module):
+    def __init__(self, dim, heads, length):
+        super().__init__()
+        self.ln_1 = nn.LayerNorm(dim)
+        self.attn = CausalSelfAttention(dim, heads, length)
+        self.ln_2 = nn.LayerNorm(dim)
+        self.mlp = nn.ModuleDict(dict(c_fc=nn.Linear(dim, 4 * dim), c_proj=nn.Linear(4 * dim, dim)))
+
+    def forward(self, x):
+        x = x + self.attn(self.ln_1(x))
+        m = self.mlp
+        return x + m.c_proj(F.gelu(m.c_fc(self.ln_2(x)), approximate="tanh"))
+
+
+class SmallGpt(nn.Module):
+    def __init__(self, vocabulary=48, length=16, dim=32, heads=4, layers=2):
+        super().__init__()
+        self.transformer = nn.ModuleDict(dict(wte=nn.Embedding(vocabulary, dim), wpe=nn.Embedding(length, dim),
+                                              h=nn.ModuleList([GptBlock(dim, heads, length) for _ in range(layers)]),
+                                              ln_f=nn.LayerNorm(dim)))
+        self.lm_head = nn.Linear(dim, vocabulary, bias=False)
+        self.transformer.wte.weight = self.lm_head.weight  # tied
+
+    def forward(self, idx):
+        pos = torch.arange(0, idx.size(1), dtype=torch.long)
+        x = self.transformer.wte(idx) + self.transformer.wpe(pos)
+        for block in self.transformer.h:
+            x = block(x)
+        return self.lm_head(self.transformer.ln_f(x))
+
+
+class SwiGLU(nn.Module):
+    def __init__(self, dim, hidden):
+        super().__init__()
+        self.w1, self.w2, self.w3 = (nn.Linear(dim, hidden, bias=False), nn.Linear(hidden, dim, bias=False),
+                                     nn.Linear(dim, hidden, bias=False))
+
+    def forward(self, x):
+        return self.w2(F.silu(self.w1(x)) * self.w3(x))
+
+
+class ParallelBlock(nn.Module):
+    """GPT-J's block: one norm, attention and feed-forward side by side on it, both added to x."""
+
+    def __init__(self, dim, heads, hidden, length):
+        super().__init__()
+        self.ln = nn.LayerNorm(dim)
+        self.attn = nn.MultiheadAttention(dim, heads, batch_first=True)
+        self.mlp = SwiGLU(dim, hidden)
+        self.register_buffer("causal", torch.triu(torch.ones(length, length, dtype=torch.bool), 1))
+
+    def forward(self, x):
+        h = self.ln(x)
+        return x + self.attn(h, h, h, attn_mask=self.causal, need_weights=False)[0] + self.mlp(h)
+
+
+class MhaModel(nn.Module):
+    """nn.MultiheadAttention with a causal attn_mask held in a buffer, a SwiGLU layer, GPT-J's block."""
+
+    def __init__(self, dim=32, heads=4, length=10):
+        super().__init__()
+        self.inp = nn.Linear(6, dim)
+        self.norm = nn.LayerNorm(dim)
+        self.attn = nn.MultiheadAttention(dim, heads, batch_first=True)
+        self.register_buffer("mask", torch.triu(torch.full((length, length), float("-inf")), 1))
+        self.ffn_norm = nn.LayerNorm(dim)
+        self.ffn = SwiGLU(dim, 48)
+        self.parallel = ParallelBlock(dim, heads, 40, length)
+        self.out = nn.Linear(dim, 4)
+
+    def forward(self, x):
+        x = self.inp(x)
+        h = self.norm(x)
+        x = x + self.attn(h, h, h, attn_mask=self.mask, need_weights=False)[0]
+        x = x + self.ffn(self.ffn_norm(x))
+        return self.out(self.parallel(x))
+
+
+class Encoded(nn.Module):
+    """nn.TransformerEncoder (batch_first) called with a causal mask from its own helper."""
+
+    def __init__(self, dim=16, heads=2, length=8):
+        super().__init__()
+        self.embed = nn.Linear(5, dim)
+        self.encoder = nn.TransformerEncoder(nn.TransformerEncoderLayer(dim, heads, 32, batch_first=True, dropout=0.0), 2)
+        self.length = length
+        self.head = nn.Linear(dim, 3)
+
+    def forward(self, x):
+        mask = nn.Transformer.generate_square_subsequent_mask(self.length)
+        return self.head(self.encoder(self.embed(x), mask))
