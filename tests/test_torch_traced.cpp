@@ -4,9 +4,14 @@
 // nanoGPT-style causal language model with tied embeddings; nn.MultiheadAttention with a causal
 // mask, a SwiGLU layer and GPT-J's parallel block; nn.TransformerEncoder called with a causal
 // mask). Each header is included as the exporter wrote it and run against PyTorch's output
-// (tests/torch/round_trip.hpp).
+// (tests/torch/round_trip.hpp), then quantized (calibrated on 32 inputs) and its argmax held to
+// the float model's on 200 others.
 #include <doctest/doctest.h>
 
+#include <algorithm>
+#include <memory>
+
+#include <stformer/quantized/quantize.hpp>
 #include <stformer/stformer.hpp>
 
 #include "bert.hpp"
@@ -19,21 +24,73 @@
 using namespace stformer;
 using test::round_trip;
 
+namespace {
+
+// The integer model of exported model `name`: calibrated on its 32 calibration inputs, then run on
+// its 200 test inputs beside the float model; returns the fraction of rows whose argmax agree.
+template <class M, size_t N>
+double int8_agreement(const char* name) {
+  const std::string base = test::exported(name);
+  auto model = std::make_unique<M>();
+  load_params(base + ".safetensors", *model);
+  const auto inputs = safetensors::File::read(base + ".inputs.safetensors");
+  using X = typename M::template Input<1, N>;
+  using Y = typename M::template Output<1, N>;
+  constexpr size_t Calibrations = 32, Tests = 200, Rows = dims<Y>[1], Width = dims<Y>[2];
+  using E = typename X::value_type;
+  constexpr size_t Size = step::count<X>;
+  auto calibration_x = std::make_unique<TensorOf<E, Calibrations * Size>>();
+  auto test_x = std::make_unique<TensorOf<E, Tests * Size>>();
+  test::read(inputs, "calibration", *calibration_x);
+  test::read(inputs, "test", *test_x);
+  const auto nth = [](const auto& all, size_t i) {
+    X x;
+    std::copy_n(all.data() + i * Size, Size, x.data());
+    return x;
+  };
+  auto calibration = std::make_unique<Calibration<M, 1, N>>(*model);
+  for (size_t i = 0; i < Calibrations; ++i) calibration->observe(nth(*calibration_x, i));
+  const auto q = calibration->quantize();
+  auto fi = std::make_unique<InferOf<M, 1, N>>();
+  auto qi = std::make_unique<InferOf<Quantized<M>, 1, N>>();
+  size_t same = 0;
+  for (size_t i = 0; i < Tests; ++i) {
+    const X x = nth(*test_x, i);
+    const Y yf = fi->forward(*model, x);
+    const Y& yq = qi->forward(*q, x);
+    for (size_t r = 0; r < Rows; ++r) {
+      const auto row = [&](const Y& y) { return std::max_element(y.data() + r * Width, y.data() + (r + 1) * Width) - (y.data() + r * Width); };
+      same += row(yf) == row(yq);
+    }
+  }
+  const double agreement = double(same) / (Tests * Rows);
+  MESSAGE(std::string(name) << ": int8 argmax equal to float's on " << agreement * 100 << " % of " << Tests * Rows << " rows; plans float "
+               << sizeof(InferOf<M, 1, N>) << " B, int8 " << sizeof(InferOf<Quantized<M>, 1, N>) << " B");
+  return agreement;
+}
+
+}  // namespace
+
 TEST_CASE("traced: a timm-style ViT (patches, class token, positions, packed qkv attention, LayerScale, ε 1e-6, the token's head)") {
   round_trip<vit, 2, 9>("vit");
+  CHECK(int8_agreement<vit, 9>("vit") >= 0.98);
 }
 TEST_CASE("traced: a BERT-style encoder (word and position embeddings, separate q/k/v, post-norm ε 1e-12, the first token's classifier)") {
   round_trip<bert, 2, 16>("bert");
+  CHECK(int8_agreement<bert, 16>("bert") >= 0.98);
 }
 TEST_CASE("traced: a nanoGPT-style causal language model (tied embeddings, masked_fill with a causal buffer), declared causal") {
   static_assert(declares_causal<gpt>);
   round_trip<gpt, 2, 16>("gpt");
+  CHECK(int8_agreement<gpt, 16>("gpt") >= 0.98);
 }
 TEST_CASE("traced: nn.MultiheadAttention with a causal attn_mask, a SwiGLU layer (Gated) and GPT-J's parallel block, declared causal") {
   static_assert(declares_causal<mha>);
   round_trip<mha, 2, 10>("mha");
+  CHECK(int8_agreement<mha, 10>("mha") >= 0.98);
 }
 TEST_CASE("traced: nn.TransformerEncoder called with a causal mask, declared causal") {
   static_assert(declares_causal<encoded>);
   round_trip<encoded, 2, 8>("encoded");
+  CHECK(int8_agreement<encoded, 8>("encoded") >= 0.98);
 }

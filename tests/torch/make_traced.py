@@ -6,7 +6,8 @@ with an example input and PyTorch's output for it (tests/test_torch_traced.cpp r
 refusals, checked here: each names the operation, its module and its source line.
 
 usage: /usr/bin/python3 tests/torch/make_traced.py OUT_DIR
-writes OUT_DIR/{vit,bert,gpt,mha,encoded}.{hpp,safetensors,example.safetensors}
+writes OUT_DIR/{vit,bert,gpt,mha,encoded}.{hpp,safetensors,example.safetensors,inputs.safetensors}
+(inputs: 32 calibration inputs and 200 test inputs, one sequence each, for the integer model)
 """
 import os
 import sys
@@ -19,6 +20,7 @@ here = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(here, "..", "..", "python"))
 sys.path.insert(0, here)
 import stformer_export as sx  # noqa: E402
+from stformer_torch import save_safetensors  # noqa: E402
 import traced_models as tm  # noqa: E402
 
 torch.manual_seed(7)
@@ -45,8 +47,19 @@ models = [("vit", tm.SmallVit(12), torch.randn(2, 9, 12)),
           ("gpt", tm.SmallGpt(), torch.randint(0, 48, (2, 16))),
           ("mha", tm.MhaModel(), torch.randn(2, 10, 6)),
           ("encoded", tm.Encoded(), torch.randn(2, 8, 5))]
+
+
+def draw(x, count):
+    """count inputs like x, one at a time: rows from N(0, 1), or token ids."""
+    if x.dtype == torch.int64:
+        return torch.randint(0, int(x.max()) + 1, (count, *x.shape[1:]), dtype=torch.int32)
+    return torch.randn(count, *x.shape[1:])
+
+
 for name, model, x in models:
     path = sx.export(spread(model), x, name, out)
+    # for the integer model: calibration inputs and test inputs (test_torch_traced)
+    save_safetensors(os.path.join(out, f"{name}.inputs.safetensors"), {"calibration": draw(x, 32), "test": draw(x, 200)})
     assert model.training, "export leaves the model's mode as it was"
     header = open(path).read()
     assert ("static constexpr bool causal = true;" in header) == (name in ("gpt", "mha", "encoded")), f"{name}: causal or not"

@@ -511,7 +511,8 @@ class Calibration {
     STFORMER_CHECK(quant::finite(x), "Calibration::observe: the input holds a NaN or an infinity");
     streams_.current = 0, streams_.next = 1;
     streams_.see(0, quant::max_abs_rows(x));  // the model's input; each later step's input was seen as an output
-    quant::observe_chain(static_cast<const Chain&>(model_), *acts_, x, mask, observed_, streams_);
+    // a model that declares causal is observed with its mask, as every pass of it runs
+    quant::observe_chain(static_cast<const Chain&>(model_), *acts_, x, step::mask_for<Model>(mask), observed_, streams_);
     ++batches_;
   }
   template <class X>
