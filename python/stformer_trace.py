@@ -552,6 +552,44 @@ class _Build:
         self.ops[out_lin] = _Op("unary", [x], leaf)
         return True
 
+    def rms_norm(self, rsqrt):
+        """RMSNorm written out: x * rsqrt(mean(x^2, -1, keepdim) + eps) (its weight, a product by a
+        learned vector after it, joins it: join)."""
+        def arg(n, i=0):
+            deps = [a for a in n.all_input_nodes if a in self.dep]
+            return deps[0] if len(deps) == 1 else None
+        def is_(n, fns, method):
+            return n is not None and (n.op == "call_function" and n.target in fns or n.op == "call_method" and n.target == method)
+        plus = arg(rsqrt)
+        if not is_(plus, (operator.add, torch.add), "add"):
+            return
+        eps = next((self.r.const(a) for a in plus.args if not (isinstance(a, torch.fx.Node) and a in self.dep)), None)
+        mean = arg(plus)
+        if not is_(mean, (torch.mean,), "mean") or mean.kwargs.get("keepdim", mean.args[2] if len(mean.args) > 2 else False) is not True:
+            return
+        square = arg(mean)
+        x = None
+        if is_(square, (torch.pow, operator.pow), "pow") and (square.args[1] if len(square.args) > 1 else None) == 2:
+            x = arg(square)
+        elif is_(square, (operator.mul, torch.mul), "mul") and square.args[0] is square.args[1]:
+            x = square.args[0]
+        users = list(rsqrt.users)
+        if x is None or eps is None or len(users) != 1 or not is_(users[0], (operator.mul, torch.mul), "mul"):
+            return
+        prod = users[0]
+        if self.stream(x) not in [self.stream(a) for a in prod.args if isinstance(a, torch.fx.Node)] and x not in prod.args:
+            return
+        d = self.value(x).shape[-1]
+        self.absorbed |= {square, mean, plus, rsqrt}
+        self.ops[prod] = _Op("unary", [x], self.rms_leaf(self.anon("rms"), torch.ones(d), float(eps)))
+
+    def rms_leaf(self, path, w, eps):
+        d = w.shape[0]
+        eps32 = float(torch.tensor(eps, dtype=torch.float32))
+        written = next(t for t in (f"{eps:g}", f"{eps:.9g}", repr(eps32)) if float(torch.tensor(float(t), dtype=torch.float32)) == eps32)
+        return Leaf(path, f"stformer::RMSNorm<{d}, stformer::epsilon({written}f)>", f"RMSNorm({d}, eps={eps:g})",
+                    lambda x: x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps) * w, {"weight": w})
+
     def self_attention(self, path, d, heads, s_name, scale, causal, w_in, b_in, w_out, b_out, what):
         if causal:
             self.causal.add(path)
@@ -621,6 +659,8 @@ class _Build:
                     self.mha_module(n, r.modules[n.target])
                 elif (n.op == "call_function" and n.target in _SOFTMAX) or (n.op == "call_method" and n.target == "softmax"):
                     self.unread_attention |= not self.attention(n)
+                elif (n.op == "call_function" and n.target is torch.rsqrt) or (n.op == "call_method" and n.target == "rsqrt"):
+                    self.rms_norm(n)
         out = None
         for n in nodes:
             if n.op == "output":
@@ -637,6 +677,8 @@ class _Build:
         shape = _canonical(self.value(out), self.batch)
         if shape is None:
             raise TraceError(f"stformer_export: the output's shape {tuple(self.value(out).shape)} is not rows (B, N, D) or (B, D)")
+        for op in self.ops.values():  # a step read before the relabellings of its input were
+            op.inputs = [self.stream(i) for i in op.inputs]
         chain = Chain(self.build(r.inputs[0], end))
         if not chain.steps:
             raise TraceError("stformer_export: the model has no step stformer computes")
@@ -759,6 +801,12 @@ class _Build:
         if kind == "mul" and torch.is_tensor(c) and c.dim() >= 1 and c.numel() == xv.shape[-1] and c.shape[-1] == xv.shape[-1]:
             gamma = c.detach().reshape(-1).float().clone()
             names = self._names(other)
+            prev = self.ops.get(self.stream(src))
+            if prev is not None and prev.kind == "unary" and isinstance(prev.leaf, Leaf) and prev.leaf.cpp.startswith("stformer::RMSNorm<") \
+                    and torch.equal(prev.leaf.state["weight"], torch.ones_like(gamma)) and len(self.stream(src).users) == 1:
+                eps = float(prev.leaf.what.split("eps=")[1].rstrip(")"))
+                self.ops[n] = _Op("unary", prev.inputs, self.rms_leaf(_prefix(names) if names else prev.leaf.path, gamma, eps))
+                return
             return self.unary(n, src, Leaf(_prefix(names) if names else self.anon("scale"), f"stformer::LayerScale<{gamma.numel()}>",
                                            "a learned scale per feature", lambda x: x * gamma, {"gamma": gamma}))
         if kind == "mul" and (not torch.is_tensor(c) or c.numel() == 1):

@@ -1,9 +1,10 @@
 // The exporter's tracing: tests/torch/make_traced.py exported models with a forward of their own
-// (tests/torch/traced_models.py: a timm-style ViT with a class token, learned positions and
-// LayerScale; a BERT-style encoder with separate query, key and value and LayerNorm ε 1e-12; a
+// (tests/torch/traced_models.py): a timm-style ViT with a class token, learned positions and
+// LayerScale; a BERT-style encoder with separate query, key and value and LayerNorm eps 1e-12; a
 // nanoGPT-style causal language model with tied embeddings; nn.MultiheadAttention with a causal
 // mask, a SwiGLU layer and GPT-J's parallel block; nn.TransformerEncoder called with a causal
-// mask). Each header is included as the exporter wrote it and run against PyTorch's output
+// mask; a llama-style model with RMSNorm written out, bias-free attention and SwiGLU. Each header
+// is included as the exporter wrote it and run against PyTorch's output
 // (tests/torch/round_trip.hpp), then quantized (calibrated on 32 inputs) and its argmax held to
 // the float model's on 200 others.
 #include <doctest/doctest.h>
@@ -17,6 +18,7 @@
 #include "bert.hpp"
 #include "encoded.hpp"
 #include "gpt.hpp"
+#include "llama.hpp"
 #include "mha.hpp"
 #include "torch/round_trip.hpp"
 #include "vit.hpp"
@@ -93,4 +95,9 @@ TEST_CASE("traced: nn.TransformerEncoder called with a causal mask, declared cau
   static_assert(declares_causal<encoded>);
   round_trip<encoded, 2, 8>("encoded");
   CHECK(int8_agreement<encoded, 8>("encoded") >= 0.98);
+}
+TEST_CASE("traced: a llama-style causal model (RMSNorm written out, eps 1e-6; bias-free q/k/v/o with an additive causal buffer; SwiGLU)") {
+  static_assert(declares_causal<llama>);
+  round_trip<llama, 2, 12>("llama");
+  CHECK(int8_agreement<llama, 12>("llama") >= 0.98);
 }

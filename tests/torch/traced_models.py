@@ -1,6 +1,6 @@
 """Models written as their authors write them, each an nn.Module with a forward of its own, for
 the exporter's tracing (python/stformer_trace.py). Written for these tests in the styles of
-timm's ViT, BERT, nanoGPT, GPT-J and a SwiGLU feed-forward layer; small, so that the C++ side
+timm's ViT, BERT, nanoGPT, GPT-J, a SwiGLU feed-forward layer and llama; small, so that the C++ side
 compiles quickly."""
 import math
 
@@ -229,3 +229,54 @@ class Encoded(nn.Module):
     def forward(self, x):
         mask = nn.Transformer.generate_square_subsequent_mask(self.length)
         return self.head(self.encoder(self.embed(x), mask))
+
+
+class RMSNorm(nn.Module):
+    """llama's style, written out: x * rsqrt(mean(x^2) + eps) * weight."""
+
+    def __init__(self, dim, eps=1e-6):
+        super().__init__()
+        self.eps = eps
+        self.weight = nn.Parameter(torch.ones(dim))
+
+    def _norm(self, x):
+        return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps)
+
+    def forward(self, x):
+        return self._norm(x.float()).type_as(x) * self.weight
+
+
+class LlamaBlock(nn.Module):
+    """Pre-RMSNorm, bias-free attention written out (separate q, k, v; causal by a boolean buffer), SwiGLU."""
+
+    def __init__(self, dim, heads, hidden, length):
+        super().__init__()
+        self.heads = heads
+        self.wq, self.wk, self.wv, self.wo = (nn.Linear(dim, dim, bias=False) for _ in range(4))
+        self.attention_norm, self.ffn_norm = RMSNorm(dim), RMSNorm(dim)
+        self.feed_forward = SwiGLU(dim, hidden)
+        self.register_buffer("mask", torch.full((1, 1, length, length), float("-inf")).triu(1))
+
+    def forward(self, x):
+        b, n, d = x.shape
+        h = self.attention_norm(x)
+        q, k, v = (w(h).view(b, n, self.heads, d // self.heads).transpose(1, 2) for w in (self.wq, self.wk, self.wv))
+        scores = q @ k.transpose(2, 3) / math.sqrt(d // self.heads) + self.mask[:, :, :n, :n]
+        out = (F.softmax(scores.float(), dim=-1).type_as(q) @ v).transpose(1, 2).contiguous().view(b, n, d)
+        x = x + self.wo(out)
+        return x + self.feed_forward(self.ffn_norm(x))
+
+
+class SmallLlama(nn.Module):
+    def __init__(self, vocabulary=64, length=12, dim=32, heads=4, layers=2):
+        super().__init__()
+        self.tok_embeddings = nn.Embedding(vocabulary, dim)
+        self.layers = nn.ModuleList([LlamaBlock(dim, heads, 48, length) for _ in range(layers)])
+        self.norm = RMSNorm(dim)
+        self.output = nn.Linear(dim, vocabulary, bias=False)
+
+    def forward(self, tokens):
+        h = self.tok_embeddings(tokens)
+        for layer in self.layers:
+            h = layer(h)
+        return self.output(self.norm(h))
