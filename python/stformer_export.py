@@ -543,6 +543,8 @@ def _write(module, name, folder, cpp, steps, state, input_shape, out_shape, exam
         check = [f"static_assert(std::is_same_v<{name}::Input<{b}, {n}>, {x_type}> &&",
                  f"              std::is_same_v<{name}::Output<{b}, {n}>, {y_type}>,",
                  f'              "{name}: the shapes PyTorch gave");', ""]
+    if not decoder:  # what src/stformer-c-api reads when its command line leaves it out
+        lines += [f"// stformer-c-api: --type {name} --rows {n}" + (" --causal" if causal else "")]
     lines += ["// Its steps, by PyTorch's path:"]
     lines += [f"//   {p or '(the model)':<24} {what}" for p, _, what in steps]
     lines += ["#pragma once", "", "#include <type_traits>", "", "#include <stformer/stformer.hpp>", ""]
