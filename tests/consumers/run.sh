@@ -7,7 +7,8 @@
 #     stformer-c-api, stformer.pc / stformer-io.pc and the CMake package; the installed
 #     stformer-c-api writes the model's image from its header and a checkpoint.
 #  2. a Makefile with pkg-config, 3. a CMake project with find_package(stformer), both against
-#     that install, 4. a meson project with stformer as a subproject (only the library built).
+#     that install (the Makefile also against BUILD itself, through its uninstalled .pc files),
+#     4. a meson project with stformer as a subproject (only the library built).
 # Each builds tests/consumers/main.cpp, which loads the checkpoint and checks its predictions.
 #  5. C programs (tests/consumers/c) using the pointer and the set model, float and int8,
 #     through the C API that the installed stformer-c-api writes (tasks/max_value_models.hpp's types),
@@ -46,6 +47,10 @@ echo "ok   the installed stformer-c-api writes the model's image"
 echo "== a Makefile with pkg-config"
 project make
 PKG_CONFIG_PATH="$root/$libdir/pkgconfig" PKG_CONFIG_SYSROOT_DIR="$tmp/stage" make -s -C "$tmp/make"
+"$tmp/make/consumer" "${args[@]}"
+echo "== the same Makefile against the build tree, not installed (meson-uninstalled/*.pc)"
+rm -f "$tmp/make/consumer"
+PKG_CONFIG_PATH="$build/meson-uninstalled" make -s -C "$tmp/make"
 "$tmp/make/consumer" "${args[@]}"
 
 echo "== CMake, find_package(stformer)"
