@@ -116,6 +116,7 @@ class _Chain:
 
     def __init__(self, input_shape):
         self.steps, self.errors = [], []
+        self.seq_first = False  # a traced sequence-first model's layers: batch_first=False
         self.ids = len(input_shape) == 2  # token ids (B, N) until an Embedding
         self.vocabulary = None  # the Embedding's, for token ids
         self.batch, self.tokens = input_shape[0], input_shape[1]
@@ -139,11 +140,13 @@ class _Chain:
         return True
 
 
-def _layer_problems(layer, attentions, norms):
-    """Why an nn.TransformerEncoderLayer or nn.TransformerDecoderLayer cannot be read, if it cannot."""
+def _layer_problems(layer, attentions, norms, seq_first=False):
+    """Why an nn.TransformerEncoderLayer or nn.TransformerDecoderLayer cannot be read, if it cannot
+    (seq_first: a traced model whose rows are (N, B, D) throughout)."""
     problems = []
-    if not attentions[0].batch_first:
-        problems.append("batch_first=False: stformer's rows are [B, N, D], construct it with batch_first=True")
+    if attentions[0].batch_first == seq_first:
+        problems.append(f"batch_first={attentions[0].batch_first} in a model whose other attention is batch_first={not seq_first}" if seq_first else
+                        "batch_first=False: stformer's rows are [B, N, D], construct it with batch_first=True")
     for attn in attentions:
         if not attn._qkv_same_embed_dim or attn.bias_k is not None or attn.add_zero_attn:
             problems.append("its attention has kdim/vdim, add_bias_kv or add_zero_attn, which stformer has not")
@@ -168,7 +171,7 @@ def _decoder_layer(chain, path, layer):
 
 def _layer(chain, path, layer, block, attentions, norms):
     d, h, f = attentions[0].embed_dim, attentions[0].num_heads, layer.linear1.out_features
-    problems = _layer_problems(layer, attentions, norms)
+    problems = _layer_problems(layer, attentions, norms, chain.seq_first)
     for p in problems:
         chain.fail(path, layer, p)
     if problems or not chain.rows(path, layer, d):
@@ -371,19 +374,23 @@ def _known(path, m, x, node, build):
         causal = False
         if mask is not None:
             value = build.r.const(mask)
-            causal = st._causal_mask_value(value, x.shape[1])
+            causal = st._causal_mask_value(value, x.shape[0] if build.seq_first else x.shape[1])
             if mask in build.dep or not causal:
                 return build.fail(node, "a mask that is not the causal one")
             build.causal.add(path)
         if node.kwargs.get("src_key_padding_mask") is not None:
             return build.fail(node, "a key padding mask: not read yet")
-        chain = _Chain(tuple(x.shape))
+        chain = _Chain(tuple(x.transpose(0, 1).shape) if build.seq_first else tuple(x.shape))
+        chain.seq_first = build.seq_first
         _walk(chain, path, m)
         for e in chain.errors:
             build.fail(node, e)
         if chain.errors:
             return None
-        run = (lambda y: m(y, value)) if causal else m
+        if build.seq_first:  # computed on stformer's rows (B, N, D): the module's are (N, B, D)
+            run = (lambda y: m(y.transpose(0, 1), value).transpose(0, 1)) if causal else (lambda y: m(y.transpose(0, 1)).transpose(0, 1))
+        else:
+            run = (lambda y: m(y, value)) if causal else m
         return [st.Leaf(p, t, what, run if i == 0 else (lambda y: y), state if i == 0 else {}, causal, prefix=path)
                 for i, (p, t, what) in enumerate(chain.steps)]
     return build.fail(node, f"{type(m).__name__} is not a module stformer_export reads (see docs/pytorch.md)")
@@ -400,19 +407,35 @@ def _chain_reads(module):
     return isinstance(module, _SUPPORTED) and type(module).forward is next(c for c in _SUPPORTED if isinstance(module, c)).forward
 
 
-def _export_traced(module, example, name, folder, causal):
+def _sequence_first(module, batch_first):
+    """Whether a traced model's rows are (N, B, D): its attention modules' batch_first=False, or told."""
+    firsts = {m.batch_first for m in module.modules() if isinstance(m, nn.MultiheadAttention)}
+    if batch_first is not None:
+        return not batch_first
+    if len(firsts) > 1:
+        raise ExportError("stformer_export: some attention modules are batch_first=True and some False: "
+                          "the model's rows have one layout")
+    return firsts == {False}
+
+
+def _export_traced(module, example, name, folder, causal, batch_first=None):
     """A module with its own forward: traced (stformer_trace), checked, written."""
     import stformer_trace as st
-    if not torch.is_tensor(example):
+    main = example[0] if isinstance(example, tuple) else example
+    if not torch.is_tensor(main):
         raise ExportError("stformer_export: a module with a forward of its own is traced: give an example input tensor, "
                           "not a shape")
     _check_finite(module)
+    seq_first = _sequence_first(module, batch_first)
+    rows = (lambda t: t.transpose(0, 1)) if seq_first else (lambda t: t)  # PyTorch's layout -> stformer's (B, N, ...)
     was_training = module.training
     module.eval()
     try:
         with torch.no_grad():
-            chain, out_shape, got = st.read(module, example, _TRACED_WHOLE, _known)
-            mine = chain(example)
+            chain, out_shape, got = st.read(module, example, _TRACED_WHOLE, _known, seq_first)
+            if seq_first and got.dim() == 3:
+                got = rows(got)
+            mine = chain(rows(main))
     except st.TraceError as e:
         raise ExportError(str(e)) from None
     finally:
@@ -442,10 +465,11 @@ def _export_traced(module, example, name, folder, causal):
             state[key] = v.detach().float().contiguous()
     steps = [(leaf.path, leaf.cpp, leaf.what) for leaf in chain.leaves()]
     cpp = "stformer::Sequential<\n" + ",\n".join("    " + s.type() for s in chain.steps) + ">"
-    return _write(module, name, folder, cpp, steps, state, tuple(example.shape), out_shape, example, got, is_causal)
+    return _write(module, name, folder, cpp, steps, state, tuple(rows(main).shape), out_shape, rows(main).contiguous(), got, is_causal,
+                  seq_first=seq_first)
 
 
-def export(module, example, name, folder, memory_shape=None, memory=None, causal=None):
+def export(module, example, name, folder, memory_shape=None, memory=None, causal=None, batch_first=None):
     """Writes folder/name.hpp, which declares the model's type (`using name = stformer::Sequential<...>;`,
     or a struct of it declaring `causal = true` for a causal model), folder/name.safetensors, its
     parameters under the names that type reads, and folder/name.example.safetensors: the example
@@ -463,6 +487,8 @@ def export(module, example, name, folder, memory_shape=None, memory=None, causal
     tgt_mask=the causal mask)."""
     if not name.isidentifier():
         raise ExportError(f"stformer_export: name {name!r} is not a C++ identifier")
+    if isinstance(example, tuple) and example and torch.is_tensor(example[0]):  # the input, then constant inputs (a mask)
+        return _export_traced(module, example, name, folder, causal, batch_first)
     if torch.is_tensor(example):
         example_input, input_shape = example, tuple(example.shape)
     else:
@@ -474,7 +500,7 @@ def export(module, example, name, folder, memory_shape=None, memory=None, causal
         if example_input is None:
             raise ExportError("stformer_export: a module with a forward of its own is traced: give an example input tensor, "
                               "not a shape")
-        return _export_traced(module, example_input, name, folder, causal)
+        return _export_traced(module, example_input, name, folder, causal, batch_first)
     if causal:
         raise ExportError("stformer_export: causal=True, but a chain of modules has no causal mask (a decoder's is its own)")
     if decoder:
@@ -507,7 +533,8 @@ def export(module, example, name, folder, memory_shape=None, memory=None, causal
                   memory_shape=memory_shape if decoder else None, memory=mem if decoder else None)
 
 
-def _write(module, name, folder, cpp, steps, state, input_shape, out_shape, example, got, causal, memory_shape=None, memory=None):
+def _write(module, name, folder, cpp, steps, state, input_shape, out_shape, example, got, causal, memory_shape=None, memory=None,
+           seq_first=False):
     """The header, the parameters and (with an example) the example's input and output."""
     decoder = memory_shape is not None
     os.makedirs(folder, exist_ok=True)
@@ -536,6 +563,8 @@ def _write(module, name, folder, cpp, steps, state, input_shape, out_shape, exam
     else:
         lines = [f"// {name}: written by python/stformer_export.py from a {type(module).__name__} (PyTorch {torch.__version__}).",
                  f"// Input {x_type} x, output {y_type}" + (" (PyTorch's, reshaped to rows)" if got.dim() != 3 else "") + ":",
+                 *(["// (PyTorch's model is sequence-first: its (N, B, ...) are stformer's (B, N, ...), transposed; one and the same",
+                    "// for one sequence, B = 1)"] if seq_first else []),
                  f"//   auto model = std::make_unique<{name}>();              // load_params: <stformer/io/checkpoint.hpp>",
                  f'//   stformer::load_params("{name}.safetensors", *model);',
                  f"//   stformer::InferOf<{name}, {b}, {n}> pass;",

@@ -199,7 +199,8 @@ class _Tracer(torch.fx.Tracer):
         super().__init__()
         self.record_stack_traces = True
         self.leaf_types = leaves
-        self.example = example
+        self.examples = example if isinstance(example, tuple) else (example,)
+        self.placed = 0
         self.values = {}
         self.within = []  # the module paths being traced into, innermost last
 
@@ -220,8 +221,9 @@ class _Tracer(torch.fx.Tracer):
         p = super().create_proxy(kind, target, args, kwargs, name, type_expr, proxy_factory_fn)
         a, kw = torch.fx.node.map_aggregate((args, kwargs), lambda v: v.value if isinstance(v, _Proxy) else v)
         with torch.no_grad(), _Untraced():
-            if kind == "placeholder":
-                value = self.example
+            if kind == "placeholder":  # the example's inputs in order: the rows or ids, then constants (a mask)
+                value = self.examples[self.placed]
+                self.placed += 1
             elif kind == "get_attr":
                 value = self.root
                 for part in target.split("."):
@@ -291,14 +293,17 @@ class _Reader:
         out = next(n for n in graph.nodes if n.op == "output")
         self.output = torch.fx.node.map_arg(out.args[0], lambda n: self.values[n])
         self.inputs = [n for n in graph.nodes if n.op == "placeholder"]
-        self.example = example
+        self.example = example[0] if isinstance(example, tuple) else example
+        if len(self.inputs) != (len(example) if isinstance(example, tuple) else 1):
+            raise TraceError(f"stformer_export: the forward takes {len(self.inputs)} inputs, the example gives "
+                             f"{len(example) if isinstance(example, tuple) else 1}: give them all, as a tuple")
 
     # -- what depends on the input ------------------------------------------------------------
     def depends(self):
         """Nodes whose value depends on the input."""
         dep = set()
         for n in self.graph.nodes:
-            if n.op == "placeholder":
+            if n is self.inputs[0]:  # the others (a mask) are constants of the export
                 dep.add(n)
             elif any(a in dep for a in n.all_input_nodes):
                 dep.add(n)
@@ -372,11 +377,16 @@ def _prefix(paths):
     return ".".join(common)
 
 
-def _canonical(v, batch):
-    """A stream value as stformer's rows (B, N, D): (B, N, D) itself, (B, D) as (B, 1, D); else None."""
-    if not torch.is_tensor(v) or v.dim() not in (2, 3) or v.shape[0] != batch:
+def _canonical(v, batch, seq_first=False):
+    """A stream value as stformer's rows (B, N, D): (B, N, D) itself, (B, D) as (B, 1, D); for a
+    sequence-first model (N, B, D), and (B, D); else None."""
+    if not torch.is_tensor(v) or v.dim() not in (2, 3):
         return None
-    return tuple(v.shape) if v.dim() == 3 else (v.shape[0], 1, v.shape[1])
+    if v.dim() == 2:
+        return (v.shape[0], 1, v.shape[1]) if v.shape[0] == batch else None
+    if seq_first:
+        return (v.shape[1], v.shape[0], v.shape[2]) if v.shape[1] == batch else None
+    return tuple(v.shape) if v.shape[0] == batch else None
 
 
 class _Op:
@@ -387,19 +397,20 @@ class _Op:
         self.kind, self.inputs, self.leaf = kind, inputs, leaf
 
 
-def read(module, example, leaves, known):
+def read(module, example, leaves, known, seq_first=False):
     """The declaration (a Chain) of module's forward on example, the output's rows (B, N, D), the
     state to save (name -> tensor) and whether it is causal; raises TraceError with every reason.
     leaves: module types traced whole; known(path, module, in_shape, node) -> list of Leaf for the
     modules stformer_export reads itself (None when it refuses; it records why)."""
     r = _Reader(module, example, leaves, known)
-    return _Build(r).run()
+    return _Build(r, seq_first).run()
 
 
 class _Build:
-    def __init__(self, r):
+    def __init__(self, r, seq_first):
         self.r = r
-        self.batch = r.example.shape[0]
+        self.seq_first = seq_first  # PyTorch's rows (N, B, D), stformer's (B, N, D)
+        self.batch = r.example.shape[1 if seq_first else 0]
         self.dep = r.depends()
         self.ops = {}          # stream node -> _Op
         self.alias = {}        # node -> the stream node it relabels
@@ -507,6 +518,9 @@ class _Build:
             return self.fail(mm1, "the keys and values are not projected from the queries' input: cross-attention is not read yet")
         q_mod, k_mod, v_mod, o_mod = (r.modules[n.target] for n in (q_lin, k_lin, v_lin, out_lin))
         xv = self.value(x)
+        want = self.value(out_lin)
+        if self.seq_first:  # (N, B, D) as stformer's rows
+            xv, want = xv.transpose(0, 1), want.transpose(0, 1)
         d = xv.shape[-1]
         heads = sv.shape[1] if sv.dim() == 4 else sv.shape[0] // self.batch
         if heads < 1 or d % heads:
@@ -526,7 +540,6 @@ class _Build:
         if o_mod.in_features != d or o_mod.out_features != d:
             return self.fail(out_lin, "the output projection is not [width, width]")
         w_out, b_out = o_mod.weight.detach(), bias(o_mod, d)
-        want = self.value(out_lin)
         found = None
         with torch.no_grad():
             for scale, s_name in ((1 / math.sqrt(d // heads), "head_width"), (1 / math.sqrt(d), "model_width")):
@@ -616,15 +629,15 @@ class _Build:
         v = node.kwargs.get("value", v)
         if not (q is k is v):
             return self.fail(node, "queries, keys and values from different tensors: cross-attention is not read yet")
-        if not m.batch_first:
-            return self.fail(node, "batch_first=False: stformer's rows are [B, N, D]; construct it with batch_first=True")
+        if m.batch_first == self.seq_first:
+            return self.fail(node, f"batch_first={m.batch_first} in a model whose other attention is batch_first={not m.batch_first}")
         if not m._qkv_same_embed_dim or m.bias_k is not None or m.add_zero_attn:
             return self.fail(node, "kdim/vdim, add_bias_kv or add_zero_attn, which stformer's attention has not")
         if node.kwargs.get("key_padding_mask") is not None:
             return self.fail(node, "a key_padding_mask: not read yet")
         causal = False
         mask = node.kwargs.get("attn_mask", node.args[5] if len(node.args) > 5 else None)
-        n = self.value(q).shape[1]
+        n = _canonical(self.value(q), self.batch, self.seq_first)[1]
         if mask is not None:
             if mask in self.dep:
                 return self.fail(node, "an attn_mask computed from the input")
@@ -649,8 +662,6 @@ class _Build:
     # -- the graph over streams -------------------------------------------------------------------
     def run(self):
         r = self.r
-        if len(r.inputs) != 1:
-            raise TraceError(f"stformer_export: the forward takes {len(r.inputs)} inputs; one is read (the rows or the token ids)")
         nodes = list(r.graph.nodes)
         # attention first: its nodes are read as one step
         for n in nodes:
@@ -674,7 +685,7 @@ class _Build:
         if not isinstance(out, torch.fx.Node) or out not in self.dep:
             raise TraceError("stformer_export: the forward must return one tensor computed from its input")
         end = self.stream(out)
-        shape = _canonical(self.value(out), self.batch)
+        shape = _canonical(self.value(out), self.batch, self.seq_first)
         if shape is None:
             raise TraceError(f"stformer_export: the output's shape {tuple(self.value(out).shape)} is not rows (B, N, D) or (B, D)")
         for op in self.ops.values():  # a step read before the relabellings of its input were
@@ -697,7 +708,7 @@ class _Build:
         args = [a for a in n.all_input_nodes if a in self.dep]
         if not torch.is_tensor(self.value(n)) and not isinstance(self.value(n), (tuple, list)):
             return  # a number computed from a shape
-        if self.unread_attention and _canonical(self.value(n), self.batch) is None:
+        if self.unread_attention and _canonical(self.value(n), self.batch, self.seq_first) is None:
             return  # inside the attention refused
         if n.op == "call_module":
             m = r.modules[n.target]
@@ -730,7 +741,8 @@ class _Build:
             return self.cat(n, args)
         if name == "mean" and n.op == "call_method" or target is torch.mean:
             dims = n.kwargs.get("dim", n.args[1] if len(n.args) > 1 else None)
-            if dims in (1, (1,), [1], -2) and self.value(args[0]).dim() == 3:
+            axis = (0, (0,), [0], -3) if self.seq_first else (1, (1,), [1], -2)
+            if dims in axis and self.value(args[0]).dim() == 3:
                 d = self.value(args[0]).shape[2]
                 return self.unary(n, args[0], Leaf(self.anon("pool"), f"stformer::MeanPool<{d}>", "the rows' mean",
                                                    lambda x: x.mean(dim=1, keepdim=True)))
@@ -738,7 +750,7 @@ class _Build:
         if target is operator.getitem:
             return self.getitem(n, args)
         if (n.op == "call_method" and target in _RELABEL_METHODS) or target in _RELABEL_FUNCTIONS:
-            before, after = _canonical(self.value(args[0]), self.batch), _canonical(self.value(n), self.batch)
+            before, after = _canonical(self.value(args[0]), self.batch, self.seq_first), _canonical(self.value(n), self.batch, self.seq_first)
             if before is not None and before == after:
                 self.alias[n] = args[0]
                 return
@@ -790,9 +802,10 @@ class _Build:
         other = a[1] if a[0] is src else a[0]
         c = self.r.const(other)
         xv = self.value(src)
+        rows = _canonical(xv, self.batch, self.seq_first)
         if kind == "add" and torch.is_tensor(c) and c.dim() >= 2 and xv.dim() == 3 and c.shape[-1] == xv.shape[-1] \
-                and c.numel() == xv.shape[1] * xv.shape[2]:
-            weight = c.detach().reshape(xv.shape[1], xv.shape[2]).float().clone()
+                and c.numel() == rows[1] * rows[2] and c.shape[0 if self.seq_first else -2] == rows[1]:
+            weight = c.detach().reshape(rows[1], rows[2]).float().clone()
             names = self._names(other)
             path = _prefix(names) if names else self.anon("positions")
             n_rows, d = weight.shape
@@ -832,6 +845,12 @@ class _Build:
             elif not x.target.startswith("_tensor_constant"):
                 owner, _, leaf = x.target.rpartition(".")
                 names.append(owner if owner and leaf in ("gamma", "weight", "scale") else x.target)
+            else:  # a slice of a buffer taken outside the trace (self.pe[:n]): the module that holds it
+                value = self.r.const(x)
+                held = [k for k, b in list(self.r.module.named_buffers()) + list(self.r.module.named_parameters())
+                        if torch.is_tensor(value) and b.numel() and value.numel() and b.storage().data_ptr() == value.storage().data_ptr()]
+                if held:
+                    names.append(held[0].rpartition(".")[0] or held[0])
         return names
 
     def _consts(self, node):
@@ -866,8 +885,11 @@ class _Build:
     def getitem(self, n, args):
         idx = n.args[1]
         xv = self.value(args[0])
-        if isinstance(idx, tuple) and xv.dim() == 3 and len(idx) >= 2 and idx[0] == slice(None) and \
-                (idx[1] == 0 or idx[1] == slice(None, 1) or idx[1] == slice(0, 1)) and all(i == slice(None) or i is Ellipsis for i in idx[2:]):
+        first = (lambda i: i == 0 or i == slice(None, 1) or i == slice(0, 1))
+        if self.seq_first and xv.dim() == 3 and (first(idx) or isinstance(idx, tuple) and first(idx[0])
+                                                 and all(i == slice(None) or i is Ellipsis for i in idx[1:])) or \
+                not self.seq_first and isinstance(idx, tuple) and xv.dim() == 3 and len(idx) >= 2 and idx[0] == slice(None) and \
+                first(idx[1]) and all(i == slice(None) or i is Ellipsis for i in idx[2:]):
             d = xv.shape[2]
             return self.unary(n, args[0], Leaf(self.anon("first"), f"stformer::FirstToken<{d}>", "the first row", lambda x: x[:, :1]))
         return self.fail(n, f"indexing the rows with {idx!r} (the first row, [:, 0], is read)")

@@ -3,7 +3,9 @@
 // LayerScale; a BERT-style encoder with separate query, key and value and LayerNorm eps 1e-12; a
 // nanoGPT-style causal language model with tied embeddings; nn.MultiheadAttention with a causal
 // mask, a SwiGLU layer and GPT-J's parallel block; nn.TransformerEncoder called with a causal
-// mask; a llama-style model with RMSNorm written out, bias-free attention and SwiGLU. Each header
+// mask; a llama-style model with RMSNorm written out, bias-free attention and SwiGLU; the PyTorch
+// tutorial's language model (sequence-first, sinusoidal positions in a buffer, the embedding
+// scaled by sqrt(D), the causal src_mask an input of its forward). Each header
 // is included as the exporter wrote it and run against PyTorch's output
 // (tests/torch/round_trip.hpp), then quantized (calibrated on 32 inputs) and its argmax held to
 // the float model's on 200 others.
@@ -21,6 +23,7 @@
 #include "llama.hpp"
 #include "mha.hpp"
 #include "torch/round_trip.hpp"
+#include "tutorial.hpp"
 #include "vit.hpp"
 
 using namespace stformer;
@@ -100,4 +103,9 @@ TEST_CASE("traced: a llama-style causal model (RMSNorm written out, eps 1e-6; bi
   static_assert(declares_causal<llama>);
   round_trip<llama, 2, 12>("llama");
   CHECK(int8_agreement<llama, 12>("llama") >= 0.98);
+}
+TEST_CASE("traced: the PyTorch tutorial's language model (sequence-first ids, the embedding times sqrt(D), sinusoidal positions, src_mask), declared causal") {
+  static_assert(declares_causal<tutorial>);
+  round_trip<tutorial, 2, 12>("tutorial");
+  CHECK(int8_agreement<tutorial, 12>("tutorial") >= 0.98);
 }

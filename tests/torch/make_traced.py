@@ -2,12 +2,12 @@
 """The exporter's tracing (python/stformer_trace.py), its PyTorch side: models with a forward of
 their own (tests/torch/traced_models.py, in the styles of timm's ViT, BERT, nanoGPT, GPT-J, a
 SwiGLU layer, nn.MultiheadAttention and nn.TransformerEncoder with causal masks, a llama-style model
-with RMSNorm written out), each exported
+with RMSNorm written out, the PyTorch tutorial's sequence-first language model), each exported
 with an example input and PyTorch's output for it (tests/test_torch_traced.cpp runs them); and the
 refusals, checked here: each names the operation, its module and its source line.
 
 usage: /usr/bin/python3 tests/torch/make_traced.py OUT_DIR
-writes OUT_DIR/{vit,bert,gpt,mha,encoded,llama}.{hpp,safetensors,example.safetensors,inputs.safetensors}
+writes OUT_DIR/{vit,bert,gpt,mha,encoded,llama,tutorial}.{hpp,safetensors,example.safetensors,inputs.safetensors}
 (inputs: 32 calibration inputs and 200 test inputs, one sequence each, for the integer model)
 """
 import os
@@ -48,11 +48,15 @@ models = [("vit", tm.SmallVit(12), torch.randn(2, 9, 12)),
           ("gpt", tm.SmallGpt(), torch.randint(0, 48, (2, 16))),
           ("mha", tm.MhaModel(), torch.randn(2, 10, 6)),
           ("encoded", tm.Encoded(), torch.randn(2, 8, 5)),
-          ("llama", tm.SmallLlama(), torch.randint(0, 64, (2, 12)))]
+          ("llama", tm.SmallLlama(), torch.randint(0, 64, (2, 12))),
+          # sequence-first: ids (N, B) and the causal src_mask the tutorial passes
+          ("tutorial", tm.TutorialLM(), (torch.randint(0, 100, (12, 2)), nn.Transformer.generate_square_subsequent_mask(12)))]
 
 
 def draw(x, count):
-    """count inputs like x, one at a time: rows from N(0, 1), or token ids."""
+    """count inputs like x, one at a time, in stformer's layout (B, N, ...): rows from N(0, 1), or token ids."""
+    if isinstance(x, tuple):  # the tutorial's: sequence-first ids and a mask
+        x = x[0].transpose(0, 1)
     if x.dtype == torch.int64:
         return torch.randint(0, int(x.max()) + 1, (count, *x.shape[1:]), dtype=torch.int32)
     return torch.randn(count, *x.shape[1:])
@@ -64,7 +68,7 @@ for name, model, x in models:
     save_safetensors(os.path.join(out, f"{name}.inputs.safetensors"), {"calibration": draw(x, 32), "test": draw(x, 200)})
     assert model.training, "export leaves the model's mode as it was"
     header = open(path).read()
-    assert ("static constexpr bool causal = true;" in header) == (name in ("gpt", "mha", "encoded", "llama")), f"{name}: causal or not"
+    assert ("static constexpr bool causal = true;" in header) == (name in ("gpt", "mha", "encoded", "llama", "tutorial")), f"{name}: causal or not"
 
 
 # The refusals, every reason at once, each with its module and source line.

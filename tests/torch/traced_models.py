@@ -280,3 +280,41 @@ class SmallLlama(nn.Module):
         for layer in self.layers:
             h = layer(h)
         return self.output(self.norm(h))
+
+
+class SinusoidalPositions(nn.Module):
+    """The PyTorch tutorial's PositionalEncoding: a sine/cosine table [max_len, 1, D] in a buffer,
+    added to sequence-first rows (N, B, D), then dropout."""
+
+    def __init__(self, dim, dropout=0.1, max_len=64):
+        super().__init__()
+        self.dropout = nn.Dropout(p=dropout)
+        position = torch.arange(max_len).unsqueeze(1)
+        div_term = torch.exp(torch.arange(0, dim, 2) * (-math.log(10000.0) / dim))
+        pe = torch.zeros(max_len, 1, dim)
+        pe[:, 0, 0::2] = torch.sin(position * div_term)
+        pe[:, 0, 1::2] = torch.cos(position * div_term)
+        self.register_buffer("pe", pe)
+
+    def forward(self, x):
+        return self.dropout(x + self.pe[:x.size(0)])
+
+
+class TutorialLM(nn.Module):
+    """The tutorial's TransformerModel: sequence-first token ids (N, B), an embedding scaled by
+    sqrt(D), sinusoidal positions, nn.TransformerEncoder (batch_first=False) called with the
+    src_mask it is given, and a Linear decoder to the vocabulary."""
+
+    def __init__(self, ntoken=100, d_model=32, nhead=2, d_hid=64, nlayers=2, dropout=0.2):
+        super().__init__()
+        self.pos_encoder = SinusoidalPositions(d_model, dropout)
+        self.transformer_encoder = nn.TransformerEncoder(nn.TransformerEncoderLayer(d_model, nhead, d_hid, dropout), nlayers)
+        self.encoder = nn.Embedding(ntoken, d_model)
+        self.d_model = d_model
+        self.decoder = nn.Linear(d_model, ntoken)
+
+    def forward(self, src, src_mask):
+        src = self.encoder(src) * math.sqrt(self.d_model)
+        src = self.pos_encoder(src)
+        output = self.transformer_encoder(src, src_mask)
+        return self.decoder(output)
