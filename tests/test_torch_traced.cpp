@@ -69,6 +69,7 @@ double int8_agreement(const char* name) {
     }
   }
   const double agreement = double(same) / (Tests * Rows);
+  CHECK(sizeof(InferOf<Quantized<M>, 1, N>) <= sizeof(InferOf<M, 1, N>));  // an integer plan is never the larger
   MESSAGE(std::string(name) << ": int8 argmax equal to float's on " << agreement * 100 << " % of " << Tests * Rows << " rows; plans float "
                << sizeof(InferOf<M, 1, N>) << " B, int8 " << sizeof(InferOf<Quantized<M>, 1, N>) << " B");
   return agreement;

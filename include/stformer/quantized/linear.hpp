@@ -240,14 +240,22 @@ struct QLinear {
       });
   }
 
- private:
   // y[r, c0 + j] = clamp(apply(acc[r, j], M_{c0+j}), int16) for the K columns from c0 of Rows
-  // rows (y's rows Out apart; acc [Rows, K]): add_to<Rows, true>'s integers, a part at a time.
-  template <size_t Rows, size_t K>
+  // rows (y's rows Out apart; acc [Rows, K]): add_to<Rows, true>'s integers, a part at a time;
+  // not Set: y[r, c0 + j] = clamp(y[r, c0 + j] + apply(acc[r, j], M_{c0+j}), int16), add_to<Rows>'s.
+  template <size_t Rows, size_t K, bool Set = true>
   void columns(const std::int16_t* x, size_t c0, std::int32_t* acc, std::int16_t* y) const {
     kernels::qmatmul_nt<Rows, K, In>(x, In, weight.data() + c0 * In, In, acc, K, bias.data() + c0);
-    for (size_t r = 0; r < Rows; ++r)
-      kernels::requantize(acc + r * K, 1, K, requant.multiplier.data() + c0, requant.shift.data() + c0, 0, INT16_MIN, INT16_MAX, y + r * Out + c0);
+    for (size_t r = 0; r < Rows; ++r) {
+      std::int16_t* h = y + r * Out + c0;
+      if constexpr (Set) {
+        kernels::requantize(acc + r * K, 1, K, requant.multiplier.data() + c0, requant.shift.data() + c0, 0, INT16_MIN, INT16_MAX, h);
+      } else {
+        std::int32_t* a = acc + r * K;
+        kernels::requantize(a, 1, K, requant.multiplier.data() + c0, requant.shift.data() + c0, 0, 2 * INT16_MIN, 2 * INT16_MAX + 1, a);
+        for (size_t j = 0; j < K; ++j) h[j] = std::int16_t(kernels::clamp_i32(a[j] + h[j], INT16_MIN, INT16_MAX));
+      }
+    }
   }
 };
 template <size_t In, size_t Out, Init::Kind K, Bias Bi>
@@ -306,11 +314,21 @@ struct QFineLinear {
   using Input = TensorOf<std::int16_t, B, N, In>;
   template <size_t B, size_t N>
   using Output = TensorOf<std::int16_t, B, N, Out>;
+  // Its scratch tiled as QLinear's (a quarter of the float layer's input and output at least),
+  // the coarse and fine products of a tile of columns one after the other: the same integers.
   template <size_t B, size_t N, size_t Room>
-  using Scratch = TensorOf<std::int32_t, rows_in_room(B * N, qtile_rows(B * N), Room, Out * sizeof(std::int32_t)), Out>;
-  template <size_t B, size_t N, size_t T, class Pool>
-  void run(const Input<B, N>& x, Output<B, N>& y, TensorOf<std::int32_t, T, Out>& acc, const Mask<B, N>&, Pool&&) const {
-    for_tiles<B * N, T>([&]<size_t R>(size_t i) { add_to<R, true>(x.data() + i * In, acc.data(), y.data() + i * Out); });
+  using Scratch = typename QLinear<In, Out>::template Scratch<B, N, Room>;
+  template <size_t B, size_t N, size_t T, size_t C, class Pool>
+  void run(const Input<B, N>& x, Output<B, N>& y, TensorOf<std::int32_t, T, C>& acc, const Mask<B, N>&, Pool&&) const {
+    if constexpr (C == Out)
+      for_tiles<B * N, T>([&]<size_t R>(size_t i) { add_to<R, true>(x.data() + i * In, acc.data(), y.data() + i * Out); });
+    else
+      for_tiles<B * N, T>([&]<size_t R>(size_t i) {
+        for_tiles<Out, C>([&]<size_t K>(size_t c) {
+          coarse.template columns<R, K>(x.data() + i * In, c, acc.data(), y.data() + i * Out);
+          fine.template columns<R, K, false>(x.data() + i * In, c, acc.data(), y.data() + i * Out);
+        });
+      });
   }
 };
 
