@@ -428,6 +428,8 @@ def _export_traced(module, example, name, folder, causal, batch_first=None):
     _check_finite(module)
     seq_first = _sequence_first(module, batch_first)
     rows = (lambda t: t.transpose(0, 1)) if seq_first else (lambda t: t)  # PyTorch's layout -> stformer's (B, N, ...)
+    image = main.dim() == 4  # (B, C, H, W): stformer's input is its C·H rows of W pixels, the same bytes
+    rows_in = (lambda t: t.reshape(t.shape[0], t.shape[1] * t.shape[2], t.shape[3])) if image else rows
     was_training = module.training
     module.eval()
     try:
@@ -435,7 +437,7 @@ def _export_traced(module, example, name, folder, causal, batch_first=None):
             chain, out_shape, got = st.read(module, example, _TRACED_WHOLE, _known, seq_first)
             if seq_first and got.dim() == 3:
                 got = rows(got)
-            mine = chain(rows(main))
+            mine = chain(rows_in(main))
     except st.TraceError as e:
         raise ExportError(str(e)) from None
     finally:
@@ -465,8 +467,8 @@ def _export_traced(module, example, name, folder, causal, batch_first=None):
             state[key] = v.detach().float().contiguous()
     steps = [(leaf.path, leaf.cpp, leaf.what) for leaf in chain.leaves()]
     cpp = "stformer::Sequential<\n" + ",\n".join("    " + s.type() for s in chain.steps) + ">"
-    return _write(module, name, folder, cpp, steps, state, tuple(rows(main).shape), out_shape, rows(main).contiguous(), got, is_causal,
-                  seq_first=seq_first)
+    return _write(module, name, folder, cpp, steps, state, tuple(rows_in(main).shape), out_shape, rows_in(main).contiguous(), got, is_causal,
+                  seq_first=seq_first, image=tuple(main.shape[1:]) if image else None)
 
 
 def export(module, example, name, folder, memory_shape=None, memory=None, causal=None, batch_first=None):
@@ -534,7 +536,7 @@ def export(module, example, name, folder, memory_shape=None, memory=None, causal
 
 
 def _write(module, name, folder, cpp, steps, state, input_shape, out_shape, example, got, causal, memory_shape=None, memory=None,
-           seq_first=False):
+           seq_first=False, image=None):
     """The header, the parameters and (with an example) the example's input and output."""
     decoder = memory_shape is not None
     os.makedirs(folder, exist_ok=True)
@@ -565,6 +567,8 @@ def _write(module, name, folder, cpp, steps, state, input_shape, out_shape, exam
                  f"// Input {x_type} x, output {y_type}" + (" (PyTorch's, reshaped to rows)" if got.dim() != 3 else "") + ":",
                  *(["// (PyTorch's model is sequence-first: its (N, B, ...) are stformer's (B, N, ...), transposed; one and the same",
                     "// for one sequence, B = 1)"] if seq_first else []),
+                 *([f"// (the image (B, {image[0]}, {image[1]}, {image[2]}) as PyTorch holds it: its {image[0] * image[1]} rows of {image[2]} pixels)"]
+                   if image else []),
                  f"//   auto model = std::make_unique<{name}>();              // load_params: <stformer/io/checkpoint.hpp>",
                  f'//   stformer::load_params("{name}.safetensors", *model);',
                  f"//   stformer::InferOf<{name}, {b}, {n}> pass;",

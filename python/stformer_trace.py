@@ -565,6 +565,51 @@ class _Build:
         self.ops[out_lin] = _Op("unary", [x], leaf)
         return True
 
+    def patch_embedding(self, node, m):
+        """A Conv2d with kernel = stride = P on the image input (B, C, H, W), its output made rows of
+        patches (flatten/reshape and transpose/permute): Patchify, then the Linear of its weight."""
+        image = node.args[0]
+        if image is not self.r.inputs[0] or self.value(image).dim() != 4:
+            return self.fail(node, "a Conv2d is read on the model's image input (B, C, H, W) alone, as a patch embedding")
+        k, st = m.kernel_size, m.stride
+        if k[0] != k[1] or tuple(st) != tuple(k) or any(m.padding) if isinstance(m.padding, tuple) else m.padding not in (0, "valid") \
+                or tuple(m.dilation) != (1, 1) or m.groups != 1:
+            return self.fail(node, f"a Conv2d other than a patch embedding (kernel_size {k}, stride {st}, padding {m.padding}, "
+                                   "dilation, groups): kernel = stride, square, no padding")
+        b, c, h, w = self.value(image).shape
+        p, d = k[0], m.out_channels
+        if h % p or w % p:
+            return self.fail(node, f"an image of {h} x {w} pixels in patches of {p}")
+        want = self.value(node).flatten(2).transpose(1, 2)  # (B, patches, D)
+        exit_, seen = node, {node}
+        while True:
+            users = list(exit_.users)
+            if len(users) != 1 or not self._relabel(users[0]):
+                break
+            exit_ = users[0]
+            seen.add(exit_)
+            v = self.value(exit_)
+            if torch.is_tensor(v) and v.shape == want.shape and torch.equal(v, want):
+                break
+        v = self.value(exit_)
+        if not (torch.is_tensor(v) and v.shape == want.shape and torch.equal(v, want)):
+            return self.fail(node, "the convolution's output is not made rows of patches (B, (H/P)(W/P), D) by flatten/reshape and "
+                                   "transpose/permute")
+        k_in = c * p * p
+        weight = m.weight.detach().reshape(d, k_in).float().clone()
+        bias = m.bias.detach().float().clone() if m.bias is not None else torch.zeros(d)
+        patches = (h // p) * (w // p)
+
+        def patchify(x):
+            return x.reshape(x.shape[0], c, h // p, p, w // p, p).permute(0, 2, 4, 1, 3, 5).reshape(x.shape[0], patches, k_in)
+        steps = [Leaf("", f"stformer::Patchify<{c}, {h}, {w}, {p}>", f"the image ({c}, {h}, {w}) in patches of {p}", patchify),
+                 Leaf(node.target, f"stformer::Linear<{k_in}, {d}>", f"nn.Conv2d({c}, {d}, {p}, stride={p}) as a Linear",
+                      lambda x: F.linear(x, weight, bias), {"weight": weight, "bias": bias})]
+        self.absorbed |= seen - {exit_}
+        self.ops[exit_] = _Op("unary", [image], Chain(steps))
+        self.image = (c, h, w)
+        return True
+
     def rms_norm(self, rsqrt):
         """RMSNorm written out: x * rsqrt(mean(x^2, -1, keepdim) + eps) (its weight, a product by a
         learned vector after it, joins it: join)."""
@@ -625,8 +670,8 @@ class _Build:
     def mha_module(self, node, m):
         """nn.MultiheadAttention called on one stream: a SelfAttention leaf at its getitem(0)."""
         q, k, v = (node.args + (None, None, None))[:3]
-        k = node.kwargs.get("key", k)
-        v = node.kwargs.get("value", v)
+        q, k, v = node.kwargs.get("query", q), node.kwargs.get("key", k), node.kwargs.get("value", v)
+        self.absorbed |= {node} | set(node.users)  # read here, or refused here once
         if not (q is k is v):
             return self.fail(node, "queries, keys and values from different tensors: cross-attention is not read yet")
         if m.batch_first == self.seq_first:
@@ -646,14 +691,14 @@ class _Build:
                 return self.fail(node, "an attn_mask that is not the causal one")
         if node.kwargs.get("is_causal"):
             causal = True
-        outs = list(node.users)
+        outs = [u for u in node.users if u.users or not (u.op == "call_function" and u.target is operator.getitem)]  # x, _ = attn(...)
         if any(not (u.op == "call_function" and u.target is operator.getitem and u.args[1] == 0) for u in outs) or len(outs) != 1:
             return self.fail(node, "its attention weights are used (only its output, [0], is read)")
         d, h = m.embed_dim, m.num_heads
         w_in, w_out = m.in_proj_weight.detach(), m.out_proj.weight.detach()
         b_in = m.in_proj_bias.detach() if m.in_proj_bias is not None else torch.zeros(3 * d)
         b_out = m.out_proj.bias.detach() if m.out_proj.bias is not None else torch.zeros(d)
-        self.absorbed.add(node)
+        self.absorbed |= {node} | set(node.users)
         leaf = self.self_attention(node.target, d, h, "head_width", 1 / math.sqrt(d // h), causal, w_in, b_in, w_out, b_out,
                                    "nn.MultiheadAttention")
         self.ops[outs[0]] = _Op("unary", [q], leaf)
@@ -668,6 +713,8 @@ class _Build:
             if n in self.dep and n not in self.absorbed:
                 if n.op == "call_module" and isinstance(r.modules.get(n.target), nn.MultiheadAttention):
                     self.mha_module(n, r.modules[n.target])
+                elif n.op == "call_module" and isinstance(r.modules.get(n.target), nn.Conv2d):
+                    self.patch_embedding(n, r.modules[n.target])
                 elif (n.op == "call_function" and n.target in _SOFTMAX) or (n.op == "call_method" and n.target == "softmax"):
                     self.unread_attention |= not self.attention(n)
                 elif (n.op == "call_function" and n.target is torch.rsqrt) or (n.op == "call_method" and n.target == "rsqrt"):
@@ -941,7 +988,7 @@ class _Build:
                 self.fail(end, "the rows reach here by another way than the input's")
                 break
             if op.kind == "unary":
-                steps.append(op.leaf)
+                steps.extend(reversed(op.leaf.steps) if isinstance(op.leaf, Chain) else [op.leaf])
                 end = op.inputs[0]
                 continue
             fork = max((d for d in dom[end] if d is not end), key=lambda d: len(dom[d]))

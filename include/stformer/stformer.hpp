@@ -24,6 +24,7 @@
 #include "blocks/linear.hpp"
 #include "blocks/mab.hpp"
 #include "blocks/meanpool.hpp"
+#include "blocks/patchify.hpp"
 #include "blocks/pma.hpp"
 #include "blocks/pointer.hpp"
 #include "blocks/positional.hpp"

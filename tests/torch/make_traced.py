@@ -2,12 +2,13 @@
 """The exporter's tracing (python/stformer_trace.py), its PyTorch side: models with a forward of
 their own (tests/torch/traced_models.py, in the styles of timm's ViT, BERT, nanoGPT, GPT-J, a
 SwiGLU layer, nn.MultiheadAttention and nn.TransformerEncoder with causal masks, a llama-style model
-with RMSNorm written out, the PyTorch tutorial's sequence-first language model), each exported
+with RMSNorm written out, torchvision's VisionTransformer as it is, the PyTorch tutorial's
+sequence-first language model), each exported
 with an example input and PyTorch's output for it (tests/test_torch_traced.cpp runs them); and the
 refusals, checked here: each names the operation, its module and its source line.
 
 usage: /usr/bin/python3 tests/torch/make_traced.py OUT_DIR
-writes OUT_DIR/{vit,bert,gpt,mha,encoded,llama,tutorial}.{hpp,safetensors,example.safetensors,inputs.safetensors}
+writes OUT_DIR/{vit,bert,gpt,mha,encoded,llama,tvit,tutorial}.{hpp,safetensors,example.safetensors,inputs.safetensors}
 (inputs: 32 calibration inputs and 200 test inputs, one sequence each, for the integer model)
 """
 import os
@@ -23,6 +24,7 @@ sys.path.insert(0, here)
 import stformer_export as sx  # noqa: E402
 from stformer_torch import save_safetensors  # noqa: E402
 import traced_models as tm  # noqa: E402
+from torchvision.models.vision_transformer import VisionTransformer  # noqa: E402
 
 torch.manual_seed(7)
 torch.set_num_threads(1)
@@ -38,7 +40,11 @@ def spread(model):
                 p.uniform_(0.5, 1.5)
             elif name.endswith(("norm.bias", "norm1.bias", "norm2.bias", "ln_1.bias", "ln_2.bias", "ln_f.bias", "ln.bias", "_norm.bias")):
                 p.normal_(0, 0.3)
-            elif name.endswith(("gamma", "cls_token", "pos_embed", "in_proj_bias")):
+            elif name.endswith(("ln.weight",)) or ".ln_" in name and name.endswith("weight"):
+                p.uniform_(0.5, 1.5)
+            elif name.endswith(("gamma", "cls_token", "pos_embed", "in_proj_bias", "class_token", "pos_embedding")):
+                p.normal_(0, 0.5)
+            elif not p.any():  # a parameter left at zero (torchvision's head): an output that cannot differ
                 p.normal_(0, 0.5)
     return model
 
@@ -60,26 +66,38 @@ def trained_tutorial():
     return model
 
 
-models = [("vit", tm.SmallVit(12), torch.randn(2, 9, 12)),
-          ("bert", tm.SmallBert(), torch.randint(0, 40, (2, 16))),
-          ("gpt", tm.SmallGpt(), torch.randint(0, 48, (2, 16))),
-          ("mha", tm.MhaModel(), torch.randn(2, 10, 6)),
-          ("encoded", tm.Encoded(), torch.randn(2, 8, 5)),
-          ("llama", tm.SmallLlama(), torch.randint(0, 64, (2, 12))),
+def seeded(seed, make):
+    """make() with the generator at seed: each model's weights and example its own, whatever the others."""
+    torch.manual_seed(seed)
+    return make()
+
+
+models = [seeded(1, lambda: ("vit", tm.SmallVit(12), torch.randn(2, 9, 12))),
+          seeded(2, lambda: ("bert", tm.SmallBert(), torch.randint(0, 40, (2, 16)))),
+          seeded(3, lambda: ("gpt", tm.SmallGpt(), torch.randint(0, 48, (2, 16)))),
+          seeded(4, lambda: ("mha", tm.MhaModel(), torch.randn(2, 10, 6))),
+          seeded(5, lambda: ("encoded", tm.Encoded(), torch.randn(2, 8, 5))),
+          seeded(6, lambda: ("llama", tm.SmallLlama(), torch.randint(0, 64, (2, 12)))),
+          # torchvision's own, as it is: a Conv2d patch embedding on an image (B, 3, 32, 32)
+          seeded(7, lambda: ("tvit", VisionTransformer(image_size=32, patch_size=8, num_layers=4, num_heads=4, hidden_dim=64, mlp_dim=128,
+                                                       num_classes=10), torch.randn(2, 3, 32, 32))),
           # sequence-first: ids (N, B) and the causal src_mask the tutorial passes
-          ("tutorial", trained_tutorial(), (torch.randint(0, 100, (12, 2)), nn.Transformer.generate_square_subsequent_mask(12)))]
+          seeded(8, lambda: ("tutorial", trained_tutorial(), (torch.randint(0, 100, (12, 2)), nn.Transformer.generate_square_subsequent_mask(12))))]
 
 
 def draw(x, count):
     """count inputs like x, one at a time, in stformer's layout (B, N, ...): rows from N(0, 1), or token ids."""
     if isinstance(x, tuple):  # the tutorial's: sequence-first ids and a mask
         x = x[0].transpose(0, 1)
+    if x.dim() == 4:  # an image (B, C, H, W): its C·H rows of W pixels
+        x = x.reshape(x.shape[0], x.shape[1] * x.shape[2], x.shape[3])
     if x.dtype == torch.int64:
         return torch.randint(0, int(x.max()) + 1, (count, *x.shape[1:]), dtype=torch.int32)
     return torch.randn(count, *x.shape[1:])
 
 
-for name, model, x in models:
+for seed, (name, model, x) in enumerate(models):
+    torch.manual_seed(100 + seed)
     path = sx.export(model if name == "tutorial" else spread(model), x, name, out)
     # for the integer model: calibration inputs and test inputs (test_torch_traced)
     save_safetensors(os.path.join(out, f"{name}.inputs.safetensors"), {"calibration": draw(x, 32), "test": draw(x, 200)})

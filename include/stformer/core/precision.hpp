@@ -32,6 +32,12 @@ template <class Block>
 struct Int8Of {
   static_assert(sizeof(Block) == 0, "Int8Of: this block has no integer form (quantize needs one for every step)");
 };
+// Ranges of a step with nothing to observe: its integers follow from its weights and its
+// streams' scales.
+struct NoRanges {
+  template <class... A>
+  void observe(const A&...) {}
+};
 // C multipliers (stformer/quantized/linear.hpp), which a composite block may hold in integers.
 template <size_t C>
 struct Requant;

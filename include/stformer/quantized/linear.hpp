@@ -104,12 +104,6 @@ void quantize_rows(const Tensor<R, W>& w, TensorOf<std::int8_t, R, W>& q, Tensor
 
 }  // namespace quant
 
-// Nothing to observe: a step whose integers follow from its weights and its streams' scales.
-struct NoRanges {
-  template <class... A>
-  void observe(const A&...) {}
-};
-
 template <size_t In, size_t Out>
 struct QLinear {
   TensorOf<std::int8_t, Out, In> weight;

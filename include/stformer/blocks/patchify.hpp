@@ -1,0 +1,85 @@
+// Patchify<C, H, W, P>: an image as rows of patches, the first half of a ViT's patch embedding
+// (torchvision's conv_proj, timm's PatchEmbed: a Conv2d with kernel = stride = P is this, then a
+// Linear<C·P·P, D> whose weight is the convolution's [D, C, P, P] read as [D, C·P·P]).
+//   x: the image [B, C, H, W], held as C·H rows of W pixels, Tensor<B, C·H, W> (the same bytes,
+//      row-major: a pass over it is InferOf<Model, B, C·H>)
+//   y [B, (H/P)·(W/P), C·P·P]: row n = h·(W/P) + w, patch (h, w)'s pixels in (c, i, j) order:
+//      y[b, n, (c·P + i)·P + j] = x[b, c, h·P + i, w·P + j]
+//   backward: dx[b, c, h·P + i, w·P + j] = dy[b, n, (c·P + i)·P + j] (every pixel in one patch)
+// No parameters. T: the element type, float; int16 in a quantized model (Int8Of, below), where
+// it keeps its input's scale.
+#pragma once
+
+#include "../core/config.hpp"
+
+#include <algorithm>
+#include <cstdint>
+
+#include "../core/params.hpp"
+#include "../core/precision.hpp"
+
+namespace stformer::inline STFORMER_ABI {
+
+template <size_t C, size_t H, size_t W, size_t P, class T = float>
+struct Patchify {
+  static_assert(H % P == 0 && W % P == 0, "Patchify: the image's height and width are multiples of the patch size P");
+  static constexpr size_t patches = (H / P) * (W / P), K = C * P * P;
+  static constexpr bool reads_mask = false;  // step::reads_mask: no keys over pixels
+  template <class F, class... S>
+  static constexpr void visit(const Path&, F&, S&...) {}
+
+  template <size_t B, size_t N>
+  using Input = TensorOf<T, B, N, W>;
+  template <size_t B, size_t N>
+  using Output = TensorOf<T, B, patches, K>;
+
+  // y ← the patches of x (to = true), or x ← y's pixels back in their places (to = false).
+  template <size_t B, bool To, class X, class Y>
+  static void move(X* x, Y* y) {
+    for (size_t b = 0; b < B; ++b)
+      for (size_t h = 0; h < H / P; ++h)
+        for (size_t w = 0; w < W / P; ++w)
+          for (size_t c = 0; c < C; ++c)
+            for (size_t i = 0; i < P; ++i) {
+              auto* pixels = x + ((b * C + c) * H + h * P + i) * W + w * P;
+              auto* row = y + (b * patches + h * (W / P) + w) * K + (c * P + i) * P;
+              if constexpr (To)
+                std::copy_n(pixels, P, row);
+              else
+                std::copy_n(row, P, pixels);
+            }
+  }
+
+  template <size_t B, size_t N, class Pool>
+  void run(const Input<B, N>& x, Output<B, N>& y, Nothing, const Mask<B, N>&, Pool&&) const {
+    static_assert(N == C * H, "Patchify: the pass's rows are the image's C·H rows of W pixels");
+    move<B, true>(x.data(), y.data());
+  }
+
+  template <size_t B, size_t N>
+  struct Acts {
+    using Dx = Input<B, N>;
+    Output<B, N> out;
+    template <class X>
+    const Output<B, N>& forward(const Patchify& p, const X& x) {
+      p.run(x, out, Nothing{}, Mask<B, N>{}, Serial{});
+      return out;
+    }
+    const Dx& backward(const Patchify&, Patchify&, const Output<B, N>& dout, Dx& dx) {
+      move<B, false>(dx.data(), dout.data());
+      return dx;
+    }
+  };
+
+  // Its integer form: the same patches of an int16 image, at the image's scale.
+  using Float = Patchify<C, H, W, P>;
+  static constexpr bool same_scale = true;
+  using Ranges = NoRanges;
+  void from_float(const Float&, const Ranges&, float, float) {}
+};
+template <size_t C, size_t H, size_t W, size_t P>
+struct Int8Of<Patchify<C, H, W, P>> {
+  using type = Patchify<C, H, W, P, std::int16_t>;
+};
+
+}  // namespace stformer
