@@ -366,6 +366,14 @@ def _close(a, b, tol=1e-4):
     return float((a - b).abs().max()) <= tol * max(1e-30, float(b.abs().max()))
 
 
+def _operands(n):
+    """The two tensors of a product: a @ b, torch.matmul(a, b), torch.bmm(a, b), torch.einsum(eq, a, b)."""
+    if n.target is torch.einsum:
+        rest = n.args[1:]
+        return tuple(rest[0]) if len(rest) == 1 and isinstance(rest[0], (list, tuple)) else tuple(rest[:2])
+    return tuple(n.args[:2])
+
+
 def _prefix(paths):
     """The module path the given module paths share ('blocks.0.attn' of 'blocks.0.attn.q', ...)."""
     parts = [p.split(".") for p in paths]
@@ -482,9 +490,9 @@ class _Build:
                 n.op == "call_method" and n.target in ("mul", "div", "float", "type_as", "view", "reshape", "contiguous")
 
         mm1 = self._back(scores, before_scores)
-        if not (mm1.op == "call_function" and mm1.target in (operator.matmul, torch.matmul, torch.bmm)):
-            return self.fail(soft, "the scores before this softmax are not q @ k^T (a matmul) times a scale, with a mask")
-        q_lin, k_lin = (self._linear_of(a) for a in mm1.args[:2])
+        if not (mm1.op == "call_function" and mm1.target in _MATMUL):
+            return self.fail(soft, "the scores before this softmax are not q @ k^T (a matmul or einsum) times a scale, with a mask")
+        q_lin, k_lin = (self._linear_of(a) for a in _operands(mm1))
         # forward: softmax (through dropout) @ v
         users = list(soft.users)
         node = soft
@@ -492,11 +500,10 @@ class _Build:
                                    or users[0].op == "call_function" and users[0].target in _DROPOUT_FUNCTIONS
                                    or users[0].op == "call_method" and users[0].target in ("type_as", "float", "to")):
             node, users = users[0], list(users[0].users)
-        if len(users) != 1 or not (users[0].op == "call_function" and users[0].target in (operator.matmul, torch.matmul, torch.bmm)) \
-                or users[0].args[0] is not node:
+        if len(users) != 1 or not (users[0].op == "call_function" and users[0].target in _MATMUL) or _operands(users[0])[0] is not node:
             return self.fail(soft, "the softmax's weights are not multiplied by the values (weights @ v), or are used elsewhere too")
         mm2 = users[0]
-        v_lin = self._linear_of(mm2.args[1])
+        v_lin = self._linear_of(_operands(mm2)[1])
         if None in (q_lin, k_lin, v_lin):
             return self.fail(mm1, "the queries, keys and values do not each come from an nn.Linear through view/reshape/permute/split")
         # forward from o through the heads' merge to the output Linear

@@ -88,7 +88,7 @@ TEST_CASE("traced: a timm-style ViT (patches, class token, positions, packed qkv
   round_trip<vit, 2, 9>("vit");
   CHECK(int8_agreement<vit, 9>("vit") >= kUntrained);
 }
-TEST_CASE("traced: a BERT-style encoder (word and position embeddings, separate q/k/v, post-norm ε 1e-12, the first token's classifier)") {
+TEST_CASE("traced: a BERT-style encoder (word and position embeddings, separate q/k/v, einsum, post-norm ε 1e-12, the first token's classifier)") {
   round_trip<bert, 2, 16>("bert");
   CHECK(int8_agreement<bert, 16>("bert") >= kUntrained);
 }

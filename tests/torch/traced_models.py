@@ -73,7 +73,7 @@ class SmallVit(nn.Module):
 
 
 class BertLayer(nn.Module):
-    """BERT's style: separate query, key, value; scores divided by sqrt(head width); post-norm, eps 1e-12."""
+    """BERT's style: separate query, key, value; scores by einsum divided by sqrt(head width); post-norm, eps 1e-12."""
 
     def __init__(self, dim, heads, hidden):
         super().__init__()
@@ -90,9 +90,9 @@ class BertLayer(nn.Module):
 
     def forward(self, x):
         q, k, v = self.split(self.query(x)), self.split(self.key(x)), self.split(self.value(x))
-        scores = torch.matmul(q, k.transpose(-1, -2)) / math.sqrt(self.width)
+        scores = torch.einsum("bhid,bhjd->bhij", q, k) / math.sqrt(self.width)
         probs = nn.functional.softmax(scores, dim=-1)
-        context = torch.matmul(probs, v).permute(0, 2, 1, 3).contiguous()
+        context = torch.einsum("bhij,bhjd->bhid", probs, v).permute(0, 2, 1, 3).contiguous()
         context = context.view(context.size(0), context.size(1), -1)
         h = self.attention_norm(self.dense(context) + x)
         return self.output_norm(self.output(F.gelu(self.intermediate(h))) + h)
