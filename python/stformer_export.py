@@ -582,7 +582,7 @@ def _write(module, name, folder, cpp, steps, state, input_shape, out_shape, exam
     lines += [f"//   {p or '(the model)':<24} {what}" for p, _, what in steps]
     lines += ["#pragma once", "", "#include <type_traits>", "", "#include <stformer/stformer.hpp>", ""]
     if causal:
-        lines += [f"// Causal: row i of the output reads rows 0 .. i of the input alone; every pass applies the mask.",
+        lines += ["// Causal: row i of the output reads rows 0 .. i of the input alone; every pass applies the mask.",
                   f"struct {name} : {cpp} {{", "  static constexpr bool causal = true;", "};", ""]
     else:
         lines += [f"using {name} = {cpp};", ""]
