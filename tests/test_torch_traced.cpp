@@ -9,7 +9,8 @@
 // VisionTransformer as it is (a Conv2d patch embedding on an image). Each header
 // is included as the exporter wrote it and run against PyTorch's output
 // (tests/torch/round_trip.hpp), then quantized (calibrated on 32 inputs) and its argmax held to
-// the float model's on 200 others.
+// the float model's on 200 others. For the models of float inputs, training's backward gives
+// PyTorch's gradient of the input.
 #include <doctest/doctest.h>
 
 #include <algorithm>
@@ -82,10 +83,34 @@ double int8_agreement(const char* name) {
   return agreement;
 }
 
+// Training through the exported model: ActsOf's backward for PyTorch's random gradient of the
+// example's output (NAME.grads.safetensors) gives PyTorch's gradient of the input, to 1e-4
+// relative to its largest entry.
+template <class M, size_t B, size_t N>
+void input_gradient(const char* name) {
+  const std::string base = test::exported(name);
+  auto model = std::make_unique<M>(), grad = std::make_unique<M>();
+  load_params(base + ".safetensors", *model);
+  const auto example = safetensors::File::read(base + ".example.safetensors");
+  const auto grads = safetensors::File::read(base + ".grads.safetensors");
+  auto x = std::make_unique<typename M::template Input<B, N>>();
+  auto dx = std::make_unique<typename M::template Input<B, N>>();
+  auto dy = std::make_unique<typename M::template Output<B, N>>();
+  test::read(example, "input", *x);
+  test::read(grads, "grad_output", *dy);
+  test::read(grads, "grad_input", *dx);
+  auto acts = std::make_unique<ActsOf<M, B, N>>();
+  acts->forward(*model, *x);
+  test::worst = 0;
+  test::check_rel(std::string(name) + " dL/dx", acts->backward(*model, *grad, *dy), *dx, 1e-4);
+  MESSAGE(std::string(name) << ": ActsOf's input gradient against PyTorch's, largest relative difference " << test::worst);
+}
+
 }  // namespace
 
 TEST_CASE("traced: a timm-style ViT (patches, class token, positions, packed qkv attention, LayerScale, ε 1e-6, the token's head)") {
   round_trip<vit, 2, 9>("vit");
+  input_gradient<vit, 2, 9>("vit");
   CHECK(int8_agreement<vit, 9>("vit") >= kUntrained);
 }
 TEST_CASE("traced: a BERT-style encoder (word and position embeddings, separate q/k/v, einsum, post-norm ε 1e-12, the first token's classifier)") {
@@ -100,11 +125,13 @@ TEST_CASE("traced: a nanoGPT-style causal language model (tied embeddings, maske
 TEST_CASE("traced: nn.MultiheadAttention with a causal attn_mask, a SwiGLU layer (Gated) and GPT-J's parallel block, declared causal") {
   static_assert(declares_causal<mha>);
   round_trip<mha, 2, 10>("mha");
+  input_gradient<mha, 2, 10>("mha");
   CHECK(int8_agreement<mha, 10>("mha") >= kUntrained);
 }
 TEST_CASE("traced: nn.TransformerEncoder called with a causal mask, declared causal") {
   static_assert(declares_causal<encoded>);
   round_trip<encoded, 2, 8>("encoded");
+  input_gradient<encoded, 2, 8>("encoded");
   CHECK(int8_agreement<encoded, 8>("encoded") >= kUntrained);
 }
 TEST_CASE("traced: a llama-style causal model (RMSNorm written out, eps 1e-6; bias-free q/k/v/o with an additive causal buffer; SwiGLU)") {
@@ -119,5 +146,6 @@ TEST_CASE("traced: the PyTorch tutorial's language model (sequence-first ids, th
 }
 TEST_CASE("traced: torchvision's VisionTransformer as it is (image 3 x 32 x 32, patches of 8, 4 layers, 4 heads, D 64, 10 classes)") {
   round_trip<tvit, 2, 96>("tvit");
+  input_gradient<tvit, 2, 96>("tvit");
   CHECK(int8_agreement<tvit, 96>("tvit") >= kUntrained);
 }

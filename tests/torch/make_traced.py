@@ -9,7 +9,9 @@ refusals, checked here: each names the operation, its module and its source line
 
 usage: /usr/bin/python3 tests/torch/make_traced.py OUT_DIR
 writes OUT_DIR/{vit,bert,gpt,mha,encoded,llama,tvit,tutorial}.{hpp,safetensors,example.safetensors,inputs.safetensors}
-(inputs: 32 calibration inputs and 200 test inputs, one sequence each, for the integer model)
+(inputs: 32 calibration inputs and 200 test inputs, one sequence each, for the integer model), and
+for a model of float inputs OUT_DIR/NAME.grads.safetensors: a random gradient of its output and
+PyTorch's gradient of its input for it
 """
 import os
 import sys
@@ -99,6 +101,14 @@ def draw(x, count):
 for seed, (name, model, x) in enumerate(models):
     torch.manual_seed(100 + seed)
     path = sx.export(model if name == "tutorial" else spread(model), x, name, out)
+    if torch.is_tensor(x) and x.is_floating_point():  # training's backward: the input's gradient for a random one of the output
+        model.eval()
+        xg = x.clone().requires_grad_(True)
+        y = model(xg)
+        dy = torch.randn_like(y)
+        y.backward(dy)
+        model.train()
+        save_safetensors(os.path.join(out, f"{name}.grads.safetensors"), {"grad_output": dy.detach(), "grad_input": xg.grad.detach()})
     # for the integer model: calibration inputs and test inputs (test_torch_traced)
     save_safetensors(os.path.join(out, f"{name}.inputs.safetensors"), {"calibration": draw(x, 32), "test": draw(x, 200)})
     assert model.training, "export leaves the model's mode as it was"
