@@ -466,7 +466,7 @@ def _export_traced(module, example, name, folder, causal, batch_first=None):
                 raise ExportError(f"stformer_export: two steps would save different tensors as {key!r}")
             state[key] = v.detach().float().contiguous()
     steps = [(leaf.path, leaf.cpp, leaf.what) for leaf in chain.leaves()]
-    cpp = "stformer::Sequential<\n" + ",\n".join("    " + s.type() for s in chain.steps) + ">"
+    cpp = "stformer::Sequential<\n" + ",\n".join("    " + t for t in st.repeated(chain.steps)) + ">"
     return _write(module, name, folder, cpp, steps, state, tuple(rows_in(main).shape), out_shape, rows_in(main).contiguous(), got, is_causal,
                   seq_first=seq_first, image=tuple(main.shape[1:]) if image else None)
 

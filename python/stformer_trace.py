@@ -132,6 +132,56 @@ class Gated:
         return self.gate.leaves() + self.value.leaves()
 
 
+def _block_of(step):
+    """The module a step belongs to, when it is the i-th of a list of blocks: (X, i) of the paths
+    'X.i.…' its leaves with parameters share; else None."""
+    paths = [leaf.path.split(".") for leaf in step.leaves() if leaf.state]
+    if not paths:
+        return None
+    common = []
+    for level in zip(*paths):
+        if len(set(level)) != 1:
+            break
+        common.append(level[0])
+    for k in range(len(common) - 1, -1, -1):
+        if common[k].isdigit():
+            return ".".join(common[:k]), int(common[k])
+    return None
+
+
+def repeated(steps):
+    """The C++ types of a chain's steps, each run of blocks X.0, X.1, … X.(n−1) of one structure
+    (the same types once their paths are taken relative to X.i) written once, as
+    Named<"X", Repeat<Sequential<…>, n>>: one type for n blocks, as the module has one class."""
+    types, i = [], 0
+    while i < len(steps):
+        key = _block_of(steps[i])
+        if key is None or key[1] != 0:
+            types.append(steps[i].type())
+            i += 1
+            continue
+        name, blocks, j = key[0], [], i
+        while j < len(steps) and _block_of(steps[j]) == (name, len(blocks)):
+            block = []
+            while j < len(steps) and _block_of(steps[j]) == (name, len(blocks)):
+                block.append(steps[j])
+                j += 1
+            blocks.append(block)
+
+        def relative(block, k):
+            at = f"{name}.{k}" if name else str(k)
+            return "stformer::Sequential<" + ", ".join(s.type() for s in block).replace(f'Named<"{at}.', 'Named<"').replace(
+                f'Named<"{at}"', 'Named<""') + ">"
+        bodies = [relative(b, k) for k, b in enumerate(blocks)]
+        if len(blocks) >= 2 and all(b == bodies[0] for b in bodies):
+            types.append(f'stformer::Named<"{name}", stformer::Repeat<{bodies[0]}, {len(blocks)}>>')
+            i = j
+        else:
+            types.append(steps[i].type())
+            i += 1
+    return types
+
+
 # ---------------------------------------------------------------------------------------------
 # Tracing
 
