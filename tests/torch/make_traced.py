@@ -2,13 +2,13 @@
 """The exporter's tracing (python/stformer_trace.py), its PyTorch side: models with a forward of
 their own (tests/torch/traced_models.py, in the styles of timm's ViT, BERT, nanoGPT, GPT-J, a
 SwiGLU layer, nn.MultiheadAttention and nn.TransformerEncoder with causal masks, a llama-style model
-with RMSNorm written out, torchvision's VisionTransformer as it is, the PyTorch tutorial's
-sequence-first language model), each exported
+with RMSNorm written out, torchvision's VisionTransformer as it is, the Keyword Transformer KWT-1,
+the PyTorch tutorial's sequence-first language model), each exported
 with an example input and PyTorch's output for it (tests/test_torch_traced.cpp runs them); and the
 refusals, checked here: each names the operation, its module and its source line.
 
 usage: /usr/bin/python3 tests/torch/make_traced.py OUT_DIR
-writes OUT_DIR/{vit,bert,gpt,mha,encoded,llama,tvit,tutorial}.{hpp,safetensors,example.safetensors,inputs.safetensors}
+writes OUT_DIR/{vit,bert,gpt,mha,encoded,llama,tvit,kwt,tutorial}.{hpp,safetensors,example.safetensors,inputs.safetensors}
 (inputs: 32 calibration inputs and 200 test inputs, one sequence each, for the integer model), and
 for a model of float inputs OUT_DIR/NAME.grads.safetensors: a random gradient of its output and
 PyTorch's gradient of its input for it
@@ -51,6 +51,47 @@ def spread(model):
     return model
 
 
+class Keywords:
+    """A keyword-spotting task of 12 words, for KWT: each word a fixed pattern of 98 frames of 40
+    coefficients, heard through noise of the same strength."""
+
+    def __init__(self):
+        g = torch.Generator().manual_seed(12)
+        self.words = torch.randn(12, 98, 40, generator=g)
+        self.g = g
+
+    def draw(self, count):
+        labels = torch.randint(0, 12, (count,), generator=self.g)
+        return self.words[labels] + torch.randn(count, 98, 40, generator=self.g), labels
+
+
+def trained_kwt(task):
+    """KWT-1 whose classifier is trained on the task (the layers below it as initialised: a linear
+    probe, 300 steps on the class token's features of 256 inputs; its test accuracy checked), so
+    that its logits decide and int8's argmax is a fair test, at a fraction of full training's cost."""
+    model = tm.KeywordTransformer().eval()
+
+    def features(x):
+        with torch.no_grad():
+            h = model.patch_proj(x)
+            h = torch.cat([model.class_emb.expand(h.shape[0], 1, -1), h], dim=1) + model.pos_emb
+            for layer in model.enc_layers:
+                h = layer(h)
+            return h[:, 0]
+    x, y = task.draw(256)
+    f = features(x)
+    opt = torch.optim.Adam(model.mlp_head.parameters(), lr=1e-2)
+    for _ in range(300):
+        loss = F.cross_entropy(model.mlp_head(f), y)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+    x, y = task.draw(200)
+    accuracy = (model.mlp_head(features(x)).argmax(-1) == y).float().mean().item()
+    assert accuracy > 0.9, f"KWT's classifier did not learn its task: accuracy {accuracy}"
+    return model.train()
+
+
 def trained_tutorial():
     """The tutorial's model trained for 150 steps on a task with an answer (each token is the one
     before it plus 7, modulo 100), so that its logits decide and int8's argmax is a fair test."""
@@ -68,6 +109,9 @@ def trained_tutorial():
     return model
 
 
+keywords = Keywords()
+
+
 def seeded(seed, make):
     """make() with the generator at seed: each model's weights and example its own, whatever the others."""
     torch.manual_seed(seed)
@@ -83,6 +127,8 @@ models = [seeded(1, lambda: ("vit", tm.SmallVit(12), torch.randn(2, 9, 12))),
           # torchvision's own, as it is: a Conv2d patch embedding on an image (B, 3, 32, 32)
           seeded(7, lambda: ("tvit", VisionTransformer(image_size=32, patch_size=8, num_layers=4, num_heads=4, hidden_dim=64, mlp_dim=128,
                                                        num_classes=10), torch.randn(2, 3, 32, 32))),
+          # the Keyword Transformer KWT-1 as its paper gives it: 98 MFCC frames of 40, D 64, 12 post-norm layers
+          seeded(9, lambda: ("kwt", trained_kwt(keywords), keywords.draw(2)[0])),
           # sequence-first: ids (N, B) and the causal src_mask the tutorial passes
           seeded(8, lambda: ("tutorial", trained_tutorial(), (torch.randint(0, 100, (12, 2)), nn.Transformer.generate_square_subsequent_mask(12))))]
 
@@ -100,7 +146,7 @@ def draw(x, count):
 
 for seed, (name, model, x) in enumerate(models):
     torch.manual_seed(100 + seed)
-    path = sx.export(model if name == "tutorial" else spread(model), x, name, out)
+    path = sx.export(model if name in ("tutorial", "kwt") else spread(model), x, name, out)
     if torch.is_tensor(x) and x.is_floating_point():  # training's backward: the input's gradient for a random one of the output
         model.eval()
         xg = x.clone().requires_grad_(True)
@@ -110,7 +156,11 @@ for seed, (name, model, x) in enumerate(models):
         model.train()
         save_safetensors(os.path.join(out, f"{name}.grads.safetensors"), {"grad_output": dy.detach(), "grad_input": xg.grad.detach()})
     # for the integer model: calibration inputs and test inputs (test_torch_traced)
-    save_safetensors(os.path.join(out, f"{name}.inputs.safetensors"), {"calibration": draw(x, 32), "test": draw(x, 200)})
+    if name == "kwt":  # the task's own inputs
+        inputs = {"calibration": keywords.draw(32)[0], "test": keywords.draw(200)[0]}
+    else:
+        inputs = {"calibration": draw(x, 32), "test": draw(x, 200)}
+    save_safetensors(os.path.join(out, f"{name}.inputs.safetensors"), inputs)
     assert model.training, "export leaves the model's mode as it was"
     header = open(path).read()
     assert ("static constexpr bool causal = true;" in header) == (name in ("gpt", "mha", "encoded", "llama", "tutorial")), f"{name}: causal or not"

@@ -318,3 +318,59 @@ class TutorialLM(nn.Module):
         src = self.pos_encoder(src)
         output = self.transformer_encoder(src, src_mask)
         return self.decoder(output)
+
+
+class KwtAttention(nn.Module):
+    """The Keyword Transformer's attention: bias-free query, key and value, a combining Linear with bias."""
+
+    def __init__(self, dim, heads):
+        super().__init__()
+        self.heads = heads
+        self.query_dense, self.key_dense, self.value_dense = (nn.Linear(dim, dim, bias=False) for _ in range(3))
+        self.combine_heads = nn.Linear(dim, dim)
+
+    def separate_heads(self, x):
+        b, n, d = x.shape
+        return x.reshape(b, n, self.heads, d // self.heads).permute(0, 2, 1, 3)
+
+    def forward(self, x):
+        q, k, v = (self.separate_heads(f(x)) for f in (self.query_dense, self.key_dense, self.value_dense))
+        weights = torch.softmax(torch.matmul(q, k.transpose(-2, -1)) / math.sqrt(k.shape[-1]), dim=-1)
+        out = torch.matmul(weights, v).permute(0, 2, 1, 3)
+        return self.combine_heads(out.reshape(x.shape[0], -1, x.shape[2]))
+
+
+class KwtBlock(nn.Module):
+    """Post-norm, as the paper's default: LN(x + attention(x)), then LN(x + MLP(x)), eps 1e-6."""
+
+    def __init__(self, dim, heads, mlp_dim):
+        super().__init__()
+        self.att = KwtAttention(dim, heads)
+        self.ffn = nn.Sequential(nn.Linear(dim, mlp_dim), nn.GELU(), nn.Linear(mlp_dim, dim))
+        self.layernorm1, self.layernorm2 = nn.LayerNorm(dim, eps=1e-6), nn.LayerNorm(dim, eps=1e-6)
+        self.dropout1, self.dropout2 = nn.Dropout(0.1), nn.Dropout(0.1)
+
+    def forward(self, x):
+        x = self.layernorm1(x + self.dropout1(self.att(x)))
+        return self.layernorm2(x + self.dropout2(self.ffn(x)))
+
+
+class KeywordTransformer(nn.Module):
+    """KWT (Berg et al. 2021) over time: MFCC frames (B, 98, 40), each projected to D, a class
+    token before them, learned positions, post-norm blocks, the class token's classifier.
+    KWT-1: D 64, 12 layers, 1 head, MLP 256, 12 classes (607,308 parameters)."""
+
+    def __init__(self, frames=98, coefficients=40, dim=64, layers=12, heads=1, mlp_dim=256, classes=12):
+        super().__init__()
+        self.patch_proj = nn.Linear(coefficients, dim)
+        self.class_emb = nn.Parameter(torch.randn(1, 1, dim) * 0.02)
+        self.pos_emb = nn.Parameter(torch.randn(1, frames + 1, dim) * 0.02)
+        self.enc_layers = nn.ModuleList([KwtBlock(dim, heads, mlp_dim) for _ in range(layers)])
+        self.mlp_head = nn.Linear(dim, classes)
+
+    def forward(self, x):
+        x = self.patch_proj(x)
+        x = torch.cat([self.class_emb.expand(x.shape[0], 1, -1), x], dim=1) + self.pos_emb
+        for layer in self.enc_layers:
+            x = layer(x)
+        return self.mlp_head(x[:, 0])
