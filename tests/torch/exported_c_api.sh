@@ -14,7 +14,7 @@ rm -rf "$out" && mkdir -p "$out"
 # shellcheck disable=SC2086
 $cxx -O1 -c "$2" -o "$out/io.o"
 ar rcs "$out/libio.a" "$out/io.o"
-for name in vit gpt llama tvit; do
+for name in tvit gpt; do
   # the library first, as a user writes it: stformer-c-api repeats it after the program
   sh "$here/../../src/stformer-c-api" --header "$dir/$name.hpp" --checkpoint "$dir/$name.safetensors" --name "$name" --out "$out" \
     --compile "$cxx -O1 -pthread -L$out -lio"
