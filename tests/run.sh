@@ -28,9 +28,10 @@
 #   from the start, at the lowest CPU priority), run under qemu-aarch64.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-# python3-torch: the PyTorch parity test; clang: the fuzzers; the Arm toolchains and QEMU:
+# python3-torch: the PyTorch parity test; python3-torchvision: the exporter's tests (torchvision's
+# VisionTransformer), python3-onnx: ONNX files; clang: the fuzzers; the Arm toolchains and QEMU:
 # the firmware and aarch64; cmake and make: the projects that use stformer (tests/consumers)
-bash targets/install-deps.sh python3-torch clang libclang-rt-14-dev gcc-arm-none-eabi libstdc++-arm-none-eabi-newlib \
+bash targets/install-deps.sh python3-torch python3-torchvision python3-onnx clang libclang-rt-14-dev gcc-arm-none-eabi libstdc++-arm-none-eabi-newlib \
   libnewlib-arm-none-eabi qemu-system-arm g++-aarch64-linux-gnu qemu-user cmake make
 
 # stage NAME: ends the stage under way, printing its time, and starts NAME ("" at the end).
