@@ -377,7 +377,6 @@ def _known(path, m, x, node, build):
             causal = st._causal_mask_value(value, x.shape[0] if build.seq_first else x.shape[1])
             if mask in build.dep or not causal:
                 return build.fail(node, "a mask that is not the causal one")
-            build.causal.add(path)
         if node.kwargs.get("src_key_padding_mask") is not None:
             return build.fail(node, "a key padding mask: not read yet")
         chain = _Chain(tuple(x.transpose(0, 1).shape) if build.seq_first else tuple(x.shape))
@@ -391,7 +390,8 @@ def _known(path, m, x, node, build):
             run = (lambda y: m(y.transpose(0, 1), value).transpose(0, 1)) if causal else (lambda y: m(y.transpose(0, 1)).transpose(0, 1))
         else:
             run = (lambda y: m(y, value)) if causal else m
-        return [st.Leaf(p, t, what, run if i == 0 else (lambda y: y), state if i == 0 else {}, causal, prefix=path)
+        attends = isinstance(m, (nn.TransformerEncoderLayer, nn.TransformerEncoder))
+        return [st.Leaf(p, t, what, run if i == 0 else (lambda y: y), state if i == 0 else {}, causal, prefix=path, attends=attends and i == 0)
                 for i, (p, t, what) in enumerate(chain.steps)]
     return build.fail(node, f"{type(m).__name__} is not a module stformer_export reads (see docs/pytorch.md)")
 
@@ -442,11 +442,10 @@ def _export_traced(module, example, name, folder, causal, batch_first=None):
         raise ExportError(str(e)) from None
     finally:
         module.train(was_training)
-    causal_parts = {leaf.path for leaf in chain.leaves() if leaf.causal}
-    if causal_parts and len(causal_parts) != len({leaf.path for leaf in chain.leaves() if "Attention" in leaf.cpp or "Block" in leaf.cpp
-                                                 or "Repeat" in leaf.cpp}):
+    masks = {leaf.causal for leaf in chain.leaves() if leaf.attends}
+    if len(masks) > 1:
         raise ExportError("stformer_export: some attentions are causal and some are not: stformer declares a model causal or not")
-    is_causal = bool(causal_parts)
+    is_causal = masks == {True}
     if causal is not None and causal != is_causal:
         raise ExportError(f"stformer_export: causal={causal}, but the model's attention is {'causal' if is_causal else 'not causal'}")
     if not st._close(mine, got, 1e-4):

@@ -44,8 +44,9 @@ class Leaf:
     """A step of stformer's own: its C++ type, its parameters (name -> tensor, under `prefix`, by default its path), and
     `fn`, what it computes in PyTorch (from the stream [B, N, D] to the next)."""
 
-    def __init__(self, path, cpp, what, fn, state=None, causal=False, prefix=None):
+    def __init__(self, path, cpp, what, fn, state=None, causal=False, prefix=None, attends=False):
         self.path, self.cpp, self.what, self.fn, self.state, self.causal = path, cpp, what, fn, state or {}, causal
+        self.attends = attends  # an attention (or a block holding one): causal or not
         self.prefix = path if prefix is None else prefix  # the state's names are prefix.name
 
     def type(self):
@@ -185,7 +186,6 @@ def repeated(steps):
 # ---------------------------------------------------------------------------------------------
 # Tracing
 
-_ACT_MODULES = {nn.ReLU: ("ReLU", F.relu), nn.SiLU: ("SiLU", F.silu)}
 _ACT_FUNCTIONS = {F.relu: "ReLU", torch.relu: "ReLU", F.silu: "SiLU", F.gelu: "GELU"}
 _RELABEL_METHODS = {"view", "reshape", "permute", "transpose", "contiguous", "flatten", "squeeze", "unsqueeze", "chunk", "split",
                     "unflatten", "size", "dim", "unbind"}
@@ -362,9 +362,6 @@ class _Reader:
     def fail(self, node, why):
         self.errors.append(f"{_describe(node)} {_where(node)}: {why}")
 
-    def value(self, node):
-        return self.values[node]
-
     def const(self, arg):
         """The value of an argument that does not depend on the input."""
         if isinstance(arg, torch.fx.Node):
@@ -456,8 +453,8 @@ class _Op:
 
 
 def read(module, example, leaves, known, seq_first=False):
-    """The declaration (a Chain) of module's forward on example, the output's rows (B, N, D), the
-    state to save (name -> tensor) and whether it is causal; raises TraceError with every reason.
+    """The declaration (a Chain) of module's forward on example, the output's rows (B, N, D) and the
+    module's output on the example; raises TraceError with every reason.
     leaves: module types traced whole; known(path, module, in_shape, node) -> list of Leaf for the
     modules stformer_export reads itself (None when it refuses; it records why)."""
     r = _Reader(module, example, leaves, known)
@@ -473,7 +470,6 @@ class _Build:
         self.ops = {}          # stream node -> _Op
         self.alias = {}        # node -> the stream node it relabels
         self.absorbed = set()  # nodes inside an attention
-        self.causal = set()
         self.attentions = 0
         self.unnamed = 0
         self.unread_attention = False  # an attention was refused: the values inside it are not reported again
@@ -706,12 +702,10 @@ class _Build:
                     lambda x: x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps) * w, {"weight": w})
 
     def self_attention(self, path, d, heads, s_name, scale, causal, w_in, b_in, w_out, b_out, what):
-        if causal:
-            self.causal.add(path)
         return Leaf(path, f"stformer::SelfAttention<{d}, {heads}, stformer::ScoreScale::{s_name}>",
                     f"{what}: {heads} heads{', causal' if causal else ''}",
                     lambda x: reference_attention(x, w_in, b_in, w_out, b_out, heads, scale, causal),
-                    {"in_proj_weight": w_in, "in_proj_bias": b_in, "out_proj.weight": w_out, "out_proj.bias": b_out}, causal)
+                    {"in_proj_weight": w_in, "in_proj_bias": b_in, "out_proj.weight": w_out, "out_proj.bias": b_out}, causal, attends=True)
 
     def _between(self, a, b):
         """The nodes on paths from a to b, b included, a not."""

@@ -9,6 +9,7 @@ OUT_DIR/trained.{hpp,safetensors}: the issue's classifier trained by PyTorch on 
 (which of 5 prototypes was planted among 32 rows of noise), with OUT_DIR/trained.data.safetensors:
 `calibration` inputs, `test` inputs, their `labels` and PyTorch's `predictions` and `logits`.
 """
+import functools
 import os
 import sys
 
@@ -17,6 +18,7 @@ import torch.nn as nn
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "python"))
 import stformer_export as sx  # noqa: E402
+import refusals  # noqa: E402
 from stformer_torch import save_safetensors  # noqa: E402
 
 torch.manual_seed(5)
@@ -103,14 +105,7 @@ assert accuracy > 0.9, f"the trained classifier's accuracy is {accuracy}"
 
 
 # The refusals: every module the exporter cannot take, by its path and class, in one error.
-def refused(model, shape, *wanted, name="bad", **kw):
-    try:
-        sx.export(model, shape, name, out, **kw)
-    except sx.ExportError as e:
-        for w in wanted:
-            assert w in str(e), f"{w!r} not in:\n{e}"
-        return str(e)
-    raise AssertionError(f"exported: {model}")
+refused = functools.partial(refusals.refused, out)
 
 
 class Mine(nn.Module):
@@ -139,7 +134,7 @@ assert message.count("\n") == 3, message
 # cannot read is named by module and source line (tests/torch/make_traced.py).
 refused(nn.Sequential(nn.Linear(8, 8), Mine()), (1, 4, 8), "give an example input tensor, not a shape")
 message = refused(nn.Sequential(nn.Linear(8, 16), nn.BatchNorm1d(4), Residual(nn.Linear(16, 16))), torch.randn(1, 4, 8),
-                  "module '1' at make_export.py:", "BatchNorm1d is not a module stformer_export reads")
+                  "module '1' at refusals.py:", "BatchNorm1d is not a module stformer_export reads")
 refused(nn.Sequential(nn.Linear(8, 8), nn.Embedding(10, 8)), (1, 4, 8), "'1' (Embedding): an nn.Embedding takes token ids")
 refused(nn.Sequential(nn.Linear(8, 8)), (1, 4), "'0' (Linear): takes rows [B, N, D], but the input is token ids")
 refused(nn.Sequential(sx.PositionEmbedding(4, 8)), (1, 6, 8), "'0' (PositionEmbedding): 6 rows, but positions for 4 only")

@@ -13,6 +13,7 @@ writes OUT_DIR/{vit,bert,gpt,mha,encoded,llama,tvit,kwt,tutorial}.{hpp,safetenso
 for a model of float inputs OUT_DIR/NAME.grads.safetensors: a random gradient of its output and
 PyTorch's gradient of its input for it
 """
+import functools
 import os
 import sys
 
@@ -24,6 +25,7 @@ here = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(here, "..", "..", "python"))
 sys.path.insert(0, here)
 import stformer_export as sx  # noqa: E402
+import refusals  # noqa: E402
 from stformer_torch import save_safetensors  # noqa: E402
 import traced_models as tm  # noqa: E402
 from torchvision.models.vision_transformer import VisionTransformer  # noqa: E402
@@ -167,14 +169,7 @@ for seed, (name, model, x) in enumerate(models):
 
 
 # The refusals, every reason at once, each with its module and source line.
-def refused(model, x, *wanted, **kw):
-    try:
-        sx.export(model, x, "bad", out, **kw)
-    except sx.ExportError as e:
-        for w in wanted:
-            assert w in str(e), f"{w!r} not in:\n{e}"
-        return str(e)
-    raise AssertionError(f"exported: {type(model).__name__}")
+refused = functools.partial(refusals.refused, out)
 
 
 class Unread(nn.Module):
