@@ -5,7 +5,8 @@
 # int8 version and predictions; targets/firmware/make-headers.sh writes them all).
 #  1. `meson install` of BUILD into a staging folder: headers, stformer_io, checkpoint_header,
 #     stformer-c-api, stformer.pc / stformer-io.pc and the CMake package; the installed
-#     stformer-c-api writes the model's image from its header and a checkpoint.
+#     stformer-c-api writes the model's image from its header and a checkpoint; the installed
+#     stformer-quantize and stformer-firmware make its integer model and run it on QEMU.
 #  2. a Makefile with pkg-config, 3. a CMake project with find_package(stformer), both against
 #     that install (the Makefile also against BUILD itself, through its uninstalled .pc files),
 #     4. a meson project with stformer as a subproject (only the library built).
@@ -29,11 +30,12 @@ meson install -C "$build" --destdir "$tmp/stage" --no-rebuild --quiet
 prefix=$(option prefix) libdir=$(option libdir)
 root=$tmp/stage$prefix
 for f in include/stformer/stformer.hpp include/stformer/io/checkpoint.hpp include/stformer/io/safetensors.hpp bin/checkpoint_header bin/stformer-c-api \
+  bin/stformer-quantize bin/stformer-firmware bin/stformer-tools.sh share/stformer/firmware/model/main.cpp \
   "$libdir/libstformer_io.a" "$libdir/pkgconfig/stformer.pc" "$libdir/pkgconfig/stformer-io.pc" \
   "$libdir/cmake/stformer/stformerConfig.cmake" "$libdir/cmake/stformer/stformerConfigVersion.cmake"; do
   [ -e "$root/$f" ] || { echo "FAIL: not installed: $prefix/$f"; exit 1; }
 done
-echo "ok   installed: headers, libstformer_io.a, checkpoint_header, stformer-c-api, stformer.pc, stformer-io.pc, CMake package"
+echo "ok   installed: headers, libstformer_io.a, checkpoint_header, stformer-c-api, stformer-quantize, stformer-firmware, stformer.pc, stformer-io.pc, CMake package"
 # generate NAME TYPE CHECKPOINT ARGS...: the installed generator, as a user runs it (pkg-config)
 models=$src/tasks/max_value_models.hpp
 generate() {
@@ -43,6 +45,16 @@ generate() {
 generate weights max_value::PointerNet "${args[0]}" --image --out "$tmp"
 grep -q "using Model = max_value::PointerNet;" "$tmp/weights.hpp"
 echo "ok   the installed stformer-c-api writes the model's image"
+# the installed stformer-quantize and stformer-firmware (their sources from share/stformer): the
+# pointer model quantized on 8 sets and its firmware on QEMU's Cortex-M4, the host's integers
+if command -v arm-none-eabi-g++ >/dev/null && command -v qemu-system-arm >/dev/null; then
+  PKG_CONFIG_PATH="$root/$libdir/pkgconfig" PKG_CONFIG_SYSROOT_DIR="$tmp/stage" sh "$root/bin/stformer-quantize" "$models" "${args[0]}" \
+    "${args[1]}" "$tmp/q.safetensors" --tensor x --type max_value::PointerNet --rows 50 >/dev/null
+  PKG_CONFIG_PATH="$root/$libdir/pkgconfig" PKG_CONFIG_SYSROOT_DIR="$tmp/stage" sh "$root/bin/stformer-firmware" --header "$models" \
+    --type max_value::PointerNet --rows 50 --checkpoint "$tmp/q.safetensors" --int8 --name pointer --inputs "${args[1]}" --tensor x \
+    --count 2 --board m4 --out "$tmp" >"$tmp/firmware.log" || { cat "$tmp/firmware.log"; exit 1; }
+  echo "ok   the installed stformer-quantize and stformer-firmware: the pointer model in int8 on QEMU's Cortex-M4, the host's outputs"
+fi
 
 echo "== a Makefile with pkg-config"
 project make

@@ -1,10 +1,13 @@
 #!/bin/sh
-# exported_c_api.sh DIR OUT_DIR COMPILER FLAGS... -- IO_SOURCE: the C API of models the exporter
-# traced (DIR: where tests/torch/make_traced.py wrote them), made by stformer-c-api from the header
-# and the checkpoint alone (the header names the type, the rows and the causal mask), built, and
-# run on the example's sequences against PyTorch (exported_c_api.cpp). Also the link order: a
-# --compile command that names the library before the program links.
+# exported_c_api.sh [--firmware] DIR OUT_DIR COMPILER FLAGS... -- IO_SOURCE: the C API of models the
+# exporter traced (DIR: where tests/torch/make_traced.py wrote them), made by stformer-c-api from
+# the header and the checkpoint alone (the header names the type, the rows and the causal mask),
+# built, and run on the example's sequences against PyTorch (exported_c_api.cpp). Also the link
+# order: a --compile command that names the library before the program links.
+# --firmware: their integer models and firmware instead (exported_firmware.sh).
 set -eu
+firmware=no
+[ "$1" != --firmware ] || { firmware=yes; shift; }
 dir=$1 out=$2
 shift 2
 cxx=""
@@ -14,6 +17,10 @@ rm -rf "$out" && mkdir -p "$out"
 # shellcheck disable=SC2086
 $cxx -O1 -c "$2" -o "$out/io.o"
 ar rcs "$out/libio.a" "$out/io.o"
+if [ "$firmware" = yes ]; then
+  . "$here/exported_firmware.sh"
+  exit 0
+fi
 for name in tvit gpt; do
   # the library first, as a user writes it: stformer-c-api repeats it after the program
   sh "$here/../../src/stformer-c-api" --header "$dir/$name.hpp" --checkpoint "$dir/$name.safetensors" --name "$name" --out "$out" \
