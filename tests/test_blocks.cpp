@@ -2,6 +2,8 @@
 // and without masks, plus the symmetry properties SPEC.md asks for.
 #include <doctest/doctest.h>
 
+#include <algorithm>
+#include <new>
 #include <numeric>
 
 #include <stformer/stformer.hpp>
@@ -373,4 +375,46 @@ TEST_CASE("Symmetries: SAB, ISAB, encoder equivariant; PMA and the set model inv
     Tensor<B, N, D> y = a3->forward(*sab, x);
     CHECK(max_diff(y, a3->forward(*sab, xp)) > 1e-3);
   }
+}
+
+namespace {
+
+// Patchify<C, H, W, P> of B images whose pixels are their indices, into a buffer of its own and
+// over the image's own bytes (where a chain's plan puts it: over_input), each against
+// y[b, h·(W/P) + w, (c·P + i)·P + j] = x[b, c, h·P + i, w·P + j].
+template <size_t C, size_t H, size_t W, size_t P, class T>
+void check_patchify() {
+  constexpr size_t B = 2, N = C * H;
+  using Leaf = Patchify<C, H, W, P, T>;
+  using X = typename Leaf::template Input<B, N>;
+  using Y = typename Leaf::template Output<B, N>;
+  static_assert(sizeof(X) == sizeof(Y));
+  auto x = make<X>();
+  auto y = make<Y>();
+  for (size_t k = 0; k < x->size(); ++k) x->data()[k] = T(k);
+  const Leaf leaf;
+  leaf.run(*x, *y, Nothing{}, Mask<B, N>{}, Serial{});
+  size_t wrong = 0;
+  for (size_t b = 0; b < B; ++b)
+    for (size_t h = 0; h < H / P; ++h)
+      for (size_t w = 0; w < W / P; ++w)
+        for (size_t c = 0; c < C; ++c)
+          for (size_t i = 0; i < P; ++i)
+            for (size_t j = 0; j < P; ++j) wrong += (*y)(b, h * (W / P) + w, (c * P + i) * P + j) != (*x)(b, c * H + h * P + i, w * P + j);
+  CHECK(wrong == 0);
+  auto same_bytes = make<X>();
+  *same_bytes = *x;
+  Y& over = *std::launder(reinterpret_cast<Y*>(same_bytes.get()));
+  leaf.run(*same_bytes, over, Nothing{}, Mask<B, N>{}, Serial{});
+  CHECK(std::equal(y->data(), y->data() + y->size(), over.data()));
+}
+
+}  // namespace
+
+TEST_CASE("Patchify: an image's patches, into a buffer of their own and over the image") {
+  check_patchify<3, 32, 32, 8, float>();
+  check_patchify<3, 32, 32, 8, std::int16_t>();  // its integer form
+  check_patchify<2, 6, 4, 2, float>();           // H ≠ W
+  check_patchify<1, 4, 6, 2, std::int16_t>();
+  check_patchify<3, 8, 8, 1, float>();           // P = 1: the channels of each pixel together
 }

@@ -22,7 +22,7 @@ firmware() {  # firmware NAME CHECKPOINT BOARD OPTIONS...: two test inputs on th
 quantize kwt
 firmware kwt "$out/kwt_int8.safetensors" f405 --int8
 quantize tvit
-firmware tvit "$out/tvit_int8.safetensors" microbit --int8 --stack 2560
+firmware tvit "$out/tvit_int8.safetensors" microbit --int8
 firmware tvit "$dir/tvit.safetensors" f405
 quantize gpt
 firmware gpt "$out/gpt_int8.safetensors" m7 --int8

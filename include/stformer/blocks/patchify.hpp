@@ -7,7 +7,8 @@
 //      y[b, n, (c·P + i)·P + j] = x[b, c, h·P + i, w·P + j]
 //   backward: dx[b, c, h·P + i, w·P + j] = dy[b, n, (c·P + i)·P + j] (every pixel in one patch)
 // No parameters. T: the element type, float; int16 in a quantized model (Int8Of, below), where
-// it keeps its input's scale.
+// it keeps its input's scale. In a chain its output lies over its input (over_input: the same
+// bytes), the pixels moved in place in runs of P, one cycle of the permutation at a time.
 #pragma once
 
 #include "../core/config.hpp"
@@ -50,10 +51,40 @@ struct Patchify {
             }
   }
 
+  // The run of P pixels that patch row n's columns (c·P + i)·P … hold, run t = n·C·P + c·P + i of
+  // y: its index among x's runs, (c·H + h·P + i)·(W/P) + w for patch n = h·(W/P) + w.
+  static constexpr size_t source(size_t t) {
+    const size_t n = t / (C * P), c = t % (C * P) / P, i = t % P;
+    return (c * H + (n / (W / P)) * P + i) * (W / P) + n % (W / P);
+  }
+  // v: each image's pixels become its patches in place. Every cycle of `source` is moved once,
+  // from its least run (the cycle's other runs reach a smaller one first), P values held aside.
+  template <size_t B, class V>
+  static void move_in_place(V* v) {
+    constexpr size_t runs = C * H * (W / P);
+    for (size_t b = 0; b < B; ++b) {
+      V* image = v + b * runs * P;
+      for (size_t least = 0; least < runs; ++least) {
+        size_t s = source(least);
+        while (s > least) s = source(s);
+        if (s < least) continue;
+        V held[P];
+        std::copy_n(image + least * P, P, held);
+        size_t t = least;
+        for (size_t from = source(t); from != least; t = from, from = source(t)) std::copy_n(image + from * P, P, image + t * P);
+        std::copy_n(held, P, image + t * P);
+      }
+    }
+  }
+
+  static constexpr bool over_input = true;  // step::over_input: y may be x's bytes
   template <size_t B, size_t N, class Pool>
   void run(const Input<B, N>& x, Output<B, N>& y, Nothing, const Mask<B, N>&, Pool&&) const {
     static_assert(N == C * H, "Patchify: the pass's rows are the image's C·H rows of W pixels");
-    move<B, true>(x.data(), y.data());
+    if (static_cast<const void*>(x.data()) == static_cast<const void*>(y.data()))
+      move_in_place<B>(y.data());
+    else
+      move<B, true>(x.data(), y.data());
   }
 
   template <size_t B, size_t N>

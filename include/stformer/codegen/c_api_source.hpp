@@ -168,13 +168,30 @@ CApiSource c_api_source(const Model& model, const CApiNames& names) {
     c << "  if (!stformer::c_api::ids_in_range(in, x.size(), " << Model::template BlockAt<0>::vocabulary << ")) return stformer::c_api::bad_input;\n";
   c << "  if (keys != nullptr)\n    for (std::size_t j = 0; j < N; ++j) key_mask(0, j) = keys[j] != 0;\n"
     << "  return stformer::c_api::ok;\n}\n\n"
+    << "// The passes in frames of their own, apart from the checks' (the stack holds one or the other).\n"
+    << "[[gnu::noinline]] void run(const " << in_cpp << "* in, const std::uint8_t* keys, float* out) {\n"
+    << "  std::copy_n(in, x.size(), x.data());\n"
+    << "  const auto& y = infer.forward(" << name << "_image::model(), x, mask(keys));\n"
+    << "  std::copy_n(y.data(), y.size(), out);\n}\n\n"
     << "[[gnu::noinline]] int predict(const " << in_cpp << "* in, const std::uint8_t* keys, float* out) {  // one copy for both entries\n"
     << "  if (const int status = start(in, keys, out)) return status;\n";
   if constexpr (!ids) c << "  if (!stformer::c_api::finite(in, x.size())) return stformer::c_api::bad_input;\n";
-  c << "  std::copy_n(in, x.size(), x.data());\n"
-    << "  const auto& y = infer.forward(" << name << "_image::model(), x, mask(keys));\n"
-    << "  std::copy_n(y.data(), y.size(), out);\n"
-    << "  return stformer::c_api::ok;\n}\n\n}  // namespace\n\n"
+  c << "  run(in, keys, out);\n"
+    << "  return stformer::c_api::ok;\n}\n";
+  if constexpr (integers) {
+    const std::string qin = ids ? "std::int32_t" : "std::int16_t", qout = sizeof(QOut) == 4 ? "std::int32_t" : "std::int16_t";
+    c << "\n// The integer steps alone: " << (ids ? "0" : "1") << " .. steps − 2 (the steps between the float ends).\n"
+      << "[[gnu::noinline]] void run_int8(const " << qin << "* in_q, const std::uint8_t* keys, " << qout << "* out_q) {\n"
+      << "  const Model& model = " << name << "_image::model();\n";
+    if constexpr (ids)
+      c << "  std::copy_n(in_q, x.size(), x.data());\n"
+        << "  const auto& y = infer.forward_steps<0, Model::steps - 1>(model, x, mask(keys));\n";
+    else
+      c << "  auto& x_q = infer.input<1>();\n  std::copy_n(in_q, x_q.size(), x_q.data());\n"
+        << "  const auto& y = infer.forward_steps<1, Model::steps - 1>(model, mask(keys));\n";
+    c << "  std::copy_n(y.data(), y.size(), out_q);\n}\n";
+  }
+  c << "\n}  // namespace\n\n"
     << "extern \"C\" {\n\n"
     << "const std::uint32_t " << name << "_parameter_bytes = sizeof(Model);\n"
     << "const std::uint32_t " << name << "_workspace_bytes = sizeof infer + sizeof x + sizeof key_mask;\n\n"
@@ -186,17 +203,9 @@ CApiSource c_api_source(const Model& model, const CApiNames& names) {
     static_assert(elements(dims<typename Model::template OutputAt<1, N, Model::steps - 2>>) == out_size,
                   "c_api_source: the last integer step's output is the model's, element for element");
     const std::string qin = ids ? "std::int32_t" : "std::int16_t", qout = sizeof(QOut) == 4 ? "std::int32_t" : "std::int16_t";
-    c << "\n// The integer steps alone: " << (ids ? "0" : "1") << " .. steps − 2 (the steps between the float ends).\n"
-      << "int " << name << "_predict_int8(const " << qin << "* in_q, const std::uint8_t* keys, " << qout << "* out_q) {\n"
+    c << "\nint " << name << "_predict_int8(const " << qin << "* in_q, const std::uint8_t* keys, " << qout << "* out_q) {\n"
       << "  if (const int status = start(in_q, keys, out_q)) return status;\n"
-      << "  const Model& model = " << name << "_image::model();\n";
-    if constexpr (ids)
-      c << "  std::copy_n(in_q, x.size(), x.data());\n"
-        << "  const auto& y = infer.forward_steps<0, Model::steps - 1>(model, x, mask(keys));\n";
-    else
-      c << "  auto& x_q = infer.input<1>();\n  std::copy_n(in_q, x_q.size(), x_q.data());\n"
-        << "  const auto& y = infer.forward_steps<1, Model::steps - 1>(model, mask(keys));\n";
-    c << "  std::copy_n(y.data(), y.size(), out_q);\n  return stformer::c_api::ok;\n}\n";
+      << "  run_int8(in_q, keys, out_q);\n  return stformer::c_api::ok;\n}\n";
   }
   c << "\n}  // extern \"C\"\n";
   return {h.str(), c.str()};

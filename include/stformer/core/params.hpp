@@ -62,6 +62,9 @@ class Path {
     return n;
   }
   constexpr bool operator==(std::string_view o) const { return name() == o; }
+  // The name's last part (empty for an index), and the Path this one was made from (its block's).
+  constexpr std::string_view last() const { return part_; }
+  constexpr const Path* parent() const { return parent_; }
 
  private:
   static constexpr size_t none = size_t(-1);

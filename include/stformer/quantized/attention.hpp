@@ -133,19 +133,26 @@ struct QMultiHeadAttention {
   template <size_t B, size_t Nq, size_t Nk, size_t T, class X, class Pool = Serial>
   void prepare(const X* xkv, Work<B, Nq, Nk, T>& w, Pool&& = Pool{}) const {
     for_tiles<B * Nk, T>([&]<size_t R>(size_t i) {
-      Row rows[R * D];
-      const auto transposed = [&](Row* t) {  // rows i … i + R − 1 into t [B, D, Nk]
-        for (size_t r = 0; r < R; ++r) {
-          const size_t b = (i + r) / Nk, j = (i + r) % Nk;
-          for (size_t c = 0; c < D; ++c) t[(b * D + c) * Nk + j] = rows[r * D + c];
-        }
+      // rows i … i + R − 1 of the projection f into t [B, D, Nk], through the stack Rs rows at a
+      // time: 8, or 4 where the integer tiles may be smaller (STFORMER_QTILE_ROWS: a
+      // microcontroller's, whose stack is small)
+      constexpr size_t Rs = STFORMER_QTILE_ROWS < 8 ? 4 : 8;
+      const auto transposed = [&](const QLinear<Dkv, D>& f, Row* t) {
+        for_tiles<R, Rs>([&]<size_t RS>(size_t is) {
+          Row rows[RS * D];
+          f.template apply<RS>(xkv + (i + is) * Dkv, w.tile.data(), rows);
+          for (size_t r = 0; r < RS; ++r) {
+            const size_t b = (i + is + r) / Nk, j = (i + is + r) % Nk;
+            for (size_t c = 0; c < D; ++c) t[(b * D + c) * Nk + j] = rows[r * D + c];
+          }
+        });
       };
       if constexpr (wide) {
-        wk.template apply<R>(xkv + i * Dkv, w.tile.data(), rows), transposed(w.k.data());
+        transposed(wk, w.k.data());
         wv.template apply<R>(xkv + i * Dkv, w.tile.data(), w.v.data() + i * D);
       } else {
         wk.template apply<R>(xkv + i * Dkv, w.tile.data(), w.k.data() + i * D);
-        wv.template apply<R>(xkv + i * Dkv, w.tile.data(), rows), transposed(w.v.data());
+        transposed(wv, w.v.data());
       }
     });
     for (size_t b = 0; b < B; ++b)

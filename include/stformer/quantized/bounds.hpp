@@ -41,71 +41,91 @@ struct OutOfBounds {
   explicit constexpr operator bool() const { return bound != nullptr; }
 };
 
-template <class Q>
-OutOfBounds out_of_bounds(const Q& model) {
+namespace detail {
+// out_of_bounds's visitor. A bias is held to the last weight of its block (QLinear and
+// QLayerNorm visit it before their bias): the weight's Path was made from the same Path object
+// (the block's, alive through the block's visit) and no block began since (block(): a sibling's
+// Path may take a finished one's place in the frame). Names are written out only for the entry
+// found, in a frame of its own: the visit's frames stay small on a microcontroller.
+struct BoundsCheck {
   OutOfBounds found;
-  // The last weight visited, while its block's tensors are (QLinear and QLayerNorm visit it
-  // before their bias): its parent's name, and an I8 weight's data and shape.
-  Name weight_at;
-  const std::int8_t* w8 = nullptr;
+  const Path* weight_of = nullptr;  // the last weight's block, null when none
+  const std::int8_t* w8 = nullptr;  // an I8 weight's data and shape
   size_t w8_out = 0, w8_in = 0;
   bool w16 = false;
-  for_each_param(
-      [&](const Path& path, Init, const auto& t) {
-        if (found) return;
-        using E = typename std::remove_cvref_t<decltype(t)>::value_type;
-        const Name name = path.name();
-        const std::string_view n = name.view();
-        const size_t dot = n.rfind('.') + 1;  // 0 without a dot (no substr: nothing that throws)
-        const std::string_view leaf(n.data() + dot, n.size() - dot), parent(n.data(), dot);
-        const auto* v = t.data();
-        const size_t size = t.size();
-        const auto check = [&](auto in_bounds, const char* bound) {
-          for (size_t i = 0; i < size && !found; ++i)
-            if (!in_bounds(i)) found = {name, i, double(v[i]), bound};
-        };
-        if (!(weight_at == parent)) weight_at = Name{}, w8 = nullptr, w16 = false;
-        if constexpr (std::is_same_v<E, float>) {
-          if (leaf.ends_with("scale")) check([&](size_t i) { return v[i] >= 0x1p-64f && v[i] <= 0x1p64f; }, "a scale is in [2^-64, 2^64]");
-        } else if constexpr (std::is_same_v<E, std::int8_t>) {
-          if (leaf == "weight") {
-            check([&](size_t i) { return v[i] != -128; }, "an int8 weight is in [-127, 127]");
-            if (t.shape().size() == 2) weight_at = Name{}, weight_at.append(parent), w8 = v, w8_out = t.shape()[0], w8_in = t.shape()[1];
-          }
-        } else if constexpr (std::is_same_v<E, std::int16_t>) {
-          if (leaf == "weight") {
-            check([&](size_t i) { return v[i] != -32768; }, "an int16 weight is in [-32767, 32767]");
-            weight_at = Name{}, weight_at.append(parent), w16 = true;
-          }
-        } else if constexpr (std::is_same_v<E, std::int32_t>) {
-          if (leaf == "multiplier") {
-            check([&](size_t i) { return v[i] == 0 || v[i] >= (std::int32_t(1) << 30); }, "a multiplier is 0 or in [2^30, 2^31)");
-          } else if (leaf == "shift") {
-            check([&](size_t i) { return v[i] >= -31 && v[i] <= 30; }, "a shift is in [-31, 30]");
-          } else if (leaf == "table") {
-            check([&](size_t i) { return v[i] >= -65536 && v[i] <= 65536; }, "an activation's knot is in [-65536, 65536]");
-          } else if (leaf == "eps" && size == 2) {
-            check([&](size_t i) { return i == 0 || (v[1] >= 0 && (v[1] < (1 << 30) || (v[1] == (1 << 30) && v[0] == 0))); },
-                  "eps (64 bits) is in [0, 2^62]");
-          } else if (leaf == "bias" && w8 != nullptr && size == w8_out) {
-            const std::int8_t* w = w8;
-            const std::int64_t x = w8_in <= 516 ? 32768 : 128;
-            const size_t in = w8_in;
-            check(
-                [&](size_t c) {
-                  std::int64_t sum = 0;
-                  for (size_t k = 0; k < in; ++k) sum += w[c * in + k] < 0 ? -w[c * in + k] : w[c * in + k];
-                  const std::int64_t b = v[c];
-                  return (b < 0 ? -b : b) + x * sum <= INT32_MAX;
-                },
-                "a bias b_c is within |b_c| + x·Σ_k|W_ck| < 2^31 (x = 32768 for layers of at most 516 inputs, else 128)");
-          } else if (leaf == "bias" && w16) {
-            check([&](size_t i) { return v[i] >= -(1 << 30) && v[i] <= (1 << 30); }, "a norm's bias is in [-2^30, 2^30]");
-          }
-        }
-      },
-      model);
-  return found;
+
+  template <class B>
+  void block(const Path&, const B&) {
+    weight_of = nullptr;
+  }
+  [[gnu::noinline]] void record(const Path& path, size_t i, double value, const char* bound) { found = {path.name(), i, value, bound}; }
+
+  template <class T>
+  void operator()(const Path& path, Init, const T& t) {
+    if (found) return;
+    using E = typename T::value_type;
+    const std::string_view leaf = path.last();
+    const auto* v = t.data();
+    const size_t size = t.size();
+    const auto check = [&](auto in_bounds, const char* bound) {
+      for (size_t i = 0; i < size && !found; ++i)
+        if (!in_bounds(i)) record(path, i, double(v[i]), bound);
+    };
+    if (weight_of != path.parent()) weight_of = nullptr;
+    if (weight_of == nullptr) w8 = nullptr, w16 = false;
+    if constexpr (std::is_same_v<E, float>) {
+      if (leaf.ends_with("scale")) check([&](size_t i) { return v[i] >= 0x1p-64f && v[i] <= 0x1p64f; }, "a scale is in [2^-64, 2^64]");
+    } else if constexpr (std::is_same_v<E, std::int8_t>) {
+      if (leaf == "weight") {
+        check([&](size_t i) { return v[i] != -128; }, "an int8 weight is in [-127, 127]");
+        if (t.shape().size() == 2) weight_of = path.parent(), w8 = v, w8_out = t.shape()[0], w8_in = t.shape()[1];
+      }
+    } else if constexpr (std::is_same_v<E, std::int16_t>) {
+      if (leaf == "weight") {
+        check([&](size_t i) { return v[i] != -32768; }, "an int16 weight is in [-32767, 32767]");
+        weight_of = path.parent(), w16 = true;
+      }
+    } else if constexpr (std::is_same_v<E, std::int32_t>) {
+      if (leaf == "multiplier") {
+        check([&](size_t i) { return v[i] == 0 || v[i] >= (std::int32_t(1) << 30); }, "a multiplier is 0 or in [2^30, 2^31)");
+      } else if (leaf == "shift") {
+        check([&](size_t i) { return v[i] >= -31 && v[i] <= 30; }, "a shift is in [-31, 30]");
+      } else if (leaf == "table") {
+        check([&](size_t i) { return v[i] >= -65536 && v[i] <= 65536; }, "an activation's knot is in [-65536, 65536]");
+      } else if (leaf == "eps" && size == 2) {
+        check([&](size_t i) { return i == 0 || (v[1] >= 0 && (v[1] < (1 << 30) || (v[1] == (1 << 30) && v[0] == 0))); },
+              "eps (64 bits) is in [0, 2^62]");
+      } else if (leaf == "bias" && w8 != nullptr && size == w8_out) {
+        const std::int8_t* w = w8;
+        const std::int64_t x = w8_in <= 516 ? 32768 : 128;
+        const size_t in = w8_in;
+        check(
+            [&](size_t c) {
+              std::int64_t sum = 0;
+              for (size_t k = 0; k < in; ++k) sum += w[c * in + k] < 0 ? -w[c * in + k] : w[c * in + k];
+              const std::int64_t b = v[c];
+              return (b < 0 ? -b : b) + x * sum <= INT32_MAX;
+            },
+            "a bias b_c is within |b_c| + x·Σ_k|W_ck| < 2^31 (x = 32768 for layers of at most 516 inputs, else 128)");
+      } else if (leaf == "bias" && w16) {
+        check([&](size_t i) { return v[i] >= -(1 << 30) && v[i] <= (1 << 30); }, "a norm's bias is in [-2^30, 2^30]");
+      }
+    }
+  }
+};
+
+// What visitor C found in the model (its member found).
+template <class C, class Q>
+auto found_by(const Q& model) {
+  C check;
+  for_each_param(check, model);
+  return check.found;
+}
+}  // namespace detail
+
+template <class Q>
+OutOfBounds out_of_bounds(const Q& model) {
+  return detail::found_by<detail::BoundsCheck>(model);
 }
 
 // A model's requantizations against the scales stored beside them. Each block's multipliers
@@ -148,9 +168,7 @@ struct RequantCheck {
 
 template <class Q>
 RequantMismatch requant_mismatch(const Q& model) {
-  detail::RequantCheck check;
-  for_each_param(check, model);
-  return check.found;
+  return detail::found_by<detail::RequantCheck>(model);
 }
 
 }  // namespace stformer
