@@ -6,7 +6,7 @@
 #  1. `meson install` of BUILD into a staging folder: headers, stformer_io, checkpoint_header,
 #     stformer-c-api, stformer.pc / stformer-io.pc and the CMake package; the installed
 #     stformer-c-api writes the model's image from its header and a checkpoint; the installed
-#     stformer-quantize and stformer-firmware make its integer model and run it on QEMU.
+#     stformer-firmware runs its integer model on QEMU.
 #  2. a Makefile with pkg-config, 3. a CMake project with find_package(stformer), both against
 #     that install (the Makefile also against BUILD itself, through its uninstalled .pc files),
 #     4. a meson project with stformer as a subproject (only the library built).
@@ -45,15 +45,13 @@ generate() {
 generate weights max_value::PointerNet "${args[0]}" --image --out "$tmp"
 grep -q "using Model = max_value::PointerNet;" "$tmp/weights.hpp"
 echo "ok   the installed stformer-c-api writes the model's image"
-# the installed stformer-quantize and stformer-firmware (their sources from share/stformer): the
-# pointer model quantized on 8 sets and its firmware on QEMU's Cortex-M4, the host's integers
+# the installed stformer-firmware (its sources from share/stformer): the pointer model's integer
+# model (DATA/qpointer.safetensors) on QEMU's Cortex-M4, the host's integers
 if command -v arm-none-eabi-g++ >/dev/null && command -v qemu-system-arm >/dev/null; then
-  PKG_CONFIG_PATH="$root/$libdir/pkgconfig" PKG_CONFIG_SYSROOT_DIR="$tmp/stage" sh "$root/bin/stformer-quantize" "$models" "${args[0]}" \
-    "${args[1]}" "$tmp/q.safetensors" --tensor x --type max_value::PointerNet --rows 50 >/dev/null
   PKG_CONFIG_PATH="$root/$libdir/pkgconfig" PKG_CONFIG_SYSROOT_DIR="$tmp/stage" sh "$root/bin/stformer-firmware" --header "$models" \
-    --type max_value::PointerNet --rows 50 --checkpoint "$tmp/q.safetensors" --int8 --name pointer --inputs "${args[1]}" --tensor x \
+    --type max_value::PointerNet --rows 50 --checkpoint "$data/qpointer.safetensors" --int8 --name pointer --inputs "${args[1]}" --tensor x \
     --count 2 --board m4 --out "$tmp" >"$tmp/firmware.log" || { cat "$tmp/firmware.log"; exit 1; }
-  echo "ok   the installed stformer-quantize and stformer-firmware: the pointer model in int8 on QEMU's Cortex-M4, the host's outputs"
+  echo "ok   the installed stformer-firmware: the pointer model in int8 on QEMU's Cortex-M4, the host's outputs"
 fi
 
 echo "== a Makefile with pkg-config"
