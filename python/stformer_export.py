@@ -26,6 +26,7 @@ in order) of these modules, nested to any depth:
     nn.Linear                       Linear<In, Out> (bias=False: Linear<In, Out, Init::xavier_normal, Bias::no>)
     nn.LayerNorm(D)                 LayerNorm<D> (elementwise_affine, eps 1e-5)
     nn.ReLU, nn.GELU, nn.SiLU       ReLU<D>, GELU<D> (approximate='tanh': GELUTanh<D>), SiLU<D>
+    nn.Tanh                         Tanh<D>
     nn.Dropout, nn.Identity         nothing (eval mode)
     nn.Embedding(V, D)              Embedding<V, D>, first only: the input is token ids (B, N)
     nn.TransformerEncoderLayer      EncoderBlock<D, H, F, PostNorm<A>> (norm_first: PreNorm<A>), batch_first=True,
@@ -93,11 +94,11 @@ class ExportError(ValueError):
     """A model stformer cannot run as it stands: every reason, one per line."""
 
 
-_ACTS = {"ReLU": "act::ReLU", "GELU": "act::GELU", "GELUTanh": "act::GELUTanh", "SiLU": "act::SiLU"}
+_ACTS = {"ReLU": "act::ReLU", "GELU": "act::GELU", "GELUTanh": "act::GELUTanh", "SiLU": "act::SiLU"}  # a feed-forward layer's
 
 
 def _activation_name(a):
-    """relu, gelu (either form), silu as a function, a string or a module; None otherwise."""
+    """relu, gelu (either form), silu, tanh as a function, a string or a module; None otherwise."""
     if isinstance(a, str):
         return {"relu": "ReLU", "gelu": "GELU"}.get(a)
     if isinstance(a, nn.ReLU) or a is torch.nn.functional.relu:
@@ -108,6 +109,8 @@ def _activation_name(a):
         return "GELU"
     if isinstance(a, nn.SiLU) or a is torch.nn.functional.silu:
         return "SiLU"
+    if isinstance(a, nn.Tanh) or a is torch.tanh or a is torch.nn.functional.tanh:
+        return "Tanh"
     return None
 
 
@@ -154,7 +157,7 @@ def _layer_problems(layer, attentions, norms, seq_first=False):
             problems.append("its attention has no bias, which stformer's packed attention needs")
     if any(n.eps != 1e-5 for n in norms):
         problems.append(f"layer_norm_eps={norms[0].eps}: stformer's LayerNorm has PyTorch's default, 1e-5")
-    if _activation_name(layer.activation) is None:
+    if _activation_name(layer.activation) not in _ACTS:
         problems.append(f"activation {getattr(layer.activation, '__name__', type(layer.activation).__name__)} is not relu, gelu or silu")
     return problems
 
@@ -193,7 +196,7 @@ def _layer_norm(chain, path, m):
     return f"stformer::LayerNorm<{m.normalized_shape[0]}>"
 
 
-_SUPPORTED = (nn.Sequential, nn.ModuleList, nn.Dropout, nn.Identity, nn.Linear, nn.LayerNorm, nn.ReLU, nn.GELU, nn.SiLU,
+_SUPPORTED = (nn.Sequential, nn.ModuleList, nn.Dropout, nn.Identity, nn.Linear, nn.LayerNorm, nn.ReLU, nn.GELU, nn.SiLU, nn.Tanh,
               nn.Embedding, nn.TransformerEncoderLayer, nn.TransformerEncoder, PositionEmbedding, ClassToken, MeanPool, FirstToken)
 
 
@@ -377,8 +380,14 @@ def _known(path, m, x, node, build):
             causal = st._causal_mask_value(value, x.shape[0] if build.seq_first else x.shape[1])
             if mask in build.dep or not causal:
                 return build.fail(node, "a mask that is not the causal one")
-        if node.kwargs.get("src_key_padding_mask") is not None:
-            return build.fail(node, "a key padding mask: not read yet")
+        keys, kpm = None, node.kwargs.get("src_key_padding_mask", node.args[2] if len(node.args) > 2 else None)
+        if kpm is not None:
+            keys = build.key_padding_mask(node, kpm)
+            if keys is None:
+                return None
+            kpm = build.r.const(kpm)
+        elif build.key_readings and isinstance(m, (nn.TransformerEncoderLayer, nn.TransformerEncoder)):
+            return build.fail(node, build.UNMASKED)
         chain = _Chain(tuple(x.transpose(0, 1).shape) if build.seq_first else tuple(x.shape))
         chain.seq_first = build.seq_first
         _walk(chain, path, m)
@@ -386,17 +395,20 @@ def _known(path, m, x, node, build):
             build.fail(node, e)
         if chain.errors:
             return None
+        causal_mask = value if causal else None
         if build.seq_first:  # computed on stformer's rows (B, N, D): the module's are (N, B, D)
-            run = (lambda y: m(y.transpose(0, 1), value).transpose(0, 1)) if causal else (lambda y: m(y.transpose(0, 1)).transpose(0, 1))
+            def run(y):
+                return m(y.transpose(0, 1), causal_mask, src_key_padding_mask=kpm).transpose(0, 1)
         else:
-            run = (lambda y: m(y, value)) if causal else m
+            def run(y):
+                return m(y, causal_mask, src_key_padding_mask=kpm) if causal or keys is not None else m(y)
         attends = isinstance(m, (nn.TransformerEncoderLayer, nn.TransformerEncoder))
         return [st.Leaf(p, t, what, run if i == 0 else (lambda y: y), state if i == 0 else {}, causal, prefix=path, attends=attends and i == 0)
                 for i, (p, t, what) in enumerate(chain.steps)]
     return build.fail(node, f"{type(m).__name__} is not a module stformer_export reads (see docs/pytorch.md)")
 
 
-_TRACED_WHOLE = (nn.Linear, nn.LayerNorm, nn.ReLU, nn.GELU, nn.SiLU, nn.Dropout, nn.Identity, nn.Embedding, nn.MultiheadAttention,
+_TRACED_WHOLE = (nn.Linear, nn.LayerNorm, nn.ReLU, nn.GELU, nn.SiLU, nn.Tanh, nn.Dropout, nn.Identity, nn.Embedding, nn.MultiheadAttention,
                  nn.TransformerEncoderLayer, nn.TransformerEncoder, PositionEmbedding, ClassToken, MeanPool, FirstToken)
 
 
@@ -418,7 +430,7 @@ def _sequence_first(module, batch_first):
     return firsts == {False}
 
 
-def _export_traced(module, example, name, folder, causal, batch_first=None):
+def _export_traced(module, example, name, folder, causal, batch_first=None, key_padding=False):
     """A module with its own forward: traced (stformer_trace), checked, written."""
     import stformer_trace as st
     main = example[0] if isinstance(example, tuple) else example
@@ -434,7 +446,7 @@ def _export_traced(module, example, name, folder, causal, batch_first=None):
     module.eval()
     try:
         with torch.no_grad():
-            chain, out_shape, got = st.read(module, example, _TRACED_WHOLE, _known, seq_first)
+            chain, out_shape, got, keys = st.read(module, example, _TRACED_WHOLE, _known, seq_first, key_padding)
             if seq_first and got.dim() == 3:
                 got = rows(got)
             mine = chain(rows_in(main))
@@ -448,9 +460,12 @@ def _export_traced(module, example, name, folder, causal, batch_first=None):
     is_causal = masks == {True}
     if causal is not None and causal != is_causal:
         raise ExportError(f"stformer_export: causal={causal}, but the model's attention is {'causal' if is_causal else 'not causal'}")
-    if not st._close(mine, got, 1e-4):
+    theirs = got
+    if keys is not None and mine.dim() == 3 and mine.shape[1] == keys.shape[1]:  # rows of the input's: those that exist alone
+        mine, theirs = mine[keys], got.reshape(mine.shape)[keys]  # are compared (PyTorch's own may write anything, or 0, in the others)
+    if not st._close(mine, theirs, 1e-4):
         raise ExportError("stformer_export: the steps read from the forward do not compute what the module computes "
-                          f"(largest difference {float((mine.reshape(-1) - got.reshape(-1)).abs().max()):.3g}): not exported")
+                          f"(largest difference {float((mine.reshape(-1) - theirs.reshape(-1)).abs().max()):.3g}): not exported")
     seen = {}
     for leaf in chain.leaves():
         if leaf.state and id(leaf) in seen:
@@ -467,10 +482,10 @@ def _export_traced(module, example, name, folder, causal, batch_first=None):
     steps = [(leaf.path, leaf.cpp, leaf.what) for leaf in chain.leaves()]
     cpp = "stformer::Sequential<\n" + ",\n".join("    " + t for t in st.repeated(chain.steps)) + ">"
     return _write(module, name, folder, cpp, steps, state, tuple(rows_in(main).shape), out_shape, rows_in(main).contiguous(), got, is_causal,
-                  seq_first=seq_first, image=tuple(main.shape[1:]) if image else None)
+                  seq_first=seq_first, image=tuple(main.shape[1:]) if image else None, keys=keys)
 
 
-def export(module, example, name, folder, memory_shape=None, memory=None, causal=None, batch_first=None):
+def export(module, example, name, folder, memory_shape=None, memory=None, causal=None, batch_first=None, key_padding=False):
     """Writes folder/name.hpp, which declares the model's type (`using name = stformer::Sequential<...>;`,
     or a struct of it declaring `causal = true` for a causal model), folder/name.safetensors, its
     parameters under the names that type reads, and folder/name.example.safetensors: the example
@@ -482,6 +497,12 @@ def export(module, example, name, folder, memory_shape=None, memory=None, causal
     values are drawn, and no example file is written).
     A module with a forward of its own is traced (stformer_trace) and needs a tensor.
     causal: None (found from the graph), or True/False, which must agree with what is found.
+    key_padding: the forward's second input is a key mask over the input's rows, (B, N): example =
+    (input, mask), a mask with padding in it. Its attention hides the padded rows' keys (an additive
+    mask made from it, masked_fill, nn.MultiheadAttention's key_padding_mask, a TransformerEncoder's
+    src_key_padding_mask); stformer's pass takes it as Mask::keys (true: a row that exists, whichever
+    way the model's mask says it), the C API as NAME_predict_keys; the example file holds it as `keys`.
+    The outputs of the rows that exist are checked against PyTorch's.
     An nn.TransformerDecoder or nn.TransformerDecoderLayer takes two inputs: the rows (B, N, D)
     and the memory: its tensor (B, M, D) (saved as `memory`), or memory_shape; its header
     declares a TransformerDecoder or a DecoderBlock, which computes module(x, memory,
@@ -489,7 +510,9 @@ def export(module, example, name, folder, memory_shape=None, memory=None, causal
     if not name.isidentifier():
         raise ExportError(f"stformer_export: name {name!r} is not a C++ identifier")
     if isinstance(example, tuple) and example and torch.is_tensor(example[0]):  # the input, then constant inputs (a mask)
-        return _export_traced(module, example, name, folder, causal, batch_first)
+        return _export_traced(module, example, name, folder, causal, batch_first, key_padding)
+    if key_padding:
+        raise ExportError("stformer_export: key_padding=True: the example is (input, mask), the mask the forward's second input")
     if torch.is_tensor(example):
         example_input, input_shape = example, tuple(example.shape)
     else:
@@ -535,7 +558,7 @@ def export(module, example, name, folder, memory_shape=None, memory=None, causal
 
 
 def _write(module, name, folder, cpp, steps, state, input_shape, out_shape, example, got, causal, memory_shape=None, memory=None,
-           seq_first=False, image=None):
+           seq_first=False, image=None, keys=None):
     """The header, the parameters and (with an example) the example's input and output."""
     decoder = memory_shape is not None
     os.makedirs(folder, exist_ok=True)
@@ -546,6 +569,8 @@ def _write(module, name, folder, cpp, steps, state, input_shape, out_shape, exam
         saved = {"input": example.int() if len(input_shape) == 2 else example.float(), "output": got.float().reshape(out_shape)}
         if decoder:
             saved["memory"] = memory.float()
+        if keys is not None:
+            saved["keys"] = keys.to(torch.uint8)
         save_safetensors(os.path.join(folder, f"{name}.example.safetensors"), saved)
     b, n = input_shape[0], input_shape[1]
     x_type = f"stformer::IdTensor<{b}, {n}>" if len(input_shape) == 2 else f"stformer::Tensor<{b}, {n}, {input_shape[2]}>"
@@ -571,12 +596,15 @@ def _write(module, name, folder, cpp, steps, state, input_shape, out_shape, exam
                  f"//   auto model = std::make_unique<{name}>();              // load_params: <stformer/io/checkpoint.hpp>",
                  f'//   stformer::load_params("{name}.safetensors", *model);',
                  f"//   stformer::InferOf<{name}, {b}, {n}> pass;",
-                 "//   const auto& y = pass.forward(*model, x);" + ("           // causal: the mask is the model's own" if causal else "")]
+                 "//   const auto& y = pass.forward(*model, x);" + ("           // causal: the mask is the model's own" if causal else ""),
+                 *([f"//   const auto& y = pass.forward(*model, x, stformer::Mask<{b}, {n}>{{.keys = &keys}});  // keys: stformer::KeyMask<{b}, {n}>,",
+                    "//                                        true for a row that exists (PyTorch's key_padding_mask: true for padding)"]
+                   if keys is not None else [])]
         check = [f"static_assert(std::is_same_v<{name}::Input<{b}, {n}>, {x_type}> &&",
                  f"              std::is_same_v<{name}::Output<{b}, {n}>, {y_type}>,",
                  f'              "{name}: the shapes PyTorch gave");', ""]
     if not decoder:  # what src/stformer-c-api reads when its command line leaves it out
-        lines += [f"// stformer-c-api: --type {name} --rows {n}" + (" --causal" if causal else "")]
+        lines += [f"// stformer-c-api: --type {name} --rows {n}" + (" --causal" if causal else "") + (" --keys" if keys is not None else "")]
     lines += ["// Its steps, by PyTorch's path:"]
     lines += [f"//   {p or '(the model)':<24} {what}" for p, _, what in steps]
     lines += ["#pragma once", "", "#include <type_traits>", "", "#include <stformer/stformer.hpp>", ""]

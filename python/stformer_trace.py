@@ -15,8 +15,8 @@ Attention is found where the author wrote it: nn.MultiheadAttention called on on
 written out (q, k, v from one Linear packed or three, heads by view/reshape/permute/transpose,
 q @ k^T times a scale, a mask from a buffer, softmax, @ v, heads merged, an output Linear). Its
 heads are read off the scores' shape; its scale and mask are those of the values the trace
-computed (1/sqrt(head width) or 1/sqrt(width); no mask, or the causal one), and nothing else is
-taken. The declaration is then computed in PyTorch, step by step as stformer computes it, on the
+computed (1/sqrt(head width) or 1/sqrt(width); no mask, or the causal one; with key_padding, the
+forward's second input as a key mask), and nothing else is taken. The declaration is then computed in PyTorch, step by step as stformer computes it, on the
 example input, and must give the module's output: a model is never exported to compute another
 function.
 
@@ -186,7 +186,7 @@ def repeated(steps):
 # ---------------------------------------------------------------------------------------------
 # Tracing
 
-_ACT_FUNCTIONS = {F.relu: "ReLU", torch.relu: "ReLU", F.silu: "SiLU", F.gelu: "GELU"}
+_ACT_FUNCTIONS = {F.relu: "ReLU", torch.relu: "ReLU", F.silu: "SiLU", F.gelu: "GELU", torch.tanh: "Tanh", F.tanh: "Tanh"}
 _RELABEL_METHODS = {"view", "reshape", "permute", "transpose", "contiguous", "flatten", "squeeze", "unsqueeze", "chunk", "split",
                     "unflatten", "size", "dim", "unbind"}
 _RELABEL_FUNCTIONS = {torch.reshape, torch.permute, torch.transpose, torch.flatten, torch.squeeze, torch.unsqueeze, torch.chunk,
@@ -290,14 +290,24 @@ class _Tracer(torch.fx.Tracer):
         self.values[p.node] = value
         if self.within and kind != "call_module":
             p.node.meta["stformer.module"] = self.within[-1]
+        if SOURCE is not None:
+            p.node.meta["stformer.source"] = SOURCE
         return p
 
 
 _TORCH_DIR = os.path.dirname(torch.__file__) + os.sep
 
+# Where the operations being traced come from, when not from Python source: a graph read from
+# another format (stformer_onnx sets it to the ONNX node it runs); named in refusals instead of a
+# source line.
+SOURCE = None
+
 
 def _where(node):
-    """Where a node's code is: its module and source line ("in 'blocks.0.attn' at model.py:31: code")."""
+    """Where a node's code is: its module and source line ("in 'blocks.0.attn' at model.py:31: code"),
+    or the node of the graph it was read from (SOURCE)."""
+    if "stformer.source" in node.meta:
+        return f"at {node.meta['stformer.source']}"
     lines = [l for l in (getattr(node, "stack_trace", None) or "").split("\n") if l.strip()]
     at = "no source line recorded"
     for i, l in enumerate(lines):  # innermost first: the first frame outside torch and the exporter
@@ -325,7 +335,7 @@ def _describe(node):
 
 
 class _Reader:
-    def __init__(self, module, example, leaves, extra):
+    def __init__(self, module, example, leaves, extra, key_padding=False):
         self.module = module
         self.errors = []
         self.extra = extra  # stformer_export's own modules: type -> reader(reader, node, module, x) -> Leaf
@@ -347,13 +357,19 @@ class _Reader:
         if len(self.inputs) != (len(example) if isinstance(example, tuple) else 1):
             raise TraceError(f"stformer_export: the forward takes {len(self.inputs)} inputs, the example gives "
                              f"{len(example) if isinstance(example, tuple) else 1}: give them all, as a tuple")
+        self.key_input = None  # key_padding: the forward's second input, its rows' key mask
+        if key_padding:
+            if len(self.inputs) < 2:
+                raise TraceError("stformer_export: key_padding=True: the forward's second input is the key mask, "
+                                 "and the example gives none: give (input, mask) with mask of shape (B, N)")
+            self.key_input = self.inputs[1]
 
     # -- what depends on the input ------------------------------------------------------------
     def depends(self):
         """Nodes whose value depends on the input."""
         dep = set()
         for n in self.graph.nodes:
-            if n is self.inputs[0]:  # the others (a mask) are constants of the export
+            if n is self.inputs[0]:  # the others (a causal mask; a key mask, read where an attention uses it) are constants
                 dep.add(n)
             elif any(a in dep for a in n.all_input_nodes):
                 dep.add(n)
@@ -393,8 +409,9 @@ def _causal_mask_value(m, n):
     return None
 
 
-def reference_attention(x, w_in, b_in, w_out, b_out, heads, scale, causal):
-    """Multi-head self-attention of x [B, N, D] with packed projections, as stformer computes it."""
+def reference_attention(x, w_in, b_in, w_out, b_out, heads, scale, causal, keys=None):
+    """Multi-head self-attention of x [B, N, D] with packed projections, as stformer computes it;
+    keys (B, N), when given: True for the rows that exist, whose keys alone are read."""
     b, n, d = x.shape
     q, k, v = F.linear(x, w_in, b_in).split(d, dim=-1)
     dh = d // heads
@@ -402,6 +419,8 @@ def reference_attention(x, w_in, b_in, w_out, b_out, heads, scale, causal):
     s = (q @ k.transpose(-2, -1)) * scale
     if causal:
         s = s.masked_fill(torch.triu(torch.ones(n, n, dtype=torch.bool), 1), float("-inf"))
+    if keys is not None:
+        s = s.masked_fill(~keys[:, None, None, :], float("-inf"))
     o = (s.softmax(-1) @ v).transpose(1, 2).reshape(b, n, d)
     return F.linear(o, w_out, b_out)
 
@@ -452,12 +471,13 @@ class _Op:
         self.kind, self.inputs, self.leaf = kind, inputs, leaf
 
 
-def read(module, example, leaves, known, seq_first=False):
-    """The declaration (a Chain) of module's forward on example, the output's rows (B, N, D) and the
-    module's output on the example; raises TraceError with every reason.
+def read(module, example, leaves, known, seq_first=False, key_padding=False):
+    """The declaration (a Chain) of module's forward on example, the output's rows (B, N, D), the
+    module's output on the example and, with key_padding, the example's key mask (B, N) as
+    stformer reads it (True: a row that exists); raises TraceError with every reason.
     leaves: module types traced whole; known(path, module, in_shape, node) -> list of Leaf for the
     modules stformer_export reads itself (None when it refuses; it records why)."""
-    r = _Reader(module, example, leaves, known)
+    r = _Reader(module, example, leaves, known, key_padding)
     return _Build(r, seq_first).run()
 
 
@@ -473,6 +493,22 @@ class _Build:
         self.attentions = 0
         self.unnamed = 0
         self.unread_attention = False  # an attention was refused: the values inside it are not reported again
+        # key_padding: the rows that exist on the example, by the two readings of the mask input (a
+        # nonzero entry a row, as BERT's attention_mask; or padding, as PyTorch's key_padding_mask),
+        # and the one the model's attention uses (keys_read), the same for every attention
+        self.key_readings, self.keys_read = [], None
+        if r.key_input is not None:
+            m = self.value(r.key_input)
+            n = r.example.shape[0 if seq_first else 1]
+            if not torch.is_tensor(m) or tuple(m.shape) != (self.batch, n):
+                raise TraceError(f"stformer_export: key_padding=True: the key mask (the forward's second input) is of shape "
+                                 f"{tuple(m.shape) if torch.is_tensor(m) else type(m).__name__}, not (B, N) = ({self.batch}, {n})")
+            readings = [("a nonzero entry is a row", m != 0), ("a nonzero entry is padding", m == 0)]
+            # the example must tell the readings apart and show the mask read: a row in every sequence, padding in one
+            self.key_readings = [(what, k) for what, k in readings if k.any(dim=1).all() and not k.all()]
+            if not self.key_readings:
+                raise TraceError("stformer_export: key_padding=True: in the example every sequence needs a row that exists and one "
+                                 "sequence a padded row, so that the export sees the key mask read")
 
     def stream(self, node):
         while node in self.alias:
@@ -597,14 +633,28 @@ class _Build:
         with torch.no_grad():
             for scale, s_name in ((1 / math.sqrt(d // heads), "head_width"), (1 / math.sqrt(d), "model_width")):
                 for causal in (False, True):
-                    if _close(reference_attention(xv, w_in, b_in, w_out, b_out, heads, scale, causal), want):
-                        found = found or (s_name, causal, scale)
+                    for reading in [None] + self.key_readings:
+                        keys = reading[1] if reading else None
+                        if _close(reference_attention(xv, w_in, b_in, w_out, b_out, heads, scale, causal, keys), want):
+                            found = found or (s_name, causal, scale, reading)
         if found is None:
+            self.absorbed |= self._between(x, out_lin)  # refused whole: its values are not reported one by one
             return self.fail(soft, f"not multi-head attention as stformer computes it ({heads} heads of {d // heads}, "
-                                   "scale 1/sqrt(head width) or 1/sqrt(width), no mask or the causal one, q, k, v packed in that order)")
-        s_name, causal, scale = found
-        if masked and not causal:
-            return self.fail(soft, "a mask that is not the causal one (a key padding mask is not read yet)")
+                                   "scale 1/sqrt(head width) or 1/sqrt(width), no mask or the causal one"
+                                   + (" or the key mask" if self.key_readings else "") + ", q, k, v packed in that order)"
+                                   + ("; a mask made from the forward's other input is a key mask: export with key_padding=True"
+                                      if masked and not self.key_readings and len(self.r.inputs) > 1 else ""))
+        s_name, causal, scale, reading = found
+        if masked and not causal and reading is None:
+            self.absorbed |= self._between(x, out_lin)
+            return self.fail(soft, "a mask that is not the causal one" + (
+                "" if self.key_readings else " (a key padding mask from the forward's inputs: export with key_padding=True)"))
+        if self.key_readings and reading is None:
+            self.absorbed |= self._between(x, out_lin)
+            return self.fail(soft, self.UNMASKED)
+        keys = self.read_keys(soft, reading) if reading else None
+        if reading and keys is None:
+            return False
         # the nodes of the attention: between x and the output projection
         inside = self._between(x, out_lin)
         for n in inside - {out_lin}:
@@ -614,14 +664,41 @@ class _Build:
         self.absorbed |= inside - {out_lin}
         path = _prefix([n.target for n in (q_lin, k_lin, v_lin, out_lin)]) or f"attention{self.attentions}"
         self.attentions += 1
-        leaf = self.self_attention(path, d, heads, s_name, scale, causal, w_in, b_in, w_out, b_out, "attention written out")
+        leaf = self.self_attention(path, d, heads, s_name, scale, causal, w_in, b_in, w_out, b_out, "attention written out", keys)
         self.ops[out_lin] = _Op("unary", [x], leaf)
         return True
+
+    # with a key mask declared, stformer's pass hides the padded rows' keys in every attention
+    UNMASKED = "an attention that does not read the key mask, in a model exported with key_padding=True: every attention must"
+
+    def read_keys(self, node, reading):
+        """The key mask as the model reads it (reading: one of key_readings), the same for every
+        attention; None (with the reason) when another attention read it the other way."""
+        if self.keys_read is not None and self.keys_read[0] != reading[0]:
+            return self.fail(node, f"the key mask read as '{reading[0]}' here, as '{self.keys_read[0]}' by another attention")
+        self.keys_read = reading
+        return reading[1]
+
+    def key_padding_mask(self, node, mask):
+        """A key_padding_mask argument (True or -inf: padding) as the rows that exist, from the forward's key
+        mask input; None, with the reason, for any other."""
+        if not self.key_readings:
+            return self.fail(node, "a key padding mask: export with key_padding=True, the mask the forward's second input")
+        if mask in self.dep:
+            return self.fail(node, "a key padding mask computed from the rows")
+        v = self.r.const(mask)
+        pad = v if torch.is_tensor(v) and v.dtype == torch.bool else (torch.isinf(v) & (v < 0)) if torch.is_tensor(v) else None
+        for reading in self.key_readings:
+            if pad is not None and pad.shape == reading[1].shape and torch.equal(pad, ~reading[1]):
+                return self.read_keys(node, reading)
+        return self.fail(node, "a key padding mask that is not the forward's key mask input (True or -inf where it pads)")
 
     def patch_embedding(self, node, m):
         """A Conv2d with kernel = stride = P on the image input (B, C, H, W), its output made rows of
         patches (flatten/reshape and transpose/permute): Patchify, then the Linear of its weight."""
         image = node.args[0]
+        if self.key_readings:
+            return self.fail(node, "a patch embedding in a model with a key mask: an image has no padding")
         if image is not self.r.inputs[0] or self.value(image).dim() != 4:
             return self.fail(node, "a Conv2d is read on the model's image input (B, C, H, W) alone, as a patch embedding")
         k, st = m.kernel_size, m.stride
@@ -701,10 +778,10 @@ class _Build:
         return Leaf(path, f"stformer::RMSNorm<{d}, stformer::epsilon({written}f)>", f"RMSNorm({d}, eps={eps:g})",
                     lambda x: x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps) * w, {"weight": w})
 
-    def self_attention(self, path, d, heads, s_name, scale, causal, w_in, b_in, w_out, b_out, what):
+    def self_attention(self, path, d, heads, s_name, scale, causal, w_in, b_in, w_out, b_out, what, keys=None):
         return Leaf(path, f"stformer::SelfAttention<{d}, {heads}, stformer::ScoreScale::{s_name}>",
-                    f"{what}: {heads} heads{', causal' if causal else ''}",
-                    lambda x: reference_attention(x, w_in, b_in, w_out, b_out, heads, scale, causal),
+                    f"{what}: {heads} heads{', causal' if causal else ''}{', key mask' if keys is not None else ''}",
+                    lambda x: reference_attention(x, w_in, b_in, w_out, b_out, heads, scale, causal, keys),
                     {"in_proj_weight": w_in, "in_proj_bias": b_in, "out_proj.weight": w_out, "out_proj.bias": b_out}, causal, attends=True)
 
     def _between(self, a, b):
@@ -729,8 +806,14 @@ class _Build:
             return self.fail(node, f"batch_first={m.batch_first} in a model whose other attention is batch_first={not m.batch_first}")
         if not m._qkv_same_embed_dim or m.bias_k is not None or m.add_zero_attn:
             return self.fail(node, "kdim/vdim, add_bias_kv or add_zero_attn, which stformer's attention has not")
-        if node.kwargs.get("key_padding_mask") is not None:
-            return self.fail(node, "a key_padding_mask: not read yet")
+        keys = None
+        kpm = node.kwargs.get("key_padding_mask", node.args[3] if len(node.args) > 3 else None)
+        if kpm is not None:
+            keys = self.key_padding_mask(node, kpm)
+            if keys is None:
+                return False
+        elif self.key_readings:
+            return self.fail(node, self.UNMASKED)
         causal = False
         mask = node.kwargs.get("attn_mask", node.args[5] if len(node.args) > 5 else None)
         n = _canonical(self.value(q), self.batch, self.seq_first)[1]
@@ -751,7 +834,7 @@ class _Build:
         b_out = m.out_proj.bias.detach() if m.out_proj.bias is not None else torch.zeros(d)
         self.absorbed |= {node} | set(node.users)
         leaf = self.self_attention(node.target, d, h, "head_width", 1 / math.sqrt(d // h), causal, w_in, b_in, w_out, b_out,
-                                   "nn.MultiheadAttention")
+                                   "nn.MultiheadAttention", keys)
         self.ops[outs[0]] = _Op("unary", [q], leaf)
         return True
 
@@ -793,7 +876,9 @@ class _Build:
             raise TraceError("stformer_export: the model has no step stformer computes")
         if r.errors:
             raise TraceError("stformer_export: the model cannot be exported as it stands:\n  " + "\n  ".join(r.errors))
-        return chain, shape, r.output
+        if r.key_input is not None and self.keys_read is None:
+            raise TraceError("stformer_export: key_padding=True, but no attention of the model reads its second input as a key mask")
+        return chain, shape, r.output, (self.keys_read[1] if self.keys_read else None)
 
     def unary(self, n, src, leaf):
         self.ops[n] = _Op("unary", [self.stream(src)], leaf)
@@ -821,8 +906,8 @@ class _Build:
             return
         target = n.target
         name = target if n.op == "call_method" else getattr(target, "__name__", str(target))
-        if n.op == "call_function" and target in _ACT_FUNCTIONS or n.op == "call_method" and target in ("relu", "gelu"):
-            kind = _ACT_FUNCTIONS.get(target, "ReLU" if target == "relu" else "GELU")
+        if n.op == "call_function" and target in _ACT_FUNCTIONS or n.op == "call_method" and target in ("relu", "gelu", "tanh"):
+            kind = _ACT_FUNCTIONS.get(target, {"relu": "ReLU", "gelu": "GELU", "tanh": "Tanh"}.get(target))
             if kind == "GELU" and n.kwargs.get("approximate", "none") == "tanh":
                 kind = "GELUTanh"
             return self.activation(n, args[0], kind)
@@ -840,6 +925,9 @@ class _Build:
         if name == "mean" and n.op == "call_method" or target is torch.mean:
             dims = n.kwargs.get("dim", n.args[1] if len(n.args) > 1 else None)
             axis = (0, (0,), [0], -3) if self.seq_first else (1, (1,), [1], -2)
+            if dims in axis and self.value(args[0]).dim() == 3 and self.key_readings:
+                return self.fail(n, "the rows' mean in a model with a key mask: it averages the padded rows too, where stformer's "
+                                    "MeanPool averages the rows that exist")
             if dims in axis and self.value(args[0]).dim() == 3:
                 d = self.value(args[0]).shape[2]
                 return self.unary(n, args[0], Leaf(self.anon("pool"), f"stformer::MeanPool<{d}>", "the rows' mean",
@@ -866,7 +954,7 @@ class _Build:
 
     def activation(self, n, src, kind):
         d = self.value(src).shape[-1]
-        fn = {"ReLU": F.relu, "SiLU": F.silu, "GELU": F.gelu, "GELUTanh": lambda x: F.gelu(x, approximate="tanh")}[kind]
+        fn = {"ReLU": F.relu, "SiLU": F.silu, "GELU": F.gelu, "GELUTanh": lambda x: F.gelu(x, approximate="tanh"), "Tanh": torch.tanh}[kind]
         self.unary(n, src, Leaf(self.anon("act"), f"stformer::{kind}<{d}>", kind, fn))
 
     def layer_norm(self, n, args):
@@ -888,7 +976,7 @@ class _Build:
                        if float(torch.tensor(float(t), dtype=torch.float32)) == eps32)
         cpp = f"stformer::LayerNorm<{d}>" if eps32 == float(torch.tensor(1e-5, dtype=torch.float32)) else \
             f"stformer::LayerNorm<{d}, stformer::epsilon({written}f)>"
-        return Leaf(path, cpp, f"LayerNorm({d}, eps={eps})", lambda x: F.layer_norm(x, (d,), w, b, eps), {"weight": w, "bias": b})
+        return Leaf(path, cpp, f"LayerNorm({d}, eps={eps:.6g})", lambda x: F.layer_norm(x, (d,), w, b, eps), {"weight": w, "bias": b})
 
     def join(self, n, kind, args):
         a = [x for x in n.args[:2]]
@@ -967,6 +1055,8 @@ class _Build:
     def cat(self, n, args):
         parts = n.args[0]
         dim = n.kwargs.get("dim", n.args[1] if len(n.args) > 1 else 0)
+        if self.key_readings:
+            return self.fail(n, "a cat of the rows in a model with a key mask: the key mask is the input's rows'")
         if len(parts) == 2 and dim in (1, -2) and parts[1] in self.dep and parts[0] not in self.dep:
             c = self.r.const(parts[0])
             xv = self.value(parts[1])
@@ -983,14 +1073,29 @@ class _Build:
     def getitem(self, n, args):
         idx = n.args[1]
         xv = self.value(args[0])
-        first = (lambda i: i == 0 or i == slice(None, 1) or i == slice(0, 1))
-        if self.seq_first and xv.dim() == 3 and (first(idx) or isinstance(idx, tuple) and first(idx[0])
-                                                 and all(i == slice(None) or i is Ellipsis for i in idx[1:])) or \
-                not self.seq_first and isinstance(idx, tuple) and xv.dim() == 3 and len(idx) >= 2 and idx[0] == slice(None) and \
-                first(idx[1]) and all(i == slice(None) or i is Ellipsis for i in idx[2:]):
+        if xv.dim() != 3:
+            return self.fail(n, f"indexing the rows with {idx!r} (the first row, [:, 0], or the last, [:, -1], is read)")
+        rows = xv.shape[0 if self.seq_first else 1]
+
+        def which(i):  # 0: the first row, rows - 1: the last (an index, or a slice of that one row)
+            if isinstance(i, int):
+                return i % rows if -rows <= i < rows and i % rows in (0, rows - 1) else None
+            if isinstance(i, slice) and i.step in (None, 1):
+                start, stop, _ = i.indices(rows)
+                return start if stop - start == 1 and start in (0, rows - 1) else None
+            return None
+        whole = (lambda rest: all(i == slice(None) or i is Ellipsis for i in rest))
+        row = None
+        if self.seq_first:
+            row = which(idx[0]) if isinstance(idx, tuple) and whole(idx[1:]) else which(idx)
+        elif isinstance(idx, tuple) and len(idx) >= 2 and idx[0] == slice(None) and whole(idx[2:]):
+            row = which(idx[1])
+        if row is not None:
             d = xv.shape[2]
-            return self.unary(n, args[0], Leaf(self.anon("first"), f"stformer::FirstToken<{d}>", "the first row", lambda x: x[:, :1]))
-        return self.fail(n, f"indexing the rows with {idx!r} (the first row, [:, 0], is read)")
+            if row == 0:
+                return self.unary(n, args[0], Leaf(self.anon("first"), f"stformer::FirstToken<{d}>", "the first row", lambda x: x[:, :1]))
+            return self.unary(n, args[0], Leaf(self.anon("first"), f"stformer::LastToken<{d}>", "the last row", lambda x: x[:, -1:]))
+        return self.fail(n, f"indexing the rows with {idx!r} (the first row, [:, 0], or the last, [:, -1], is read)")
 
     # -- structure -------------------------------------------------------------------------------
     def dominators(self):

@@ -128,6 +128,32 @@ std::string shape_string(std::span<const std::size_t> shape) {
   return s + "]";
 }
 
+const TensorView& examples_tensor(const File& file, std::string_view name, std::size_t size, bool ids) {
+  const TensorView* t = file.find(name);
+  const std::string what = file.label() + ": tensor " + std::string(name);
+  if (t == nullptr) throw std::runtime_error(file.label() + " holds no tensor " + std::string(name));
+  if (ids ? t->dtype != Dtype::I32 && t->dtype != Dtype::I64 : t->dtype != Dtype::F32)
+    throw std::runtime_error(what + " is " + std::string(dtype_name(t->dtype)) + (ids ? ": the model reads token ids (I32 or I64)" : ": the model reads F32"));
+  const std::size_t elements = t->bytes.size() / dtype_size(t->dtype);
+  if (t->shape.empty() || t->shape[0] == 0 || size == 0 || elements != t->shape[0] * size)
+    throw std::runtime_error(what + " " + shape_string(t->shape) + " is not examples of " + std::to_string(size) +
+                             " values each (the model's input of one item), their count first");
+  return *t;
+}
+
+std::vector<std::uint8_t> example_keys(const File& file, std::string_view name, std::size_t count, std::size_t rows) {
+  const std::string keys = name == "input" ? std::string("keys") : std::string(name) + "_keys";
+  const TensorView* t = file.find(keys);
+  if (t == nullptr) return {};
+  if ((t->dtype != Dtype::U8 && t->dtype != Dtype::BOOL) || t->shape.size() != 2 || t->shape[0] != count || t->shape[1] != rows)
+    throw std::runtime_error(file.label() + ": tensor " + keys + " " + std::string(dtype_name(t->dtype)) + " " + shape_string(t->shape) +
+                             " is not the key masks of " + std::string(name) + ": U8 [" + std::to_string(count) + ", " + std::to_string(rows) +
+                             "], 1 for a row that exists");
+  std::vector<std::uint8_t> v(t->bytes.size());
+  std::memcpy(v.data(), t->bytes.data(), v.size());
+  return v;
+}
+
 // ---- reading -------------------------------------------------------------------------------
 
 File File::read(const std::filesystem::path& path) {

@@ -2,10 +2,11 @@
 # share, read by them with `.`: the line in which a header stformer_export.py wrote names its
 # model, and compiling a host program against stformer. POSIX sh.
 
-# stformer_marker HEADER: sets marker_type, marker_rows and marker_causal (true or false) from
-# HEADER's line "// stformer-c-api: --type NAME --rows N [--causal]"; empty and false without one.
+# stformer_marker HEADER: sets marker_type, marker_rows, marker_causal and marker_keys (true or
+# false) from HEADER's line "// stformer-c-api: --type NAME --rows N [--causal] [--keys]" (--keys:
+# exported with a key mask); empty and false without one.
 stformer_marker() {
-  marker_type="" marker_rows="" marker_causal=false
+  marker_type="" marker_rows="" marker_causal=false marker_keys=false
   [ -f "$1" ] || return 0
   # shellcheck disable=SC2046
   set -- $(sed -n 's|^// stformer-c-api: ||p' "$1" | head -1)
@@ -14,6 +15,7 @@ stformer_marker() {
       --type) marker_type=${2:-}; shift 2 ;;
       --rows) marker_rows=${2:-}; shift 2 ;;
       --causal) marker_causal=true; shift ;;
+      --keys) marker_keys=true; shift ;;
       *) shift ;;
     esac
   done

@@ -89,6 +89,7 @@ const char* act_name() {
   if constexpr (std::is_same_v<Act, act::GELU>) return "GELU";
   if constexpr (std::is_same_v<Act, act::GELUTanh>) return "GELU (tanh)";
   if constexpr (std::is_same_v<Act, act::SiLU>) return "SiLU";
+  if constexpr (std::is_same_v<Act, act::Tanh>) return "Tanh";
 }
 
 namespace {

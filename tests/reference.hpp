@@ -102,6 +102,7 @@ inline double activation(double x, const char* kind) {
   if (k == "gelu") return 0.5 * x * (1 + std::erf(x / std::sqrt(2.0)));
   if (k == "gelu_tanh") return 0.5 * x * (1 + std::tanh(std::sqrt(2 / M_PI) * (x + 0.044715 * x * x * x)));
   if (k == "silu") return x / (1 + std::exp(-x));
+  if (k == "tanh") return std::tanh(x);
   throw std::invalid_argument(k);
 }
 inline Mat activation(Mat x, const char* kind) {

@@ -196,6 +196,7 @@ TEST_CASE("gradients: LayerNorm and RMSNorm (and rows of constant value), the ac
   check_activation<GELU<9>>(rng, "gelu");
   check_activation<GELUTanh<9>>(rng, "gelu_tanh");
   check_activation<SiLU<9>>(rng, "silu");
+  check_activation<Tanh<9>>(rng, "tanh");
   constexpr size_t B = 2, N = 3;
   Tensor<B, N, 6> x, c;
   fill(x, rng);
@@ -466,7 +467,7 @@ TEST_CASE("gradients: the SPEC models (pointer, set, language model)") {
   }
 }
 
-TEST_CASE("gradients: PositionEmbedding, ClassToken, FirstToken; a ViT-style classifier of them and PyTorch's layers") {
+TEST_CASE("gradients: PositionEmbedding, ClassToken, FirstToken, LastToken; a ViT-style classifier of them and PyTorch's layers") {
   Rng rng(13);
   constexpr size_t B = 2, N = 3, D = 5;
   Tensor<B, N, D> x;
@@ -510,21 +511,25 @@ TEST_CASE("gradients: PositionEmbedding, ClassToken, FirstToken; a ViT-style cla
     check_params(*p, *g, loss);
     check_fd("x", x.data(), dx.data(), x.size(), loss);
   }
-  {
-    FirstToken<D> p;
+  const auto token_row = [&]<class Step>(size_t r) {  // FirstToken (r = 0), LastToken (r = N − 1)
+    Step p;
     Tensor<B, 1, D> c;
     fill(c, rng);
-    TrainingOf<FirstToken<D>, B, N> a;
-    a.forward(p, x);
+    TrainingOf<Step, B, N> a;
+    const auto& y = a.forward(p, x);
+    for (size_t b = 0; b < B; ++b)
+      for (size_t j = 0; j < D; ++j) CHECK(y(b, 0, j) == x(b, r, j));
     const auto& dx = a.backward(p, p, c);
     auto loss = [&] {
       double s = 0;
       for (size_t b = 0; b < B; ++b)
-        for (size_t j = 0; j < D; ++j) s += double(c(b, 0, j)) * x(b, 0, j);
+        for (size_t j = 0; j < D; ++j) s += double(c(b, 0, j)) * x(b, r, j);
       return s;
     };
     check_fd("x", x.data(), dx.data(), x.size(), loss);
-  }
+  };
+  token_row.template operator()<FirstToken<D>>(0);
+  token_row.template operator()<LastToken<D>>(N - 1);
   // composed: PyTorch's names by index, the forward-only pass the same bits as training's
   using M = Sequential<Linear<D, 8>, ClassToken<8>, PositionEmbedding<4, 8>, Repeat<EncoderBlock<8, 2, 16, PostNorm<act::GELU>>, 2>,
                        FirstToken<8>, Linear<8, 8, Init::xavier_normal, Bias::no>, Named<"head", Linear<8, 2>>>;

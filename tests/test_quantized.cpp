@@ -4,7 +4,7 @@
 // "How it computes"): QLinear and the attention's projections 1.5% rms of the output,
 // QScaleNorm one output step, QMultiHeadAttention and the encoder and decoder blocks 3% rms, MAB
 // 1% (what it adds 1.5%), the pointer's log-probabilities 0.05.
-// QClassToken and QFirstToken against their formulas, entry by entry.
+// QClassToken, QFirstToken and QLastToken against their formulas, entry by entry.
 // Then the quantized models: the pointer and set models and the integer language model close
 // to the float ones, classifiers read from a class token (key-padded: padded rows change none
 // of the integers), quantize → save → load gives the same integers, bad quantized checkpoints
@@ -247,10 +247,11 @@ void activation_steps(double curvature) {
   CHECK(worst >= 0.5);  // the interpolation is not exact (but for ReLU)
 }
 
-TEST_CASE("QActivation: GELU, GELU (tanh) and SiLU in int16 fixed point within the interpolation's bound at every input; ReLU exact") {
+TEST_CASE("QActivation: GELU, GELU (tanh), SiLU and Tanh in int16 fixed point within the interpolation's bound at every input; ReLU exact") {
   activation_steps<act::GELU>(0.80);
   activation_steps<act::GELUTanh>(0.80);
   activation_steps<act::SiLU>(0.50);
+  activation_steps<act::Tanh>(0.77);
   const float sx = quant::int16_scale(8.0f);
   const auto relu = QActivation<act::ReLU, 1>::quantize(sx, sx);
   for (int x = -32768; x < 32768; ++x) {
@@ -402,9 +403,10 @@ TEST_CASE("Int8Linear: one row (x rounded to int16, integer dot products) agains
   check_one_row<128, 300>(rng);
 }
 
-TEST_CASE("QClassToken and QFirstToken: the token rounded to the stream's scale and the rows copied, entry by entry") {
+TEST_CASE("QClassToken, QFirstToken and QLastToken: the token rounded to the stream's scale and the rows copied, entry by entry") {
   constexpr size_t B = 2, N = 3, D = 5;
-  static_assert(std::is_same_v<Int8Of<ClassToken<D>>::type, QClassToken<D>> && std::is_same_v<Int8Of<FirstToken<D>>::type, QFirstToken<D>>);
+  static_assert(std::is_same_v<Int8Of<ClassToken<D>>::type, QClassToken<D>> && std::is_same_v<Int8Of<FirstToken<D>>::type, QFirstToken<D>> &&
+                std::is_same_v<Int8Of<LastToken<D>>::type, QLastToken<D>>);
   // s = 2^−10: token / s is exact, so these are round(token / s) clamped to ±32767 by hand
   const float s = 1.0f / 1024;
   ClassToken<D> f;
@@ -427,6 +429,8 @@ TEST_CASE("QClassToken and QFirstToken: the token rounded to the stream's scale 
     }
   TensorOf<std::int16_t, B, 1, D> first;
   QFirstToken<D>{}.run<B, N>(x, first, Nothing{}, Mask<B, N>{}, Serial{});
+  TensorOf<std::int16_t, B, 1, D> last;
+  QLastToken<D>{}.run<B, N>(x, last, Nothing{}, Mask<B, N>{}, Serial{});
   for (size_t b = 0; b < B; ++b)
-    for (size_t c = 0; c < D; ++c) CHECK(first(b, 0, c) == x(b, 0, c));
+    for (size_t c = 0; c < D; ++c) CHECK((first(b, 0, c) == x(b, 0, c) && last(b, 0, c) == x(b, N - 1, c)));
 }

@@ -3,15 +3,18 @@
 // LayerScale; a BERT-style encoder with separate query, key and value and LayerNorm eps 1e-12; a
 // nanoGPT-style causal language model with tied embeddings; nn.MultiheadAttention with a causal
 // mask, a SwiGLU layer and GPT-J's parallel block; nn.TransformerEncoder called with a causal
-// mask; a llama-style model with RMSNorm written out, bias-free attention and SwiGLU; the PyTorch
-// tutorial's language model (sequence-first, sinusoidal positions in a buffer, the embedding
-// scaled by sqrt(D), the causal src_mask an input of its forward); torchvision's
-// VisionTransformer as it is (a Conv2d patch embedding on an image); the Keyword Transformer
-// KWT-1 as its paper gives it (98 MFCC frames of 40, D 64, 12 post-norm layers, 1 head). Each header
-// is included as the exporter wrote it and run against PyTorch's output
-// (tests/torch/round_trip.hpp), then quantized (calibrated on 32 inputs) and its argmax held to
-// the float model's on 200 others. For the models of float inputs, training's backward gives
-// PyTorch's gradient of the input.
+// mask, whose head reads the last row; a llama-style model with RMSNorm written out, bias-free
+// attention and SwiGLU; the PyTorch tutorial's language model (sequence-first, sinusoidal
+// positions in a buffer, the embedding scaled by sqrt(D), the causal src_mask an input of its
+// forward); torchvision's VisionTransformer as it is (a Conv2d patch embedding on an image); the
+// Keyword Transformer KWT-1 as its paper gives it (98 MFCC frames of 40, D 64, 12 post-norm
+// layers, 1 head); two exported with key_padding=True: BERT taking its attention_mask (and its
+// tanh pooler), and a model giving PyTorch's key_padding_mask to nn.MultiheadAttention,
+// masked_fill and nn.TransformerEncoder, each run with the example's key mask. Each header is
+// included as the exporter wrote it and run against PyTorch's output (tests/torch/round_trip.hpp),
+// then quantized (calibrated on 32 inputs) and its argmax held to the float model's on 200
+// others. For the models of float inputs, training's backward gives PyTorch's gradient of the
+// input.
 #include <doctest/doctest.h>
 
 #include <algorithm>
@@ -26,6 +29,8 @@
 #include "kwt.hpp"
 #include "llama.hpp"
 #include "mha.hpp"
+#include "padded.hpp"
+#include "pbert.hpp"
 #include "torch/round_trip.hpp"
 #include "tutorial.hpp"
 #include "tvit.hpp"
@@ -155,4 +160,12 @@ TEST_CASE("traced: the Keyword Transformer KWT-1 (98 frames of 40 MFCC, D 64, 12
   round_trip<kwt, 2, 98>("kwt");
   input_gradient<kwt, 2, 98>("kwt");
   CHECK(int8_agreement<kwt, 98>("kwt") >= 0.98);
+}
+
+TEST_CASE("traced: key padding declared at export: BERT's attention_mask made an additive mask; PyTorch's key_padding_mask to "
+          "nn.MultiheadAttention, to masked_fill and to nn.TransformerEncoder") {
+  round_trip<pbert, 2, 16>("pbert");
+  round_trip<padded, 2, 10>("padded");
+  CHECK(int8_agreement<pbert, 16>("pbert") >= kUntrained);  // every row a token
+  CHECK(int8_agreement<padded, 10>("padded") >= kUntrained);
 }

@@ -21,14 +21,16 @@ if [ "$firmware" = yes ]; then
   . "$here/exported_firmware.sh"
   exit 0
 fi
-for name in tvit gpt; do
+for name in tvit gpt pbert; do
   # the library first, as a user writes it: stformer-c-api repeats it after the program
   sh "$here/../../src/stformer-c-api" --header "$dir/$name.hpp" --checkpoint "$dir/$name.safetensors" --name "$name" --out "$out" \
     --compile "$cxx -O1 -pthread -L$out -lio"
   grep -q "define $(echo "$name" | tr a-z A-Z)_CAUSAL 1" "$out/$name.h" && causal=yes || causal=no
-  echo "$name: C API written from the header alone (causal: $causal)"
+  grep -q "define $(echo "$name" | tr a-z A-Z)_KEYS 1" "$out/$name.h" && keys=yes || keys=no
+  [ "$keys" = "$(grep -q -- '--keys' "$dir/$name.hpp" && echo yes || echo no)" ] || { echo "FAIL: $name: NAME_KEYS is not the header's"; exit 1; }
+  echo "$name: C API written from the header alone (causal: $causal, key mask: $keys)"
   # shellcheck disable=SC2086
-  $cxx -O1 -pthread -I"$dir" -I"$out" -DHEADER="\"$name.h\"" -DAPI="${name}_predict" "$here/exported_c_api.cpp" "$out/$name.cpp" "$out/io.o" \
+  $cxx -O1 -pthread -I"$dir" -I"$out" -DHEADER="\"$name.h\"" -DAPI="${name}_predict" -DAPI_KEYS="${name}_predict_keys" "$here/exported_c_api.cpp" "$out/$name.cpp" "$out/io.o" \
     -o "$out/$name"
   ${STFORMER_RUN:-} "$out/$name" "$dir/$name.example.safetensors"
 done

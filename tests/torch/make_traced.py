@@ -3,13 +3,15 @@
 their own (tests/torch/traced_models.py, in the styles of timm's ViT, BERT, nanoGPT, GPT-J, a
 SwiGLU layer, nn.MultiheadAttention and nn.TransformerEncoder with causal masks, a llama-style model
 with RMSNorm written out, torchvision's VisionTransformer as it is, the Keyword Transformer KWT-1,
-the PyTorch tutorial's sequence-first language model), each exported
+the PyTorch tutorial's sequence-first language model, BERT with its attention_mask and a model
+given PyTorch's key_padding_mask, exported with key_padding=True), each exported
 with an example input and PyTorch's output for it (tests/test_torch_traced.cpp runs them); and the
 refusals, checked here: each names the operation, its module and its source line.
 
 usage: /usr/bin/python3 tests/torch/make_traced.py OUT_DIR
-writes OUT_DIR/{vit,bert,gpt,mha,encoded,llama,tvit,kwt,tutorial}.{hpp,safetensors,example.safetensors,inputs.safetensors}
-(inputs: 32 calibration inputs and 200 test inputs, one sequence each, for the integer model), and
+writes OUT_DIR/{vit,bert,gpt,mha,encoded,llama,tvit,kwt,tutorial,pbert,padded}.{hpp,safetensors,example.safetensors,inputs.safetensors}
+(inputs: 32 calibration inputs and 200 test inputs, one sequence each, for the integer model; for
+pbert and padded their key masks too, calibration_keys and test_keys), and
 for a model of float inputs OUT_DIR/NAME.grads.safetensors: a random gradient of its output and
 PyTorch's gradient of its input for it
 """
@@ -114,6 +116,13 @@ def trained_tutorial():
 keywords = Keywords()
 
 
+def lengths_mask(batch, n, lengths, token):
+    """A padding mask of sequences of the given lengths: BERT's (token: 1 for a token, 0 after it, int64)
+    or PyTorch's key_padding_mask (True after it)."""
+    rows = torch.arange(n)[None, :] < torch.tensor(lengths)[:, None]
+    return rows.long() if token else ~rows
+
+
 def seeded(seed, make):
     """make() with the generator at seed: each model's weights and example its own, whatever the others."""
     torch.manual_seed(seed)
@@ -132,13 +141,16 @@ models = [seeded(1, lambda: ("vit", tm.SmallVit(12), torch.randn(2, 9, 12))),
           # the Keyword Transformer KWT-1 as its paper gives it: 98 MFCC frames of 40, D 64, 12 post-norm layers
           seeded(9, lambda: ("kwt", trained_kwt(keywords), keywords.draw(2)[0])),
           # sequence-first: ids (N, B) and the causal src_mask the tutorial passes
-          seeded(8, lambda: ("tutorial", trained_tutorial(), (torch.randint(0, 100, (12, 2)), nn.Transformer.generate_square_subsequent_mask(12))))]
+          seeded(8, lambda: ("tutorial", trained_tutorial(), (torch.randint(0, 100, (12, 2)), nn.Transformer.generate_square_subsequent_mask(12)))),
+          # key padding: BERT's attention_mask (1 a token, 0 padding) made additive; PyTorch's key_padding_mask (True: padding)
+          seeded(10, lambda: ("pbert", tm.PaddedBert(), (torch.randint(0, 40, (2, 16)), lengths_mask(2, 16, [16, 11], token=True)))),
+          seeded(11, lambda: ("padded", tm.Padded(), (torch.randn(2, 10, 6), lengths_mask(2, 10, [10, 7], token=False))))]
 
 
 def draw(x, count):
     """count inputs like x, one at a time, in stformer's layout (B, N, ...): rows from N(0, 1), or token ids."""
-    if isinstance(x, tuple):  # the tutorial's: sequence-first ids and a mask
-        x = x[0].transpose(0, 1)
+    if isinstance(x, tuple):  # the tutorial's sequence-first ids and its causal mask; or the input and a key mask
+        x = x[0].transpose(0, 1) if x[1].dim() == 2 and x[1].dtype.is_floating_point else x[0]
     if x.dim() == 4:  # an image (B, C, H, W): its C·H rows of W pixels
         x = x.reshape(x.shape[0], x.shape[1] * x.shape[2], x.shape[3])
     if x.dtype == torch.int64:
@@ -148,7 +160,7 @@ def draw(x, count):
 
 for seed, (name, model, x) in enumerate(models):
     torch.manual_seed(100 + seed)
-    path = sx.export(model if name in ("tutorial", "kwt") else spread(model), x, name, out)
+    path = sx.export(model if name in ("tutorial", "kwt") else spread(model), x, name, out, key_padding=name in ("pbert", "padded"))
     if torch.is_tensor(x) and x.is_floating_point():  # training's backward: the input's gradient for a random one of the output
         model.eval()
         xg = x.clone().requires_grad_(True)
@@ -162,6 +174,10 @@ for seed, (name, model, x) in enumerate(models):
         inputs = {"calibration": keywords.draw(32)[0], "test": keywords.draw(200)[0]}
     else:
         inputs = {"calibration": draw(x, 32), "test": draw(x, 200)}
+    if name in ("pbert", "padded"):  # their key masks: sequences of N/2 to N rows
+        for part in ("calibration", "test"):
+            count, n = inputs[part].shape[0], inputs[part].shape[1]
+            inputs[part + "_keys"] = lengths_mask(count, n, torch.randint(n // 2, n + 1, (count,)).tolist(), token=True).to(torch.uint8)
     save_safetensors(os.path.join(out, f"{name}.inputs.safetensors"), inputs)
     assert model.training, "export leaves the model's mode as it was"
     header = open(path).read()
@@ -180,14 +196,14 @@ class Unread(nn.Module):
 
     def forward(self, x):
         x = self.bn(self.fc(x))
-        x = x + torch.tanh(x)
+        x = x + torch.sin(x)
         return torch.cumsum(x, dim=1)
 
 
 message = refused(Unread(), torch.randn(2, 4, 8),
                   "module 'bn' at make_traced.py:",
                   "x = self.bn(self.fc(x)): BatchNorm1d is not a module stformer_export reads",
-                  "tanh() at make_traced.py:", "x = x + torch.tanh(x): not an operation stformer_export reads",
+                  "sin() at make_traced.py:", "x = x + torch.sin(x): not an operation stformer_export reads",
                   "cumsum() at make_traced.py:", "return torch.cumsum(x, dim=1): not an operation")
 assert message.count("\n") == 3, message
 
@@ -269,3 +285,60 @@ class Shifted(nn.Module):
 
 
 refused(Shifted(), torch.randn(2, 4, 8), "not multi-head attention as stformer computes it")
+
+
+# Key padding: refused without key_padding=True (named at each attention that reads it), without
+# padding in the example, when nothing reads the mask, and where the rows' mean would average padding.
+x_pad = (torch.randn(2, 10, 6), lengths_mask(2, 10, [10, 7], token=False))
+message = refused(tm.Padded(), x_pad, "module 'attn' at traced_models.py:", "a key padding mask: export with key_padding=True",
+                  ".softmax() in 'written' at traced_models.py:", "a mask made from the forward's other input is a key mask: export with key_padding=True",
+                  "module 'encoder' at traced_models.py:")
+assert message.count("\n") == 3, message
+refused(tm.PaddedBert(), (torch.randint(0, 40, (2, 16)), torch.ones(2, 16, dtype=torch.long)),
+        "every sequence needs a row that exists and one sequence a padded row", key_padding=True)
+refused(tm.PaddedBert(), torch.randint(0, 40, (2, 16)), "key_padding=True: the example is (input, mask)", key_padding=True)
+
+
+class Unmasked(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(6, 8)
+
+    def forward(self, x, padding):
+        return self.fc(x)
+
+
+refused(Unmasked(), x_pad, "no attention of the model reads its second input as a key mask", key_padding=True)
+
+
+class MeanOverPadding(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(6, 8)
+        self.attn = nn.MultiheadAttention(8, 2, batch_first=True)
+
+    def forward(self, x, padding):
+        x = self.fc(x)
+        x = x + self.attn(x, x, x, key_padding_mask=padding)[0]
+        return x.mean(dim=1)
+
+
+refused(MeanOverPadding(), x_pad, "the rows' mean in a model with a key mask", "return x.mean(dim=1)", key_padding=True)
+
+
+class HalfMasked(nn.Module):
+    """Two attentions, one of which ignores the padding mask: stformer's pass would hide the padded keys in both."""
+
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(6, 8)
+        self.one = nn.MultiheadAttention(8, 2, batch_first=True)
+        self.two = nn.MultiheadAttention(8, 2, batch_first=True)
+
+    def forward(self, x, padding):
+        x = self.fc(x)
+        x = x + self.one(x, x, x, key_padding_mask=padding)[0]
+        return x + self.two(x, x, x)[0]
+
+
+refused(HalfMasked(), x_pad, "module 'two' at make_traced.py:", "an attention that does not read the key mask", key_padding=True)

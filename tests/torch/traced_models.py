@@ -88,9 +88,11 @@ class BertLayer(nn.Module):
     def split(self, t):
         return t.view(t.size(0), t.size(1), self.heads, self.width).permute(0, 2, 1, 3)
 
-    def forward(self, x):
+    def forward(self, x, extended_mask=None):
         q, k, v = self.split(self.query(x)), self.split(self.key(x)), self.split(self.value(x))
         scores = torch.einsum("bhid,bhjd->bhij", q, k) / math.sqrt(self.width)
+        if extended_mask is not None:  # additive: 0 for a token, -10000 for padding
+            scores = scores + extended_mask
         probs = nn.functional.softmax(scores, dim=-1)
         context = torch.einsum("bhij,bhjd->bhid", probs, v).permute(0, 2, 1, 3).contiguous()
         context = context.view(context.size(0), context.size(1), -1)
@@ -217,7 +219,8 @@ class MhaModel(nn.Module):
 
 
 class Encoded(nn.Module):
-    """nn.TransformerEncoder (batch_first) called with a causal mask from its own helper."""
+    """nn.TransformerEncoder (batch_first) called with a causal mask from its own helper; the head
+    reads the last row (the next step's prediction)."""
 
     def __init__(self, dim=16, heads=2, length=8):
         super().__init__()
@@ -228,7 +231,7 @@ class Encoded(nn.Module):
 
     def forward(self, x):
         mask = nn.Transformer.generate_square_subsequent_mask(self.length)
-        return self.head(self.encoder(self.embed(x), mask))
+        return self.head(self.encoder(self.embed(x), mask)[:, -1])
 
 
 class RMSNorm(nn.Module):
@@ -374,3 +377,62 @@ class KeywordTransformer(nn.Module):
         for layer in self.enc_layers:
             x = layer(x)
         return self.mlp_head(x[:, 0])
+
+
+class PaddedBert(SmallBert):
+    """BERT as it takes a batch of sequences of different lengths: an attention_mask (B, N), 1 for a
+    token and 0 for padding, made an additive mask (1 - m) * -10000 broadcast over heads and queries
+    and added to every layer's scores; BERT's pooler (a Linear and tanh on the first token) before
+    the classifier."""
+
+    def __init__(self, dim=32):
+        super().__init__(dim=dim)
+        self.pooler = nn.Linear(dim, dim)
+
+    def forward(self, ids, attention_mask):
+        extended = (1.0 - attention_mask[:, None, None, :].float()) * -10000.0
+        positions = torch.arange(ids.shape[1])
+        x = self.norm(self.word_embeddings(ids) + self.position_embeddings(positions))
+        for layer in self.layers:
+            x = layer(x, extended)
+        return self.classifier(torch.tanh(self.pooler(x[:, 0])))
+
+
+class PaddedAttention(nn.Module):
+    """Written out, nanoGPT's way, with a padding mask: masked_fill where the mask says padding."""
+
+    def __init__(self, dim, heads):
+        super().__init__()
+        self.heads = heads
+        self.qkv = nn.Linear(dim, 3 * dim)
+        self.proj = nn.Linear(dim, dim)
+
+    def forward(self, x, padding):
+        b, n, d = x.shape
+        q, k, v = self.qkv(x).chunk(3, dim=-1)
+        q, k, v = (t.view(b, n, self.heads, d // self.heads).transpose(1, 2) for t in (q, k, v))
+        att = (q @ k.transpose(-2, -1)) / math.sqrt(d // self.heads)
+        att = att.masked_fill(padding[:, None, None, :], float("-inf")).softmax(dim=-1)
+        return self.proj((att @ v).transpose(1, 2).reshape(b, n, d))
+
+
+class Padded(nn.Module):
+    """A padding mask (B, N), True where a sequence is padded (PyTorch's key_padding_mask), given to
+    nn.MultiheadAttention, to attention written out, and to an nn.TransformerEncoder (whose fast
+    path in eval writes 0 in the padded rows: only the rows that exist are compared)."""
+
+    def __init__(self, dim=16, heads=2):
+        super().__init__()
+        self.inp = nn.Linear(6, dim)
+        self.norm = nn.LayerNorm(dim)
+        self.attn = nn.MultiheadAttention(dim, heads, batch_first=True)
+        self.written = PaddedAttention(dim, heads)
+        self.encoder = nn.TransformerEncoder(nn.TransformerEncoderLayer(dim, heads, 32, batch_first=True, dropout=0.0), 1)
+        self.out = nn.Linear(dim, 4)
+
+    def forward(self, x, padding):
+        x = self.inp(x)
+        h = self.norm(x)
+        x = x + self.attn(h, h, h, key_padding_mask=padding, need_weights=False)[0]
+        x = x + self.written(x, padding)
+        return self.out(self.encoder(x, src_key_padding_mask=padding))

@@ -1,15 +1,18 @@
 // Activations, element by element: the kinds a FeedForward takes (act::ReLU, ...) and, as steps
-// of a Sequential without parameters, ReLU<D>, GELU<D>, GELUTanh<D>, SiLU<D> (Activation<Kind, D>):
+// of a Sequential without parameters, ReLU<D>, GELU<D>, GELUTanh<D>, SiLU<D>, Tanh<D>
+// (Activation<Kind, D>):
 //   act::ReLU      y = max(x, 0)                                     nn.ReLU()
 //   act::GELU      y = x·Φ(x) = ½x·(1 + erf(x/√2))                   nn.GELU()
 //   act::GELUTanh  y = ½x·(1 + tanh(u)), u = √(2/π)·(x + 0.044715x³) nn.GELU(approximate='tanh')
 //   act::SiLU      y = x·σ(x) = x / (1 + e^(−x))                     nn.SiLU()
+//   act::Tanh      y = tanh(x)                                       nn.Tanh() (BERT's pooler)
 //   backward, from the input x: dx = dy·f'(x),
 //     GELU f' = Φ(x) + x·φ(x);  GELUTanh f' = ½(1 + t) + ½x(1 − t²)·√(2/π)(1 + 3·0.044715x²),
-//     t = tanh(u);  SiLU f' = σ(x)·(1 + x(1 − σ(x)));  ReLU f' = [x > 0] = [y > 0]
+//     t = tanh(u);  SiLU f' = σ(x)·(1 + x(1 − σ(x)));  ReLU f' = [x > 0] = [y > 0];
+//     Tanh f' = 1 − y²
 // In a chain after a step whose record keeps its output unread by its backward (a Linear), its
-// record is RecordOverInput: x read there, and for ReLU, whose derivative is also a function of
-// its output (Kind::df_from_output(y)), y written over x, no tensor of its own.
+// record is RecordOverInput: x read there, and for ReLU and Tanh, whose derivatives are also
+// functions of their outputs (Kind::df_from_output(y)), y written over x, no tensor of its own.
 #pragma once
 
 #include "../core/config.hpp"
@@ -53,6 +56,12 @@ struct SiLU {
   }
 };
 
+struct Tanh {
+  static float f(float x) { return std::tanh(x); }
+  static float df(float x) { return df_from_output(std::tanh(x)); }
+  static float df_from_output(float y) { return 1.0f - y * y; }
+};
+
 // x ← f(x) on N entries: ReLU by the vector kernel; with xsimd the others by its vector erf, tanh
 // and exp (within a few ulp of the scalar functions), else entry by entry.
 template <class Act, size_t N>
@@ -71,6 +80,8 @@ inline void apply(float* x) {
         y = splat(0.5f) * v * (splat(1.0f) + xsimd::erf(v * splat(0.70710678118654752f)));
       else if constexpr (std::is_same_v<Act, GELUTanh>)
         y = splat(0.5f) * v * (splat(1.0f) + xsimd::tanh(splat(GELUTanh::k) * (v + splat(GELUTanh::c) * v * v * v)));
+      else if constexpr (std::is_same_v<Act, Tanh>)
+        y = xsimd::tanh(v);
       else
         y = v / (splat(1.0f) + xsimd::exp(-v));
       kernels::store(x + i, y);
@@ -171,5 +182,7 @@ template <size_t D>
 struct GELUTanh : Activation<act::GELUTanh, D> {};
 template <size_t D>
 struct SiLU : Activation<act::SiLU, D> {};
+template <size_t D>
+struct Tanh : Activation<act::Tanh, D> {};
 
 }  // namespace stformer

@@ -7,7 +7,8 @@
 //                            backward: dcls_token += Σ_b dy[b, 0], dx[b, n] = dy[b, 1 + n]
 //                            Parameter: cls_token [1, 1, D] (ViT's name; zeros)
 //   FirstToken<D>            the first row (the class token's output), [B, N, D] -> [B, 1, D]
-//                            backward: dx[b, 0] = dy[b], the other rows 0
+//   LastToken<D>             the last row (x[:, -1]: a causal model's at its last token)
+//                            backward: dx[b, r] = dy[b] (r = 0, or N − 1), the other rows 0
 // In a Sequential the steps after ClassToken see the caller's key-padding mask shifted past the
 // token, which every query sees (prepends: the rows it puts before its input's).
 #pragma once
@@ -108,8 +109,11 @@ struct ClassToken {
   };
 };
 
-template <size_t D>
-struct FirstToken {
+// FirstToken<D> (Last false) and LastToken<D> (Last true): row r of each item.
+template <size_t D, bool Last>
+struct TokenRow {
+  template <size_t N>
+  static constexpr size_t r = Last ? N - 1 : 0;
   static constexpr bool reads_mask = false;  // step::reads_mask: each output row fixed by its place
   template <class F, class... S>
   static constexpr void visit(const Path&, F&, S&...) {}
@@ -120,15 +124,15 @@ struct FirstToken {
   using Output = Tensor<B, 1, D>;
   template <size_t B, size_t N, class Pool>
   void run(const Input<B, N>& x, Output<B, N>& y, Nothing, const Mask<B, N>&, Pool&&) const {
-    for (size_t b = 0; b < B; ++b) std::copy_n(x.data() + b * N * D, D, y.data() + b * D);
+    for (size_t b = 0; b < B; ++b) std::copy_n(x.data() + (b * N + r<N>) * D, D, y.data() + b * D);
   }
 
   template <size_t B, size_t N>
   struct Infer {
     Tensor<B, 1, D> out;
     template <class X>
-    const Tensor<B, 1, D>& forward(const FirstToken& p, const X& x) {
-      static_assert(shape_is<X, B, N, D>, "FirstToken: input rows x must be [B, N, D] (the pass's sizes, the block's width D)");
+    const Tensor<B, 1, D>& forward(const TokenRow& p, const X& x) {
+      static_assert(shape_is<X, B, N, D>, "FirstToken, LastToken: input rows x must be [B, N, D] (the pass's sizes, the block's width D)");
       p.run(x, out, Nothing{}, Mask<B, N>{}, Serial{});
       return out;
     }
@@ -136,12 +140,16 @@ struct FirstToken {
   template <size_t B, size_t N>
   struct Acts : Infer<B, N> {
     using Dx = Tensor<B, N, D>;
-    const Tensor<B, N, D>& backward(const FirstToken&, FirstToken&, const Tensor<B, 1, D>& dout, Tensor<B, N, D>& dx) {
+    const Tensor<B, N, D>& backward(const TokenRow&, TokenRow&, const Tensor<B, 1, D>& dout, Tensor<B, N, D>& dx) {
       std::fill(dx.begin(), dx.end(), 0.0f);
-      for (size_t b = 0; b < B; ++b) std::copy_n(dout.data() + b * D, D, dx.data() + b * N * D);
+      for (size_t b = 0; b < B; ++b) std::copy_n(dout.data() + b * D, D, dx.data() + (b * N + r<N>) * D);
       return dx;
     }
   };
 };
+template <size_t D>
+struct FirstToken : TokenRow<D, false> {};
+template <size_t D>
+struct LastToken : TokenRow<D, true> {};
 
 }  // namespace stformer

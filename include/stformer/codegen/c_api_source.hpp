@@ -50,6 +50,7 @@ struct CApiNames {
   std::string_view name;     // the prefix of the C names (an identifier)
   std::string_view source;   // where the parameters came from (a comment)
   bool causal = false;       // every call applies the causal mask (required when declares_causal<Model>)
+  bool keys = false;         // the model was exported with a key mask (NAME_KEYS 1): NAME_predict_keys is its entry
 };
 
 struct CApiSource {
@@ -109,6 +110,9 @@ CApiSource c_api_source(const Model& model, const CApiNames& names) {
     << "#define " << M << "_CAUSAL " << (names.causal ? "1" : "0")
     << (names.causal ? "        /* every call applies the causal mask: output row i reads input rows 0 .. i */\n"
                      : "        /* no causal mask: every row reads every row present */\n");
+  if (names.keys)
+    h << "#define " << M << "_KEYS 1          /* exported with a key mask: " << name << "_predict_keys takes it (" << name
+      << "_predict: every row exists) */\n";
   if constexpr (ids)
     h << "#define " << M << "_INPUT_SIZE " << in_size << "    /* the input: " << N << " token ids, each in [0, " << M << "_VOCABULARY) */\n"
       << "#define " << M << "_VOCABULARY " << Model::template BlockAt<0>::vocabulary << "\n";

@@ -20,6 +20,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <filesystem>
 #include <map>
 #include <optional>
@@ -27,6 +28,7 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <type_traits>
 #include <vector>
 
 namespace stformer::inline STFORMER_ABI::safetensors {
@@ -104,5 +106,37 @@ class Writer {
   std::set<std::string, std::less<>> names_;
   std::map<std::string, std::string> metadata_;
 };
+
+// A model's example inputs held in one tensor of a file (calibration inputs, a firmware's test
+// inputs): shape (count, ...) with count ≥ 1 and `size` values in each example (one item's input,
+// laid out as PyTorch's), F32 for a float input, token ids as I32 or I64 for ids. Returns the
+// tensor; throws std::runtime_error naming the file, the tensor and what it should be.
+const TensorView& examples_tensor(const File& file, std::string_view name, std::size_t size, bool ids);
+
+// The examples' key masks, when the file holds them (a model exported with a key mask): tensor
+// "keys" beside "input" (the exporter's example file), "NAME_keys" beside any other NAME; shape
+// (count, rows), U8 or BOOL, nonzero for a row that exists. Empty when there is no such tensor;
+// throws std::runtime_error for one of another shape or dtype.
+std::vector<std::uint8_t> example_keys(const File& file, std::string_view name, std::size_t count, std::size_t rows);
+
+// Its values, example after example: floats (T = float), or token ids as T (an integer type).
+template <class T>
+std::vector<T> examples(const File& file, std::string_view name, std::size_t size) {
+  constexpr bool ids = !std::is_floating_point_v<T>;
+  static_assert(ids || std::is_same_v<T, float>, "examples: float or an integer type");
+  const TensorView& t = examples_tensor(file, name, size, ids);
+  const std::size_t bytes = dtype_size(t.dtype);
+  std::vector<T> v(t.bytes.size() / bytes);
+  for (std::size_t k = 0; k < v.size(); ++k) {
+    if constexpr (ids) {
+      std::int64_t id = 0;
+      std::memcpy(&id, t.bytes.data() + k * bytes, bytes);  // little-endian: an int32 in the low bytes
+      v[k] = T(bytes == 4 ? std::int64_t(std::int32_t(id)) : id);
+    } else {
+      std::memcpy(&v[k], t.bytes.data() + k * bytes, bytes);
+    }
+  }
+  return v;
+}
 
 }  // namespace stformer::safetensors

@@ -1,15 +1,17 @@
-// QActivation<Act, D>: an activation step (ReLU<D>, GELU<D>, GELUTanh<D>, SiLU<D>) on an int16
-// stream, x = s_x·x_q in, y = s_y·y_q out, in fixed point: Act at 257 knots spread over the
+// QActivation<Act, D>: an activation step (ReLU<D>, GELU<D>, GELUTanh<D>, SiLU<D>, Tanh<D>) on an
+// int16 stream, x = s_x·x_q in, y = s_y·y_q out, in fixed point: Act at 257 knots spread over the
 // input's int16 range, and linear interpolation between two knots:
 //   u = x_q + 32768 (0 … 65535),  i = u >> 8,  f = u & 255          (256 segments of 256 steps)
 //   y_q = clamp(t_i + ((t_{i+1} − t_i)·f + 128) >> 8)                 (int32; |t_{i+1} − t_i|·f < 2^25)
 //   t_i = round(Act(s_x·(256·i − 32768)) / s_y)                      (int32, host side: from_float)
 // The error, in output steps: the interpolation's, at most h²/8 · max|Act''| / s_y with
-// h = 256·s_x the knots' spacing (|Act''| ≤ 0.80 for GELU and GELU (tanh), 0.50 for SiLU; ReLU is
-// exact: 0 is a knot), plus the knots' and the output's rounding (one step). On streams of
-// calibrated scales (quant::int16_scale) around max|x| = 8, measured at every int16 input:
-// within 1.9 output steps for GELU and GELU (tanh), 1.8 for SiLU (bounds 2.6 and 2.0), a step
-// being 1/16384 of the output's calibrated range. Inside a FeedForward the int8 forms of these
+// h = 256·s_x the knots' spacing (|Act''| ≤ 0.80 for GELU and GELU (tanh), 0.50 for SiLU, 0.77
+// for Tanh: 4/(3√3); ReLU is exact: 0 is a knot), plus the knots' and the output's rounding (one
+// step). On streams of calibrated scales (quant::int16_scale) around max|x| = 8, measured at
+// every int16 input (test_quantized): within 1.9 output steps for GELU and GELU (tanh), 1.8 for
+// SiLU (bounds 2.6 and 2.0), within 24.9 for Tanh (bound 25.6: its output's range, ±1, is an
+// eighth of its input's, so its steps are finer), a step being 1/16384 of the output's
+// calibrated range. Inside a FeedForward the int8 forms of these
 // activations are its 256-entry table instead (blocks/feedforward.hpp).
 // Tensors: table I32 [257] (t).
 #pragma once
@@ -63,7 +65,7 @@ struct QActivation : RowLocal<QActivation<Kind, D>, D, std::int16_t> {
   void from_float(const Float&, const Ranges&, float s_in, float s_out) { *this = quantize(s_in, s_out); }
 };
 
-// ReLU<D>, GELU<D>, GELUTanh<D>, SiLU<D>: each an Activation<Kind, D>.
+// ReLU<D>, GELU<D>, GELUTanh<D>, SiLU<D>, Tanh<D>: each an Activation<Kind, D>.
 template <template <size_t> class Step, size_t D>
   requires std::is_base_of_v<Activation<typename Step<D>::Kind, D>, Step<D>>
 struct Int8Of<Step<D>> {

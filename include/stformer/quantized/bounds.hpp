@@ -20,6 +20,7 @@
 
 #include "../core/config.hpp"
 
+#include <bit>
 #include <climits>
 #include <cstdint>
 #include <string_view>
@@ -32,13 +33,17 @@
 namespace stformer::inline STFORMER_ABI {
 
 // The first entry of a model outside its bounds: the tensor's dotted name, the entry's index
-// (row-major), its value and the bound it breaks; false when every tensor is within bounds.
+// (row-major), its value and the bound it breaks; false when every tensor is within bounds. The
+// value is held as an integer (a float entry's bits) so that the check does no floating point:
+// a core without an FPU checks its image with it and links no soft-float routine.
 struct OutOfBounds {
   Name tensor;
   size_t entry = 0;
-  double value = 0;
+  std::int64_t bits = 0;  // an integer entry's value, or a float entry's bits (real)
+  bool real = false;
   const char* bound = nullptr;
   explicit constexpr operator bool() const { return bound != nullptr; }
+  double value() const { return real ? double(std::bit_cast<float>(std::uint32_t(bits))) : double(bits); }
 };
 
 namespace detail {
@@ -58,7 +63,9 @@ struct BoundsCheck {
   void block(const Path&, const B&) {
     weight_of = nullptr;
   }
-  [[gnu::noinline]] void record(const Path& path, size_t i, double value, const char* bound) { found = {path.name(), i, value, bound}; }
+  [[gnu::noinline]] void record(const Path& path, size_t i, std::int64_t bits, bool real, const char* bound) {
+    found = {path.name(), i, bits, real, bound};
+  }
 
   template <class T>
   void operator()(const Path& path, Init, const T& t) {
@@ -69,12 +76,18 @@ struct BoundsCheck {
     const size_t size = t.size();
     const auto check = [&](auto in_bounds, const char* bound) {
       for (size_t i = 0; i < size && !found; ++i)
-        if (!in_bounds(i)) record(path, i, double(v[i]), bound);
+        if (!in_bounds(i)) {
+          if constexpr (std::is_same_v<E, float>) record(path, i, std::bit_cast<std::uint32_t>(v[i]), true, bound);
+          else record(path, i, v[i], false, bound);
+        }
     };
     if (weight_of != path.parent()) weight_of = nullptr;
     if (weight_of == nullptr) w8 = nullptr, w16 = false;
     if constexpr (std::is_same_v<E, float>) {
-      if (leaf.ends_with("scale")) check([&](size_t i) { return v[i] >= 0x1p-64f && v[i] <= 0x1p64f; }, "a scale is in [2^-64, 2^64]");
+      // on the bits: positive floats order as their bits; a negative one or a NaN lies above 2^64's
+      constexpr std::uint32_t low = std::bit_cast<std::uint32_t>(0x1p-64f), high = std::bit_cast<std::uint32_t>(0x1p64f);
+      if (leaf.ends_with("scale"))
+        check([&](size_t i) { return std::bit_cast<std::uint32_t>(v[i]) - low <= high - low; }, "a scale is in [2^-64, 2^64]");
     } else if constexpr (std::is_same_v<E, std::int8_t>) {
       if (leaf == "weight") {
         check([&](size_t i) { return v[i] != -128; }, "an int8 weight is in [-127, 127]");

@@ -29,7 +29,7 @@ void load_quantized(const safetensors::File& f, Q& model) {
   load_params(f, *loaded);
   if (const OutOfBounds bad = out_of_bounds(std::as_const(*loaded))) {
     char value[32];
-    std::snprintf(value, sizeof value, "%.10g", bad.value);  // an int32 whole, a float to its 9 digits
+    std::snprintf(value, sizeof value, "%.10g", bad.value());  // an int32 whole, a float to its 9 digits
     throw std::runtime_error("quantized checkpoint " + f.label() + ": tensor '" + bad.tensor.c_str() + "' entry " + std::to_string(bad.entry) +
                              " is " + value + ", out of bounds: " + bad.bound);
   }

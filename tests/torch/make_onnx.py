@@ -1,0 +1,139 @@
+#!/usr/bin/python3
+"""ONNX in (python/stformer_onnx.py): models of tests/torch/traced_models.py in the styles of timm's
+ViT, BERT and nanoGPT written to ONNX by torch.onnx.export at opsets 13 (LayerNorm and GELU
+written out as ReduceMean/Sub/Pow/Sqrt/Div and Erf or Tanh arithmetic) and 17
+(LayerNormalization), each imported, its example output checked here against the PyTorch
+model's own (tests/test_torch_onnx.cpp runs the headers against it); and the refusals of bad
+files, each message checked: a truncated and a corrupted file, a tensor whose data is not its
+size or of a type not read, absurd dims, external data outside the model's folder, an opset outside 13–17, an input of
+free dims, an operation not read (named by its node).
+
+usage: /usr/bin/python3 tests/torch/make_onnx.py OUT_DIR
+writes OUT_DIR/{onnx_vit13,onnx_vit17,onnx_bert13,onnx_gpt17}.{onnx,hpp,safetensors,example.safetensors}
+"""
+import os
+import shutil
+import sys
+
+import onnx
+import torch
+import torch.nn as nn
+
+here = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(here, "..", "..", "python"))
+sys.path.insert(0, here)
+import stformer_onnx as so  # noqa: E402
+import traced_models as tm  # noqa: E402
+
+torch.set_num_threads(1)
+out = sys.argv[1]
+os.makedirs(out, exist_ok=True)
+
+
+def spread(model):
+    """Norms and scales away from their initial values, as a trained model's are (each its own:
+    torch.onnx.export writes equal tensors once)."""
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if p.dim() == 1 and ("norm" in name or "ln" in name or name.endswith("gamma")):
+                p.uniform_(0.5, 1.5) if name.endswith(("weight", "gamma")) else p.normal_(0, 0.3)
+    return model.eval()
+
+
+def write(model, x, path, opset):
+    torch.onnx.export(model, x, path, opset_version=opset, input_names=["input"], output_names=["output"])
+
+
+torch.manual_seed(3)
+models = [("onnx_vit13", spread(tm.SmallVit(12)), torch.randn(1, 9, 12), 13),
+          ("onnx_vit17", spread(tm.SmallVit(12)), torch.randn(1, 9, 12), 17),
+          ("onnx_bert13", spread(tm.SmallBert()), torch.randint(0, 40, (1, 16)), 13),
+          ("onnx_gpt17", spread(tm.SmallGpt()), torch.randint(0, 48, (1, 16)), 17)]
+for name, model, x, opset in models:
+    path = os.path.join(out, f"{name}.onnx")
+    write(model, x, path, opset)
+    so.import_onnx(path, name, out, example=x)
+    with torch.no_grad():  # the graph as the importer runs it (the example file's output) and PyTorch's model
+        want, got = model(x), so.OnnxModule(so.load(path), path)(x)
+    err = float((got.reshape(-1) - want.reshape(-1)).abs().max() / want.abs().max())
+    assert err < 1e-5, f"{name}: the imported graph's output differs from PyTorch's by {err}"
+    print(f"{name}: imported; the graph's output within {err:.2g} of PyTorch's (relative)")
+
+
+# Refusals: each file refused with its reason, nothing written.
+def refused(path, *wanted):
+    try:
+        so.import_onnx(path, "bad", os.path.join(out, "refused"))
+    except so.ImportError_ as e:
+        for w in wanted:
+            assert w in str(e), f"{w!r} not in:\n{e}"
+        assert not os.path.exists(os.path.join(out, "refused", "bad.hpp")), "a refused import wrote its header"
+        print("refused:", str(e).splitlines()[0][:160])
+        return str(e)
+    raise AssertionError(f"imported: {path}")
+
+
+bad = os.path.join(out, "bad")
+shutil.rmtree(bad, ignore_errors=True)
+os.makedirs(bad)
+good = os.path.join(out, "onnx_gpt17.onnx")
+data = open(good, "rb").read()
+with open(os.path.join(bad, "truncated.onnx"), "wb") as f:
+    f.write(data[: len(data) // 2])
+refused(os.path.join(bad, "truncated.onnx"), "not an ONNX model")
+with open(os.path.join(bad, "noise.onnx"), "wb") as f:
+    f.write(bytes((i * 131 + 7) % 256 for i in range(4096)))
+refused(os.path.join(bad, "noise.onnx"), "not an ONNX model")
+refused(os.path.join(bad, "missing.onnx"), "no such file")
+
+m = onnx.load(good)
+t = next(t for t in m.graph.initializer if t.name == "transformer.wte.weight")
+t.raw_data = t.raw_data[:-4]
+onnx.save(m, os.path.join(bad, "short.onnx"))
+refused(os.path.join(bad, "short.onnx"), "tensor 'transformer.wte.weight' holds 6140 bytes, but its dims [48, 32] need 6144")
+
+m = onnx.load(good)
+t = next(t for t in m.graph.initializer if t.name == "transformer.wte.weight")
+t.dims[:] = [1 << 20, 1 << 20]
+onnx.save(m, os.path.join(bad, "absurd.onnx"))
+refused(os.path.join(bad, "absurd.onnx"), "tensor 'transformer.wte.weight' has dims [1048576, 1048576]", "absurd")
+
+m = onnx.load(good)
+t = next(t for t in m.graph.initializer if t.name == "transformer.wte.weight")
+t.data_type = onnx.TensorProto.DOUBLE  # its 6,144 bytes read as doubles: half a table
+onnx.save(m, os.path.join(bad, "double.onnx"))
+refused(os.path.join(bad, "double.onnx"), "tensor 'transformer.wte.weight' holds 6144 bytes, but its dims [48, 32] need 12288")
+t.data_type = onnx.TensorProto.COMPLEX64
+onnx.save(m, os.path.join(bad, "complex.onnx"))
+refused(os.path.join(bad, "complex.onnx"), "tensor 'transformer.wte.weight' of ONNX type COMPLEX64, which stformer does not read")
+
+for location in ("../outside.bin", "/etc/passwd"):
+    m = onnx.load(good)
+    t = next(t for t in m.graph.initializer if t.name == "transformer.wte.weight")
+    t.ClearField("raw_data")
+    t.data_location = onnx.TensorProto.EXTERNAL
+    t.external_data.add(key="location", value=location)
+    onnx.save(m, os.path.join(bad, "external.onnx"))
+    refused(os.path.join(bad, "external.onnx"), "tensor 'transformer.wte.weight': external data at", "only a file in the model's folder"
+            if location.startswith("/") else "outside the model's folder")
+
+write(spread(tm.SmallGpt()), torch.randint(0, 48, (1, 16)), os.path.join(bad, "opset12.onnx"), 12)
+refused(os.path.join(bad, "opset12.onnx"), "opset 12: opsets 13 to 17 are read")
+
+torch.onnx.export(spread(tm.SmallGpt()), torch.randint(0, 48, (1, 16)), os.path.join(bad, "dynamic.onnx"), opset_version=17,
+                  input_names=["input"], output_names=["output"], dynamic_axes={"input": {1: "tokens"}})
+refused(os.path.join(bad, "dynamic.onnx"), "input 'input' of dims", "fixed, positive dims are read")
+
+
+class Cumulative(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(8, 8)
+
+    def forward(self, x):
+        return torch.cumsum(self.fc(x), dim=1)
+
+
+write(Cumulative().eval(), torch.randn(1, 4, 8), os.path.join(bad, "cumsum.onnx"), 17)
+refused(os.path.join(bad, "cumsum.onnx"), "node '/CumSum' (CumSum) of cumsum.onnx: CumSum is not an operation stformer_onnx reads")
+print("ONNX in: every model imported within 1e-5 of PyTorch; every bad file refused")
