@@ -186,6 +186,18 @@ class _Modules(nn.Module):
         return ".".join(parts[:-1] + [leaf])
 
 
+class _RMSNorm(nn.Module):
+    """RMSNorm as llama writes it (x * rsqrt(mean(x^2) + eps) * weight), which the tracer reads."""
+
+    def __init__(self, w, eps):
+        super().__init__()
+        self.weight = nn.Parameter(w.clone())
+        self.eps = eps
+
+    def forward(self, x):
+        return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps) * self.weight
+
+
 class OnnxModule(_Modules):
     """The graph of an ONNX model as a PyTorch module: forward(x) runs its nodes in order, each the
     torch operation of its ONNX meaning; nodes of constants only were run once, when it was made."""
@@ -197,9 +209,11 @@ class OnnxModule(_Modules):
         self._file = os.path.basename(path)
         inits = {t.name: torch.from_numpy(onnx.numpy_helper.to_array(t).copy()) for t in g.initializer}
         inputs = [i for i in g.input if i.name not in inits]
-        if len(inputs) != 1 or len(g.output) != 1:
-            _refuse(path, f"{len(inputs)} inputs and {len(g.output)} outputs: one input and one output are read")
+        if not 1 <= len(inputs) <= 3 or len(g.output) != 1:
+            _refuse(path, f"{len(inputs)} inputs and {len(g.output)} outputs: one output, and one input (two or three with "
+                          "a mask: a causal one or, with key_padding=True, a key mask) are read")
         self._x = inputs[0]
+        self._extra = [i.name for i in inputs[1:]]  # given in the example: constants of the export (a mask)
         tt = self._x.type.tensor_type
         if tt.elem_type not in (onnx.TensorProto.FLOAT, onnx.TensorProto.INT64, onnx.TensorProto.INT32):
             _refuse(path, f"input '{self._x.name}' of type {onnx.TensorProto.DataType.Name(tt.elem_type)}: float32 or "
@@ -235,7 +249,7 @@ class OnnxModule(_Modules):
             for i in n.input:
                 self._users.setdefault(i, []).append(n)
         self._users.setdefault(self._y, []).append(None)
-        dynamic, order = {self._x.name}, []
+        dynamic, order = {self._x.name, *self._extra}, []
         for n in self._nodes:
             if any(i in dynamic for i in n.input if i):
                 dynamic.update(n.output)
@@ -279,7 +293,7 @@ class OnnxModule(_Modules):
         if n.op_type in ("MatMul", "Gemm"):
             return self._linear(n, fused)
         if n.op_type == "ReduceMean":
-            return self._layer_norm_parts(n, fused)
+            return self._layer_norm_parts(n, fused) or self._rms_norm_parts(n, fused)
         if n.op_type in _CORES:
             return self._activation(n, fused)
         return None
@@ -350,6 +364,37 @@ class OnnxModule(_Modules):
                 last, b = badd, self._static[other[0]].float().reshape(-1)
         fused.update(id(m) for m in (mean, sub, pow_, var, add, sqrt, div, mul, last))
         return last, self._norm(mean, x, last.output[0], w, b, eps, wname)
+
+    def _rms_norm_parts(self, mean, fused):
+        """Pow(x, 2), ReduceMean, Add(eps), Sqrt, Div(1, ·) or Reciprocal, Mul by x, then Mul(w): RMSNorm
+        written out, computed as the tracer reads it (x * rsqrt(mean(x^2) + eps) * weight)."""
+        pow_ = self._producers.get(mean.input[0])
+        if pow_ is None or pow_.op_type != "Pow" or not self._is_static(pow_.input[1]) or float(self._static[pow_.input[1]]) != 2 \
+                or _attrs(mean).get("axes") != [-1]:
+            return None
+        x = pow_.input[0]
+        add = self._only_user(mean.output[0])
+        sqrt = add and add.op_type == "Add" and self._only_user(add.output[0])
+        inv = sqrt and sqrt.op_type == "Sqrt" and self._only_user(sqrt.output[0])
+        if not inv or not (inv.op_type == "Reciprocal" or inv.op_type == "Div" and self._is_static(inv.input[0])
+                           and float(self._static[inv.input[0]]) == 1):
+            return None
+        eps = next((float(self._static[i]) for i in add.input if self._is_static(i)), None)
+        mul = self._only_user(inv.output[0])
+        if eps is None or mul is None or mul.op_type != "Mul" or x not in mul.input:
+            return None
+        w, wname, last = None, "", mul
+        scale = self._only_user(mul.output[0])
+        if scale is not None and scale.op_type == "Mul":
+            other = [i for i in scale.input if i != mul.output[0]]
+            if len(other) == 1 and self._is_static(other[0]) and self._static[other[0]].dim() == 1:
+                w, wname, last = self._static[other[0]].float(), other[0], scale
+        if w is None:
+            return None
+        norm = _RMSNorm(w, eps)
+        self.place(_module_path(wname) or _module_path(mean.name), norm, "rms")
+        fused.update(id(m) for m in (pow_, mean, add, sqrt, inv, mul, last))
+        return last, lambda env, m=norm, x=x, o=last.output[0]: env.__setitem__(o, m(env[x]))
 
     def _norm(self, node, x, out, w, b, eps, wname):
         ln = nn.LayerNorm(w.numel(), eps=eps)
@@ -474,8 +519,8 @@ class OnnxModule(_Modules):
             env.update(zip(n.output, values))
         self._ops.append((n, run))
 
-    def forward(self, x):
-        env = {self._x.name: x}
+    def run(self, x, *extra):
+        env = {self._x.name: x, **dict(zip(self._extra, extra))}
         for node, fn in self._ops:
             st.SOURCE = f"{self._file}: {self.where(node)}"
             try:
@@ -483,6 +528,29 @@ class OnnxModule(_Modules):
             finally:
                 st.SOURCE = None
         return env[self._y]
+
+
+# forward of one, two or three inputs (torch.fx reads the signature): the graph's own number
+class _One(OnnxModule):
+    def forward(self, x):
+        return self.run(x)
+
+
+class _Two(OnnxModule):
+    def forward(self, x, a):
+        return self.run(x, a)
+
+
+class _Three(OnnxModule):
+    def forward(self, x, a, b):
+        return self.run(x, a, b)
+
+
+def module(model, path):
+    """The graph as a PyTorch module (OnnxModule) whose forward takes the graph's inputs."""
+    inits = {t.name for t in model.graph.initializer}
+    count = len([i for i in model.graph.input if i.name not in inits])
+    return {1: _One, 2: _Two}.get(count, _Three)(model, path)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -504,7 +572,9 @@ def _gather(x, idx, axis):
         return x[(slice(None),) * (axis % x.dim()) + (int(idx),)]
     if not torch.is_tensor(x) or isinstance(x, torch.fx.Proxy):
         raise NotImplementedError("a Gather of several rows of a value computed from the input is not read")
-    return torch.index_select(x, axis, idx.reshape(-1).long()).reshape(*x.shape[:axis % x.dim()], *idx.shape,
+    idx = idx.long()
+    idx = torch.where(idx < 0, idx + x.shape[axis], idx)  # ONNX's Gather counts from the end below 0
+    return torch.index_select(x, axis, idx.reshape(-1)).reshape(*x.shape[:axis % x.dim()], *idx.shape,
                                                                       *x.shape[axis % x.dim() + 1:])
 
 
@@ -553,6 +623,7 @@ _OPS = {
     "Sigmoid": lambda i, a: [torch.sigmoid(i[0])],
     "Relu": lambda i, a: [F.relu(i[0])],
     "Neg": lambda i, a: [-i[0]],
+    "Reciprocal": lambda i, a: [torch.reciprocal(i[0])],
     "MatMul": lambda i, a: [torch.matmul(i[0], i[1])],
     "Einsum": lambda i, a: [torch.einsum(a["equation"].decode() if isinstance(a["equation"], bytes) else a["equation"], *i)],
     "Softmax": lambda i, a: [torch.softmax(i[0], dim=a.get("axis", -1))],
@@ -627,18 +698,23 @@ def import_onnx(path, name, folder, example=None, **kw):
     """Writes folder/name.hpp and folder/name.safetensors (and name.example.safetensors) from the
     ONNX file at path, as stformer_export.export writes them from a PyTorch module; returns the
     header's path. example: an input of the graph's shape (by default drawn: rows from N(0, 1), or
-    token ids below the vocabulary of the first Gather's table). kw: stformer_export.export's."""
+    token ids below the vocabulary of the first Gather's table); for a graph of more inputs, all
+    of them as a tuple, as stformer_export.export takes them (the input, then a causal mask, or
+    a key mask with key_padding=True). kw: stformer_export.export's."""
     model = load(path)
-    module = OnnxModule(model, path)
+    module_ = module(model, path)
+    if module_._extra and example is None:
+        raise ImportError_(f"stformer_onnx: {os.path.basename(path)}: its inputs after the first ({', '.join(module_._extra)}) "
+                           "are given in the example: import_onnx(..., example=(x, mask))")
     if example is None:
         torch.manual_seed(0)
-        if module._ids:
-            vocabulary = min((m.num_embeddings for m in module.modules() if isinstance(m, nn.Embedding)), default=2)
-            example = torch.randint(0, vocabulary, module._shape)
+        if module_._ids:
+            vocabulary = min((m.num_embeddings for m in module_.modules() if isinstance(m, nn.Embedding)), default=2)
+            example = torch.randint(0, vocabulary, module_._shape)
         else:
-            example = torch.randn(*module._shape)
+            example = torch.randn(*module_._shape)
     try:
-        return sx.export(module, example, name, folder, **kw)
+        return sx.export(module_, example, name, folder, **kw)
     except sx.ExportError as e:
         raise ImportError_(str(e).replace("stformer_export:", f"stformer_onnx: {os.path.basename(path)}:", 1)) from None
 

@@ -453,11 +453,16 @@ def _prefix(paths):
 
 def _canonical(v, batch, seq_first=False):
     """A stream value as stformer's rows (B, N, D): (B, N, D) itself, (B, D) as (B, 1, D); for a
-    sequence-first model (N, B, D), and (B, D); else None."""
+    sequence-first model (N, B, D), and (B, D); for one sequence (B = 1) either layout, the same
+    bytes (nn.MultiheadAttention written to ONNX turns its rows sequence-first); else None."""
     if not torch.is_tensor(v) or v.dim() not in (2, 3):
         return None
+    if v.dim() == 2 and batch == 1:  # one sequence's rows (N, D), or its pooled row (1, D)
+        return (1, v.shape[0], v.shape[1])
     if v.dim() == 2:
         return (v.shape[0], 1, v.shape[1]) if v.shape[0] == batch else None
+    if batch == 1 and 1 in v.shape[:2]:
+        return (1, v.shape[1] if v.shape[0] == 1 else v.shape[0], v.shape[2])
     if seq_first:
         return (v.shape[1], v.shape[0], v.shape[2]) if v.shape[1] == batch else None
     return tuple(v.shape) if v.shape[0] == batch else None
@@ -608,7 +613,11 @@ class _Build:
         q_mod, k_mod, v_mod, o_mod = (r.modules[n.target] for n in (q_lin, k_lin, v_lin, out_lin))
         xv = self.value(x)
         want = self.value(out_lin)
-        if self.seq_first:  # (N, B, D) as stformer's rows
+        if _canonical(xv, self.batch, self.seq_first) is None or _canonical(want, self.batch, self.seq_first) is None:
+            return self.fail(soft, f"the attention's input {tuple(xv.shape)} or output {tuple(want.shape)} is not the rows")
+        if self.batch == 1:  # one sequence: either layout, the same bytes
+            xv, want = (v.reshape(_canonical(v, 1)) for v in (xv, want))
+        elif self.seq_first:  # (N, B, D) as stformer's rows
             xv, want = xv.transpose(0, 1), want.transpose(0, 1)
         d = xv.shape[-1]
         heads = sv.shape[1] if sv.dim() == 4 else sv.shape[0] // self.batch

@@ -6,7 +6,8 @@
 #  1. `meson install` of BUILD into a staging folder: headers, stformer_io, checkpoint_header,
 #     stformer-c-api, stformer.pc / stformer-io.pc and the CMake package; the installed
 #     stformer-c-api writes the model's image from its header and a checkpoint; the installed
-#     stformer-firmware runs its integer model on QEMU.
+#     stformer-firmware runs its integer model on QEMU; the installed stformer-import reads an
+#     ONNX file written here.
 #  2. a Makefile with pkg-config, 3. a CMake project with find_package(stformer), both against
 #     that install (the Makefile also against BUILD itself, through its uninstalled .pc files),
 #     4. a meson project with stformer as a subproject (only the library built).
@@ -31,11 +32,12 @@ prefix=$(option prefix) libdir=$(option libdir)
 root=$tmp/stage$prefix
 for f in include/stformer/stformer.hpp include/stformer/io/checkpoint.hpp include/stformer/io/safetensors.hpp bin/checkpoint_header bin/stformer-c-api \
   bin/stformer-quantize bin/stformer-firmware bin/stformer-tools.sh share/stformer/firmware/model/main.cpp \
+  bin/stformer-import share/stformer/python/stformer_onnx.py share/stformer/python/stformer_trace.py \
   "$libdir/libstformer_io.a" "$libdir/pkgconfig/stformer.pc" "$libdir/pkgconfig/stformer-io.pc" \
   "$libdir/cmake/stformer/stformerConfig.cmake" "$libdir/cmake/stformer/stformerConfigVersion.cmake"; do
   [ -e "$root/$f" ] || { echo "FAIL: not installed: $prefix/$f"; exit 1; }
 done
-echo "ok   installed: headers, libstformer_io.a, checkpoint_header, stformer-c-api, stformer-quantize, stformer-firmware, stformer.pc, stformer-io.pc, CMake package"
+echo "ok   installed: headers, libstformer_io.a, checkpoint_header, stformer-c-api, stformer-quantize, stformer-firmware, stformer-import, stformer.pc, stformer-io.pc, CMake package"
 # generate NAME TYPE CHECKPOINT ARGS...: the installed generator, as a user runs it (pkg-config)
 models=$src/tasks/max_value_models.hpp
 generate() {
@@ -52,6 +54,18 @@ if command -v arm-none-eabi-g++ >/dev/null && command -v qemu-system-arm >/dev/n
     --type max_value::PointerNet --rows 50 --checkpoint "$data/qpointer.safetensors" --int8 --name pointer --inputs "${args[1]}" --tensor x \
     --count 2 --board m4 --out "$tmp" >"$tmp/firmware.log" || { cat "$tmp/firmware.log"; exit 1; }
   echo "ok   the installed stformer-firmware: the pointer model in int8 on QEMU's Cortex-M4, the host's outputs"
+fi
+
+# the installed stformer-import (its Python from share/stformer): a small model written to ONNX here
+if /usr/bin/python3 -c 'import torch, onnx' 2>/dev/null; then
+  /usr/bin/python3 - "$tmp/small.onnx" <<'PY'
+import sys, torch, torch.nn as nn
+model = nn.Sequential(nn.Linear(6, 16), nn.LayerNorm(16), nn.GELU(), nn.Linear(16, 3)).eval()
+torch.onnx.export(model, torch.randn(1, 5, 6), sys.argv[1], opset_version=17, input_names=["input"], output_names=["output"])
+PY
+  sh "$root/bin/stformer-import" "$tmp/small.onnx" small "$tmp/imported" >"$tmp/import.log" 2>&1 || { cat "$tmp/import.log"; exit 1; }
+  grep -q "stformer::GELU<16>" "$tmp/imported/small.hpp" && [ -f "$tmp/imported/small.safetensors" ]
+  echo "ok   the installed stformer-import: an ONNX file as a header and checkpoint"
 fi
 
 echo "== a Makefile with pkg-config"

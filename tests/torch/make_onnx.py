@@ -1,15 +1,17 @@
 #!/usr/bin/python3
 """ONNX in (python/stformer_onnx.py): models of tests/torch/traced_models.py in the styles of timm's
-ViT, BERT and nanoGPT written to ONNX by torch.onnx.export at opsets 13 (LayerNorm and GELU
-written out as ReduceMean/Sub/Pow/Sqrt/Div and Erf or Tanh arithmetic) and 17
-(LayerNormalization), each imported, its example output checked here against the PyTorch
-model's own (tests/test_torch_onnx.cpp runs the headers against it); and the refusals of bad
+ViT, BERT, nanoGPT and llama, torchvision's VisionTransformer and the PyTorch tutorial's language
+model, written to ONNX by torch.onnx.export at opsets 13 (LayerNorm and GELU written out as
+ReduceMean/Sub/Pow/Sqrt/Div and Erf or Tanh arithmetic) and 17 (LayerNormalization), each
+imported, its example output checked here against the PyTorch model's own
+(tests/test_torch_onnx.cpp runs the headers against it); and the refusals of bad
 files, each message checked: a truncated and a corrupted file, a tensor whose data is not its
 size or of a type not read, absurd dims, external data outside the model's folder, an opset outside 13–17, an input of
 free dims, an operation not read (named by its node).
 
 usage: /usr/bin/python3 tests/torch/make_onnx.py OUT_DIR
-writes OUT_DIR/{onnx_vit13,onnx_vit17,onnx_bert13,onnx_gpt17}.{onnx,hpp,safetensors,example.safetensors}
+writes OUT_DIR/{onnx_vit13,onnx_bert13,onnx_gpt17,onnx_tvit17,onnx_llama17,onnx_tutorial13}.{onnx,hpp,safetensors,
+example.safetensors}
 """
 import os
 import shutil
@@ -24,6 +26,7 @@ sys.path.insert(0, os.path.join(here, "..", "..", "python"))
 sys.path.insert(0, here)
 import stformer_onnx as so  # noqa: E402
 import traced_models as tm  # noqa: E402
+from torchvision.models.vision_transformer import VisionTransformer  # noqa: E402
 
 torch.set_num_threads(1)
 out = sys.argv[1]
@@ -32,29 +35,40 @@ os.makedirs(out, exist_ok=True)
 
 def spread(model):
     """Norms and scales away from their initial values, as a trained model's are (each its own:
-    torch.onnx.export writes equal tensors once)."""
+    torch.onnx.export writes equal tensors once), and no parameter left at zero."""
     with torch.no_grad():
         for name, p in model.named_parameters():
             if p.dim() == 1 and ("norm" in name or "ln" in name or name.endswith("gamma")):
                 p.uniform_(0.5, 1.5) if name.endswith(("weight", "gamma")) else p.normal_(0, 0.3)
+            elif not p.any():  # left at zero (torchvision's head, its class token): an output that cannot differ
+                p.normal_(0, 0.5)
     return model.eval()
 
 
-def write(model, x, path, opset):
+def write(model, x, path, opset):  # one input
     torch.onnx.export(model, x, path, opset_version=opset, input_names=["input"], output_names=["output"])
 
 
 torch.manual_seed(3)
-models = [("onnx_vit13", spread(tm.SmallVit(12)), torch.randn(1, 9, 12), 13),
-          ("onnx_vit17", spread(tm.SmallVit(12)), torch.randn(1, 9, 12), 17),
-          ("onnx_bert13", spread(tm.SmallBert()), torch.randint(0, 40, (1, 16)), 13),
-          ("onnx_gpt17", spread(tm.SmallGpt()), torch.randint(0, 48, (1, 16)), 17)]
-for name, model, x, opset in models:
+tvit = VisionTransformer(image_size=32, patch_size=8, num_layers=2, num_heads=4, hidden_dim=64, mlp_dim=128, num_classes=10)
+causal = nn.Transformer.generate_square_subsequent_mask(12)
+models = [("onnx_vit13", spread(tm.SmallVit(12)), torch.randn(1, 9, 12), 13, {}),
+          ("onnx_bert13", spread(tm.SmallBert()), torch.randint(0, 40, (1, 16)), 13, {}),
+          ("onnx_gpt17", spread(tm.SmallGpt()), torch.randint(0, 48, (1, 16)), 17, {}),
+          # torchvision's: a Conv patch embedding, nn.MultiheadAttention's own arithmetic (rows sequence-first)
+          ("onnx_tvit17", spread(tvit), torch.randn(1, 3, 32, 32), 17, {}),
+          # RMSNorm written out: Pow, ReduceMean, Add, Sqrt, Div(1, .), Mul
+          ("onnx_llama17", spread(tm.SmallLlama()), torch.randint(0, 64, (1, 12)), 17, {}),
+          # the tutorial's: sequence-first ids and the causal mask as the graph's second input
+          ("onnx_tutorial13", tm.TutorialLM().eval(), (torch.randint(0, 100, (12, 1)), causal), 13, {"batch_first": False})]
+for name, model, x, opset, kw in models:
     path = os.path.join(out, f"{name}.onnx")
-    write(model, x, path, opset)
-    so.import_onnx(path, name, out, example=x)
+    inputs = ["input", "mask"] if isinstance(x, tuple) else ["input"]
+    torch.onnx.export(model, x, path, opset_version=opset, input_names=inputs, output_names=["output"])
+    so.import_onnx(path, name, out, example=x, **kw)
+    args = x if isinstance(x, tuple) else (x,)
     with torch.no_grad():  # the graph as the importer runs it (the example file's output) and PyTorch's model
-        want, got = model(x), so.OnnxModule(so.load(path), path)(x)
+        want, got = model(*args), so.module(so.load(path), path)(*args)
     err = float((got.reshape(-1) - want.reshape(-1)).abs().max() / want.abs().max())
     assert err < 1e-5, f"{name}: the imported graph's output differs from PyTorch's by {err}"
     print(f"{name}: imported; the graph's output within {err:.2g} of PyTorch's (relative)")
