@@ -24,15 +24,19 @@
 # - one image of the comparison with CMSIS-NN (bench/cmsis_nn: the Cortex-M4 at -O3), CMSIS-NN's
 #   tree from CMSIS_NN_DIR or ../shared/peers/cmsis-nn/cmsis-nn beside the checkout (skipped, and
 #   said, when neither exists);
+# - ONNX Runtime 1.30 (its library from npm, its C header from ORT_INCLUDE_DIR or
+#   ../shared/peers/onnxruntime/include) on the ONNX models the importer's test read, against
+#   the graphs' outputs stformer gives;
 # - the suite 'backend' cross-built for aarch64 with xsimd's NEON kernels (compiled in the background
 #   from the start, at the lowest CPU priority), run under qemu-aarch64.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 # python3-torch: the PyTorch parity test; python3-torchvision: the exporter's tests (torchvision's
 # VisionTransformer), python3-onnx: ONNX files; clang: the fuzzers; the Arm toolchains and QEMU:
-# the firmware and aarch64; cmake and make: the projects that use stformer (tests/consumers)
+# the firmware and aarch64; cmake and make: the projects that use stformer (tests/consumers); npm:
+# ONNX Runtime's library (onnxruntime-node)
 bash targets/install-deps.sh python3-torch python3-torchvision python3-onnx clang libclang-rt-14-dev gcc-arm-none-eabi libstdc++-arm-none-eabi-newlib \
-  libnewlib-arm-none-eabi qemu-system-arm g++-aarch64-linux-gnu qemu-user cmake make
+  libnewlib-arm-none-eabi qemu-system-arm g++-aarch64-linux-gnu qemu-user cmake make npm
 
 # stage NAME: ends the stage under way, printing its time, and starts NAME ("" at the end).
 stage_name="install (apt-get what is missing)" stage_start=0  # SECONDS counts from the start of this script
@@ -146,6 +150,19 @@ if [ -n "${CMSIS_NN_DIR:-}" ] || [ -d "$cmsis_peer" ]; then
   echo "CMSIS-NN comparison passed"
 else
   echo "CMSIS-NN comparison skipped: no $cmsis_peer (set CMSIS_NN_DIR to a CMSIS-NN tree to run it)"
+fi
+
+# ONNX Runtime 1.30 on the ONNX files the first backend's torch_onnx imported: each output within
+# 1e-5 of the graph's, which stformer's headers give (tests/torch/onnx_ort.sh). ORT's C header from
+# ORT_INCLUDE_DIR or ../shared/peers/onnxruntime/include beside the checkout, its library from npm
+# (skipped, and said, without the header, npm or the models).
+ort_peer=$(cd .. && pwd)/shared/peers/onnxruntime/include
+stage "ONNX Runtime on the imported ONNX models (build-test-ort)"
+if { [ -n "${ORT_INCLUDE_DIR:-}" ] || [ -f "$ort_peer/onnxruntime_c_api.h" ]; } && command -v npm >/dev/null &&
+  ls "build-test-${backends[0]}"/tests/onnx_*.onnx >/dev/null 2>&1; then
+  bash tests/torch/onnx_ort.sh "${ORT_INCLUDE_DIR:-$ort_peer}" "build-test-${backends[0]}/tests" build-test-ort
+else
+  echo "ONNX Runtime comparison skipped: no $ort_peer (set ORT_INCLUDE_DIR), npm or imported models"
 fi
 
 stage "aarch64, NEON kernels, under qemu-aarch64 (build-test-aarch64)"

@@ -47,27 +47,9 @@ done
 /usr/bin/python3 -c 'import torch' 2> /dev/null || { echo "run.sh: /usr/bin/python3 cannot import torch (Debian 12: apt-get install python3-torch)" >&2; exit 2; }
 mkdir -p "$OUT"
 
-# ONNX Runtime's shared library
-if [ -n "${ORT_LIB:-}" ]; then
-  [ -f "$ORT_LIB" ] || { echo "run.sh: ORT_LIB $ORT_LIB: no such file" >&2; exit 2; }
-  LIB=$(realpath "$ORT_LIB")
-else
-  case $(uname -m) in
-    x86_64) arch=x64 ;;
-    aarch64) arch=arm64 ;;
-    *) echo "run.sh: onnxruntime-node has no library for $(uname -m) (x86_64, aarch64); give one in ORT_LIB" >&2; exit 2 ;;
-  esac
-  LIB=$OUT/npm/node_modules/onnxruntime-node/bin/napi-v6/linux/$arch/libonnxruntime.so.1
-  installed=$(sed -n 's/^ *"version": "\(.*\)",$/\1/p' "$OUT/npm/node_modules/onnxruntime-node/package.json" 2> /dev/null | head -1 || true)
-  if [ ! -f "$LIB" ] || [ "$installed" != "$ORT_VERSION" ]; then
-    command -v npm > /dev/null || { echo "run.sh: npm not found (Debian 12: apt-get install npm), or give ONNX Runtime's library in ORT_LIB" >&2; exit 2; }
-    echo "run.sh: npm install onnxruntime-node@$ORT_VERSION into $OUT/npm" >&2
-    mkdir -p "$OUT/npm"
-    # --ignore-scripts: the package's install script downloads GPU libraries; the CPU library is in the package
-    npm install --prefix "$OUT/npm" --ignore-scripts --no-audit --no-fund --no-save "onnxruntime-node@$ORT_VERSION" >&2
-    [ -f "$LIB" ] || { echo "run.sh: onnxruntime-node@$ORT_VERSION has no $LIB" >&2; exit 1; }
-  fi
-fi
+# ONNX Runtime's shared library: ORT_LIB, or npm's (ort_lib.sh)
+. "$HERE/ort_lib.sh"
+ort_lib "$OUT" "$ORT_VERSION"
 
 # ONNX Runtime's side
 g++ -std=c++17 -O2 -Wall -Wextra -I"$INC" "$HERE/ort_bench.cpp" -o "$OUT/ort_bench" "$LIB" -Wl,-rpath,"$(dirname "$LIB")"

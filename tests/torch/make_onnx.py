@@ -46,7 +46,7 @@ def spread(model):
 
 
 def write(model, x, path, opset):  # one input
-    torch.onnx.export(model, x, path, opset_version=opset, input_names=["input"], output_names=["output"])
+    torch.onnx.export(model, x, path, opset_version=opset, input_names=["x"], output_names=["y"])  # ort_bench's names
 
 
 torch.manual_seed(3)
@@ -63,8 +63,8 @@ models = [("onnx_vit13", spread(tm.SmallVit(12)), torch.randn(1, 9, 12), 13, {})
           ("onnx_tutorial13", tm.TutorialLM().eval(), (torch.randint(0, 100, (12, 1)), causal), 13, {"batch_first": False})]
 for name, model, x, opset, kw in models:
     path = os.path.join(out, f"{name}.onnx")
-    inputs = ["input", "mask"] if isinstance(x, tuple) else ["input"]
-    torch.onnx.export(model, x, path, opset_version=opset, input_names=inputs, output_names=["output"])
+    inputs = ["x", "mask"] if isinstance(x, tuple) else ["x"]
+    torch.onnx.export(model, x, path, opset_version=opset, input_names=inputs, output_names=["y"])
     so.import_onnx(path, name, out, example=x, **kw)
     args = x if isinstance(x, tuple) else (x,)
     with torch.no_grad():  # the graph as the importer runs it (the example file's output) and PyTorch's model
@@ -135,8 +135,8 @@ write(spread(tm.SmallGpt()), torch.randint(0, 48, (1, 16)), os.path.join(bad, "o
 refused(os.path.join(bad, "opset12.onnx"), "opset 12: opsets 13 to 17 are read")
 
 torch.onnx.export(spread(tm.SmallGpt()), torch.randint(0, 48, (1, 16)), os.path.join(bad, "dynamic.onnx"), opset_version=17,
-                  input_names=["input"], output_names=["output"], dynamic_axes={"input": {1: "tokens"}})
-refused(os.path.join(bad, "dynamic.onnx"), "input 'input' of dims", "fixed, positive dims are read")
+                  input_names=["x"], output_names=["y"], dynamic_axes={"x": {1: "tokens"}})
+refused(os.path.join(bad, "dynamic.onnx"), "input 'x' of dims", "fixed, positive dims are read")
 
 
 class Cumulative(nn.Module):

@@ -1,0 +1,61 @@
+#!/usr/bin/env bash
+# onnx_ort.sh ORT_INCLUDE_DIR MODELS_DIR OUT_DIR: the ONNX files tests/torch/make_onnx.py wrote
+# (MODELS_DIR: the build's tests/ folder, where torch_onnx ran them through stformer), run by ONNX
+# Runtime 1.30 (onnxruntime-node's library from npm, bench/onnxruntime/ort_lib.sh; ORT_LIB to give
+# one) on their example inputs: each output within 1e-5 of the graph's output (relative to its
+# largest entry), which stformer's header gives within 4.2e-7 (test_torch_onnx). The graphs of
+# one input (ort_bench feeds one); prints ORT's version and each model's difference.
+# ORT_INCLUDE_DIR: a folder with onnxruntime_c_api.h. OUT_DIR: outside this checkout.
+set -euo pipefail
+[ $# -eq 3 ] || { echo "usage: onnx_ort.sh ORT_INCLUDE_DIR MODELS_DIR OUT_DIR" >&2; exit 2; }
+here=$(cd "$(dirname "$0")" && pwd)
+bench=$here/../../bench/onnxruntime
+[ -f "$1/onnxruntime_c_api.h" ] || { echo "onnx_ort.sh: $1: no onnxruntime_c_api.h there" >&2; exit 2; }
+inc=$(cd "$1" && pwd) models=$(cd "$2" && pwd)
+mkdir -p "$3"
+out=$(cd "$3" && pwd)
+. "$bench/ort_lib.sh"
+ort_lib "$out" "${ORT_VERSION:-1.30.0}"
+g++ -std=c++17 -O1 -I"$inc" "$bench/ort_bench.cpp" -o "$out/ort_bench" "$LIB" -Wl,-rpath,"$(dirname "$LIB")"
+# the manifest: each model's example input and the graph's output, as raw little-endian tensors
+/usr/bin/python3 - "$models" "$out" <<'PY'
+import glob, json, os, struct, sys
+import numpy as np
+import onnx
+models, out = sys.argv[1:]
+
+def tensors(path):  # a safetensors file's tensors as numpy arrays
+    raw = open(path, "rb").read()
+    n = struct.unpack("<Q", raw[:8])[0]
+    head = json.loads(raw[8:8 + n])
+    kinds = {"F32": np.float32, "I32": np.int32, "I64": np.int64, "U8": np.uint8}
+    return {k: np.frombuffer(raw[8 + n + v["data_offsets"][0]: 8 + n + v["data_offsets"][1]], kinds[v["dtype"]]).reshape(v["shape"])
+            for k, v in head.items() if k != "__metadata__"}
+
+lines = []
+for onnx_path in sorted(glob.glob(os.path.join(models, "onnx_*.onnx"))):
+    name = os.path.basename(onnx_path)[:-5]
+    example = os.path.join(models, f"{name}.example.safetensors")
+    if not os.path.exists(example) or name.startswith("onnx_tutorial"):  # a graph of two inputs: not fed by ort_bench
+        continue
+    t = tensors(example)
+    graph = onnx.load(onnx_path, load_external_data=False).graph
+    dims = lambda v: [d.dim_value or -1 for d in v.type.tensor_type.shape.dim]  # noqa: E731  (-1: a dim ONNX leaves free)
+    # the example in stformer's layout, the same bytes as the graph's (an image's C*H rows of W pixels: (B, C, H, W))
+    ids = t["input"].dtype != np.float32
+    x = t["input"].astype(np.int64 if ids else np.float32).reshape(dims(graph.input[0]))
+    y = t["output"].reshape(dims(graph.output[0]))
+    x.tofile(os.path.join(out, f"{name}.input.bin"))
+    y.astype(np.float32).tofile(os.path.join(out, f"{name}.expected.bin"))
+    lines.append("\t".join([name, onnx_path, "i64" if ids else "f32", ",".join(map(str, x.shape)), os.path.join(out, f"{name}.input.bin"),
+                            ",".join(map(str, y.shape)), os.path.join(out, f"{name}.expected.bin")]))
+open(os.path.join(out, "manifest.tsv"), "w").write("\n".join(lines) + "\n")
+print(f"{len(lines)} ONNX models for ONNX Runtime")
+PY
+"$out/ort_bench" "$out/manifest.tsv" 1 1 0.001 > "$out/ort.txt"
+awk -F'\t' '
+  $1 == "VERSION" { print "ONNX Runtime " $2; next }
+  $1 == "RESULT" { rel = $3 / ($4 > 1e-30 ? $4 : 1e-30); printf "%s: ONNX Runtime against the graph stformer runs: %.3g (relative)\n", $2, rel
+                   n++; if (rel > 1e-5) bad++ }
+  END { if (n == 0) { print "no model run"; exit 1 } if (bad) { print bad " of " n " models differ"; exit 1 } print n " models: ONNX Runtime agrees" }
+' "$out/ort.txt"
