@@ -36,7 +36,8 @@ cd "$(dirname "$0")/.."
 # the firmware and aarch64; cmake and make: the projects that use stformer (tests/consumers); npm:
 # ONNX Runtime's library (onnxruntime-node)
 bash targets/install-deps.sh python3-torch python3-torchvision python3-onnx clang libclang-rt-14-dev gcc-arm-none-eabi libstdc++-arm-none-eabi-newlib \
-  libnewlib-arm-none-eabi qemu-system-arm g++-aarch64-linux-gnu qemu-user cmake make npm
+  libnewlib-arm-none-eabi qemu-system-arm g++-aarch64-linux-gnu qemu-user cmake make
+command -v npm >/dev/null || bash targets/install-deps.sh npm  # (a machine may have it from another package: nodejs's own)
 
 # stage NAME: ends the stage under way, printing its time, and starts NAME ("" at the end).
 stage_name="install (apt-get what is missing)" stage_start=0  # SECONDS counts from the start of this script
