@@ -28,7 +28,8 @@ torch.onnx.export writes them:
 
 A file is refused with a clear message, before any of it is used, when it is not an ONNX model
 (truncated, corrupted), fails onnx.checker, is of an opset outside 13–17, has a tensor whose dims
-are negative or absurd (more than 2^31 elements) or whose data is not its size, an input of
+are negative or absurd (more than 2^31 elements, or a constant of as many that the graph would
+compute) or whose data is not its size, an input of
 another type than float32, int64 or int32 or without fixed dims, more than one input or output,
 or external data outside the model's folder (a path that is absolute or climbs out of it).
 """
@@ -199,8 +200,9 @@ class _RMSNorm(nn.Module):
 
 
 class OnnxModule(_Modules):
-    """The graph of an ONNX model as a PyTorch module: forward(x) runs its nodes in order, each the
-    torch operation of its ONNX meaning; nodes of constants only were run once, when it was made."""
+    """The graph of an ONNX model as a PyTorch module: forward (its inputs: module() makes it of
+    the graph's number) runs its nodes in order, each the torch operation of its ONNX meaning;
+    nodes of constants only were run once, when it was made."""
 
     def __init__(self, model, path):
         super().__init__()
@@ -277,6 +279,8 @@ class OnnxModule(_Modules):
             return self.fail(n, f"reads {e}, which no node or initializer gives")
         except NotImplementedError as e:
             return self.fail(n, str(e))
+        except Exception as e:  # constants a file made to break it: shapes that do not fit, ...
+            return self.fail(n, f"cannot be computed ({type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''})")
         for name, v in zip(n.output, values):
             self._static[name] = v
 
@@ -684,6 +688,12 @@ def _run(node, inputs, attrs):
     op = node.op_type
     if op not in _OPS:
         raise NotImplementedError(f"{op} is not an operation stformer_onnx reads (see docs/pytorch.md)")
+    if op in ("ConstantOfShape", "Expand", "Range"):  # a size read from the file's values: held to the tensors' bound
+        size = (math.prod(_ints(inputs[0])) if op == "ConstantOfShape" else
+                math.prod(torch.broadcast_shapes(tuple(inputs[0].shape), tuple(_ints(inputs[1])))) if op == "Expand" else
+                abs((float(inputs[1]) - float(inputs[0])) / (float(inputs[2]) or 1)))
+        if size > _MAX_ELEMENTS:
+            raise NotImplementedError(f"a {op} of {size:.0f} elements: absurd")
     attrs = dict(attrs, __outputs=len(node.output))
     if op == "Cast" and attrs["to"] not in _TYPES:
         raise NotImplementedError(f"a Cast to ONNX type {attrs['to']}")

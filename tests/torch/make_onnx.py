@@ -6,7 +6,7 @@ ReduceMean/Sub/Pow/Sqrt/Div and Erf or Tanh arithmetic) and 17 (LayerNormalizati
 imported, its example output checked here against the PyTorch model's own
 (tests/test_torch_onnx.cpp runs the headers against it); and the refusals of bad
 files, each message checked: a truncated and a corrupted file, a tensor whose data is not its
-size or of a type not read, absurd dims, external data outside the model's folder, an opset outside 13–17, an input of
+size or of a type not read, absurd dims (of a tensor, or of a constant the graph computes), external data outside the model's folder, an opset outside 13–17, an input of
 free dims, an operation not read (named by its node).
 
 usage: /usr/bin/python3 tests/torch/make_onnx.py OUT_DIR
@@ -17,6 +17,7 @@ import os
 import shutil
 import sys
 
+import numpy as np
 import onnx
 import torch
 import torch.nn as nn
@@ -137,6 +138,15 @@ refused(os.path.join(bad, "opset12.onnx"), "opset 12: opsets 13 to 17 are read")
 torch.onnx.export(spread(tm.SmallGpt()), torch.randint(0, 48, (1, 16)), os.path.join(bad, "dynamic.onnx"), opset_version=17,
                   input_names=["x"], output_names=["y"], dynamic_axes={"x": {1: "tokens"}})
 refused(os.path.join(bad, "dynamic.onnx"), "input 'x' of dims", "fixed, positive dims are read")
+
+
+# a graph made to exhaust memory: a ConstantOfShape of 10^18 elements
+shape = onnx.numpy_helper.from_array(np.array([10 ** 9, 10 ** 9], dtype=np.int64), "shape")
+io = [onnx.helper.make_tensor_value_info(n, onnx.TensorProto.FLOAT, [1, 4, 8]) for n in ("x", "y")]
+graph = onnx.helper.make_graph([onnx.helper.make_node("ConstantOfShape", ["shape"], ["big"], name="big"),
+                                onnx.helper.make_node("Add", ["x", "big"], ["y"], name="add")], "g", io[:1], io[1:], [shape])
+onnx.save(onnx.helper.make_model(graph, opset_imports=[onnx.helper.make_opsetid("", 17)]), os.path.join(bad, "huge.onnx"))
+refused(os.path.join(bad, "huge.onnx"), "node 'big' (ConstantOfShape) of huge.onnx: a ConstantOfShape of 1000000000000000000 elements: absurd")
 
 
 class Cumulative(nn.Module):
