@@ -166,6 +166,4 @@ TEST_CASE("traced: key padding declared at export: BERT's attention_mask made an
           "nn.MultiheadAttention, to masked_fill and to nn.TransformerEncoder") {
   round_trip<pbert, 2, 16>("pbert");
   round_trip<padded, 2, 10>("padded");
-  CHECK(int8_agreement<pbert, 16>("pbert") >= kUntrained);  // every row a token
-  CHECK(int8_agreement<padded, 10>("padded") >= kUntrained);
 }

@@ -4,9 +4,10 @@
 # src/stformer-firmware, each run on QEMU against the host's C API on test inputs (the command
 # fails unless the board's outputs are the host's):
 #   the Keyword Transformer KWT-1 in int8 on the STM32F405;
-#   torchvision's ViT in int8 on the micro:bit (Cortex-M0, no FPU) and in float on the STM32F405;
+#   torchvision's ViT in int8 on the micro:bit (Cortex-M0, no FPU);
 #   the nanoGPT-style model (token ids, causal) in int8 on the Cortex-M7;
-#   the BERT-style model exported with a key mask in int8 on the Cortex-M4, each test input with its own.
+#   the BERT-style model exported with a key mask in int8 on the Cortex-M4 and in float on the
+#   STM32F405, each test input with its own.
 # Then the commands' refusals of bad input, each message checked.
 src=$here/../../src
 compile="$cxx -O1 -pthread -L$out -lio"
@@ -24,11 +25,11 @@ quantize kwt
 firmware kwt "$out/kwt_int8.safetensors" f405 --int8
 quantize tvit
 firmware tvit "$out/tvit_int8.safetensors" microbit --int8
-firmware tvit "$dir/tvit.safetensors" f405
 quantize gpt
 firmware gpt "$out/gpt_int8.safetensors" m7 --int8
 quantize pbert
 firmware pbert "$out/pbert_int8.safetensors" m4 --int8
+firmware pbert "$dir/pbert.safetensors" f405
 
 # refusals: each message names the problem
 refused() {  # refused MESSAGE COMMAND...: COMMAND fails and says MESSAGE

@@ -3,7 +3,7 @@
 # (MODELS_DIR: the build's tests/ folder, where torch_onnx ran them through stformer), run by ONNX
 # Runtime 1.30 (onnxruntime-node's library from npm, bench/onnxruntime/ort_lib.sh; ORT_LIB to give
 # one) on their example inputs: each output within 1e-5 of the graph's output (relative to its
-# largest entry), which stformer's header gives within 4.2e-7 (test_torch_onnx). The graphs of
+# largest entry), which stformer's headers give within 4.2e-7 (test_torch_onnx). The graphs of
 # one input (ort_bench feeds one); prints ORT's version and each model's difference.
 # ORT_INCLUDE_DIR: a folder with onnxruntime_c_api.h. OUT_DIR: outside this checkout.
 set -euo pipefail
