@@ -51,6 +51,7 @@ import torch.nn as nn
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from stformer_torch import save_safetensors  # noqa: E402
+from stformer_declaration import declaration  # noqa: E402
 
 
 # The poolings, heads and tokens stformer has and PyTorch has not as modules.
@@ -461,8 +462,9 @@ def _export_traced(module, example, name, folder, causal, batch_first=None, key_
     if causal is not None and causal != is_causal:
         raise ExportError(f"stformer_export: causal={causal}, but the model's attention is {'causal' if is_causal else 'not causal'}")
     theirs = got
-    if keys is not None and mine.dim() == 3 and mine.shape[1] == keys.shape[1]:  # rows of the input's: those that exist alone
-        mine, theirs = mine[keys], got.reshape(mine.shape)[keys]  # are compared (PyTorch's own may write anything, or 0, in the others)
+    if keys is not None and mine.dim() == 3 and mine.shape[1] >= keys.shape[1]:  # rows of the input's (and class tokens'): those that
+        exist = st.with_tokens(keys, mine.shape[1])  # exist alone are compared (PyTorch's own may write anything, or 0, in the others)
+        mine, theirs = mine[exist], got.reshape(mine.shape)[exist]
     if not st._close(mine, theirs, 1e-4):
         raise ExportError("stformer_export: the steps read from the forward do not compute what the module computes "
                           f"(largest difference {float((mine.reshape(-1) - theirs.reshape(-1)).abs().max()):.3g}): not exported")
@@ -564,7 +566,8 @@ def _write(module, name, folder, cpp, steps, state, input_shape, out_shape, exam
     os.makedirs(folder, exist_ok=True)
     flat = cpp.replace("\n", "").replace("    ", " ")
     save_safetensors(os.path.join(folder, f"{name}.safetensors"), state,
-                     {"stformer.type": flat, "stformer.causal": "true" if causal else "false", "torch": torch.__version__})
+                     {"stformer.type": flat, "stformer.declaration": declaration(cpp, causal), "stformer.causal": "true" if causal else "false",
+                      "torch": torch.__version__})
     if example is not None:
         saved = {"input": example.int() if len(input_shape) == 2 else example.float(), "output": got.float().reshape(out_shape)}
         if decoder:

@@ -204,16 +204,22 @@ class OnnxModule(_Modules):
     the graph's number) runs its nodes in order, each the torch operation of its ONNX meaning;
     nodes of constants only were run once, when it was made."""
 
-    def __init__(self, model, path):
+    def __init__(self, model, path, output=None):
         super().__init__()
         self._path = path
         g = model.graph
         self._file = os.path.basename(path)
         inits = {t.name: torch.from_numpy(onnx.numpy_helper.to_array(t).copy()) for t in g.initializer}
         inputs = [i for i in g.input if i.name not in inits]
-        if not 1 <= len(inputs) <= 3 or len(g.output) != 1:
-            _refuse(path, f"{len(inputs)} inputs and {len(g.output)} outputs: one output, and one input (two or three with "
-                          "a mask: a causal one or, with key_padding=True, a key mask) are read")
+        if not 1 <= len(inputs) <= 3:
+            _refuse(path, f"{len(inputs)} inputs: one input (two or three with a mask: a causal one or, with key_padding=True, "
+                          "a key mask) is read")
+        outputs = [o.name for o in g.output]
+        if output is None and len(outputs) != 1:
+            _refuse(path, f"{len(outputs)} outputs ({', '.join(outputs)}): one is read; name it (import_onnx(..., output='{outputs[0]}'), "
+                          f"stformer-import --output {outputs[0]})")
+        if output is not None and output not in outputs:
+            _refuse(path, f"no output '{output}': its outputs are {', '.join(outputs)}")
         self._x = inputs[0]
         self._extra = [i.name for i in inputs[1:]]  # given in the example: constants of the export (a mask)
         tt = self._x.type.tensor_type
@@ -226,12 +232,19 @@ class OnnxModule(_Modules):
                           "fixed, positive dims are read (export with a fixed shape)")
         self._shape = tuple(dims)
         self._ids = tt.elem_type != onnx.TensorProto.FLOAT
-        self._y = g.output[0].name
+        self._y = output if output is not None else outputs[0]
+        self._extra_types = [(i.type.tensor_type.elem_type, tuple(d.dim_value for d in i.type.tensor_type.shape.dim)) for i in inputs[1:]]
         self._static = dict(inits)  # name -> tensor: every value that does not depend on the input
         self._ops = []  # (node, fn(env) -> None): the nodes that depend on the input, in order
         self._errors = []
-        self._nodes = list(g.node)
-        self._producers = {o: n for n in self._nodes for o in n.output}
+        self._producers = {o: n for n in g.node for o in n.output}
+        needed, stack = set(), [self._y]  # the nodes the output is computed from: no other is read
+        while stack:
+            n = self._producers.get(stack.pop())
+            if n is not None and id(n) not in needed:
+                needed.add(id(n))
+                stack.extend(i for i in n.input if i)
+        self._nodes = [n for n in g.node if id(n) in needed]
         self._read()
         if self._errors:
             raise ImportError_(f"stformer_onnx: {path} cannot be imported as it stands:\n  " + "\n  ".join(self._errors))
@@ -550,11 +563,45 @@ class _Three(OnnxModule):
         return self.run(x, a, b)
 
 
-def module(model, path):
-    """The graph as a PyTorch module (OnnxModule) whose forward takes the graph's inputs."""
+def module(model, path, output=None):
+    """The graph as a PyTorch module (OnnxModule) whose forward takes the graph's inputs and gives
+    its output (output: which, for a graph of several)."""
     inits = {t.name for t in model.graph.initializer}
     count = len([i for i in model.graph.input if i.name not in inits])
-    return {1: _One, 2: _Two}.get(count, _Three)(model, path)
+    return {1: _One, 2: _Two}.get(count, _Three)(model, path, output)
+
+
+def _mask_example(module_, mask, path):
+    """The example of a graph's second input: mask "causal" (N, N), the additive -inf triangle
+    above the diagonal for a float input, True above it for a bool one; or "keys" (B, N), the
+    rows' key mask with the later rows of every other sequence padding (True for padding for a
+    bool input, 1 for a token for a number)."""
+    if len(module_._extra) != 1:
+        raise ImportError_(f"stformer_onnx: {os.path.basename(path)}: --{mask}-mask reads a graph of two inputs, "
+                           f"not {1 + len(module_._extra)}")
+    elem, dims = module_._extra_types[0]
+    boolean = elem == onnx.TensorProto.BOOL
+    if mask == "causal":
+        if len(dims) != 2 or dims[0] != dims[1]:
+            raise ImportError_(f"stformer_onnx: {os.path.basename(path)}: input '{module_._extra[0]}' of dims {list(dims)} is not a "
+                               "causal mask (N, N)")
+        n = dims[0]
+        above = torch.triu(torch.ones(n, n, dtype=torch.bool), 1)
+        return above if boolean else torch.zeros(n, n).masked_fill(above, float("-inf"))
+    if len(dims) != 2:
+        raise ImportError_(f"stformer_onnx: {os.path.basename(path)}: input '{module_._extra[0]}' of dims {list(dims)} is not a "
+                           "key mask (B, N)")
+    rows = dims[1]
+    token = torch.ones(dims, dtype=torch.bool)
+    for i in range(0, dims[0], 2):
+        token[i, max(1, rows // 2):] = False
+    dtype = {onnx.TensorProto.FLOAT: torch.float32, onnx.TensorProto.INT64: torch.int64, onnx.TensorProto.INT32: torch.int32}.get(elem)
+    if boolean:
+        return ~token
+    if dtype is None:
+        raise ImportError_(f"stformer_onnx: {os.path.basename(path)}: input '{module_._extra[0]}' of ONNX type "
+                           f"{onnx.TensorProto.DataType.Name(elem)}: a key mask of bool, float, int64 or int32 is read")
+    return token.to(dtype)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -704,18 +751,26 @@ def _run(node, inputs, attrs):
 
 # ---------------------------------------------------------------------------------------------
 
-def import_onnx(path, name, folder, example=None, **kw):
+def import_onnx(path, name, folder, example=None, output=None, mask=None, **kw):
     """Writes folder/name.hpp and folder/name.safetensors (and name.example.safetensors) from the
     ONNX file at path, as stformer_export.export writes them from a PyTorch module; returns the
     header's path. example: an input of the graph's shape (by default drawn: rows from N(0, 1), or
     token ids below the vocabulary of the first Gather's table); for a graph of more inputs, all
     of them as a tuple, as stformer_export.export takes them (the input, then a causal mask, or
-    a key mask with key_padding=True). kw: stformer_export.export's."""
+    a key mask with key_padding=True). output: the graph's output to read, for a graph of several.
+    mask: "causal" or "keys", a graph of two inputs whose second is a causal mask or a key mask
+    whose example is drawn here (_mask_example; "keys" is key_padding=True). kw:
+    stformer_export.export's."""
     model = load(path)
-    module_ = module(model, path)
-    if module_._extra and example is None:
+    module_ = module(model, path, output)
+    if mask not in (None, "causal", "keys"):
+        raise ValueError(f"stformer_onnx: mask={mask!r}: None, 'causal' or 'keys'")
+    if module_._extra and example is None and mask is None:
         raise ImportError_(f"stformer_onnx: {os.path.basename(path)}: its inputs after the first ({', '.join(module_._extra)}) "
-                           "are given in the example: import_onnx(..., example=(x, mask))")
+                           "are given in the example (import_onnx(..., example=(x, mask))), or drawn as a causal mask or a "
+                           "key mask (stformer-import --causal-mask or --key-mask)")
+    if mask == "keys":
+        kw["key_padding"] = True
     if example is None:
         torch.manual_seed(0)
         if module_._ids:
@@ -723,19 +778,37 @@ def import_onnx(path, name, folder, example=None, **kw):
             example = torch.randint(0, vocabulary, module_._shape)
         else:
             example = torch.randn(*module_._shape)
+        if mask is not None:
+            example = (example, _mask_example(module_, mask, path))
     try:
         return sx.export(module_, example, name, folder, **kw)
     except sx.ExportError as e:
         raise ImportError_(str(e).replace("stformer_export:", f"stformer_onnx: {os.path.basename(path)}:", 1)) from None
 
 
+USAGE = "usage: stformer-import MODEL.onnx NAME FOLDER [--output NAME] [--causal-mask | --key-mask] [--sequence-first]"
+
 if __name__ == "__main__":
+    import argparse
     import sys
-    if len(sys.argv) != 4:
-        print("usage: stformer-import MODEL.onnx NAME FOLDER", file=sys.stderr)
-        sys.exit(2)
+
+    class _Args(argparse.ArgumentParser):
+        def error(self, message):
+            print(f"{USAGE}\nstformer-import: {message}", file=sys.stderr)
+            sys.exit(2)
+    cli = _Args(prog="stformer-import", usage=USAGE)
+    cli.add_argument("model")
+    cli.add_argument("name")
+    cli.add_argument("folder")
+    cli.add_argument("--output", help="the graph's output to read, for a graph of several")
+    masks = cli.add_mutually_exclusive_group()
+    masks.add_argument("--causal-mask", action="store_true", help="the graph's second input is a causal mask (N, N)")
+    masks.add_argument("--key-mask", action="store_true", help="the graph's second input is the rows' key mask (B, N)")
+    cli.add_argument("--sequence-first", action="store_true", help="the graph's rows are (N, B, D) (PyTorch's batch_first=False)")
+    a = cli.parse_args()
     try:
-        print(import_onnx(sys.argv[1], sys.argv[2], sys.argv[3]))
+        print(import_onnx(a.model, a.name, a.folder, output=a.output, mask="causal" if a.causal_mask else "keys" if a.key_mask else None,
+                          **({"batch_first": False} if a.sequence_first else {})))
     except sx.ExportError as e:
         print(e, file=sys.stderr)
         sys.exit(1)

@@ -215,3 +215,16 @@ def save_safetensors(path, tensors, metadata=None):
         f.write(text)
         for blob in blobs:
             f.write(blob)
+
+
+def read_safetensors(path):
+    """({name: tensor}, {metadata}) of a file save_safetensors (or stformer) wrote: F32, I64, I32, U8."""
+    with open(path, "rb") as f:
+        (length,) = struct.unpack("<Q", f.read(8))
+        header = json.loads(f.read(length))
+        data = f.read()
+    metadata = header.pop("__metadata__", {})
+    kinds = {v: k for k, v in _DTYPES.items()}
+    tensors = {name: torch.from_numpy(np.frombuffer(data[e["data_offsets"][0]:e["data_offsets"][1]], kinds[e["dtype"]].newbyteorder("<"))
+                                      .reshape(e["shape"]).copy()) for name, e in header.items()}
+    return tensors, metadata

@@ -409,9 +409,16 @@ def _causal_mask_value(m, n):
     return None
 
 
+def with_tokens(keys, rows):
+    """The key mask (B, N) of the input's rows for rows >= N: the rows put before them (class
+    tokens) exist, as stformer's pass reads it (compose/sequential.hpp, shift_keys)."""
+    return torch.cat([torch.ones(keys.shape[0], rows - keys.shape[1], dtype=torch.bool), keys], dim=1)
+
+
 def reference_attention(x, w_in, b_in, w_out, b_out, heads, scale, causal, keys=None):
     """Multi-head self-attention of x [B, N, D] with packed projections, as stformer computes it;
-    keys (B, N), when given: True for the rows that exist, whose keys alone are read."""
+    keys (B, N - K), when given: True for the rows that exist, whose keys alone are read (the K
+    rows of class tokens put before them exist)."""
     b, n, d = x.shape
     q, k, v = F.linear(x, w_in, b_in).split(d, dim=-1)
     dh = d // heads
@@ -420,7 +427,7 @@ def reference_attention(x, w_in, b_in, w_out, b_out, heads, scale, causal, keys=
     if causal:
         s = s.masked_fill(torch.triu(torch.ones(n, n, dtype=torch.bool), 1), float("-inf"))
     if keys is not None:
-        s = s.masked_fill(~keys[:, None, None, :], float("-inf"))
+        s = s.masked_fill(~with_tokens(keys, n)[:, None, None, :], float("-inf"))
     o = (s.softmax(-1) @ v).transpose(1, 2).reshape(b, n, d)
     return F.linear(o, w_out, b_out)
 
@@ -502,6 +509,7 @@ class _Build:
         # nonzero entry a row, as BERT's attention_mask; or padding, as PyTorch's key_padding_mask),
         # and the one the model's attention uses (keys_read), the same for every attention
         self.key_readings, self.keys_read = [], None
+        self.masked_rows, self.masked_sums = {}, {}  # x·m and its sum over the rows, m the key mask: (stream, reading)
         if r.key_input is not None:
             m = self.value(r.key_input)
             n = r.example.shape[0 if seq_first else 1]
@@ -697,10 +705,12 @@ class _Build:
             return self.fail(node, "a key padding mask computed from the rows")
         v = self.r.const(mask)
         pad = v if torch.is_tensor(v) and v.dtype == torch.bool else (torch.isinf(v) & (v < 0)) if torch.is_tensor(v) else None
-        for reading in self.key_readings:
-            if pad is not None and pad.shape == reading[1].shape and torch.equal(pad, ~reading[1]):
+        for reading in self.key_readings:  # (a class token's row before them: never padding)
+            if pad is not None and pad.dim() == 2 and pad.shape[1] >= reading[1].shape[1] and \
+                    torch.equal(pad, ~with_tokens(reading[1], pad.shape[1])):
                 return self.read_keys(node, reading)
-        return self.fail(node, "a key padding mask that is not the forward's key mask input (True or -inf where it pads)")
+        return self.fail(node, "a key padding mask that is not the forward's key mask input (True or -inf where it pads; "
+                               "False for a class token's row before them)")
 
     def patch_embedding(self, node, m):
         """A Conv2d with kernel = stride = P on the image input (B, C, H, W), its output made rows of
@@ -902,6 +912,8 @@ class _Build:
             return  # a number computed from a shape
         if self.unread_attention and _canonical(self.value(n), self.batch, self.seq_first) is None:
             return  # inside the attention refused
+        if any(a in self.masked_rows or a in self.masked_sums for a in args):
+            return self.masked_mean(n, args)
         if n.op == "call_module":
             m = r.modules[n.target]
             if isinstance(m, (nn.Dropout, nn.Identity)):
@@ -929,6 +941,10 @@ class _Build:
             return self.join(n, "add", args)
         if target in (operator.mul, torch.mul, operator.imul) or name == "mul":
             return self.join(n, "mul", args)
+        if target in (operator.truediv, torch.div, operator.itruediv) or name in ("div", "true_divide"):
+            if len(args) != 1 or n.args[0] is not args[0] or n.kwargs.get("rounding_mode") is not None:
+                return self.fail(n, "a division of the rows is read by a constant alone")
+            return self.join(n, "div", args)
         if target is torch.cat:
             return self.cat(n, args)
         if name == "mean" and n.op == "call_method" or target is torch.mean:
@@ -936,7 +952,7 @@ class _Build:
             axis = (0, (0,), [0], -3) if self.seq_first else (1, (1,), [1], -2)
             if dims in axis and self.value(args[0]).dim() == 3 and self.key_readings:
                 return self.fail(n, "the rows' mean in a model with a key mask: it averages the padded rows too, where stformer's "
-                                    "MeanPool averages the rows that exist")
+                                    "MeanPool averages the rows that exist ((x * m).sum(1) / m.sum(1) is read, m 1 for a row that exists)")
             if dims in axis and self.value(args[0]).dim() == 3:
                 d = self.value(args[0]).shape[2]
                 return self.unary(n, args[0], Leaf(self.anon("pool"), f"stformer::MeanPool<{d}>", "the rows' mean",
@@ -997,6 +1013,10 @@ class _Build:
         other = a[1] if a[0] is src else a[0]
         c = self.r.const(other)
         xv = self.value(src)
+        if kind == "div":  # by a constant (join's caller): a product by its inverse
+            if torch.is_tensor(c) and c.numel() != 1:
+                return self.fail(n, f"a division of the rows by a constant of shape {tuple(c.shape)}")
+            kind, c = "mul", 1.0 / float(c)
         rows = _canonical(xv, self.batch, self.seq_first)
         if kind == "add" and torch.is_tensor(c) and c.dim() >= 2 and xv.dim() == 3 and c.shape[-1] == xv.shape[-1] \
                 and c.numel() == rows[1] * rows[2] and c.shape[0 if self.seq_first else -2] == rows[1]:
@@ -1018,17 +1038,60 @@ class _Build:
             return self.unary(n, src, Leaf(_prefix(names) if names else self.anon("scale"), f"stformer::LayerScale<{gamma.numel()}>",
                                            "a learned scale per feature", lambda x: x * gamma, {"gamma": gamma}))
         if kind == "mul" and (not torch.is_tensor(c) or c.numel() == 1):
+            # x·s right after a step linear in its parameters (an embedding's table, a Linear's weight
+            # and bias, a norm's weight and bias): the step with its parameters times s
             prev = self.ops.get(self.stream(src))
             scale = float(c)
-            if prev is not None and prev.kind == "unary" and isinstance(prev.leaf, Leaf) and prev.leaf.cpp.startswith("stformer::Embedding<") \
-                    and len(self.stream(src).users) == 1:
+            if prev is not None and prev.kind == "unary" and isinstance(prev.leaf, Leaf) and len(self.stream(src).users) == 1 \
+                    and prev.leaf.cpp.startswith(self.SCALED) and not prev.leaf.attends:
                 old = prev.leaf
-                w = old.state["weight"] * torch.tensor(scale, dtype=torch.float32)
+                state = {k: v * torch.tensor(scale, dtype=torch.float32) for k, v in old.state.items()}
                 self.ops[n] = _Op("unary", prev.inputs, Leaf(old.path, old.cpp, f"{old.what}, scaled by {scale:g}",
-                                                            lambda ids: F.embedding(ids, w), {"weight": w}))
+                                                            lambda x, f=old.fn: f(x) * scale, state))
                 return
-            return self.fail(n, f"a product by the constant {scale:g} (read only right after an nn.Embedding, into its table)")
+            return self.fail(n, f"a product by the constant {scale:g} (read right after an nn.Embedding, a Linear or a norm, "
+                                "into its parameters)")
+        if kind == "mul" and self.key_readings and torch.is_tensor(c) and xv.dim() == 3 and tuple(c.shape) == (*xv.shape[:2], 1):
+            column = (c[..., 0].t() if self.seq_first else c[..., 0]).float()  # (B, N): 1 for a row that exists?
+            for reading in self.key_readings:  # (after a class token: its row exists)
+                if column.shape[1] >= reading[1].shape[1] and torch.equal(column, with_tokens(reading[1], column.shape[1]).float()):
+                    self.masked_rows[n] = (self.stream(src), reading)  # read by masked_mean, or refused there
+                    return
         return self.fail(n, f"a {kind} of the rows and a constant of shape {tuple(c.shape) if torch.is_tensor(c) else type(c).__name__}")
+
+    def masked_mean(self, n, args):
+        """(x · m).sum(rows) / m.sum(rows), m the key mask as a column (1 for a row that exists): the
+        mean of the rows that exist, stformer's MeanPool under the pass's key mask."""
+        target = n.target
+        name = target if n.op == "call_method" else getattr(target, "__name__", str(target))
+        src = args[0]
+        rows = (0, -3) if self.seq_first else (1, -2)
+        if len(args) == 1 and src in self.masked_rows and (name == "sum" or target is torch.sum) and n.args[0] is src:
+            dims = n.kwargs.get("dim", n.args[1] if len(n.args) > 1 else None)
+            dims = dims[0] if isinstance(dims, (tuple, list)) and len(dims) == 1 else dims
+            if dims in rows:
+                self.masked_sums[n] = self.masked_rows[src]
+                return
+        if len(args) == 1 and src in self.masked_sums and n.args[0] is src and (target in (operator.truediv, torch.div) or name == "div"):
+            stream, reading = self.masked_sums[src]
+            count = self.r.const(n.args[1]) if len(n.args) > 1 else None
+            want = with_tokens(reading[1], self.value(stream).shape[0 if self.seq_first else 1]).sum(dim=1).float()
+            if torch.is_tensor(count) and count.numel() == want.numel() and torch.equal(count.reshape(-1).float(), want):
+                if self.read_keys(n, reading) is None:
+                    return False
+                d = self.value(stream).shape[-1]
+
+                def pooled(x, keys=reading[1]):
+                    k = with_tokens(keys, x.shape[1]).float()[..., None]
+                    return (x * k).sum(dim=1, keepdim=True) / k.sum(dim=1, keepdim=True)
+                self.ops[n] = _Op("unary", [stream], Leaf(self.anon("pool"), f"stformer::MeanPool<{d}>", "the mean of the rows that exist",
+                                                          pooled))
+                return
+        return self.fail(n, "the rows times the key mask are read in the mean of the rows that exist alone: "
+                            "(x * m).sum(1) / m.sum(1), m the key mask (1 for a row that exists) as a column (B, N, 1)")
+
+    # the leaves whose output times a constant is the leaf with its parameters times it
+    SCALED = ("stformer::Embedding<", "stformer::Linear<", "stformer::LayerNorm<", "stformer::RMSNorm<")
 
     def _names(self, node):
         """The module or parameter a constant comes from: its path ("pos_embed", "transformer.wpe"); for a
@@ -1064,8 +1127,6 @@ class _Build:
     def cat(self, n, args):
         parts = n.args[0]
         dim = n.kwargs.get("dim", n.args[1] if len(n.args) > 1 else 0)
-        if self.key_readings:
-            return self.fail(n, "a cat of the rows in a model with a key mask: the key mask is the input's rows'")
         if len(parts) == 2 and dim in (1, -2) and parts[1] in self.dep and parts[0] not in self.dep:
             c = self.r.const(parts[0])
             xv = self.value(parts[1])
@@ -1077,7 +1138,8 @@ class _Build:
                 leaf = Leaf(path, f"stformer::ClassToken<{d}>", "a class token before the rows",
                             lambda x: torch.cat([token.expand(x.shape[0], -1, -1), x], dim=1), {"cls_token": token})
                 return self.unary(n, parts[1], leaf)
-        return self.fail(n, "a cat of the rows other than a learned token put before them (ClassToken)")
+        return self.fail(n, "a cat of the rows other than a learned token put before them (ClassToken)"
+                         + ("; with a key mask, the key mask is the input's rows' and a class token's" if self.key_readings else ""))
 
     def getitem(self, n, args):
         idx = n.args[1]

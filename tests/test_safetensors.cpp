@@ -23,6 +23,7 @@
 #include <stformer/io/checkpoint.hpp>
 #include <stformer/io/safetensors.hpp>
 #include <stformer/stformer.hpp>
+#include <stformer/train/training.hpp>
 
 namespace fs = std::filesystem;
 using namespace stformer;
@@ -195,7 +196,7 @@ void check_round_trip() {
       },
       a);
   CHECK(f.names() == names);
-  CHECK(f.metadata() == std::map<std::string, std::string>{{"model", "test"}, {"seed", "1"}});
+  CHECK(f.metadata() == std::map<std::string, std::string>{{"model", "test"}, {"seed", "1"}, {"stformer.declaration", declaration<M>()}});
   CHECK(split(read_bytes(p)).header.size() % 8 == 0);
   CHECK(read_bytes(p).size() == 8 + split(read_bytes(p)).header.size() + 4 * param_count(a));
 }
@@ -335,6 +336,73 @@ TEST_CASE("checkpoint: SPEC's optim./state. tensors, prefixes, unexpected tensor
   CHECK(same_params(a2, b));
   check_words(error_of([&] { load_params(f3, b); }), {"two.safetensors", "tensor 'proj.weight' is missing"});
   CHECK(same_params(a2, b));
+}
+
+// stformer/core/declaration.hpp: a file says what it is.
+namespace {
+struct Causal8 : Sequential<Named<"attn", SelfAttention<8, 2>>> {
+  static constexpr bool causal = true;
+};
+// Whether two models hold the same tensors under the same names (whatever their visit order).
+template <class A, class B>
+bool same_tensors(const A& a, const B& b) {
+  safetensors::Writer wa, wb;
+  add_params(wa, a);
+  add_params(wb, b);
+  const TempDir dir;
+  wa.write(dir / "a.safetensors");
+  wb.write(dir / "b.safetensors");
+  const auto fa = safetensors::File::read(dir / "a.safetensors"), fb = safetensors::File::read(dir / "b.safetensors");
+  for (const auto& v : fa.tensors())
+    if (fb.find(v.name) == nullptr || !std::ranges::equal(fb.at(v.name).bytes, v.bytes)) return false;
+  return fa.tensors().size() == fb.tensors().size();
+}
+}  // namespace
+
+TEST_CASE("checkpoint: a file of another model with the same tensors is refused, naming both declarations") {
+  // The canonical form, written out: no namespaces or spaces, every argument, ε the shortest %g.
+  CHECK(declaration<Sequential<Named<"norm", LayerNorm<8, epsilon(1e-12f)>>, Named<"fc", Linear<8, 3, Init::zeros, Bias::no>>, GELU<3>>>() ==
+        R"(Sequential<Named<"norm",LayerNorm<8,epsilon(1e-12)>>,Named<"fc",Linear<8,3,Bias::no>>,GELU<3>>)");
+  // What computes the same is declared the same: an alias, a derived struct, the initialisation.
+  CHECK(declaration<Activation<act::GELU, 3>>() == declaration<GELU<3>>());
+  CHECK(declaration<SelfAttention<8, 2>>() == declaration<MultiHeadAttention<8, 8, 8, 2, ScoreScale::head_width, Projections::packed>>());
+  CHECK(declaration<Linear<8, 3>>() == declaration<Linear<8, 3, Init::kaiming_normal>>());
+  CHECK(declaration<Sequential<Named<"", ReLU<8>>, Named<"fc", Linear<8, 3>>>>() == declaration<Sequential<ReLU<8>, Named<"fc", Linear<8, 3>>>>());
+  CHECK(declaration<Causal8>() == "Causal<" + declaration<Sequential<Named<"attn", SelfAttention<8, 2>>>>() + ">");
+  CHECK(declaration<RMSNorm<8>>() == "RMSNorm<8,epsilon(1.1920929e-07)>");
+
+  // A pre-norm block's file into a post-norm block: the same tensors, another function.
+  using Pre = EncoderBlock<16, 2, 32, PreNorm<>>;
+  using Post = EncoderBlock<16, 2, 32, PostNorm<>>;
+  TempDir dir;
+  auto pre = std::make_unique<Pre>();
+  auto post = std::make_unique<Post>();
+  init(*pre, 1);
+  init(*post, 2);
+  save_params(dir / "pre.safetensors", *pre);
+  const Post before = *post;
+  const std::string what = error_of([&] { load_params(dir / "pre.safetensors", *post); });
+  check_words(what, {"pre.safetensors", "another model", "the file's:  " + declaration<Pre>(), "the model's: " + declaration<Post>()});
+  CHECK(same_params(*post, before));
+  // and the training checkpoint's load too; a part of a file (a prefix, Unexpected::ignore) is
+  // loaded by its tensors alone, and so is a file without a declaration.
+  AdamW<Post> opt;
+  TrainingState state;
+  save_checkpoint(dir / "run.safetensors", *pre, AdamW<Pre>{}, state);
+  check_words(error_of([&] { load_checkpoint(dir / "run.safetensors", *post, opt, state); }), {"another model", declaration<Pre>()});
+  load_params(safetensors::File::read(dir / "pre.safetensors"), *post, "", Unexpected::ignore);
+  CHECK(same_tensors(*post, *pre));
+  init(*post, 2);
+  safetensors::Writer w;
+  add_params(w, *pre);
+  w.write(dir / "bare.safetensors");
+  load_params(dir / "bare.safetensors", *post);
+  CHECK(same_tensors(*post, *pre));
+  // Its own file loads.
+  init(*post, 2);
+  save_params(dir / "post.safetensors", before);
+  load_params(dir / "post.safetensors", *post);
+  CHECK(same_params(*post, before));
 }
 
 TEST_CASE("safetensors: corrupt files are rejected, naming the problem, and the model is unchanged") {

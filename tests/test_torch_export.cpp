@@ -75,6 +75,12 @@ TEST_CASE("stformer_export round trip: an nn.ModuleList of Linear, GELU (tanh), 
 }
 TEST_CASE("stformer_export round trip: nn.TransformerEncoder itself (2 pre-norm GELU layers), names layers.0...") {
   round_trip<encoder, 2, 5>("encoder");
+  // Its file into the same layers post-norm (the same tensors, another function) is refused, naming both.
+  using PostNormed = Sequential<Named<"layers", Repeat<EncoderBlock<16, 4, 48, PostNorm<act::GELU>>, 2>>>;
+  auto other = std::make_unique<PostNormed>();
+  const auto path = exported("encoder") + ".safetensors";
+  const std::string both = "another model than this one:\n    the file's:  " + declaration<encoder>() + "\n    the model's: " + declaration<PostNormed>();
+  CHECK_THROWS_WITH_AS(load_params(path, *other), doctest::Contains(both.c_str()), std::runtime_error);
 }
 
 TEST_CASE("stformer_export: the classifier trained by PyTorch predicts as PyTorch does, and quantized within 1 point of its accuracy") {

@@ -30,6 +30,7 @@
 #include "llama.hpp"
 #include "mha.hpp"
 #include "padded.hpp"
+#include "pooled.hpp"
 #include "pbert.hpp"
 #include "torch/round_trip.hpp"
 #include "tutorial.hpp"
@@ -163,7 +164,10 @@ TEST_CASE("traced: the Keyword Transformer KWT-1 (98 frames of 40 MFCC, D 64, 12
 }
 
 TEST_CASE("traced: key padding declared at export: BERT's attention_mask made an additive mask; PyTorch's key_padding_mask to "
-          "nn.MultiheadAttention, to masked_fill and to nn.TransformerEncoder") {
+          "nn.MultiheadAttention, to masked_fill and to nn.TransformerEncoder after a class token, the mask extended by its row") {
   round_trip<pbert, 2, 16>("pbert");
   round_trip<padded, 2, 10>("padded");
+}
+TEST_CASE("traced: key padding declared at export: the mean of the rows that exist, (x * m).sum(1) / m.sum(1), as MeanPool") {
+  round_trip<pooled, 2, 10>("pooled");
 }

@@ -5,7 +5,9 @@
 //
 // MANIFEST: one case a line, tab-separated:
 //   name  model.onnx  input-type(f32|i64)  input-shape(d0,d1,...)  input.bin  output-shape  expected.bin
-// (the .bin files are the raw little-endian tensors, PyTorch's input and PyTorch's output on it).
+// (the .bin files are the raw little-endian tensors, PyTorch's input and PyTorch's output on it),
+// and for a graph of a second input "mask", three fields more:
+//   mask-type(f32|i64|b8)  mask-shape  mask.bin
 // CASE: run only the cases of these names (all when none is given).
 // Prints the library's version and the API version used (VERSION  1.30.0  12), then for each
 // case one line to stdout, tab-separated:
@@ -79,9 +81,14 @@ std::vector<char> read_file(const std::string& path, size_t bytes) {
 }
 
 struct Case {
-  std::string name, model, type, input, expected;
-  std::vector<int64_t> in_shape, out_shape;
+  std::string name, model, type, input, expected, mask_type, mask;
+  std::vector<int64_t> in_shape, out_shape, mask_shape;
 };
+
+size_t element_size(const std::string& type) { return type == "i64" ? sizeof(int64_t) : type == "f32" ? sizeof(float) : 1; }
+ONNXTensorElementDataType element_type(const std::string& type) {
+  return type == "i64" ? ONNX_TENSOR_ELEMENT_DATA_TYPE_INT64 : type == "f32" ? ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT : ONNX_TENSOR_ELEMENT_DATA_TYPE_BOOL;
+}
 
 }  // namespace
 
@@ -99,10 +106,14 @@ int main(int argc, char** argv) {
   for (std::string line; std::getline(manifest, line);) {
     if (line.empty()) continue;
     auto f = split(line, '\t');
-    if (f.size() != 7) fail("manifest line without 7 fields: " + line);
+    if (f.size() != 7 && f.size() != 10) fail("manifest line without 7 or 10 fields: " + line);
     if (!only.empty() && !only.count(f[0])) continue;
     if (f[2] != "f32" && f[2] != "i64") fail("manifest: input type " + f[2] + " (f32 or i64)");
-    cases.push_back({f[0], f[1], f[2], f[4], f[6], shape_of(f[3]), shape_of(f[5])});
+    if (f.size() == 10 && f[7] != "f32" && f[7] != "i64" && f[7] != "b8") fail("manifest: mask type " + f[7] + " (f32, i64 or b8)");
+    if (f.size() == 7)
+      cases.push_back({f[0], f[1], f[2], f[4], f[6], "", "", shape_of(f[3]), shape_of(f[5]), {}});
+    else
+      cases.push_back({f[0], f[1], f[2], f[4], f[6], f[7], f[9], shape_of(f[3]), shape_of(f[5]), shape_of(f[8])});
   }
   if (cases.empty()) fail("no case selected");
 
@@ -134,16 +145,25 @@ int main(int argc, char** argv) {
     const auto* expected = reinterpret_cast<const float*>(expected_bytes.data());
     std::vector<float> output(out_count);
 
-    OrtValue *in = nullptr, *out = nullptr;
+    OrtValue* in[2] = {nullptr, nullptr};
+    OrtValue* out = nullptr;
     check(ort->CreateTensorWithDataAsOrtValue(cpu, input.data(), input.size(), c.in_shape.data(), c.in_shape.size(),
-                                              ids ? ONNX_TENSOR_ELEMENT_DATA_TYPE_INT64 : ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT, &in),
+                                              ids ? ONNX_TENSOR_ELEMENT_DATA_TYPE_INT64 : ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT, &in[0]),
           "CreateTensorWithDataAsOrtValue (input)");
+    const size_t inputs = c.mask.empty() ? 1 : 2;
+    std::vector<char> mask;
+    if (inputs == 2) {
+      mask = read_file(c.mask, count_of(c.mask_shape) * element_size(c.mask_type));
+      check(ort->CreateTensorWithDataAsOrtValue(cpu, mask.data(), mask.size(), c.mask_shape.data(), c.mask_shape.size(), element_type(c.mask_type),
+                                                &in[1]),
+            "CreateTensorWithDataAsOrtValue (mask)");
+    }
     check(ort->CreateTensorWithDataAsOrtValue(cpu, output.data(), out_count * sizeof(float), c.out_shape.data(), c.out_shape.size(),
                                               ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT, &out),
           "CreateTensorWithDataAsOrtValue (output)");
-    const char* in_names[] = {"x"};
+    const char* in_names[] = {"x", "mask"};
     const char* out_names[] = {"y"};
-    auto run = [&] { check(ort->Run(session, nullptr, in_names, &in, 1, out_names, 1, &out), ("Run " + c.name).c_str()); };
+    auto run = [&] { check(ort->Run(session, nullptr, in_names, in, inputs, out_names, 1, &out), ("Run " + c.name).c_str()); };
 
     run();  // the first pass: the outputs against PyTorch's
     double err = 0, ref = 0;
@@ -172,7 +192,8 @@ int main(int argc, char** argv) {
     std::fflush(stdout);
 
     ort->ReleaseValue(out);
-    ort->ReleaseValue(in);
+    for (OrtValue* v : in)
+      if (v != nullptr) ort->ReleaseValue(v);
     ort->ReleaseSession(session);
     ort->ReleaseSessionOptions(options);
   }

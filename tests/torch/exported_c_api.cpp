@@ -31,8 +31,9 @@ int run(int (*predict)(const In*, float*), int (*predict_keys)(const In*, const 
   std::memcpy(want.data(), output.bytes.data(), output.bytes.size());
   double worst = 0;
   for (size_t b = 0; b < batch; ++b) {
-    // the output's rows the input's (B, N, W): a padded row's output is not compared
-    const size_t rows = keys ? keys->shape[1] : 0, width = keys && output.shape.size() == 3 && output.shape[1] == rows ? output.shape[2] : 0;
+    // the output's rows the input's (B, N, W), after K class tokens' (B, K + N, W): a padded row's output is not compared
+    const size_t rows = keys ? keys->shape[1] : 0, width = keys && output.shape.size() == 3 && output.shape[1] >= rows ? output.shape[2] : 0;
+    const size_t tokens = width ? output.shape[1] - rows : 0;
     const auto* key = keys ? reinterpret_cast<const std::uint8_t*>(keys->bytes.data()) + b * rows : nullptr;
     if (int status = key ? predict_keys(in.data() + b * in_size, key, got.data()) : predict(in.data() + b * in_size, got.data()); status != 0) {
       std::printf("FAIL: %s: status %d on sequence %zu\n", example, status, b);
@@ -40,7 +41,7 @@ int run(int (*predict)(const In*, float*), int (*predict_keys)(const In*, const 
     }
     double scale = 1e-3, err = 0;
     for (size_t i = 0; i < out_size; ++i) {
-      if (width && !key[i / width]) continue;
+      if (width && i / width >= tokens && !key[i / width - tokens]) continue;
       scale = std::max(scale, double(std::abs(want[b * out_size + i])));
       err = std::max(err, double(std::abs(got[i] - want[b * out_size + i])));
     }

@@ -5,7 +5,10 @@ model, written to ONNX by torch.onnx.export at opsets 13 (LayerNorm and GELU wri
 ReduceMean/Sub/Pow/Sqrt/Div and Erf or Tanh arithmetic) and 17 (LayerNormalization), each
 imported, its example output checked here against the PyTorch model's own
 (tests/test_torch_onnx.cpp runs the headers against it); and the refusals of bad
-files, each message checked: a truncated and a corrupted file, a tensor whose data is not its
+files, each message checked; and src/stformer-import from the command line: a graph whose second
+input is a key mask (--key-mask, a BERT-style model's attention_mask) or a causal mask
+(--causal-mask --sequence-first, the tutorial's), and a graph of two outputs (--output): each
+declared as the same model exported from PyTorch directly. The refusals: a truncated and a corrupted file, a tensor whose data is not its
 size or of a type not read, absurd dims (of a tensor, or of a constant the graph computes), external data outside the model's folder, an opset outside 13–17, an input of
 free dims, an operation not read (named by its node).
 
@@ -14,7 +17,9 @@ writes OUT_DIR/{onnx_vit13,onnx_bert13,onnx_gpt17,onnx_tvit17,onnx_llama17,onnx_
 example.safetensors}
 """
 import os
+import re
 import shutil
+import subprocess
 import sys
 
 import numpy as np
@@ -27,6 +32,7 @@ sys.path.insert(0, os.path.join(here, "..", "..", "python"))
 sys.path.insert(0, here)
 import stformer_onnx as so  # noqa: E402
 import traced_models as tm  # noqa: E402
+from stformer_torch import read_safetensors  # noqa: E402
 from torchvision.models.vision_transformer import VisionTransformer  # noqa: E402
 
 torch.set_num_threads(1)
@@ -160,4 +166,85 @@ class Cumulative(nn.Module):
 
 write(Cumulative().eval(), torch.randn(1, 4, 8), os.path.join(bad, "cumsum.onnx"), 17)
 refused(os.path.join(bad, "cumsum.onnx"), "node '/CumSum' (CumSum) of cumsum.onnx: CumSum is not an operation stformer_onnx reads")
+# From the command line (src/stformer-import), the masks drawn there: each model declared as the
+# same blocks as the model exported from PyTorch directly (python/stformer_declaration.py), and
+# the key-masked one's example output PyTorch's on the rows that exist.
+def cli(*args):
+    r = subprocess.run(["sh", os.path.join(here, "..", "..", "src", "stformer-import"), *args], capture_output=True, text=True)
+    return r.returncode, r.stdout + r.stderr
+
+
+def declared(path):
+    return read_safetensors(path + ".safetensors")[1]["stformer.declaration"]
+
+
+def same_blocks(a, b):
+    """Whether two files (paths without .safetensors) declare the same blocks, their names aside
+    (ONNX holds a position table as a constant of its own name)."""
+    unnamed = [re.sub(r'Named<"[^"]*",', "Named<", declared(p)) for p in (a, b)]
+    assert unnamed[0] == unnamed[1], f"{a} is declared otherwise than its PyTorch model:\n{unnamed[0]}\n{unnamed[1]}"
+    return True
+
+
+cmd = os.path.join(out, "cli")
+shutil.rmtree(cmd, ignore_errors=True)
+torch.manual_seed(5)
+pbert = spread(tm.PaddedBert())
+ids, keys = torch.randint(0, 40, (1, 16)), torch.ones(1, 16, dtype=torch.long)
+keys[0, 11:] = 0
+torch.onnx.export(pbert, (ids, keys), os.path.join(out, "onnx_pbert13.onnx"), opset_version=13, input_names=["x", "mask"], output_names=["y"])
+rc, said = cli(os.path.join(out, "onnx_pbert13.onnx"), "onnx_pbert13", out, "--key-mask")  # beside the others: ONNX Runtime runs it
+assert rc == 0, said
+so.sx.export(pbert, (ids, keys), "direct_pbert", cmd, key_padding=True)
+same_blocks(os.path.join(out, "onnx_pbert13"), os.path.join(cmd, "direct_pbert"))
+example = read_safetensors(os.path.join(out, "onnx_pbert13.example.safetensors"))[0]
+with torch.no_grad():
+    want = pbert(example["input"].long(), example["keys"].long())
+assert example["keys"].min() == 0, "the drawn key mask pads no row"
+err = float((example["output"] - want).abs().max() / want.abs().max())
+assert err < 1e-5, f"pbert from the command line: its example's output differs from PyTorch's by {err}"
+assert "--keys" in open(os.path.join(out, "onnx_pbert13.hpp")).read()
+print(f"stformer-import --key-mask: the BERT-style graph with its attention_mask, declared as PyTorch's model, within {err:.2g}")
+
+tutorial = tm.TutorialLM().eval()
+causal = nn.Transformer.generate_square_subsequent_mask(12)
+x = torch.randint(0, 100, (12, 1))
+torch.onnx.export(tutorial, (x, causal), os.path.join(out, "tutorial13.onnx"), opset_version=13, input_names=["x", "mask"], output_names=["y"])
+rc, said = cli(os.path.join(out, "tutorial13.onnx"), "tutorial", cmd, "--causal-mask", "--sequence-first")
+assert rc == 0, said
+so.sx.export(tutorial, (x, causal), "direct_tutorial", cmd, batch_first=False)
+tut = os.path.join(cmd, "tutorial")
+assert same_blocks(tut, os.path.join(cmd, "direct_tutorial")) and declared(tut).startswith("Causal<")
+print("stformer-import --causal-mask --sequence-first: the tutorial's graph, declared causal as PyTorch's model")
+
+
+class TwoOutputs(nn.Module):  # the logits and a running sum of them (an operation not read)
+    def __init__(self):
+        super().__init__()
+        self.gpt = spread(tm.SmallGpt())
+
+    def forward(self, idx):
+        y = self.gpt(idx)
+        return y, y.cumsum(-1)
+
+
+two = TwoOutputs().eval()
+ids = torch.randint(0, 48, (1, 16))
+torch.onnx.export(two, ids, os.path.join(out, "two17.onnx"), opset_version=17, input_names=["x"], output_names=["y", "z"])
+rc, said = cli(os.path.join(out, "two17.onnx"), "two", cmd)
+assert rc == 1 and "2 outputs (y, z): one is read" in said and "--output y" in said, said
+rc, said = cli(os.path.join(out, "two17.onnx"), "two", cmd, "--output", "w")
+assert rc == 1 and "no output 'w': its outputs are y, z" in said, said
+rc, said = cli(os.path.join(out, "two17.onnx"), "two", cmd, "--output", "z")
+assert rc == 1 and "node '/CumSum' (CumSum)" in said, said
+assert not os.path.exists(os.path.join(cmd, "two.hpp")), "a refused import wrote its header"
+rc, said = cli(os.path.join(out, "two17.onnx"), "two", cmd, "--output", "y")
+assert rc == 0, said
+so.sx.export(two.gpt, ids, "direct_gpt", cmd)
+assert same_blocks(os.path.join(cmd, "two"), os.path.join(cmd, "direct_gpt"))
+rc, said = cli(os.path.join(out, "tutorial13.onnx"), "tutorial", cmd)
+assert rc == 1 and "--causal-mask or --key-mask" in said, said
+rc, said = cli(os.path.join(out, "onnx_pbert13.onnx"), "refused", cmd, "--causal-mask")
+assert rc == 1 and "is not a causal mask (N, N)" in said, said
+print("stformer-import --output: a graph of two outputs, each refusal named; the chosen one declared as PyTorch's model")
 print("ONNX in: every model imported within 1e-5 of PyTorch; every bad file refused")

@@ -9,9 +9,9 @@ with an example input and PyTorch's output for it (tests/test_torch_traced.cpp r
 refusals, checked here: each names the operation, its module and its source line.
 
 usage: /usr/bin/python3 tests/torch/make_traced.py OUT_DIR
-writes OUT_DIR/{vit,bert,gpt,mha,encoded,llama,tvit,kwt,tutorial,pbert,padded}.{hpp,safetensors,example.safetensors,inputs.safetensors}
+writes OUT_DIR/{vit,bert,gpt,mha,encoded,llama,tvit,kwt,tutorial,pbert,padded,pooled}.{hpp,safetensors,example.safetensors,inputs.safetensors}
 (inputs: 32 calibration inputs and 200 test inputs, one sequence each, for the integer model; for
-pbert and padded their key masks too, calibration_keys and test_keys), and
+pbert, padded and pooled their key masks too, calibration_keys and test_keys), and
 for a model of float inputs OUT_DIR/NAME.grads.safetensors: a random gradient of its output and
 PyTorch's gradient of its input for it
 """
@@ -144,7 +144,9 @@ models = [seeded(1, lambda: ("vit", tm.SmallVit(12), torch.randn(2, 9, 12))),
           seeded(8, lambda: ("tutorial", trained_tutorial(), (torch.randint(0, 100, (12, 2)), nn.Transformer.generate_square_subsequent_mask(12)))),
           # key padding: BERT's attention_mask (1 a token, 0 padding) made additive; PyTorch's key_padding_mask (True: padding)
           seeded(10, lambda: ("pbert", tm.PaddedBert(), (torch.randint(0, 40, (2, 16)), lengths_mask(2, 16, [16, 11], token=True)))),
-          seeded(11, lambda: ("padded", tm.Padded(), (torch.randn(2, 10, 6), lengths_mask(2, 10, [10, 7], token=False))))]
+          seeded(11, lambda: ("padded", tm.Padded(), (torch.randn(2, 10, 6), lengths_mask(2, 10, [10, 7], token=False)))),
+          # and the mean of the rows that exist: (x * m).sum(1) / m.sum(1)
+          seeded(12, lambda: ("pooled", tm.PaddedMean(), (torch.randn(2, 10, 6), lengths_mask(2, 10, [10, 6], token=False))))]
 
 
 def draw(x, count):
@@ -160,7 +162,7 @@ def draw(x, count):
 
 for seed, (name, model, x) in enumerate(models):
     torch.manual_seed(100 + seed)
-    path = sx.export(model if name in ("tutorial", "kwt") else spread(model), x, name, out, key_padding=name in ("pbert", "padded"))
+    path = sx.export(model if name in ("tutorial", "kwt") else spread(model), x, name, out, key_padding=name in ("pbert", "padded", "pooled"))
     if torch.is_tensor(x) and x.is_floating_point():  # training's backward: the input's gradient for a random one of the output
         model.eval()
         xg = x.clone().requires_grad_(True)
@@ -174,7 +176,7 @@ for seed, (name, model, x) in enumerate(models):
         inputs = {"calibration": keywords.draw(32)[0], "test": keywords.draw(200)[0]}
     else:
         inputs = {"calibration": draw(x, 32), "test": draw(x, 200)}
-    if name in ("pbert", "padded"):  # their key masks: sequences of N/2 to N rows
+    if name in ("pbert", "padded", "pooled"):  # their key masks: sequences of N/2 to N rows
         for part in ("calibration", "test"):
             count, n = inputs[part].shape[0], inputs[part].shape[1]
             inputs[part + "_keys"] = lengths_mask(count, n, torch.randint(n // 2, n + 1, (count,)).tolist(), token=True).to(torch.uint8)
@@ -287,6 +289,19 @@ class Shifted(nn.Module):
 refused(Shifted(), torch.randn(2, 4, 8), "not multi-head attention as stformer computes it")
 
 
+class ScaledAfterRelu(nn.Module):  # a constant after a step not linear in its parameters: not folded
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(8, 8)
+
+    def forward(self, x):
+        return F.relu(self.fc(x)) * 0.5
+
+
+refused(ScaledAfterRelu(), torch.randn(2, 4, 8), "a product by the constant 0.5 (read right after an nn.Embedding, a Linear or a norm",
+        "return F.relu(self.fc(x)) * 0.5")
+
+
 # Key padding: refused without key_padding=True (named at each attention that reads it), without
 # padding in the example, when nothing reads the mask, and where the rows' mean would average padding.
 x_pad = (torch.randn(2, 10, 6), lengths_mask(2, 10, [10, 7], token=False))
@@ -324,6 +339,16 @@ class MeanOverPadding(nn.Module):
 
 
 refused(MeanOverPadding(), x_pad, "the rows' mean in a model with a key mask", "return x.mean(dim=1)", key_padding=True)
+
+
+class MaskedMax(MeanOverPadding):  # the rows times the key mask, read otherwise than in their mean
+    def forward(self, x, padding):
+        x = self.fc(x)
+        x = x + self.attn(x, x, x, key_padding_mask=padding)[0]
+        return (x * (~padding).unsqueeze(-1).float()).amax(dim=1)
+
+
+refused(MaskedMax(), x_pad, "the rows times the key mask are read in the mean of the rows that exist alone", key_padding=True)
 
 
 class HalfMasked(nn.Module):

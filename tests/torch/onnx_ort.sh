@@ -3,8 +3,10 @@
 # (MODELS_DIR: the build's tests/ folder, where torch_onnx ran them through stformer), run by ONNX
 # Runtime 1.30 (onnxruntime-node's library from npm, bench/onnxruntime/ort_lib.sh; ORT_LIB to give
 # one) on their example inputs: each output within 1e-5 of the graph's output (relative to its
-# largest entry), which stformer's headers give within 4.2e-7 (test_torch_onnx). The graphs of
-# one input (ort_bench feeds one); prints ORT's version and each model's difference.
+# largest entry), which stformer's headers give within 4.2e-7 (test_torch_onnx). A graph's second
+# input, a mask, is fed as the model was exported with it: the causal triangle (additive, or bool
+# True above the diagonal), or the example's key mask (1 for a token, or bool True for padding).
+# Prints ORT's version and each model's difference.
 # ORT_INCLUDE_DIR: a folder with onnxruntime_c_api.h. OUT_DIR: outside this checkout.
 set -euo pipefail
 [ $# -eq 3 ] || { echo "usage: onnx_ort.sh ORT_INCLUDE_DIR MODELS_DIR OUT_DIR" >&2; exit 2; }
@@ -36,7 +38,7 @@ lines = []
 for onnx_path in sorted(glob.glob(os.path.join(models, "onnx_*.onnx"))):
     name = os.path.basename(onnx_path)[:-5]
     example = os.path.join(models, f"{name}.example.safetensors")
-    if not os.path.exists(example) or name.startswith("onnx_tutorial"):  # a graph of two inputs: not fed by ort_bench
+    if not os.path.exists(example):
         continue
     t = tensors(example)
     graph = onnx.load(onnx_path, load_external_data=False).graph
@@ -47,8 +49,24 @@ for onnx_path in sorted(glob.glob(os.path.join(models, "onnx_*.onnx"))):
     y = t["output"].reshape(dims(graph.output[0]))
     x.tofile(os.path.join(out, f"{name}.input.bin"))
     y.astype(np.float32).tofile(os.path.join(out, f"{name}.expected.bin"))
-    lines.append("\t".join([name, onnx_path, "i64" if ids else "f32", ",".join(map(str, x.shape)), os.path.join(out, f"{name}.input.bin"),
-                            ",".join(map(str, y.shape)), os.path.join(out, f"{name}.expected.bin")]))
+    fields = [name, onnx_path, "i64" if ids else "f32", ",".join(map(str, x.shape)), os.path.join(out, f"{name}.input.bin"),
+              ",".join(map(str, y.shape)), os.path.join(out, f"{name}.expected.bin")]
+    inits = {i.name for i in graph.initializer}
+    extra = [i for i in graph.input if i.name not in inits][1:]
+    if extra:  # the mask: the graph's second input
+        kind = extra[0].type.tensor_type.elem_type
+        shape = dims(extra[0])
+        if "keys" in t:  # the example's key mask, 1 for a token
+            mask = t["keys"].reshape(shape) != 0
+            mask = ~mask if kind == onnx.TensorProto.BOOL else mask
+        else:  # a causal model's triangle above the diagonal
+            mask = np.triu(np.ones(shape, dtype=bool), 1)
+            mask = mask if kind == onnx.TensorProto.BOOL else np.where(mask, -np.inf, 0)
+        code = {onnx.TensorProto.BOOL: ("b8", np.uint8), onnx.TensorProto.INT64: ("i64", np.int64), onnx.TensorProto.FLOAT: ("f32", np.float32)}
+        tag, dtype = code[kind]
+        mask.astype(dtype).tofile(os.path.join(out, f"{name}.mask.bin"))
+        fields += [tag, ",".join(map(str, shape)), os.path.join(out, f"{name}.mask.bin")]
+    lines.append("\t".join(fields))
 open(os.path.join(out, "manifest.tsv"), "w").write("\n".join(lines) + "\n")
 print(f"{len(lines)} ONNX models for ONNX Runtime")
 PY

@@ -52,7 +52,8 @@ class VitBlock(nn.Module):
 
 
 class SmallVit(nn.Module):
-    """Patches (already flattened) in, a class token, learned positions, two blocks, a head on the token."""
+    """Patches (already flattened) in, a class token, learned positions, two blocks, a head on the token
+    (the norm's output and the logits scaled by constants)."""
 
     def __init__(self, patch, dim=32, depth=2, heads=4, classes=5, patches=9):
         super().__init__()
@@ -68,8 +69,8 @@ class SmallVit(nn.Module):
         x = torch.cat((self.cls_token.expand(x.shape[0], -1, -1), x), dim=1)
         x = x + self.pos_embed
         x = self.blocks(x)
-        x = self.norm(x)
-        return self.head(x[:, 0])
+        x = self.norm(x) * 1.5  # products by constants: read into the norm's and the head's parameters
+        return self.head(x[:, 0]) / 2.0
 
 
 class BertLayer(nn.Module):
@@ -419,11 +420,13 @@ class PaddedAttention(nn.Module):
 class Padded(nn.Module):
     """A padding mask (B, N), True where a sequence is padded (PyTorch's key_padding_mask), given to
     nn.MultiheadAttention, to attention written out, and to an nn.TransformerEncoder (whose fast
-    path in eval writes 0 in the padded rows: only the rows that exist are compared)."""
+    path in eval writes 0 in the padded rows: only the rows that exist are compared); a class
+    token before the rows, which the mask extends as a row that exists (KWT's and ViT's way)."""
 
     def __init__(self, dim=16, heads=2):
         super().__init__()
         self.inp = nn.Linear(6, dim)
+        self.cls_token = nn.Parameter(torch.randn(1, 1, dim))
         self.norm = nn.LayerNorm(dim)
         self.attn = nn.MultiheadAttention(dim, heads, batch_first=True)
         self.written = PaddedAttention(dim, heads)
@@ -432,7 +435,25 @@ class Padded(nn.Module):
 
     def forward(self, x, padding):
         x = self.inp(x)
+        x = torch.cat([self.cls_token.expand(x.shape[0], -1, -1), x], dim=1)
+        padding = torch.cat([padding.new_zeros(padding.shape[0], 1), padding], dim=1)
         h = self.norm(x)
         x = x + self.attn(h, h, h, key_padding_mask=padding, need_weights=False)[0]
         x = x + self.written(x, padding)
         return self.out(self.encoder(x, src_key_padding_mask=padding))
+
+
+class PaddedMean(nn.Module):
+    """An encoder layer under PyTorch's key_padding_mask, then the mean of the rows that exist, as
+    a sentence embedding is pooled: (x * m).sum(1) / m.sum(1), m 1 for a token."""
+
+    def __init__(self, dim=16, heads=2):
+        super().__init__()
+        self.inp = nn.Linear(6, dim)
+        self.layer = nn.TransformerEncoderLayer(dim, heads, 32, batch_first=True, dropout=0.0, norm_first=True)
+        self.out = nn.Linear(dim, 3)
+
+    def forward(self, x, padding):
+        x = self.layer(self.inp(x), src_key_padding_mask=padding)
+        m = (~padding).unsqueeze(-1).float()
+        return self.out((x * m).sum(dim=1) / m.sum(dim=1))

@@ -29,11 +29,13 @@ namespace stformer::inline STFORMER_ABI {
 namespace act {
 
 struct ReLU {
+  static constexpr const char* name = "ReLU";
   static float f(float x) { return x > 0.0f ? x : 0.0f; }
   static float df(float x) { return x > 0.0f ? 1.0f : 0.0f; }
   static float df_from_output(float y) { return y > 0.0f ? 1.0f : 0.0f; }  // [y > 0] = [x > 0]
 };
 struct GELU {
+  static constexpr const char* name = "GELU";
   static float f(float x) { return 0.5f * x * (1.0f + std::erf(x * 0.70710678118654752f)); }
   static float df(float x) {
     const float cdf = 0.5f * (1.0f + std::erf(x * 0.70710678118654752f));
@@ -41,6 +43,7 @@ struct GELU {
   }
 };
 struct GELUTanh {
+  static constexpr const char* name = "GELUTanh";
   static constexpr float k = 0.79788456080286536f, c = 0.044715f;  // √(2/π)
   static float f(float x) { return 0.5f * x * (1.0f + std::tanh(k * (x + c * x * x * x))); }
   static float df(float x) {
@@ -49,6 +52,7 @@ struct GELUTanh {
   }
 };
 struct SiLU {
+  static constexpr const char* name = "SiLU";
   static float f(float x) { return x / (1.0f + std::exp(-x)); }
   static float df(float x) {
     const float s = 1.0f / (1.0f + std::exp(-x));
@@ -57,6 +61,7 @@ struct SiLU {
 };
 
 struct Tanh {
+  static constexpr const char* name = "Tanh";
   static float f(float x) { return std::tanh(x); }
   static float df(float x) { return df_from_output(std::tanh(x)); }
   static float df_from_output(float y) { return 1.0f - y * y; }
@@ -109,6 +114,7 @@ inline void backward_from_output(const float* y, float* d) {
 template <class K, size_t D>
 struct Activation : RowLocal<Activation<K, D>, D> {
   using Kind = K;
+  static std::string declaration() { return declare(K::name, D); }  // Activation<act::GELU, D> is GELU<D>
   static constexpr bool relu = std::is_same_v<K, act::ReLU>;  // a linear layer before it may apply it (step::RowTiles)
   template <class F, class... S>
   static constexpr void visit(const Path&, F&, S&...) {}

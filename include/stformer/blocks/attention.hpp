@@ -42,12 +42,14 @@
 namespace stformer::inline STFORMER_ABI {
 
 enum class ScoreScale { head_width, model_width };
+inline std::string declared_value(ScoreScale s) { return s == ScoreScale::head_width ? "ScoreScale::head_width" : "ScoreScale::model_width"; }
 
 // Where an attention's projections are: four linear layers wq, wk, wv, wo (separate), or
 // PyTorch's nn.MultiheadAttention's in_proj_weight [3D, D] and in_proj_bias [3D] (Wq, Wk, Wv
 // packed) and out_proj (packed). Either way q_proj(), k_proj(), v_proj() give the three as
 // linear layers (Linear, or LinearRef into the packed rows) and wo is the output's.
 enum class Projections { separate, packed };
+inline std::string declared_value(Projections p) { return p == Projections::separate ? "Projections::separate" : "Projections::packed"; }
 template <size_t Dq, size_t Dkv, size_t D, Projections Pr>
 struct AttentionProjections {
   Linear<Dq, D> wq;
@@ -91,6 +93,7 @@ struct AttentionProjections<Dq, Dkv, D, Projections::packed> {
 
 template <size_t Dq, size_t Dkv, size_t D, size_t H, ScoreScale S = ScoreScale::head_width, Projections Pr = Projections::separate>
 struct MultiHeadAttention : AttentionProjections<Dq, Dkv, D, Pr> {
+  static std::string declaration() { return declare("MultiHeadAttention", Dq, Dkv, D, H, S, Pr); }  // SelfAttention's too
   static_assert(D % H == 0, "MultiHeadAttention: model width D must be divisible by the number of heads H");
   static constexpr size_t Dh = D / H;
   static constexpr float score_scale = S == ScoreScale::head_width ? inv_sqrt(Dh) : inv_sqrt(D);

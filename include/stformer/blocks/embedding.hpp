@@ -14,6 +14,7 @@ namespace stformer::inline STFORMER_ABI {
 
 template <size_t V, size_t D>
 struct Embedding {
+  static std::string declaration() { return declare("Embedding", V, D); }
   static constexpr size_t vocabulary = V;  // token ids in [0, V)
   Tensor<V, D> weight;
 

@@ -28,9 +28,11 @@ namespace stformer::inline STFORMER_ABI {
 // A norm's ε as a template argument: the float's bits.
 enum class Epsilon : std::uint32_t {};
 constexpr Epsilon epsilon(float value) { return Epsilon(std::bit_cast<std::uint32_t>(value)); }
+inline std::string declared_value(Epsilon e) { return decl::wrapped("epsilon(", decl::shortest(std::bit_cast<float>(std::uint32_t(e))), ")"); }
 
 template <size_t D, bool Centred, Epsilon Eps = epsilon(Centred ? 1e-5f : 1.1920929e-7f)>
 struct RowNorm : RowLocal<RowNorm<D, Centred, Eps>, D> {
+  static std::string declaration() { return declare(Centred ? "LayerNorm" : "RMSNorm", D, Eps); }
   static constexpr float eps = std::bit_cast<float>(std::uint32_t(Eps));
   Tensor<D> weight;
   [[no_unique_address]] std::conditional_t<Centred, Tensor<D>, Nothing> bias;

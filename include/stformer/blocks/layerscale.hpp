@@ -15,6 +15,7 @@ namespace stformer::inline STFORMER_ABI {
 
 template <size_t D>
 struct LayerScale : RowLocal<LayerScale<D>, D> {
+  static std::string declaration() { return declare("LayerScale", D); }
   Tensor<D> gamma;
 
   template <class F, class... S>

@@ -134,6 +134,7 @@ struct LinearRef : LinearCalls<LinearRef<In, Out, T>, In, Out> {
 };
 
 enum class Bias : bool { no, yes };
+inline std::string declared_value(Bias b) { return b == Bias::yes ? "Bias::yes" : "Bias::no"; }
 
 // The bias of a layer without one: b = 0, no storage, a null data().
 struct NoBias {
@@ -143,6 +144,7 @@ struct NoBias {
 
 template <size_t In, size_t Out, Init::Kind WeightInit = Init::xavier_normal, Bias HasBias = Bias::yes>
 struct Linear : LinearCalls<Linear<In, Out, WeightInit, HasBias>, In, Out> {
+  static std::string declaration() { return declare("Linear", In, Out, HasBias); }  // its initialisation does not change what it computes
   Tensor<Out, In> weight;
   [[no_unique_address]] std::conditional_t<HasBias == Bias::yes, Tensor<Out>, NoBias> bias;
 

@@ -15,6 +15,7 @@ namespace stformer::inline STFORMER_ABI {
 
 template <size_t D>
 struct MeanPool {
+  static std::string declaration() { return declare("MeanPool", D); }
   template <class F, class... S>
   static constexpr void visit(const Path&, F&, S&...) {}
 

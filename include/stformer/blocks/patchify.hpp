@@ -23,6 +23,7 @@ namespace stformer::inline STFORMER_ABI {
 
 template <size_t C, size_t H, size_t W, size_t P, class T = float>
 struct Patchify {
+  static std::string declaration() { return declare("Patchify", C, H, W, P); }
   static_assert(H % P == 0 && W % P == 0, "Patchify: the image's height and width are multiples of the patch size P");
   static constexpr size_t patches = (H / P) * (W / P), K = C * P * P;
   static constexpr bool reads_mask = false;  // step::reads_mask: no keys over pixels

@@ -24,6 +24,7 @@ namespace stformer::inline STFORMER_ABI {
 
 template <size_t Dq, size_t Dk, size_t Da>
 struct PointerAttention {
+  static std::string declaration() { return declare("PointerAttention", Dq, Dk, Da); }
   static constexpr size_t key_width = Dk;
   template <size_t B, size_t Nq, size_t Nk>
   using Output = Tensor<B, Nq, Nk>;

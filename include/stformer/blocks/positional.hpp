@@ -15,6 +15,7 @@ namespace stformer::inline STFORMER_ABI {
 
 template <size_t L, size_t D>
 struct PositionalEncoding {
+  static std::string declaration() { return declare("PositionalEncoding", L, D); }
   template <class F, class... S>
   static constexpr void visit(const Path&, F&, S&...) {}
 

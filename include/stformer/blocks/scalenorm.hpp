@@ -16,6 +16,7 @@ namespace stformer::inline STFORMER_ABI {
 
 template <size_t D>
 struct ScaleNorm : RowLocal<ScaleNorm<D>, D> {
+  static std::string declaration() { return declare("ScaleNorm", D); }
   Tensor<1> g;
 
   template <class F, class... S>
@@ -55,6 +56,7 @@ struct ScaleNorm : RowLocal<ScaleNorm<D>, D> {
 
 template <size_t D>
 struct Identity {
+  static std::string declaration() { return declare("Identity", D); }
   template <class F, class... S>
   static constexpr void visit(const Path&, F&, S&...) {}
 

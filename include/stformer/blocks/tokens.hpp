@@ -24,6 +24,7 @@ namespace stformer::inline STFORMER_ABI {
 
 template <size_t L, size_t D>
 struct PositionEmbedding {
+  static std::string declaration() { return declare("PositionEmbedding", L, D); }
   Tensor<L, D> weight;
 
   template <class F, class... S>
@@ -65,6 +66,7 @@ struct PositionEmbedding {
 
 template <size_t D>
 struct ClassToken {
+  static std::string declaration() { return declare("ClassToken", D); }
   static constexpr bool reads_mask = false;  // step::reads_mask: each output row fixed by its place
   Tensor<1, 1, D> cls_token;
   static constexpr size_t prepends = 1;
@@ -112,6 +114,7 @@ struct ClassToken {
 // FirstToken<D> (Last false) and LastToken<D> (Last true): row r of each item.
 template <size_t D, bool Last>
 struct TokenRow {
+  static std::string declaration() { return declare(Last ? "LastToken" : "FirstToken", D); }
   template <size_t N>
   static constexpr size_t r = Last ? N - 1 : 0;
   static constexpr bool reads_mask = false;  // step::reads_mask: each output row fixed by its place

@@ -112,6 +112,7 @@ concept Adds = requires(const Block& p, In& x, Out& h, Scratch<Block, B, N, 0>& 
 
 template <class Body>
 struct Residual {
+  static std::string declaration() { return declare("Residual", DeclaredBlock<Body>{}); }
   using Block = typename step::Info<Body>::Block;
   Block body;
 
@@ -295,6 +296,7 @@ struct Branches : step::Parts<Parts...> {
 
 template <class... Br>
 struct Parallel : Branches<Br...> {
+  static std::string declaration() { return declare("Parallel", DeclaredBlock<Br>{}...); }
   using Base = Branches<Br...>;
   static_assert(sizeof...(Br) > 0, "Parallel: at least one branch");
   template <size_t B, size_t N>
@@ -368,6 +370,7 @@ struct Parallel : Branches<Br...> {
 
 template <class Gate, class Value>
 struct Gated : Branches<Gate, Value> {
+  static std::string declaration() { return declare("Gated", DeclaredBlock<Gate>{}, DeclaredBlock<Value>{}); }
   using Base = Branches<Gate, Value>;
   template <size_t B, size_t N>
   using Input = typename Base::template Input<B, N>;
@@ -455,6 +458,9 @@ struct AttendScratch {
 
 template <class Query, class KeyValue, class Attention, bool Ordered = true>
 struct Attend : step::Parts<Query, KeyValue, Attention> {
+  static std::string declaration() {
+    return declare("Attend", DeclaredBlock<Query>{}, DeclaredBlock<KeyValue>{}, DeclaredBlock<Attention>{}, Ordered);
+  }
   using Base = step::Parts<Query, KeyValue, Attention>;
   static constexpr bool ordered = Ordered;
   using Q = typename Base::template BlockAt<0>;
@@ -619,6 +625,9 @@ struct Seeds {
 template <FixedString Name, size_t K, class Query, class KeyValue, class Attention>
 struct SeedAttend
     : step::Parts<Named<"", Seeds<Name, K, dims<typename step::Info<Query>::Block::template Input<1, 1>>.back()>>, Query, KeyValue, Attention> {
+  static std::string declaration() {
+    return declare("SeedAttend", Name.view(), K, DeclaredBlock<Query>{}, DeclaredBlock<KeyValue>{}, DeclaredBlock<Attention>{});
+  }
   using Base = typename SeedAttend::Parts;
   static constexpr bool ordered = false;
   using Q = typename Base::template BlockAt<1>;
@@ -728,6 +737,7 @@ struct SeedAttend
 template <FixedString Name, size_t K, class Query, class Attention>
 struct SeedQuery
     : step::Parts<Named<"", Seeds<Name, K, dims<typename step::Info<Query>::Block::template Input<1, 1>>.back()>>, Query, Attention> {
+  static std::string declaration() { return declare("SeedQuery", Name.view(), K, DeclaredBlock<Query>{}, DeclaredBlock<Attention>{}); }
   using Base = typename SeedQuery::Parts;
   static constexpr bool ordered = false;
   using Q = typename Base::template BlockAt<1>;

@@ -164,6 +164,7 @@ using MemoryActs = typename MemoryActsOf<Block, B, N, M, Mem>::type;
 //   backward: dq, dkv = Attentionᵀ dy;  dh = dy + Queryᵀ dq;  dm = KeyValueᵀ dkv
 template <class Query, class KeyValue, class Attention>
 struct CrossAttend : step::Parts<Query, KeyValue, Attention> {
+  static std::string declaration() { return declare("CrossAttend", DeclaredBlock<Query>{}, DeclaredBlock<KeyValue>{}, DeclaredBlock<Attention>{}); }
   static constexpr bool reads_memory = true;
   using Q = typename CrossAttend::template BlockAt<0>;
   using KV = typename CrossAttend::template BlockAt<1>;
@@ -261,6 +262,7 @@ struct CrossAttend : step::Parts<Query, KeyValue, Attention> {
 
 template <bool Causal, class... Parts>
 struct WithMemory : step::Parts<Parts...> {
+  static std::string declaration() { return declare("WithMemory", DeclaredBlock<Parts>{}...); }
   static constexpr bool reads_memory = true, causal = Causal;
   static constexpr size_t count = sizeof...(Parts);
   template <size_t I>

@@ -72,6 +72,7 @@
 #include <utility>
 
 #include "../core/params.hpp"
+#include "../core/declaration.hpp"
 #include "../core/tensor.hpp"
 #include "../kernels/rowwise.hpp"
 
@@ -86,7 +87,10 @@ struct FixedString {
 };
 
 template <FixedString Name, class Block>
-struct Named {};
+struct Named {
+  // Named<"", Block> adds no name: declared as Block is
+  static std::string declaration() { return Name.view().empty() ? stformer::declaration<Block>() : declare("Named", Name.view(), DeclaredBlock<Block>{}); }
+};
 // A step named by the index `Index` whatever its place: a derived model's steps keep the names
 // of the model they come from (quantize's steps, stformer/quantized/quantize.hpp).
 template <size_t Index, class Block>
@@ -561,6 +565,7 @@ struct Parts {
 template <class Block, size_t Count>
 struct Repeat : std::array<Block, Count> {
   static_assert(Count > 0, "Repeat: at least one block");
+  static std::string declaration() { return declare("Repeat", DeclaredBlock<Block>{}, Count); }
 
   template <class F, class... S>
   static constexpr void visit(const Path& at, F& f, S&... s) {
@@ -652,6 +657,7 @@ struct PlanRow {
 template <class... S>
 struct Sequential : step::Parts<S...> {
   static_assert(sizeof...(S) > 0, "Sequential: at least one step");
+  static std::string declaration() { return declare("Sequential", DeclaredBlock<S>{}...); }
   static constexpr size_t steps = sizeof...(S);
   template <size_t I>
   using BlockAt = typename step::Parts<S...>::template BlockAt<I>;

@@ -19,6 +19,7 @@
 #include <cstring>
 #include <string_view>
 
+#include "declaration.hpp"
 #include "rng.hpp"
 #include "tensor.hpp"
 

@@ -17,6 +17,17 @@
 //     2 unexpected tensors that the model does not have: 'norm1.weight', 'norm1.bias'
 // and only then copies, so a failed load leaves the model unchanged.
 //
+// A file says what it is: save_params and save_checkpoint write the model's declaration
+// (stformer/core/declaration.hpp) as the metadata "stformer.declaration", and so does
+// python/stformer_export.py. Loading a file whose declaration differs from the model's is
+// refused with both, even when every tensor matches (a pre-norm block's file into a post-norm
+// block computes another function with the same tensors):
+//   checkpoint x.safetensors: it holds another model than this one:
+//     the file's:  Sequential<Named<"",Residual<Sequential<Named<"norm1",LayerNorm<...
+//     the model's: Sequential<Named<"",Residual<Named<"self_attn",MultiHeadAttention<...
+// A file with no declaration (written by other tools) is loaded by its tensors alone; a load
+// under a prefix or with Unexpected::ignore (a part of a file) does not compare declarations.
+//
 // Unexpected tensors are an error by default (Unexpected::reject): a tensor whose name starts
 // with the prefix but is not a parameter of the model means the file was written for another
 // configuration (more blocks, other sub-blocks), which would otherwise load silently.
@@ -98,11 +109,24 @@ void add_params(safetensors::Writer& w, const M& model, std::string_view prefix 
       model);
 }
 
+// The metadata key of the model's declaration.
+inline constexpr const char* declaration_key = "stformer.declaration";
+
+namespace detail {
+template <class M>
+void declare_model(safetensors::Writer& w) {
+  w.set_metadata(declaration_key, declaration<M>());
+}
+}  // namespace detail
+
 // Throws every problem that would stop load_params (see top; at most 50 listed); changes nothing.
 template <class M>
 void check_params(const safetensors::File& f, const M& model, std::string_view prefix = "", Unexpected unexpected = Unexpected::reject) {
   std::set<std::string, std::less<>> expected;
   std::vector<std::string> problems;
+  if (const auto held = f.metadata().find(declaration_key);
+      prefix.empty() && unexpected == Unexpected::reject && held != f.metadata().end() && held->second != declaration<M>())
+    problems.push_back("it holds another model than this one:\n    the file's:  " + held->second + "\n    the model's: " + declaration<M>());
   for_each_param(
       [&](const Path& path, Init, const auto& t) {
         std::string name = std::string(prefix) + path.name().c_str();
@@ -161,6 +185,7 @@ template <class M>
 void save_params(const std::filesystem::path& path, const M& model, const std::map<std::string, std::string>& metadata = {}) {
   safetensors::Writer w;
   for (const auto& [key, value] : metadata) w.set_metadata(key, value);
+  detail::declare_model<M>(w);
   add_params(w, model);
   w.write(path);
 }
@@ -202,6 +227,7 @@ void check_scalar(const safetensors::File& f, const std::string& name, safetenso
 // (a vocabulary under "state.") before writing.
 template <class M, class Optimizer>
 void add_checkpoint(safetensors::Writer& w, const M& model, const Optimizer& opt, const TrainingState& state) {
+  detail::declare_model<M>(w);
   add_params(w, model);
   Optimizer::visit_buffers(opt, [&](const char* buffer, const M& b) { add_params(w, b, std::string("optim.") + buffer + "."); });
   detail::add_scalar(w, "optim.steps", safetensors::Dtype::I64, {}, &opt.steps);

@@ -150,18 +150,14 @@ struct QuantizedChain<Sequential<S...>, std::index_sequence<I...>> {
                                   Chain<typename StepOf<I, S, Forms>::type...>>;
 };
 
-// The integer model's type: the chain itself, or, for a float model that declares_causal
-// (stformer/core/tensor.hpp), a model derived from the chain that declares it too, so that its C
-// API needs the causal mask as well.
+// The integer model's type: a model derived from the chain, declared Quantized<the float
+// model's declaration> (stformer/core/declaration.hpp) and causal when the float model
+// declares_causal (stformer/core/tensor.hpp), so that its C API needs the causal mask as well.
 template <class Model, class Chain>
 struct IntegerModel {
-  using type = Chain;
-};
-template <class Model, class Chain>
-  requires declares_causal<Model>
-struct IntegerModel<Model, Chain> {
   struct type : Chain {
-    static constexpr bool causal = true;
+    static constexpr bool causal = declares_causal<Model>;
+    static std::string declaration() { return declare("Quantized", DeclaredBlock<ChainOf<Model>>{}); }
   };
 };
 
