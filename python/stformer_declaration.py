@@ -7,7 +7,8 @@ into a model of another type is refused. The canonical form:
   - a template's name without namespaces, then every argument (defaults too) between < >,
     separated by "," with no spaces;
   - numbers in decimal, true/false, Enum::name, "strings", blocks by their own declaration,
-    an epsilon as epsilon(x) with x the shortest %g that reads back as the same float32;
+    an epsilon as epsilon(x) (RoPE's base as theta(x)) with x the shortest %g that reads back
+    as the same float32;
   - what does not change the function is left out (a Linear's initialisation, Patchify's
     element type, a Named<"", B> around B); what computes the same is written the same (SelfAttention<D, H> is
     MultiHeadAttention<D,D,D,H,...>, Activation<act::GELU, F> is GELU<F>);
@@ -143,9 +144,9 @@ def _canon(node):
         return _bare(name)
     name = _bare(name)
     if close == ")":
-        if name != "epsilon" or len(args) != 1:
+        if name not in ("epsilon", "theta") or len(args) != 1:
             raise DeclarationError(f"stformer_declaration: cannot read the call {name}(...)")
-        return f"epsilon({shortest(float(args[0][0].rstrip('fF')))})"
+        return f"{name}({shortest(float(args[0][0].rstrip('fF')))})"
     a = [_canon(x) for x in args]
     if name == "Linear":
         return _t("Linear", a[0], a[1], a[3] if len(a) > 3 else "Bias::yes")
@@ -155,6 +156,8 @@ def _canon(node):
         return _mha(a[0], a[0], a[0], a[1], *(a[2:3] or ["ScoreScale::head_width"]), *(a[3:4] or ["Projections::packed"]))
     if name == "MultiHeadAttention":
         return _mha(*a[:4], *(a[4:5] or ["ScoreScale::head_width"]), *(a[5:6] or ["Projections::separate"]))
+    if name == "RotaryAttention":
+        return _t(name, *a[:4], *(a[4:5] or ["Rotation::pairs"]), *(a[5:6] or ["theta(10000)"]), *(a[6:7] or ["Bias::no"]))
     if name == "Activation":
         return _t(a[0].split("::")[-1], a[1])
     if name == "Named":

@@ -431,13 +431,20 @@ def _sequence_first(module, batch_first):
     return firsts == {False}
 
 
-def _export_traced(module, example, name, folder, causal, batch_first=None, key_padding=False):
-    """A module with its own forward: traced (stformer_trace), checked, written."""
+def _export_traced(module, example, name, folder, causal, batch_first=None, key_padding=False, memory=None):
+    """A module with its own forward: traced (stformer_trace), checked, written. memory: the forward's
+    second input, a memory its cross-attentions read."""
     import stformer_trace as st
     main = example[0] if isinstance(example, tuple) else example
     if not torch.is_tensor(main):
         raise ExportError("stformer_export: a module with a forward of its own is traced: give an example input tensor, "
                           "not a shape")
+    if memory is not None:
+        if isinstance(example, tuple) or key_padding:
+            raise ExportError("stformer_export: memory=: the forward takes the rows and the memory alone (no mask)")
+        if not torch.is_tensor(memory) or not memory.is_floating_point():
+            raise ExportError("stformer_export: memory=: a tensor of floats, the memory's rows (B, M, D)")
+        example = (example, memory)
     _check_finite(module)
     seq_first = _sequence_first(module, batch_first)
     rows = (lambda t: t.transpose(0, 1)) if seq_first else (lambda t: t)  # PyTorch's layout -> stformer's (B, N, ...)
@@ -447,7 +454,7 @@ def _export_traced(module, example, name, folder, causal, batch_first=None, key_
     module.eval()
     try:
         with torch.no_grad():
-            chain, out_shape, got, keys = st.read(module, example, _TRACED_WHOLE, _known, seq_first, key_padding)
+            chain, out_shape, got, keys = st.read(module, example, _TRACED_WHOLE, _known, seq_first, key_padding, memory is not None)
             if seq_first and got.dim() == 3:
                 got = rows(got)
             mine = chain(rows_in(main))
@@ -455,7 +462,7 @@ def _export_traced(module, example, name, folder, causal, batch_first=None, key_
         raise ExportError(str(e)) from None
     finally:
         module.train(was_training)
-    masks = {leaf.causal for leaf in chain.leaves() if leaf.attends}
+    masks = {leaf.causal for leaf in chain.leaves() if leaf.attends and not isinstance(leaf, st.CrossLeaf)}
     if len(masks) > 1:
         raise ExportError("stformer_export: some attentions are causal and some are not: stformer declares a model causal or not")
     is_causal = masks == {True}
@@ -482,6 +489,19 @@ def _export_traced(module, example, name, folder, causal, batch_first=None, key_
                 raise ExportError(f"stformer_export: two steps would save different tensors as {key!r}")
             state[key] = v.detach().float().contiguous()
     steps = [(leaf.path, leaf.cpp, leaf.what) for leaf in chain.leaves()]
+    if memory is not None:  # a model over a memory: WithMemory<causal, ...>, causal by its type
+        if not any(isinstance(leaf, st.CrossLeaf) for leaf in chain.leaves()):
+            raise ExportError("stformer_export: memory= is given, but no attention of the model reads the forward's second input")
+        errors = st.memory_errors(chain.steps)
+        if errors:
+            raise ExportError("stformer_export: the model cannot be exported as it stands:\n  " + "\n  ".join(errors))
+        if tuple(out_shape) != tuple(rows_in(main).shape):
+            raise ExportError(f"stformer_export: a model over a memory gives rows of its input's shape {tuple(rows_in(main).shape)}, "
+                              f"not {tuple(out_shape)}")
+        flag = "true" if is_causal else "false"
+        cpp = f"stformer::WithMemory<{flag},\n" + ",\n".join("    " + t for t in st.repeated(chain.steps, flag)) + ">"
+        return _write(module, name, folder, cpp, steps, state, tuple(rows_in(main).shape), out_shape, rows_in(main).contiguous(), got, False,
+                      memory_shape=tuple(rows(memory).shape), memory=rows(memory).contiguous(), seq_first=seq_first, traced=True)
     cpp = "stformer::Sequential<\n" + ",\n".join("    " + t for t in st.repeated(chain.steps)) + ">"
     return _write(module, name, folder, cpp, steps, state, tuple(rows_in(main).shape), out_shape, rows_in(main).contiguous(), got, is_causal,
                   seq_first=seq_first, image=tuple(main.shape[1:]) if image else None, keys=keys)
@@ -508,11 +528,15 @@ def export(module, example, name, folder, memory_shape=None, memory=None, causal
     An nn.TransformerDecoder or nn.TransformerDecoderLayer takes two inputs: the rows (B, N, D)
     and the memory: its tensor (B, M, D) (saved as `memory`), or memory_shape; its header
     declares a TransformerDecoder or a DecoderBlock, which computes module(x, memory,
-    tgt_mask=the causal mask)."""
+    tgt_mask=the causal mask). So does a module of your own whose forward(x, memory) has
+    cross-attentions (nn.MultiheadAttention called with the memory as keys and values, or written
+    out with its keys and values projected from the memory or a LayerNorm of it), each as
+    x + attention(x, memory) or x + attention(norm(x), memory): memory= its example; its header
+    declares a WithMemory<causal, ...> of residual blocks, CrossAttend and norms."""
     if not name.isidentifier():
         raise ExportError(f"stformer_export: name {name!r} is not a C++ identifier")
     if isinstance(example, tuple) and example and torch.is_tensor(example[0]):  # the input, then constant inputs (a mask)
-        return _export_traced(module, example, name, folder, causal, batch_first, key_padding)
+        return _export_traced(module, example, name, folder, causal, batch_first, key_padding, memory)
     if key_padding:
         raise ExportError("stformer_export: key_padding=True: the example is (input, mask), the mask the forward's second input")
     if torch.is_tensor(example):
@@ -526,7 +550,9 @@ def export(module, example, name, folder, memory_shape=None, memory=None, causal
         if example_input is None:
             raise ExportError("stformer_export: a module with a forward of its own is traced: give an example input tensor, "
                               "not a shape")
-        return _export_traced(module, example_input, name, folder, causal, batch_first)
+        return _export_traced(module, example_input, name, folder, causal, batch_first, memory=memory)
+    if not decoder and (memory is not None or memory_shape is not None):
+        raise ExportError("stformer_export: a memory is given, but a chain of modules reads none (a decoder or a module of your own does)")
     if causal:
         raise ExportError("stformer_export: causal=True, but a chain of modules has no causal mask (a decoder's is its own)")
     if decoder:
@@ -560,8 +586,9 @@ def export(module, example, name, folder, memory_shape=None, memory=None, causal
 
 
 def _write(module, name, folder, cpp, steps, state, input_shape, out_shape, example, got, causal, memory_shape=None, memory=None,
-           seq_first=False, image=None, keys=None):
-    """The header, the parameters and (with an example) the example's input and output."""
+           seq_first=False, image=None, keys=None, traced=False):
+    """The header, the parameters and (with an example) the example's input and output (traced: a
+    module's own forward, over a memory when memory_shape is given)."""
     decoder = memory_shape is not None
     os.makedirs(folder, exist_ok=True)
     flat = cpp.replace("\n", "").replace("    ", " ")
@@ -582,11 +609,13 @@ def _write(module, name, folder, cpp, steps, state, input_shape, out_shape, exam
         m = memory_shape[1]
         lines = [f"// {name}: written by python/stformer_export.py from a {type(module).__name__} (PyTorch {torch.__version__}).",
                  f"// Input {x_type} x and the memory stformer::Tensor<{b}, {m}, {input_shape[2]}> m, output {y_type}",
-                 "// (PyTorch's module(x, m, tgt_mask=causal, memory_key_padding_mask=~keys)):",
+                 "// (PyTorch's module(x, m)" + (", sequence-first: its (N, B, D) are stformer's (B, N, D) transposed" if seq_first else "") + "):"
+                 if traced else "// (PyTorch's module(x, m, tgt_mask=causal, memory_key_padding_mask=~keys)):",
                  f"//   auto model = std::make_unique<{name}>();              // load_params: <stformer/io/checkpoint.hpp>",
                  f'//   stformer::load_params("{name}.safetensors", *model);',
                  f"//   stformer::InferOf<{name}, {b}, {n}, {m}> pass;",
-                 "//   const auto& y = pass.forward(*model, x, m);         // or (..., &keys): stformer::KeyMask<B, M>, true = a real row"]
+                 "//   const auto& y = pass.forward(*model, x, m);" + ("" if traced else
+                                                                        "         // or (..., &keys): stformer::KeyMask<B, M>, true = a real row")]
         check = [f"static_assert(std::is_same_v<decltype(stformer::InferOf<{name}, {b}, {n}, {m}>::out), {y_type}>,",
                  f'              "{name}: the shapes PyTorch gave");', ""]
     else:

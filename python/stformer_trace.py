@@ -23,6 +23,7 @@ function.
 What cannot be read is refused naming the operation, its module and its source line, every one
 at once.
 """
+import inspect
 import math
 import operator
 import os
@@ -59,6 +60,26 @@ class Leaf:
         return [self]
 
 
+class CrossLeaf(Leaf):
+    """A cross-attention: the rows' queries over the keys and values of the memory (kv: a norm of the
+    memory, its Leaf, or None: the memory itself). Read as the last step of x + f(x) after at most
+    a norm of the rows: stformer's CrossAttend<Query, KeyValue, Attention> (Residual.type)."""
+
+    def __init__(self, path, cpp, what, fn, state, kv, width):
+        super().__init__(path, cpp, what, fn, state, attends=True)
+        self.kv, self.width = kv, width
+
+    def leaves(self):
+        return [self] + ([self.kv] if self.kv else [])
+
+
+# The leaves that run in place on the rows: a step of WithMemory (compose/memory.hpp) besides a
+# Residual or a CrossAttend.
+IN_PLACE = ("stformer::LayerNorm<", "stformer::RMSNorm<", "stformer::ReLU<", "stformer::GELU<", "stformer::GELUTanh<", "stformer::SiLU<",
+            "stformer::Tanh<", "stformer::LayerScale<", "stformer::PositionEmbedding<", "stformer::SelfAttention<")
+NORMS = ("stformer::LayerNorm<", "stformer::RMSNorm<")
+
+
 def _unnamed(part):
     """A part of Parallel or Gated: its name, else none (not its index)."""
     return part if part.startswith("stformer::Named<") else f'stformer::Named<"", {part}>'
@@ -92,7 +113,20 @@ class Residual:
     def __init__(self, body):
         self.body = body
 
+    def cross(self):
+        """The cross-attention this is, x + attention(query(x), memory) with query a norm or nothing; else None."""
+        steps = self.body.steps
+        if steps and isinstance(steps[-1], CrossLeaf) and len(steps) <= 2 and \
+                all(isinstance(q, Leaf) and q.cpp.startswith(NORMS) for q in steps[:-1]):
+            return steps[-1]
+        return None
+
     def type(self):
+        c = self.cross()
+        if c is not None:
+            identity = f"stformer::Identity<{c.width}>"
+            query = self.body.steps[0].type() if len(self.body.steps) == 2 else identity
+            return f'stformer::Named<"", stformer::CrossAttend<{query}, {c.kv.type() if c.kv else identity}, {c.type()}>>'
         return f'stformer::Named<"", stformer::Residual<{self.body.body()}>>'
 
     def __call__(self, x):
@@ -150,10 +184,45 @@ def _block_of(step):
     return None
 
 
-def repeated(steps):
+def _parts(step):
+    """A step and every step inside it."""
+    yield step
+    for inner in getattr(step, "steps", []) + [getattr(step, "body", None)] + getattr(step, "branches", []) + \
+            [getattr(step, "gate", None), getattr(step, "value", None)]:
+        if inner is not None and not isinstance(inner, Leaf):
+            yield from _parts(inner)
+        elif inner is not None:
+            yield inner
+
+
+def reads_memory(step):
+    return any(isinstance(leaf, CrossLeaf) for leaf in step.leaves())
+
+
+def memory_errors(steps):
+    """Why a chain of steps that reads a memory is not stformer's WithMemory: each cross-attention the
+    last step of a residual (x + attention(norm(x), memory)), every step one that runs in place on the
+    rows (a residual block, a norm, an activation, LayerScale, positions, self-attention)."""
+    errors = []
+    crosses = [p.cross() for s in steps for p in _parts(s) if isinstance(p, Residual) and p.cross() is not None]
+    for leaf in (leaf for s in steps for leaf in s.leaves() if isinstance(leaf, CrossLeaf)):
+        if not any(leaf is c for c in crosses):
+            errors.append(f"'{leaf.path}' ({leaf.what}): a cross-attention is read as x + attention(x, memory), or x + attention(norm(x), "
+                          "memory) (stformer's CrossAttend)")
+    for s in steps:
+        if not isinstance(s, Residual) and not (isinstance(s, Leaf) and s.cpp.startswith(IN_PLACE)):
+            what = f"'{s.path}' ({s.what})" if isinstance(s, Leaf) else type(s).__name__.lower() + " branches"
+            errors.append(f"{what}: a model over a memory is stformer's WithMemory, whose steps keep the rows in place "
+                          "(residual blocks, norms, activations, LayerScale, positions, self-attention)")
+    return errors
+
+
+def repeated(steps, memory=None):
     """The C++ types of a chain's steps, each run of blocks X.0, X.1, … X.(n−1) of one structure
     (the same types once their paths are taken relative to X.i) written once, as
-    Named<"X", Repeat<Sequential<…>, n>>: one type for n blocks, as the module has one class."""
+    Named<"X", Repeat<Sequential<…>, n>>: one type for n blocks, as the module has one class.
+    memory ("true"/"false": causal or not): steps of a model over a memory, whose blocks that read
+    it are each a WithMemory<causal, …>; blocks that do not are written one step at a time."""
     types, i = [], 0
     while i < len(steps):
         key = _block_of(steps[i])
@@ -171,10 +240,11 @@ def repeated(steps):
 
         def relative(block, k):
             at = f"{name}.{k}" if name else str(k)
-            return "stformer::Sequential<" + ", ".join(s.type() for s in block).replace(f'Named<"{at}.', 'Named<"').replace(
+            chain = f"stformer::WithMemory<{memory}, " if memory else "stformer::Sequential<"
+            return chain + ", ".join(s.type() for s in block).replace(f'Named<"{at}.', 'Named<"').replace(
                 f'Named<"{at}"', 'Named<""') + ">"
         bodies = [relative(b, k) for k, b in enumerate(blocks)]
-        if len(blocks) >= 2 and all(b == bodies[0] for b in bodies):
+        if len(blocks) >= 2 and all(b == bodies[0] for b in bodies) and (not memory or any(reads_memory(s) for s in blocks[0])):
             types.append(f'stformer::Named<"{name}", stformer::Repeat<{bodies[0]}, {len(blocks)}>>')
             i = j
         else:
@@ -194,6 +264,11 @@ _RELABEL_FUNCTIONS = {torch.reshape, torch.permute, torch.transpose, torch.flatt
 _SOFTMAX = {F.softmax, torch.softmax}
 _MATMUL = {operator.matmul, torch.matmul, torch.bmm, torch.einsum}
 _DROPOUT_FUNCTIONS = {F.dropout}
+
+
+def _is_div(target, name):
+    """Whether a node (its target, and the name of a method's or function's) divides: x / y, x.div(y), torch.div."""
+    return target in (operator.truediv, torch.div, operator.itruediv) or name in ("div", "true_divide")
 
 
 class _Proxy(torch.fx.Proxy):
@@ -272,7 +347,8 @@ class _Tracer(torch.fx.Tracer):
         a, kw = torch.fx.node.map_aggregate((args, kwargs), lambda v: v.value if isinstance(v, _Proxy) else v)
         with torch.no_grad(), _Untraced():
             if kind == "placeholder":  # the example's inputs in order: the rows or ids, then constants (a mask)
-                value = self.examples[self.placed]
+                # (past them, a parameter fixed at its default: its value)
+                value = self.examples[self.placed] if self.placed < len(self.examples) else (a[0] if a else None)
                 self.placed += 1
             elif kind == "get_attr":
                 value = self.root
@@ -335,13 +411,17 @@ def _describe(node):
 
 
 class _Reader:
-    def __init__(self, module, example, leaves, extra, key_padding=False):
+    def __init__(self, module, example, leaves, extra, key_padding=False, memory=False):
         self.module = module
         self.errors = []
         self.extra = extra  # stformer_export's own modules: type -> reader(reader, node, module, x) -> Leaf
         tracer = _Tracer(leaves, example)
+        # the forward's parameters past the example's, with defaults (targets=None): those values, fixed
+        given = len(example) if isinstance(example, tuple) else 1
+        fixed = {p.name: p.default for p in list(inspect.signature(module.forward).parameters.values())[given:]
+                 if p.default is not inspect.Parameter.empty and p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)}
         try:
-            graph = tracer.trace(module)
+            graph = tracer.trace(module, concrete_args=fixed or None)
         except Exception as e:
             if isinstance(e, torch.fx.proxy.TraceError) or "symbolically traced variables" in str(e):
                 raise TraceError(f"stformer_export: torch.fx cannot follow the model's forward: {e}\n"
@@ -352,17 +432,19 @@ class _Reader:
         self.values = tracer.values
         out = next(n for n in graph.nodes if n.op == "output")
         self.output = torch.fx.node.map_arg(out.args[0], lambda n: self.values[n])
-        self.inputs = [n for n in graph.nodes if n.op == "placeholder"]
+        placeholders = [n for n in graph.nodes if n.op == "placeholder"]
+        self.inputs = placeholders[:given]  # (those past them: parameters fixed at their defaults)
         self.example = example[0] if isinstance(example, tuple) else example
-        if len(self.inputs) != (len(example) if isinstance(example, tuple) else 1):
-            raise TraceError(f"stformer_export: the forward takes {len(self.inputs)} inputs, the example gives "
-                             f"{len(example) if isinstance(example, tuple) else 1}: give them all, as a tuple")
+        if len(placeholders) - len(fixed) != given:
+            raise TraceError(f"stformer_export: the forward takes {len(placeholders) - len(fixed)} inputs, the example gives "
+                             f"{given}: give them all, as a tuple")
         self.key_input = None  # key_padding: the forward's second input, its rows' key mask
         if key_padding:
             if len(self.inputs) < 2:
                 raise TraceError("stformer_export: key_padding=True: the forward's second input is the key mask, "
                                  "and the example gives none: give (input, mask) with mask of shape (B, N)")
             self.key_input = self.inputs[1]
+        self.memory_input = self.inputs[1] if memory else None  # memory: the forward's second input, a memory of rows (B, M, D)
 
     # -- what depends on the input ------------------------------------------------------------
     def depends(self):
@@ -374,6 +456,14 @@ class _Reader:
             elif any(a in dep for a in n.all_input_nodes):
                 dep.add(n)
         return dep
+
+    def memory_depends(self):
+        """Nodes whose value depends on the memory (and not on the input)."""
+        dep, mdep = self.depends(), set()
+        for n in self.graph.nodes:
+            if n is self.memory_input or n not in dep and any(a in mdep for a in n.all_input_nodes):
+                mdep.add(n)
+        return mdep
 
     def fail(self, node, why):
         self.errors.append(f"{_describe(node)} {_where(node)}: {why}")
@@ -415,21 +505,61 @@ def with_tokens(keys, rows):
     return torch.cat([torch.ones(keys.shape[0], rows - keys.shape[1], dtype=torch.bool), keys], dim=1)
 
 
-def reference_attention(x, w_in, b_in, w_out, b_out, heads, scale, causal, keys=None):
+def reference_attention(x, w_in, b_in, w_out, b_out, heads, scale, causal, keys=None, kv=None):
     """Multi-head self-attention of x [B, N, D] with packed projections, as stformer computes it;
     keys (B, N - K), when given: True for the rows that exist, whose keys alone are read (the K
-    rows of class tokens put before them exist)."""
+    rows of class tokens put before them exist). kv [B, M, D], when given: the keys' and values'
+    rows (cross-attention: the queries' from x)."""
     b, n, d = x.shape
-    q, k, v = F.linear(x, w_in, b_in).split(d, dim=-1)
+    if kv is None:
+        q, k, v = F.linear(x, w_in, b_in).split(d, dim=-1)
+    else:
+        q = F.linear(x, w_in[:d], b_in[:d])
+        k, v = F.linear(kv, w_in[d:], b_in[d:]).split(d, dim=-1)
+    m = k.shape[1]
     dh = d // heads
-    q, k, v = (t.reshape(b, n, heads, dh).transpose(1, 2) for t in (q, k, v))
+    q = q.reshape(b, n, heads, dh).transpose(1, 2)
+    k, v = (t.reshape(b, m, heads, dh).transpose(1, 2) for t in (k, v))
     s = (q @ k.transpose(-2, -1)) * scale
     if causal:
         s = s.masked_fill(torch.triu(torch.ones(n, n, dtype=torch.bool), 1), float("-inf"))
     if keys is not None:
-        s = s.masked_fill(~with_tokens(keys, n)[:, None, None, :], float("-inf"))
+        s = s.masked_fill(~with_tokens(keys, m)[:, None, None, :], float("-inf"))
     o = (s.softmax(-1) @ v).transpose(1, 2).reshape(b, n, d)
     return F.linear(o, w_out, b_out)
+
+
+def reference_rotary(x, w, b, heads, kv_heads, base, halves):
+    """The llama family's causal attention of x [B, N, D] (RotaryAttention): w, b the weights and
+    biases of q, k, v, o; each head's pairs of q and k, (2i, 2i + 1) or with halves (i, i + Dh/2),
+    turned by position·base^(−2i/Dh); query head h reads key/value head h // (heads / kv_heads)."""
+    bsz, n, d = x.shape
+    dh = d // heads
+    q, k, v = (F.linear(x.to(wi.dtype), wi, bi) for wi, bi in zip(w[:3], b[:3]))
+    q, k, v = q.reshape(bsz, n, heads, dh), k.reshape(bsz, n, kv_heads, dh), v.reshape(bsz, n, kv_heads, dh)
+    angle = torch.arange(n, dtype=torch.float64)[:, None] * base ** (-torch.arange(0, dh, 2, dtype=torch.float64) / dh)
+    cos, sin = angle.cos().to(q.dtype)[None, :, None, :], angle.sin().to(q.dtype)[None, :, None, :]
+
+    def turn(t):
+        ia = torch.arange(dh // 2) if halves else torch.arange(0, dh, 2)
+        ib = ia + dh // 2 if halves else ia + 1
+        out = t.clone()
+        out[..., ia] = t[..., ia] * cos - t[..., ib] * sin
+        out[..., ib] = t[..., ia] * sin + t[..., ib] * cos
+        return out
+    q, k = turn(q), turn(k)
+    group = heads // kv_heads
+    k, v = (t.repeat_interleave(group, dim=2) for t in (k, v))
+    s = torch.einsum("bnhd,bmhd->bhnm", q, k) / math.sqrt(dh)
+    s = s.masked_fill(torch.triu(torch.ones(n, n, dtype=torch.bool), 1), float("-inf"))
+    o = torch.einsum("bhnm,bmhd->bnhd", s.softmax(-1), v).reshape(bsz, n, d)
+    return F.linear(o, w[3], b[3])
+
+
+def shortest_float(x):
+    """The shortest %g that reads back as the same float32."""
+    f = float(torch.tensor(x, dtype=torch.float32))
+    return next(t for t in (f"{f:.{k}g}" for k in range(1, 10)) if float(torch.tensor(float(t), dtype=torch.float32)) == f)
 
 
 def _close(a, b, tol=1e-4):
@@ -483,13 +613,14 @@ class _Op:
         self.kind, self.inputs, self.leaf = kind, inputs, leaf
 
 
-def read(module, example, leaves, known, seq_first=False, key_padding=False):
+def read(module, example, leaves, known, seq_first=False, key_padding=False, memory=False):
     """The declaration (a Chain) of module's forward on example, the output's rows (B, N, D), the
     module's output on the example and, with key_padding, the example's key mask (B, N) as
     stformer reads it (True: a row that exists); raises TraceError with every reason.
     leaves: module types traced whole; known(path, module, in_shape, node) -> list of Leaf for the
-    modules stformer_export reads itself (None when it refuses; it records why)."""
-    r = _Reader(module, example, leaves, known, key_padding)
+    modules stformer_export reads itself (None when it refuses; it records why).
+    memory: the forward's second input is a memory (B, M, D) that cross-attentions read (CrossLeaf)."""
+    r = _Reader(module, example, leaves, known, key_padding, memory)
     return _Build(r, seq_first).run()
 
 
@@ -499,6 +630,13 @@ class _Build:
         self.seq_first = seq_first  # PyTorch's rows (N, B, D), stformer's (B, N, D)
         self.batch = r.example.shape[1 if seq_first else 0]
         self.dep = r.depends()
+        self.mdep = r.memory_depends() if r.memory_input is not None else set()
+        self.memory = None  # the memory's example as stformer's rows (B, M, D)
+        if r.memory_input is not None:
+            self.memory = self.rows(self.value(r.memory_input))
+            if self.memory is None or self.memory.dim() != 3 or not self.memory.is_floating_point():
+                raise TraceError("stformer_export: memory: the forward's second input, rows (B, M, D) of floats, "
+                                 f"is {tuple(self.value(r.memory_input).shape)}")
         self.ops = {}          # stream node -> _Op
         self.alias = {}        # node -> the stream node it relabels
         self.absorbed = set()  # nodes inside an attention
@@ -539,7 +677,7 @@ class _Build:
         """From node back through operations ok(n) accepts, to the first it does not: that node."""
         seen = 0
         while ok(node) and seen < 64:
-            nxt = [a for a in node.all_input_nodes if a in self.dep]
+            nxt = [a for a in node.all_input_nodes if a in self.dep or a in self.mdep]  # (the memory's: a cross-attention's keys)
             if len(nxt) != 1:
                 break
             node, seen = nxt[0], seen + 1
@@ -558,6 +696,103 @@ class _Build:
         if src.op == "call_module" and isinstance(self.r.modules.get(src.target), nn.Linear):
             return src
         return None
+
+    def _nearest_linear(self, node):
+        """The one nn.Linear call node's value is computed from by operations on its output and
+        constants alone (a projection, then rotary positions, heads repeated), or None."""
+        found, todo, seen = [], [node], set()
+        while todo:
+            n = todo.pop()
+            if n in seen or n not in self.dep:
+                continue
+            seen.add(n)
+            if n.op == "call_module" and isinstance(self.r.modules.get(n.target), nn.Linear):
+                found.append(n)
+                continue
+            if n.op == "placeholder" or n.op == "call_module" or n.target in _SOFTMAX or n.target in _MATMUL:
+                return None
+            todo.extend(n.all_input_nodes)
+        return found[0] if len(found) == 1 else None
+
+    def rotary_attention(self, soft, mm1, x, q_lin, k_lin, v_lin, out_lin):
+        """The attention of the llama family (RotaryAttention): q, k, v from nn.Linear of one input,
+        each query head's and key head's pairs of features turned by position·Θ^(−2i/Dh) (the pairs
+        (2i, 2i + 1) or (i, i + Dh/2)), key/value heads shared by groups of query heads, causal.
+        The rotation and Θ are read off the values the trace computed, and the whole checked."""
+        r = self.r
+        q_mod, k_mod, v_mod, o_mod = (r.modules[n.target] for n in (q_lin, k_lin, v_lin, out_lin))
+        if k_lin.args[0] is not x or v_lin.args[0] is not x:
+            return self.fail(mm1, "the keys and values are not projected from the queries' input")
+        xv, want = self.rows(self.value(x)), self.rows(self.value(out_lin))
+        sv = self.value(mm1)
+        d = q_mod.out_features
+        heads = sv.shape[1] if sv.dim() == 4 else 0
+        if xv is None or want is None or heads < 1 or d % heads or (d // heads) % 2 or k_mod.out_features != v_mod.out_features \
+                or k_mod.out_features % (d // heads) or heads % (k_mod.out_features // (d // heads)) or o_mod.in_features != d \
+                or o_mod.out_features != xv.shape[-1] or q_mod.in_features != xv.shape[-1] or d != xv.shape[-1]:
+            return self.fail(soft, f"an attention of scores {tuple(sv.shape)} whose projections are not q [D, D], k and v [KVH·Dh, D] "
+                                   "with KVH dividing the heads, o [D, D] (Dh even)")
+        dh = d // heads
+        kvh = k_mod.out_features // dh
+        biased = [m.bias is not None for m in (q_mod, k_mod, v_mod, o_mod)]
+        if len(set(biased)) > 1:
+            return self.fail(q_lin, "biases on some of the attention's projections only")
+        # the rotation: the queries before (q_lin) and as the scores read them (mm1's first operand)
+        pre = self.value(q_lin).detach().double()
+        post = self.value(_operands(mm1)[0]).detach().double()
+        b, n = xv.shape[0], xv.shape[1]
+        if post.shape == (b, heads, n, dh):
+            post = post.transpose(1, 2)
+        if self.seq_first and pre.dim() == 3:
+            pre = pre.transpose(0, 1)
+        pre, post = pre.reshape(b, n, heads, dh), post.reshape(b, n, heads, dh)
+        found = None
+        for halves in (False, True):
+            ia = torch.arange(dh // 2) if halves else torch.arange(0, dh, 2)
+            ib = ia + dh // 2 if halves else ia + 1
+            if n < 2:
+                break
+            a0, b0, a1, b1 = pre[..., ia], pre[..., ib], post[..., ia], post[..., ib]
+            angles = torch.atan2(a0 * b1 - b0 * a1, a0 * a1 + b0 * b1)[:, 1].reshape(-1, dh // 2)  # position 1: ω_i
+            omega = angles.median(dim=0).values
+            if abs(float(omega[0]) - 1.0) > 1e-3:
+                continue
+            base = float(omega[1]) ** (-dh / 2) if dh >= 4 and float(omega[1]) > 0 else 10000.0
+            base = float(round(base)) if abs(base - round(base)) <= 1e-3 * base else base
+            bias = (lambda m, k: m.bias.detach() if m.bias is not None else torch.zeros(k))  # noqa: E731
+            w = [m.weight.detach() for m in (q_mod, k_mod, v_mod, o_mod)]
+            bs = [bias(m, m.out_features) for m in (q_mod, k_mod, v_mod, o_mod)]
+            got = reference_rotary(xv, w, bs, heads, kvh, base, halves)
+            if _close(got, want):
+                found = (halves, base, w, bs)
+                break
+        if found is None:
+            self.absorbed |= self._between(x, out_lin)
+            return self.fail(soft, f"not the rotary attention stformer computes ({heads} heads of {dh}, {kvh} key/value heads, q and k "
+                                   "turned pair by pair, (2i, 2i + 1) or (i, i + Dh/2), by position·Θ^(−2i/Dh) from position 0, "
+                                   "scale 1/sqrt(Dh), causal)")
+        halves, base, w, bs = found
+        inside = self._between(x, out_lin)
+        for node in inside - {out_lin}:
+            for u in node.users:
+                if u not in inside:
+                    return self.fail(node, "a value inside the attention is used outside it (its weights?)")
+        self.absorbed |= inside - {out_lin}
+        # the table's positions: the longest constant of angles the rotation reads (a model's max_seq_len), else the example's
+        tables = [self._whole(self.r.const(c)) for c in self._consts(_operands(mm1)[0]) if c.op == "get_attr"]
+        positions = max([n] + [int(t.shape[0]) for t in tables if torch.is_tensor(t) and t.dim() >= 2 and t.shape[-1] in (dh // 2, dh)])
+        path = _prefix([nd.target for nd in (q_lin, k_lin, v_lin, out_lin)]) or f"attention{self.attentions}"
+        self.attentions += 1
+        state = {"wq.weight": w[0], "wk.weight": w[1], "wv.weight": w[2], "wo.weight": w[3]}
+        if biased[0]:
+            state.update({"wq.bias": bs[0], "wk.bias": bs[1], "wv.bias": bs[2], "wo.bias": bs[3]})
+        theta = f"{int(base)}.0" if float(base).is_integer() and abs(base) < 1e9 else shortest_float(base)
+        leaf = Leaf(path, f"stformer::RotaryAttention<{d}, {heads}, {kvh}, {positions}, stformer::Rotation::{'halves' if halves else 'pairs'}, "
+                          f"stformer::theta({theta}f), stformer::Bias::{'yes' if biased[0] else 'no'}>",
+                    f"rotary attention written out: {heads} heads, {kvh} key/value heads, Θ {theta}, causal",
+                    lambda y: reference_rotary(y, w, bs, heads, kvh, base, halves), state, True, attends=True)
+        self.ops[out_lin] = _Op("unary", [x], leaf)
+        return True
 
     def attention(self, soft):
         """Reads the attention written out around softmax node `soft` as a SelfAttention leaf
@@ -599,8 +834,12 @@ class _Build:
             return self.fail(soft, "the softmax's weights are not multiplied by the values (weights @ v), or are used elsewhere too")
         mm2 = users[0]
         v_lin = self._linear_of(_operands(mm2)[1])
+        rotary = None in (q_lin, k_lin, v_lin)  # their values changed on the way (rotary positions, grouped heads repeated)
+        if rotary:
+            q_lin, k_lin, v_lin = (self._nearest_linear(a) for a in (*_operands(mm1), _operands(mm2)[1]))
         if None in (q_lin, k_lin, v_lin):
-            return self.fail(mm1, "the queries, keys and values do not each come from an nn.Linear through view/reshape/permute/split")
+            return self.fail(mm1, "the queries, keys and values do not each come from an nn.Linear (through view/reshape/permute/split, "
+                                  "or rotary positions and repeated key/value heads)")
         # forward from o through the heads' merge to the output Linear
         node = mm2
         while True:
@@ -616,18 +855,25 @@ class _Build:
                 continue
             return self.fail(u, "between the heads' output and its nn.Linear projection, only view/reshape/transpose/permute")
         x = q_lin.args[0]
+        if rotary:
+            return self.rotary_attention(soft, mm1, x, q_lin, k_lin, v_lin, out_lin)
+        kv_src = None  # cross-attention: the keys' and values' input, from the memory
         if k_lin.args[0] is not x or v_lin.args[0] is not x:
-            return self.fail(mm1, "the keys and values are not projected from the queries' input: cross-attention is not read yet")
+            if not self.mdep or k_lin.args[0] is not v_lin.args[0] or k_lin.args[0] not in self.mdep or x not in self.dep:
+                return self.fail(mm1, "the keys and values are not projected from the queries' input" + (
+                    ", nor both from the memory" if self.mdep else " (cross-attention: export with memory=, the forward's second input)"))
+            kv_src = k_lin.args[0]
         q_mod, k_mod, v_mod, o_mod = (r.modules[n.target] for n in (q_lin, k_lin, v_lin, out_lin))
         xv = self.value(x)
         want = self.value(out_lin)
-        if _canonical(xv, self.batch, self.seq_first) is None or _canonical(want, self.batch, self.seq_first) is None:
+        if self.rows(xv) is None or self.rows(want) is None:
             return self.fail(soft, f"the attention's input {tuple(xv.shape)} or output {tuple(want.shape)} is not the rows")
-        if self.batch == 1:  # one sequence: either layout, the same bytes
-            xv, want = (v.reshape(_canonical(v, 1)) for v in (xv, want))
-        elif self.seq_first:  # (N, B, D) as stformer's rows
-            xv, want = xv.transpose(0, 1), want.transpose(0, 1)
+        xv, want = self.rows(xv), self.rows(want)
         d = xv.shape[-1]
+        if kv_src is not None:
+            kv_leaf = self.memory_side(kv_src, d)
+            if kv_leaf is False:
+                return False
         heads = sv.shape[1] if sv.dim() == 4 else sv.shape[0] // self.batch
         if heads < 1 or d % heads:
             return self.fail(soft, f"scores of shape {tuple(sv.shape)}: no head count that divides the width {d}")
@@ -638,6 +884,12 @@ class _Build:
             if q_mod.out_features != 3 * d:
                 return self.fail(q_lin, f"a packed projection of {q_mod.out_features} features, not 3 x {d}")
             w_in, b_in = q_mod.weight.detach(), bias(q_mod, 3 * d)
+        elif k_mod is v_mod:  # the keys and values packed (a cross-attention's kv Linear), the queries apart
+            if q_mod.out_features != d or q_mod.in_features != d or k_mod.out_features != 2 * d or k_mod.in_features != d:
+                return self.fail(k_lin, f"a query projection [{q_mod.out_features}, {q_mod.in_features}] and a packed key/value one "
+                                        f"[{k_mod.out_features}, {k_mod.in_features}], not [{d}, {d}] and [{2 * d}, {d}]")
+            w_in = torch.cat([q_mod.weight.detach(), k_mod.weight.detach()])
+            b_in = torch.cat([bias(q_mod, d), bias(k_mod, 2 * d)])
         else:
             if any(m.out_features != d or m.in_features != d for m in (q_mod, k_mod, v_mod)):
                 return self.fail(q_lin, "the query, key and value projections are not each [width, width]")
@@ -647,18 +899,20 @@ class _Build:
             return self.fail(out_lin, "the output projection is not [width, width]")
         w_out, b_out = o_mod.weight.detach(), bias(o_mod, d)
         found = None
+        memory = None if kv_src is None else (kv_leaf(self.memory) if kv_leaf else self.memory)
         with torch.no_grad():
             for scale, s_name in ((1 / math.sqrt(d // heads), "head_width"), (1 / math.sqrt(d), "model_width")):
-                for causal in (False, True):
-                    for reading in [None] + self.key_readings:
+                for causal in ((False, True) if kv_src is None else (False,)):
+                    for reading in [None] + (self.key_readings if kv_src is None else []):
                         keys = reading[1] if reading else None
-                        if _close(reference_attention(xv, w_in, b_in, w_out, b_out, heads, scale, causal, keys), want):
+                        if _close(reference_attention(xv, w_in, b_in, w_out, b_out, heads, scale, causal, keys, memory), want):
                             found = found or (s_name, causal, scale, reading)
         if found is None:
             self.absorbed |= self._between(x, out_lin)  # refused whole: its values are not reported one by one
             return self.fail(soft, f"not multi-head attention as stformer computes it ({heads} heads of {d // heads}, "
                                    "scale 1/sqrt(head width) or 1/sqrt(width), no mask or the causal one"
-                                   + (" or the key mask" if self.key_readings else "") + ", q, k, v packed in that order)"
+                                   + (" or the key mask" if self.key_readings and kv_src is None else "")
+                                   + (" (over the memory: no mask)" if kv_src is not None else "") + ", q, k, v packed in that order)"
                                    + ("; a mask made from the forward's other input is a key mask: export with key_padding=True"
                                       if masked and not self.key_readings and len(self.r.inputs) > 1 else ""))
         s_name, causal, scale, reading = found
@@ -666,7 +920,7 @@ class _Build:
             self.absorbed |= self._between(x, out_lin)
             return self.fail(soft, "a mask that is not the causal one" + (
                 "" if self.key_readings else " (a key padding mask from the forward's inputs: export with key_padding=True)"))
-        if self.key_readings and reading is None:
+        if self.key_readings and reading is None and kv_src is None:
             self.absorbed |= self._between(x, out_lin)
             return self.fail(soft, self.UNMASKED)
         keys = self.read_keys(soft, reading) if reading else None
@@ -681,7 +935,10 @@ class _Build:
         self.absorbed |= inside - {out_lin}
         path = _prefix([n.target for n in (q_lin, k_lin, v_lin, out_lin)]) or f"attention{self.attentions}"
         self.attentions += 1
-        leaf = self.self_attention(path, d, heads, s_name, scale, causal, w_in, b_in, w_out, b_out, "attention written out", keys)
+        if kv_src is not None:
+            leaf = self.cross_attention(path, d, heads, s_name, scale, w_in, b_in, w_out, b_out, "cross-attention written out", kv_leaf)
+        else:
+            leaf = self.self_attention(path, d, heads, s_name, scale, causal, w_in, b_in, w_out, b_out, "attention written out", keys)
         self.ops[out_lin] = _Op("unary", [x], leaf)
         return True
 
@@ -803,6 +1060,46 @@ class _Build:
                     lambda x: reference_attention(x, w_in, b_in, w_out, b_out, heads, scale, causal, keys),
                     {"in_proj_weight": w_in, "in_proj_bias": b_in, "out_proj.weight": w_out, "out_proj.bias": b_out}, causal, attends=True)
 
+    def cross_attention(self, path, d, heads, s_name, scale, w_in, b_in, w_out, b_out, what, kv):
+        """The attention of the rows over the memory (through kv, a norm, or the memory itself: None)."""
+        memory = self.memory
+
+        def fn(x):
+            return reference_attention(x, w_in, b_in, w_out, b_out, heads, scale, False, None, kv(memory) if kv else memory)
+        return CrossLeaf(path, f"stformer::MultiHeadAttention<{d}, {d}, {d}, {heads}, stformer::ScoreScale::{s_name}, "
+                               "stformer::Projections::packed>", f"{what}: {heads} heads over the memory" + (f" through '{kv.path}'" if kv else ""),
+                         fn, {"in_proj_weight": w_in, "in_proj_bias": b_in, "out_proj.weight": w_out, "out_proj.bias": b_out}, kv, d)
+
+    def rows(self, v):
+        """A value of rows as stformer's (B, N, D) (a sequence-first model's transposed), or None."""
+        if _canonical(v, self.batch, self.seq_first) is None:
+            return None
+        if self.batch == 1:  # one sequence: either layout, the same bytes
+            return v.reshape(_canonical(v, 1))
+        return v.transpose(0, 1) if self.seq_first else v
+
+    def memory_side(self, node, d):
+        """What a cross-attention's keys and values read: the memory itself (None) or a LayerNorm of it
+        (its Leaf); False, with the reason, for anything else."""
+        r = self.r
+        if self.value(r.memory_input).shape[-1] != d:
+            return self.fail(node, f"a memory of width {self.value(r.memory_input).shape[-1]} under an attention of width {d}: "
+                                   "stformer's cross-attention reads a memory as wide as the rows")
+        if node is r.memory_input:
+            return None
+        m = r.modules.get(node.target) if node.op == "call_module" else None
+        if isinstance(m, nn.LayerNorm) and node.args[0] is r.memory_input and len(m.normalized_shape) == 1 and m.elementwise_affine:
+            return self.norm_leaf(node.target, m.weight.detach(), m.bias.detach() if m.bias is not None else torch.zeros(d), m.eps)
+        if node.op == "call_function" and node.target is F.layer_norm and node.args[0] is r.memory_input:
+            w, b = (node.args + (None,) * 5)[2:4]
+            eps = node.args[4] if len(node.args) > 4 else node.kwargs.get("eps", 1e-5)
+            if w is not None and w not in self.mdep and (b is None or b not in self.mdep):
+                wv = r.const(w).detach()
+                path = _prefix([a.target for a in (w, b) if isinstance(a, torch.fx.Node) and a.op == "get_attr"]) or self.anon("norm")
+                return self.norm_leaf(path, wv, r.const(b).detach() if b is not None else torch.zeros_like(wv), eps)
+        return self.fail(node, "a cross-attention's keys and values read the memory itself or an nn.LayerNorm of it "
+                               "(stformer's CrossAttend: KeyValue a norm or Identity)")
+
     def _between(self, a, b):
         """The nodes on paths from a to b, b included, a not."""
         anc, todo = set(), [b]
@@ -819,19 +1116,25 @@ class _Build:
         q, k, v = (node.args + (None, None, None))[:3]
         q, k, v = node.kwargs.get("query", q), node.kwargs.get("key", k), node.kwargs.get("value", v)
         self.absorbed |= {node} | set(node.users)  # read here, or refused here once
-        if not (q is k is v):
-            return self.fail(node, "queries, keys and values from different tensors: cross-attention is not read yet")
+        cross = not (q is k is v) and k is v and k in self.mdep and q in self.dep
+        if not (q is k is v) and not cross:
+            return self.fail(node, "queries, keys and values from different tensors" + (
+                ": a cross-attention's keys and values are one tensor from the memory" if self.mdep else
+                " (cross-attention: export with memory=, the forward's second input)"))
         if m.batch_first == self.seq_first:
             return self.fail(node, f"batch_first={m.batch_first} in a model whose other attention is batch_first={not m.batch_first}")
         if not m._qkv_same_embed_dim or m.bias_k is not None or m.add_zero_attn:
             return self.fail(node, "kdim/vdim, add_bias_kv or add_zero_attn, which stformer's attention has not")
         keys = None
         kpm = node.kwargs.get("key_padding_mask", node.args[3] if len(node.args) > 3 else None)
+        if cross and (kpm is not None or node.kwargs.get("attn_mask", node.args[5] if len(node.args) > 5 else None) is not None
+                      or node.kwargs.get("is_causal")):
+            return self.fail(node, "a mask over the memory's rows: a cross-attention is read unmasked")
         if kpm is not None:
             keys = self.key_padding_mask(node, kpm)
             if keys is None:
                 return False
-        elif self.key_readings:
+        elif self.key_readings and not cross:
             return self.fail(node, self.UNMASKED)
         causal = False
         mask = node.kwargs.get("attn_mask", node.args[5] if len(node.args) > 5 else None)
@@ -852,8 +1155,15 @@ class _Build:
         b_in = m.in_proj_bias.detach() if m.in_proj_bias is not None else torch.zeros(3 * d)
         b_out = m.out_proj.bias.detach() if m.out_proj.bias is not None else torch.zeros(d)
         self.absorbed |= {node} | set(node.users)
-        leaf = self.self_attention(node.target, d, h, "head_width", 1 / math.sqrt(d // h), causal, w_in, b_in, w_out, b_out,
-                                   "nn.MultiheadAttention", keys)
+        if cross:
+            kv = self.memory_side(k, d)
+            if kv is False:
+                return False
+            leaf = self.cross_attention(node.target, d, h, "head_width", 1 / math.sqrt(d // h), w_in, b_in, w_out, b_out,
+                                        "nn.MultiheadAttention", kv)
+        else:
+            leaf = self.self_attention(node.target, d, h, "head_width", 1 / math.sqrt(d // h), causal, w_in, b_in, w_out, b_out,
+                                       "nn.MultiheadAttention", keys)
         self.ops[outs[0]] = _Op("unary", [q], leaf)
         return True
 
@@ -941,7 +1251,7 @@ class _Build:
             return self.join(n, "add", args)
         if target in (operator.mul, torch.mul, operator.imul) or name == "mul":
             return self.join(n, "mul", args)
-        if target in (operator.truediv, torch.div, operator.itruediv) or name in ("div", "true_divide"):
+        if _is_div(target, name):
             if len(args) != 1 or n.args[0] is not args[0] or n.kwargs.get("rounding_mode") is not None:
                 return self.fail(n, "a division of the rows is read by a constant alone")
             return self.join(n, "div", args)
@@ -1072,7 +1382,7 @@ class _Build:
             if dims in rows:
                 self.masked_sums[n] = self.masked_rows[src]
                 return
-        if len(args) == 1 and src in self.masked_sums and n.args[0] is src and (target in (operator.truediv, torch.div) or name == "div"):
+        if len(args) == 1 and src in self.masked_sums and n.args[0] is src and _is_div(target, name):
             stream, reading = self.masked_sums[src]
             count = self.r.const(n.args[1]) if len(n.args) > 1 else None
             want = with_tokens(reading[1], self.value(stream).shape[0 if self.seq_first else 1]).sum(dim=1).float()
@@ -1104,12 +1414,20 @@ class _Build:
                 owner, _, leaf = x.target.rpartition(".")
                 names.append(owner if owner and leaf in ("gamma", "weight", "scale") else x.target)
             else:  # a slice of a buffer taken outside the trace (self.pe[:n]): the module that holds it
-                value = self.r.const(x)
-                held = [k for k, b in list(self.r.module.named_buffers()) + list(self.r.module.named_parameters())
-                        if torch.is_tensor(value) and b.numel() and value.numel() and b.storage().data_ptr() == value.storage().data_ptr()]
+                held = self._holder(self.r.const(x))
                 if held:
                     names.append(held[0].rpartition(".")[0] or held[0])
         return names
+
+    def _holder(self, value):
+        """The buffers and parameters whose storage a constant lies in (self.pe[:n], taken outside the trace): [(name)]."""
+        return [k for k, b in list(self.r.module.named_buffers()) + list(self.r.module.named_parameters())
+                if torch.is_tensor(value) and b.numel() and value.numel() and b.storage().data_ptr() == value.storage().data_ptr()]
+
+    def _whole(self, value):
+        """A constant, or the whole buffer it is a slice of."""
+        held = self._holder(value)
+        return self.r.module.get_buffer(held[0]) if held and held[0] in dict(self.r.module.named_buffers()) else value
 
     def _consts(self, node):
         """The get_attr and module nodes a constant comes from."""
@@ -1148,7 +1466,9 @@ class _Build:
             return self.fail(n, f"indexing the rows with {idx!r} (the first row, [:, 0], or the last, [:, -1], is read)")
         rows = xv.shape[0 if self.seq_first else 1]
 
-        def which(i):  # 0: the first row, rows - 1: the last (an index, or a slice of that one row)
+        def which(i):  # 0: the first row, rows - 1: the last (an index, a slice of that one row, or a list of it: x[:, [-1]])
+            if isinstance(i, (list, tuple)) and len(i) == 1 and isinstance(i[0], int):
+                i = slice(i[0] % rows, i[0] % rows + 1) if -rows <= i[0] < rows else None
             if isinstance(i, int):
                 return i % rows if -rows <= i < rows and i % rows in (0, rows - 1) else None
             if isinstance(i, slice) and i.step in (None, 1):

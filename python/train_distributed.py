@@ -18,12 +18,9 @@ log-probabilities for the sets x [S, 50, 2] of a `max_value sets` file (log_prob
 `max_value predict` writes them), so that the two can be compared.
 """
 import argparse
-import json
 import os
-import struct
 import sys
 
-import numpy as np
 import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
@@ -37,15 +34,11 @@ N = 50
 
 def read_sets(path):
     """x [S, 50, 2] from a safetensors file (max_value sets)."""
-    with open(path, "rb") as f:
-        n = struct.unpack("<Q", f.read(8))[0]
-        header = json.loads(f.read(n))
-        data = f.read()
-    x = header["x"]
-    if x["dtype"] != "F32" or len(x["shape"]) != 3 or x["shape"][1:] != [N, 2]:
-        raise SystemExit(f"{path}: expected x [S, 50, 2] F32, got {x['dtype']} {x['shape']}")
-    begin, end = x["data_offsets"]
-    return torch.from_numpy(np.frombuffer(data[begin:end], dtype="<f4").reshape(x["shape"]).copy())
+    x = st.read_safetensors(path)[0].get("x")
+    if x is None or x.dtype != torch.float32 or x.dim() != 3 or list(x.shape[1:]) != [N, 2]:
+        got = "no x" if x is None else f"x {x.dtype} {list(x.shape)}"
+        raise SystemExit(f"{path}: expected x [S, 50, 2] F32, got {got}")
+    return x
 
 
 def worker(rank, args):

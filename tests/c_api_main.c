@@ -1,6 +1,8 @@
 /* The generated C APIs of a model that is not SPEC's (seq_classifier.hpp) and of its integer
    model, and of a causal language model (causal_lm.hpp), from C: the outputs bit for bit as the
-   host's (expected.h), the masks, the integer model's integer entry, and the bad-input statuses. */
+   host's (expected.h), the masks, the integer model's integer entry, the language model's
+   generation through its cache (its steps' logits, greedy and drawn tokens), and the bad-input
+   statuses. */
 #include <stdio.h>
 #include <string.h>
 
@@ -67,7 +69,29 @@ int main(void) {
   same = causal_lm_q_predict_int8(input_a, NULL, logits_q) == CAUSAL_LM_Q_OK;
   for (int i = 0; i < CAUSAL_LM_Q_OUTPUT_SIZE; ++i) same = same && CAUSAL_LM_Q_OUTPUT_SCALE * (float)logits_q[i] == expected_lm_q_a[i];
   check(same, "the integer language model on input a in integers only, causal: out_q times the output's scale is the host's output");
-  printf("causal_lm: %u B of parameters, %u B of workspace\n", (unsigned)causal_lm_parameter_bytes, (unsigned)causal_lm_workspace_bytes);
+  /* generation through the cache of CAUSAL_LM_ROWS positions: the host's logits and tokens */
+  float next[CAUSAL_LM_VOCABULARY];
+  int32_t tokens[5];
+  check(causal_lm_reset() == CAUSAL_LM_OK, "reset");
+  same = 1;
+  for (int t = 0; t < CAUSAL_LM_ROWS; ++t)
+    same = same && causal_lm_step(input_a[t], next) == CAUSAL_LM_OK && memcmp(next, expected_steps_a + t * CAUSAL_LM_VOCABULARY, sizeof next) == 0;
+  check(same, "input a stepped token by token through the cache: the host's logits at every step");
+  check(causal_lm_step(input_a[0], next) == CAUSAL_LM_FULL, "a step past the cache refused");
+  check(causal_lm_reset() == CAUSAL_LM_OK && causal_lm_step(CAUSAL_LM_VOCABULARY, next) == CAUSAL_LM_BAD_INPUT &&
+            causal_lm_step(1, NULL) == CAUSAL_LM_BAD_INPUT,
+        "a token id past the vocabulary, a null pointer refused");
+  check(causal_lm_generate(input_a, 3, 5, 0.0f, 0, tokens) == CAUSAL_LM_OK && memcmp(tokens, expected_greedy, sizeof tokens) == 0,
+        "5 tokens after 3, greedy, as the host");
+  check(causal_lm_generate(input_a, 3, 5, 0.8f, 42, tokens) == CAUSAL_LM_OK && memcmp(tokens, expected_drawn, sizeof tokens) == 0,
+        "5 tokens after 3 drawn at temperature 0.8, seed 42, as the host");
+  check(causal_lm_generate(input_a, 3, 7, 0.0f, 0, tokens) == CAUSAL_LM_FULL && causal_lm_generate(input_a, 9, 0, 0.0f, 0, tokens) == CAUSAL_LM_FULL,
+        "more positions than the cache holds refused");
+  check(causal_lm_generate(input_a, 0, 5, 0.0f, 0, tokens) == CAUSAL_LM_BAD_INPUT && causal_lm_generate(input_a, 3, 5, -1.0f, 0, tokens) == CAUSAL_LM_BAD_INPUT &&
+            causal_lm_generate(bad, 8, 1, 0.0f, 0, tokens) == CAUSAL_LM_BAD_INPUT,
+        "an empty prompt, a negative temperature, a token id out of range refused");
+  printf("causal_lm: %u B of parameters, %u B of workspace (with the cache of %d positions)\n", (unsigned)causal_lm_parameter_bytes,
+         (unsigned)causal_lm_workspace_bytes, CAUSAL_LM_ROWS);
   printf("seqcls_q (integers): %u B of parameters, %u B of workspace\n", (unsigned)seqcls_q_parameter_bytes, (unsigned)seqcls_q_workspace_bytes);
   printf("seqcls: %u B of parameters, %u B of workspace; %s\n", (unsigned)seqcls_parameter_bytes, (unsigned)seqcls_workspace_bytes,
          failures ? "FAILED" : "outputs as the host's, bad inputs refused");

@@ -30,6 +30,13 @@ struct NoMask : WrongMask<D> {
     const Tensor<B, N, D>& forward(const NoMask&, const Tensor<B, N, D>& x) { return out = x; }
   };
 };
+// Causal models: one with a step that reads every row (the rows' mean), one that decodes.
+struct Pooled : Sequential<Embedding<11, 16>, EncoderBlock<16, 2, 32>, MeanPool<16>, Linear<16, 11>> {
+  static constexpr bool causal = true;
+};
+struct Causal : Sequential<Embedding<11, 16>, PositionalEncoding<8, 16>, EncoderBlock<16, 2, 32>, Linear<16, 11>> {
+  static constexpr bool causal = true;
+};
 }  // namespace test_blocks
 
 int main() {
@@ -106,6 +113,12 @@ int main() {
   static ActsOf<decltype(m), 1, 50> acts;
   Tensor<1, 50, 2> x;
   acts.forward(m, x);
+#elif CASE == 15  // decoding a model that does not declare itself causal
+  static DecodeOf<Sequential<Embedding<11, 16>, Repeat<EncoderBlock<16, 2, 32>, 2>, Linear<16, 11>>, 1, 8> dec;
+  (void)dec;
+#elif CASE == 16  // decoding a causal model with a step that reads every row (the rows' mean)
+  static DecodeOf<test_blocks::Pooled, 1, 8> dec;
+  (void)dec;
 #else  // the control: this compiles (the training pass of a layer, the forward-only pass of every model)
   Linear<2, 16> proj;
   ActsOf<Linear<2, 16>, 1, 50> a;
@@ -129,5 +142,9 @@ int main() {
   qi.forward(seq, ids);
   qa.forward(seq, ids);
   qa.backward(seq, seq, dy);
+  static test_blocks::Causal causal;
+  static DecodeOf<test_blocks::Causal, 1, 8> dec;
+  static IdTensor<1, 1> token;
+  dec.step(causal, token);
 #endif
 }

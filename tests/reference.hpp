@@ -147,6 +147,45 @@ Mat mha(const Mat& xq, const Mat& xkv, const P& p, size_t H, double scale, bool 
     }
   return linear(o, p.wo);
 }
+// The llama family's attention of one sequence (RotaryAttention): q, k, v projected; each head's
+// pairs of q and k, (2i, 2i + 1) or with halves (i, i + Dh/2), turned by (p0 + row)·Θ^(−2i/Dh);
+// head h reads key/value head h / (H/KVH); causal, and the key mask.
+template <class P>
+Mat rotary_attention(const Mat& x, const P& p, size_t H, size_t KVH, double theta, bool halves, const std::vector<bool>& keys = {},
+                     size_t p0 = 0) {
+  Mat q = linear(x, p.wq), k = linear(x, p.wk), v = linear(x, p.wv);
+  const size_t D = q.c, Dh = D / H, group = H / KVH;
+  const auto turn = [&](Mat& m, size_t heads) {
+    for (size_t r = 0; r < m.r; ++r)
+      for (size_t h = 0; h < heads; ++h)
+        for (size_t i = 0; i < Dh / 2; ++i) {
+          const double angle = double(p0 + r) * std::pow(theta, -double(2 * i) / double(Dh)), c = std::cos(angle), s = std::sin(angle);
+          const size_t a = h * Dh + (halves ? i : 2 * i), b = h * Dh + (halves ? i + Dh / 2 : 2 * i + 1);
+          const double xa = m(r, a), xb = m(r, b);
+          m(r, a) = xa * c - xb * s, m(r, b) = xa * s + xb * c;
+        }
+  };
+  turn(q, H);
+  turn(k, KVH);
+  Mat o(x.r, D);
+  for (size_t h = 0; h < H; ++h)
+    for (size_t i = 0; i < q.r; ++i) {
+      const size_t g = h / group;
+      std::vector<double> s(k.r);
+      for (size_t j = 0; j < k.r; ++j) {
+        double d = 0;
+        for (size_t c = 0; c < Dh; ++c) d += q(i, h * Dh + c) * k(j, g * Dh + c);
+        s[j] = d / std::sqrt(double(Dh));
+      }
+      auto a = softmax(s, [&](size_t j) { return j <= i && (keys.empty() || keys[j]); });
+      for (size_t c = 0; c < Dh; ++c) {
+        double acc = 0;
+        for (size_t j = 0; j < k.r; ++j) acc += a[j] * v(j, g * Dh + c);
+        o(i, h * Dh + c) = acc;
+      }
+    }
+  return linear(o, p.wo);
+}
 // a feed-forward layer: the chain's first and last steps (FeedForward), or a hand-written one's fc1 and fc2
 template <class P>
 Mat ffn(const Mat& x, const P& p, const char* act = "relu") {

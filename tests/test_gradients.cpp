@@ -594,3 +594,34 @@ TEST_CASE("gradients: blocks from combinators (Residual, Parallel, Gated, SelfAt
   combinator_fd<user::SwiGLU<16, 32>>("SwiGLU", Mask<B, N>{});
   combinator_fd<user::LayerScaleBlock<16, 2, 32>>("LayerScale pre-norm block", Mask<B, N>{.keys = &keys});
 }
+
+TEST_CASE_TEMPLATE("RotaryAttention: the double reference, Infer = Acts bit for bit, gradients; grouped, multi-query and multi-head; "
+                   "both rotations; causal and key-padded",
+                   RA, RotaryAttention<16, 4, 2, 32>, RotaryAttention<12, 3, 1, 16, Rotation::halves, theta(500.0f), Bias::yes>,
+                   RotaryAttention<8, 2, 2, 8, Rotation::pairs, theta(10000.0f), Bias::yes>) {
+  Rng rng(64);
+  constexpr size_t B = 2, N = 7, D = RA::width, H = RA::heads, KVH = RA::kv_heads;
+  const bool halves = RA::rotation == Rotation::halves;
+  const double base = RA::base;
+  auto p = random_block<RA>(rng);
+  Tensor<B, N, D> x, c;
+  fill(x, rng);
+  fill(c, rng);
+  const KeyMask<B, N> keys = test::lengths_mask<B, N>({7, 4});
+  auto a = make<TrainingOf<RA, B, N>>();
+  auto infer = make<InferOf<RA, B, N>>();
+  for (const KeyMask<B, N>* km : {(const KeyMask<B, N>*)nullptr, &keys}) {
+    CAPTURE(km != nullptr);
+    const Mask<B, N> mask{.causal = true, .keys = km};
+    const auto& y = a->forward(*p, x, mask);
+    for (size_t b = 0; b < B; ++b) ref::check_close(y, b, ref::rotary_attention(ref::row(x, b), *p, H, KVH, base, halves, test::mask_row(km, b)));
+    CHECK(test::same_bits(infer->forward(*p, x, mask), y));
+    auto g = zero_grads<RA>();
+    const auto d = a->backward(*p, *g, c);
+    auto loss = [&] {
+      return project(c, B, [&](size_t b) { return ref::rotary_attention(ref::row(x, b), *p, H, KVH, base, halves, test::mask_row(km, b)); });
+    };
+    check_params(*p, *g, loss);
+    check_fd("x", x.data(), d.data(), x.size(), loss);
+  }
+}

@@ -10,7 +10,11 @@
 // Keyword Transformer KWT-1 as its paper gives it (98 MFCC frames of 40, D 64, 12 post-norm
 // layers, 1 head); two exported with key_padding=True: BERT taking its attention_mask (and its
 // tanh pooler), and a model giving PyTorch's key_padding_mask to nn.MultiheadAttention,
-// masked_fill and nn.TransformerEncoder, each run with the example's key mask. Each header is
+// masked_fill and nn.TransformerEncoder, each run with the example's key mask; a decoder's stack
+// over an encoder's output, its cross-attention written out (the memory through its own norm) and
+// nn.MultiheadAttention's, run with the example's memory; the llama family's rotary attention
+// (pairs and grouped heads, llama2.c's; halves, one key/value head and biases, GPT-NeoX's), also
+// decoded token by token against PyTorch's logits at each position. Each header is
 // included as the exporter wrote it and run against PyTorch's output (tests/torch/round_trip.hpp),
 // then quantized (calibrated on 32 inputs) and its argmax held to the float model's on 200
 // others. For the models of float inputs, training's backward gives PyTorch's gradient of the
@@ -32,6 +36,9 @@
 #include "padded.hpp"
 #include "pooled.hpp"
 #include "pbert.hpp"
+#include "rllama.hpp"
+#include "rneox.hpp"
+#include "seq2seq.hpp"
 #include "torch/round_trip.hpp"
 #include "tutorial.hpp"
 #include "tvit.hpp"
@@ -114,6 +121,35 @@ void input_gradient(const char* name) {
   MESSAGE(std::string(name) << ": ActsOf's input gradient against PyTorch's, largest relative difference " << test::worst);
 }
 
+// The decoding pass of an exported causal model (DecodeOf): the example's tokens stepped one by
+// one, each step's logits against PyTorch's at that position (NAME.rows.safetensors: the model's
+// logits at every position), within 1e-5 relative.
+template <class M, size_t B, size_t N, size_t V>
+void decoding_steps(const char* name) {
+  const std::string base = test::exported(name);
+  auto model = std::make_unique<M>();
+  load_params(base + ".safetensors", *model);
+  const auto example = safetensors::File::read(base + ".example.safetensors");
+  auto ids = std::make_unique<IdTensor<B, N>>();
+  auto want = std::make_unique<Tensor<B, N, V>>();
+  test::read(example, "input", *ids);
+  test::read(safetensors::File::read(base + ".rows.safetensors"), "logits", *want);
+  auto dec = std::make_unique<DecodeOf<M, B, N>>();
+  test::worst = 0;
+  double worst = 0;
+  for (size_t t = 0; t < N; ++t) {
+    IdTensor<B, 1> step;
+    Tensor<B, 1, V> row;
+    for (size_t b = 0; b < B; ++b) step(b, 0) = (*ids)(b, t), std::copy_n(want->data() + (b * N + t) * V, V, row.data() + b * V);
+    const auto* y = dec->step(*model, step);
+    REQUIRE(y != nullptr);
+    test::check_rel(std::string(name) + " step " + std::to_string(t), *y, row, 1e-5);
+    worst = std::max(worst, test::worst);
+  }
+  MESSAGE(std::string(name) << ": DecodeOf's " << N << " steps against PyTorch's logits at each position, largest relative difference " << worst
+               << "; " << sizeof(DecodeOf<M, B, N>) << " B (cache " << DecodeOf<M, B, N>::cache_floats * 4 << " B)");
+}
+
 }  // namespace
 
 TEST_CASE("traced: a timm-style ViT (patches, class token, positions, packed qkv attention, LayerScale, ε 1e-6, the token's head)") {
@@ -170,4 +206,18 @@ TEST_CASE("traced: key padding declared at export: BERT's attention_mask made an
 }
 TEST_CASE("traced: key padding declared at export: the mean of the rows that exist, (x * m).sum(1) / m.sum(1), as MeanPool") {
   round_trip<pooled, 2, 10>("pooled");
+}
+
+TEST_CASE("traced: over a memory: a decoder's stack with cross-attention written out (q and a packed kv Linear, einsum, the memory "
+          "through its own LayerNorm) and nn.MultiheadAttention reading the memory, declared WithMemory<true, ...>") {
+  test::memory_round_trip<seq2seq, 2, 8, 5>("seq2seq");
+}
+
+TEST_CASE("traced: the llama family's attention: rotary positions on pairs with grouped-query attention (llama2.c's), on halves "
+          "with one key/value head and biases, Θ 500000 (GPT-NeoX's); the last position's logits; decoded token by token") {
+  static_assert(declares_causal<rllama> && declares_causal<rneox>);
+  round_trip<rllama, 2, 16>("rllama");
+  round_trip<rneox, 2, 16>("rneox");
+  decoding_steps<rllama, 2, 16, 64>("rllama");
+  decoding_steps<rneox, 2, 16, 64>("rneox");
 }

@@ -10,6 +10,7 @@
 
 #include "compose/sequential.hpp"
 #include "compose/combinators.hpp"
+#include "compose/decode.hpp"
 
 #include "blocks/activation.hpp"
 #include "blocks/attention.hpp"
@@ -27,6 +28,7 @@
 #include "blocks/patchify.hpp"
 #include "blocks/pma.hpp"
 #include "blocks/pointer.hpp"
+#include "blocks/rotary_attention.hpp"
 #include "blocks/positional.hpp"
 #include "blocks/sab.hpp"
 #include "blocks/self_attention.hpp"

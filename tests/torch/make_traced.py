@@ -146,7 +146,14 @@ models = [seeded(1, lambda: ("vit", tm.SmallVit(12), torch.randn(2, 9, 12))),
           seeded(10, lambda: ("pbert", tm.PaddedBert(), (torch.randint(0, 40, (2, 16)), lengths_mask(2, 16, [16, 11], token=True)))),
           seeded(11, lambda: ("padded", tm.Padded(), (torch.randn(2, 10, 6), lengths_mask(2, 10, [10, 7], token=False)))),
           # and the mean of the rows that exist: (x * m).sum(1) / m.sum(1)
-          seeded(12, lambda: ("pooled", tm.PaddedMean(), (torch.randn(2, 10, 6), lengths_mask(2, 10, [10, 6], token=False))))]
+          seeded(12, lambda: ("pooled", tm.PaddedMean(), (torch.randn(2, 10, 6), lengths_mask(2, 10, [10, 6], token=False)))),
+          # over a memory (an encoder's output): cross-attention written out and nn.MultiheadAttention's
+          seeded(13, lambda: ("seq2seq", tm.Seq2SeqDecoder(), torch.randn(2, 8, 16))),
+          # the llama family: rotary positions on pairs (2i, 2i + 1) and grouped-query attention (llama2.c's);
+          # on halves (i, i + Dh/2), multi-query with biases, Θ 500000 (GPT-NeoX's, Hugging Face's); the last position's logits
+          seeded(15, lambda: ("rllama", tm.RotaryLlama(), torch.randint(0, 64, (2, 16)))),
+          seeded(16, lambda: ("rneox", tm.RotaryLlama(halves=True), torch.randint(0, 64, (2, 16))))]
+memories = {"seq2seq": seeded(14, lambda: torch.randn(2, 5, 16))}
 
 
 def draw(x, count):
@@ -162,7 +169,16 @@ def draw(x, count):
 
 for seed, (name, model, x) in enumerate(models):
     torch.manual_seed(100 + seed)
-    path = sx.export(model if name in ("tutorial", "kwt") else spread(model), x, name, out, key_padding=name in ("pbert", "padded", "pooled"))
+    path = sx.export(model if name in ("tutorial", "kwt") else spread(model), x, name, out, key_padding=name in ("pbert", "padded", "pooled"),
+                     memory=memories.get(name))
+    if name in ("rllama", "rneox"):  # every position's logits, for the decoding pass (test_torch_traced)
+        model.eval()
+        with torch.no_grad():
+            save_safetensors(os.path.join(out, f"{name}.rows.safetensors"), {"logits": model(x, last=False)})
+        model.train()
+    if name in memories:  # run with its memory (test_torch_traced: memory_round_trip)
+        assert "using seq2seq = stformer::WithMemory<true," in open(path).read() and "Repeat<stformer::WithMemory<true," in open(path).read()
+        continue
     if torch.is_tensor(x) and x.is_floating_point():  # training's backward: the input's gradient for a random one of the output
         model.eval()
         xg = x.clone().requires_grad_(True)
@@ -183,7 +199,7 @@ for seed, (name, model, x) in enumerate(models):
     save_safetensors(os.path.join(out, f"{name}.inputs.safetensors"), inputs)
     assert model.training, "export leaves the model's mode as it was"
     header = open(path).read()
-    assert ("static constexpr bool causal = true;" in header) == (name in ("gpt", "mha", "encoded", "llama", "tutorial")), f"{name}: causal or not"
+    assert ("static constexpr bool causal = true;" in header) == (name in ("gpt", "mha", "encoded", "llama", "tutorial", "rllama", "rneox")), f"{name}: causal or not"
 
 
 # The refusals, every reason at once, each with its module and source line.
@@ -250,7 +266,56 @@ class Cross(nn.Module):
         return self.attn(self.a(x), self.b(x), self.b(x))[0]
 
 
-refused(Cross(), torch.randn(2, 4, 8), "cross-attention is not read yet")
+refused(Cross(), torch.randn(2, 4, 8), "queries, keys and values from different tensors", "export with memory=")
+
+
+# Rotary attention without the causal mask (its mask buffer all zeros): refused, not run causal.
+class UnmaskedRotary(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.attention = tm.PairsRotaryAttention(16, 4, 2, 8)
+        self.attention.mask.zero_()
+
+    def forward(self, x):
+        return x + self.attention(x)
+
+
+refused(UnmaskedRotary(), torch.randn(2, 8, 16), "softmax() in 'attention' at traced_models.py:", "not the rotary attention stformer computes",
+        "causal")
+
+
+# Over a memory (memory=, the forward's second input): what stformer's WithMemory cannot hold.
+class OverMemory(nn.Module):
+    def __init__(self, how):
+        super().__init__()
+        self.how = how
+        self.attn = nn.MultiheadAttention(8, 2, batch_first=True)
+        self.fc = nn.Linear(8, 3)
+        self.register_buffer("hidden", torch.zeros(4, 5, dtype=torch.bool).index_fill(1, torch.tensor([0]), True))
+
+    def forward(self, x, memory):
+        if self.how == "bare":  # no residual around it
+            return self.attn(x, memory, memory)[0]
+        if self.how == "masked":
+            return x + self.attn(x, memory, memory, attn_mask=self.hidden)[0]
+        if self.how == "scaled":  # the keys and values from the memory times 2
+            twice = memory * 2
+            return x + self.attn(x, twice, twice)[0]
+        if self.how == "head":  # a step that changes the rows' width
+            return self.fc(x + self.attn(x, memory, memory)[0])
+        return self.fc(x)  # the memory not read
+
+
+x_mem = (torch.randn(2, 4, 8), torch.randn(2, 5, 8))
+refused(OverMemory("bare"), x_mem[0], "'attn' (nn.MultiheadAttention: 2 heads over the memory): a cross-attention is read as x + attention(x, "
+        "memory)", memory=x_mem[1])
+refused(OverMemory("masked"), x_mem[0], "module 'attn' at make_traced.py:", "a mask over the memory's rows", memory=x_mem[1])
+refused(OverMemory("scaled"), x_mem[0], "read the memory itself or an nn.LayerNorm of it", memory=x_mem[1])
+refused(OverMemory("head"), x_mem[0], "'fc' (nn.Linear(8, 3)): a model over a memory is stformer's WithMemory, whose steps keep the rows in place",
+        memory=x_mem[1])
+refused(OverMemory("unread"), x_mem[0], "memory= is given, but no attention of the model reads the forward's second input", memory=x_mem[1])
+refused(nn.Sequential(nn.Linear(8, 8)), x_mem[0], "a memory is given, but a chain of modules reads none", memory=x_mem[1])
+refused(OverMemory("bare"), x_mem, "memory=: the forward takes the rows and the memory alone", memory=x_mem[1])
 
 
 class Mixed(nn.Module):

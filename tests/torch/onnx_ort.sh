@@ -20,19 +20,16 @@ out=$(cd "$3" && pwd)
 ort_lib "$out" "${ORT_VERSION:-1.30.0}"
 g++ -std=c++17 -O1 -I"$inc" "$bench/ort_bench.cpp" -o "$out/ort_bench" "$LIB" -Wl,-rpath,"$(dirname "$LIB")"
 # the manifest: each model's example input and the graph's output, as raw little-endian tensors
-/usr/bin/python3 - "$models" "$out" <<'PY'
-import glob, json, os, struct, sys
+/usr/bin/python3 - "$models" "$out" "$here/../../python" <<'PY'
+import glob, os, sys
 import numpy as np
 import onnx
-models, out = sys.argv[1:]
+models, out, python = sys.argv[1:]
+sys.path.insert(0, python)
+from stformer_torch import read_safetensors  # noqa: E402
 
 def tensors(path):  # a safetensors file's tensors as numpy arrays
-    raw = open(path, "rb").read()
-    n = struct.unpack("<Q", raw[:8])[0]
-    head = json.loads(raw[8:8 + n])
-    kinds = {"F32": np.float32, "I32": np.int32, "I64": np.int64, "U8": np.uint8}
-    return {k: np.frombuffer(raw[8 + n + v["data_offsets"][0]: 8 + n + v["data_offsets"][1]], kinds[v["dtype"]]).reshape(v["shape"])
-            for k, v in head.items() if k != "__metadata__"}
+    return {k: v.numpy() for k, v in read_safetensors(path)[0].items()}
 
 lines = []
 for onnx_path in sorted(glob.glob(os.path.join(models, "onnx_*.onnx"))):

@@ -3,7 +3,8 @@
 // with PyTorch's (the example file's `output`) to 1e-5 relative to the output's largest entry;
 // training's forward (ActsOf) gives the same bits. A model exported with a key mask (the example's
 // `keys`, 1 for a row that exists) is run with it, and only the rows that exist are compared when
-// the output has the input's rows (PyTorch may write anything in the others). The files are in
+// the output has the input's rows (PyTorch may write anything in the others). A model over a
+// memory (a decoder) reads the example's `memory` [B, M, D] beside its rows. The files are in
 // STFORMER_EXPORT_DIR.
 #pragma once
 
@@ -48,6 +49,28 @@ void round_trip(const char* name) {
                             << worst << "; arena " << sizeof(InferOf<M, B, N>) << " B");
   auto acts = std::make_unique<ActsOf<M, B, N>>();
   CHECK(acts->forward(*model, x, mask) == pass->forward(*model, x, mask));
+}
+
+// A model over a memory: rows x [B, N, D] and the memory m [B, Mem, D] (the example's `memory`).
+template <class M, size_t B, size_t N, size_t Mem>
+void memory_round_trip(const char* name) {
+  const std::string base = exported(name);
+  auto model = std::make_unique<M>();
+  CHECK(safetensors::File::read(base + ".safetensors").metadata().at(declaration_key) == declaration<M>());
+  load_params(base + ".safetensors", *model);
+  const auto example = safetensors::File::read(base + ".example.safetensors");
+  typename M::template Input<B, N> x, want;
+  typename M::template MemoryRows<B, Mem> m;
+  read(example, "input", x);
+  read(example, "memory", m);
+  read(example, "output", want);
+  auto pass = std::make_unique<InferOf<M, B, N, Mem>>();
+  const auto& y = pass->forward(*model, x, m);
+  worst = 0;
+  check_rel(name, y, want, 1e-5);
+  MESSAGE(std::string(name) << ": InferOf against PyTorch, largest relative difference " << worst << "; arena " << sizeof(InferOf<M, B, N, Mem>) << " B");
+  auto acts = std::make_unique<ActsOf<M, B, N, Mem>>();
+  CHECK(acts->forward(*model, x, m) == y);
 }
 
 }  // namespace test

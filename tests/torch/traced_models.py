@@ -457,3 +457,174 @@ class PaddedMean(nn.Module):
         x = self.layer(self.inp(x), src_key_padding_mask=padding)
         m = (~padding).unsqueeze(-1).float()
         return self.out((x * m).sum(dim=1) / m.sum(dim=1))
+
+
+class CrossAttention(nn.Module):
+    """The queries from the rows, the keys and values from an encoder's output (one Linear packs them), einsum."""
+
+    def __init__(self, dim, heads):
+        super().__init__()
+        self.heads = heads
+        self.to_q = nn.Linear(dim, dim)
+        self.to_kv = nn.Linear(dim, 2 * dim)
+        self.to_out = nn.Linear(dim, dim)
+
+    def forward(self, x, context):
+        b, n, d = x.shape
+        h = self.heads
+        q = self.to_q(x).view(b, n, h, d // h)
+        k, v = self.to_kv(context).chunk(2, dim=-1)
+        k, v = (t.view(b, context.shape[1], h, d // h) for t in (k, v))
+        scores = torch.einsum("bnhd,bmhd->bhnm", q, k) / math.sqrt(d // h)
+        o = torch.einsum("bhnm,bmhd->bnhd", scores.softmax(dim=-1), v)
+        return self.to_out(o.reshape(b, n, d))
+
+
+class Seq2SeqLayer(nn.Module):
+    """A pre-norm decoder layer: causal self-attention (nanoGPT's), attention over the encoder's
+    output through its own norm, a feed-forward layer."""
+
+    def __init__(self, dim, heads, length):
+        super().__init__()
+        self.ln_1 = nn.LayerNorm(dim)
+        self.attn = CausalSelfAttention(dim, heads, length)
+        self.ln_2 = nn.LayerNorm(dim)
+        self.ln_context = nn.LayerNorm(dim)
+        self.cross = CrossAttention(dim, heads)
+        self.ln_3 = nn.LayerNorm(dim)
+        self.mlp = nn.Sequential(nn.Linear(dim, 2 * dim), nn.GELU(), nn.Linear(2 * dim, dim))
+
+    def forward(self, x, context):
+        x = x + self.attn(self.ln_1(x))
+        x = x + self.cross(self.ln_2(x), self.ln_context(context))
+        return x + self.mlp(self.ln_3(x))
+
+
+class Seq2SeqDecoder(nn.Module):
+    """A decoder's stack over an encoder's output (the memory): two layers written out, then
+    nn.MultiheadAttention reading the memory as it is, post-norm, and a final norm."""
+
+    def __init__(self, dim=16, heads=2, length=8):
+        super().__init__()
+        self.layers = nn.ModuleList([Seq2SeqLayer(dim, heads, length) for _ in range(2)])
+        self.attn = nn.MultiheadAttention(dim, heads, batch_first=True)
+        self.norm_attn = nn.LayerNorm(dim)
+        self.norm = nn.LayerNorm(dim)
+
+    def forward(self, x, memory):
+        for layer in self.layers:
+            x = layer(x, memory)
+        x = self.norm_attn(x + self.attn(x, memory, memory, need_weights=False)[0])
+        return self.norm(x)
+
+
+def rotation_table(head_width, length, base):
+    """cos and sin of position·base^(−2i/head_width), [length, head_width / 2] each."""
+    freqs = base ** (-torch.arange(0, head_width, 2).float() / head_width)
+    angles = torch.outer(torch.arange(length).float(), freqs)
+    return angles.cos(), angles.sin()
+
+
+class PairsRotaryAttention(nn.Module):
+    """llama2.c's style: wq, wk, wv bias-free, n_kv_heads < n_heads, the features of a head taken
+    as complex pairs (2i, 2i + 1) and turned by a table in buffers, key/value heads repeated by
+    expand and reshape, an additive causal buffer."""
+
+    def __init__(self, dim, heads, kv_heads, length):
+        super().__init__()
+        self.heads, self.kv_heads, self.head_dim = heads, kv_heads, dim // heads
+        self.wq = nn.Linear(dim, dim, bias=False)
+        self.wk = nn.Linear(dim, kv_heads * self.head_dim, bias=False)
+        self.wv = nn.Linear(dim, kv_heads * self.head_dim, bias=False)
+        self.wo = nn.Linear(dim, dim, bias=False)
+        cos, sin = rotation_table(self.head_dim, length, 10000.0)
+        self.register_buffer("cos", cos, persistent=False)
+        self.register_buffer("sin", sin, persistent=False)
+        self.register_buffer("mask", torch.full((1, 1, length, length), float("-inf")).triu(1))
+
+    def turn(self, t, n):
+        re, im = t.float().reshape(*t.shape[:-1], -1, 2).unbind(-1)
+        cos, sin = self.cos[:n].view(1, n, 1, -1), self.sin[:n].view(1, n, 1, -1)
+        return torch.stack([re * cos - im * sin, re * sin + im * cos], dim=-1).flatten(3).type_as(t)
+
+    def forward(self, x):
+        b, n, _ = x.shape
+        q = self.wq(x).view(b, n, self.heads, self.head_dim)
+        k = self.wk(x).view(b, n, self.kv_heads, self.head_dim)
+        v = self.wv(x).view(b, n, self.kv_heads, self.head_dim)
+        q, k = self.turn(q, n), self.turn(k, n)
+        repeat = self.heads // self.kv_heads
+        k, v = (t[:, :, :, None, :].expand(b, n, self.kv_heads, repeat, self.head_dim).reshape(b, n, self.heads, self.head_dim) for t in (k, v))
+        q, k, v = (t.transpose(1, 2) for t in (q, k, v))
+        scores = torch.matmul(q, k.transpose(2, 3)) / math.sqrt(self.head_dim) + self.mask[:, :, :n, :n]
+        out = torch.matmul(F.softmax(scores.float(), dim=-1).type_as(q), v)
+        return self.wo(out.transpose(1, 2).contiguous().view(b, n, -1))
+
+
+class HalvesRotaryAttention(nn.Module):
+    """GPT-NeoX's and Hugging Face's style: q, k, v with biases, one key/value head for all (multi-query),
+    rotate_half on (i, i + Dh/2) with a table [L, Dh] of repeated angles, Θ 500000, masked_fill."""
+
+    def __init__(self, dim, heads, length):
+        super().__init__()
+        self.heads, self.head_dim = heads, dim // heads
+        self.q_proj = nn.Linear(dim, dim)
+        self.k_proj = nn.Linear(dim, self.head_dim)
+        self.v_proj = nn.Linear(dim, self.head_dim)
+        self.o_proj = nn.Linear(dim, dim)
+        cos, sin = rotation_table(self.head_dim, length, 500000.0)
+        self.register_buffer("cos_cached", torch.cat([cos, cos], dim=-1), persistent=False)
+        self.register_buffer("sin_cached", torch.cat([sin, sin], dim=-1), persistent=False)
+        self.register_buffer("causal", torch.tril(torch.ones(length, length, dtype=torch.bool)))
+
+    @staticmethod
+    def rotate_half(t):
+        first, second = t.chunk(2, dim=-1)
+        return torch.cat((-second, first), dim=-1)
+
+    def forward(self, x):
+        b, n, _ = x.shape
+        q = self.q_proj(x).view(b, n, self.heads, self.head_dim).transpose(1, 2)
+        k = self.k_proj(x).view(b, n, 1, self.head_dim).transpose(1, 2)
+        v = self.v_proj(x).view(b, n, 1, self.head_dim).transpose(1, 2)
+        cos, sin = self.cos_cached[:n], self.sin_cached[:n]
+        q = q * cos + self.rotate_half(q) * sin
+        k = k * cos + self.rotate_half(k) * sin
+        k, v = k.expand(b, self.heads, n, self.head_dim), v.expand(b, self.heads, n, self.head_dim)
+        scores = (q @ k.transpose(-1, -2)) * self.head_dim ** -0.5
+        scores = scores.masked_fill(~self.causal[:n, :n], float("-inf"))
+        return self.o_proj((scores.softmax(-1) @ v).transpose(1, 2).reshape(b, n, -1))
+
+
+class RotaryBlock(nn.Module):
+    def __init__(self, attention, dim, hidden):
+        super().__init__()
+        self.attention_norm, self.ffn_norm = RMSNorm(dim, eps=1e-5), RMSNorm(dim, eps=1e-5)
+        self.attention = attention
+        self.feed_forward = SwiGLU(dim, hidden)
+
+    def forward(self, x):
+        h = x + self.attention(self.attention_norm(x))
+        return h + self.feed_forward(self.ffn_norm(h))
+
+
+class RotaryLlama(nn.Module):
+    """llama2.c's Transformer in outline: tied token embeddings and output, pre-norm blocks of
+    rotary grouped-query attention and SwiGLU, a final RMSNorm; at inference the logits of the last
+    position alone (h[:, [-1], :]). halves: the blocks' attention in GPT-NeoX's form instead."""
+
+    def __init__(self, vocabulary=64, dim=32, heads=4, kv_heads=2, layers=2, length=16, halves=False):
+        super().__init__()
+        self.tok_embeddings = nn.Embedding(vocabulary, dim)
+        attention = (lambda: HalvesRotaryAttention(dim, heads, length)) if halves else (lambda: PairsRotaryAttention(dim, heads, kv_heads, length))
+        self.layers = nn.ModuleList([RotaryBlock(attention(), dim, 48) for _ in range(layers)])
+        self.norm = RMSNorm(dim, eps=1e-5)
+        self.output = nn.Linear(dim, vocabulary, bias=False)
+        self.output.weight = self.tok_embeddings.weight
+
+    def forward(self, tokens, last=True):
+        h = self.tok_embeddings(tokens)
+        for layer in self.layers:
+            h = layer(h)
+        h = self.norm(h)
+        return self.output(h[:, [-1], :] if last else h)

@@ -475,6 +475,55 @@ struct MultiHeadAttention : AttentionProjections<Dq, Dkv, D, Pr> {
     wo.template apply_tiled<B * Nq, Wk::rows, false, true>(x, residual, w.tile, pool);
   }
 
+  // A decoding step (stformer/compose/decode.hpp; self-attention, Dq = Dkv = D): one row per
+  // sequence, x [B, D], at position t = dec.position, reads itself and the rows before it, whose
+  // keys and values are in its part of the cache: kᵀ [B, D, Lk] (the keys transposed, Lk =
+  // Decoding::keys(L) columns) and v [B, L, D] (L = dec.length):
+  //   k[b, t] = x_b Wkᵀ + bk,  v[b, t] = x_b Wvᵀ + bv,  q_b = x_b Wqᵀ + bq
+  //   o_{b,h} = Σ_{j ≤ t} softmax_j(s · q_{b,h}·k[b, j, h]) v[b, j, h]   (kernels::attend_cached)
+  //   y_b = concat_h(o_{b,h}) Woᵀ + bo
+  // the causal pass's last row, up to float rounding (the projections' sums in another order).
+  // x becomes the queries, then the heads; y is written over x, or added into residual [B, D]
+  // when it is not null. tile: T rows of the projections (Work::rows), then a key.
+  template <size_t B, size_t T, class Pool = Serial>
+  void decode(float* x, float* residual, float* tile, Decoding& dec, Pool&& pool = Pool{}) const {
+    static_assert(Dq == D && Dkv == D, "MultiHeadAttention::decode: self-attention (Dq = Dkv = D)");
+    const size_t L = dec.length, Lk = Decoding::keys(L), t = dec.position;
+    float* kt = dec.take(cache_floats(B, L));
+    float* v = kt + B * D * Lk;
+    for (size_t b = 0; b < B; ++b) {
+      k_proj().template apply<1>(x + b * D, tile);
+      for (size_t c = 0; c < D; ++c) kt[(b * D + c) * Lk + t] = tile[c];
+      v_proj().template apply<1>(x + b * D, v + (b * L + t) * D);
+    }
+    q_proj().template apply_tiled<B, T>(x, x, tile, pool);
+    for (size_t b = 0; b < B; ++b)
+      for (size_t h = 0; h < H; ++h) {
+        float* qh = x + b * D + h * Dh;  // q_{b,h}, then o_{b,h}
+        kernels::attend_cached<Dh>(qh, kt + (b * D + h * Dh) * Lk, Lk, v + b * L * D + h * Dh, D, t + 1, score_scale, dec.scores, qh);
+      }
+    if (residual)
+      wo.template apply_tiled<B, T, false, true>(x, residual, tile, pool);
+    else
+      wo.template apply_tiled<B, T>(x, x, tile, pool);
+  }
+  // A decoding pass's prompt (N rows per sequence from position 0, their keys and values just
+  // projected into w by prepare): k and v into rows 0 .. N − 1 of its part of the cache.
+  template <size_t B, size_t N, size_t T>
+  static void store(const Work<B, N, N, T>& w, Decoding& dec) {
+    static_assert(!folds<N, N>, "MultiHeadAttention::store: self-attention's keys, projected (FullWork)");
+    STFORMER_CHECK(dec.position == 0 && N <= dec.length, "MultiHeadAttention: a prompt fills an empty cache, up to its length");
+    const size_t L = dec.length, Lk = Decoding::keys(L);
+    float* kt = dec.take(cache_floats(B, L));
+    float* v = kt + B * D * Lk;
+    for (size_t b = 0; b < B; ++b) {
+      for (size_t c = 0; c < D; ++c) std::copy_n(w.kt.data() + (b * D + c) * N, N, kt + (b * D + c) * Lk);
+      std::copy_n(w.v.data() + b * N * D, N * D, v + b * L * D);
+    }
+  }
+  // The floats of its part of a decoding pass's cache: kᵀ [B, D, Lk] and v [B, L, D].
+  static constexpr size_t cache_floats(size_t batch, size_t length) { return batch * D * (Decoding::keys(length) + length); }
+
   // The whole block forward only: q (then the heads), the keys of Work, out. The same bits as
   // Acts::forward up to max_key_tile keys; beyond, the same up to float rounding.
   template <size_t B, size_t Nq, size_t Nk>

@@ -16,6 +16,7 @@ template <size_t V, size_t D>
 struct Embedding {
   static std::string declaration() { return declare("Embedding", V, D); }
   static constexpr size_t vocabulary = V;  // token ids in [0, V)
+  static constexpr bool decodes = true;      // DecodeOf: each id's row alone
   Tensor<V, D> weight;
 
   template <class F, class... S>

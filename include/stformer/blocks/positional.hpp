@@ -28,10 +28,15 @@ struct PositionalEncoding {
   using Input = Tensor<B, N, D>;
   static constexpr bool in_place = true;
   static constexpr bool reads_mask = false;  // step::reads_mask: row by row, each row's output fixed by its place
+  // A decoding step (mask.decoding): the rows at positions t, t + 1, … get PE[t], PE[t + 1], ….
+  static constexpr bool decodes = true;
+  static constexpr size_t positions = L;  // the positions a decoding pass may reach
   template <size_t B, size_t N, class Pool>
-  void forward_in_place(Tensor<B, N, D>& x, Nothing, const Mask<B, N>&, Pool&&) const {
+  void forward_in_place(Tensor<B, N, D>& x, Nothing, const Mask<B, N>& mask, Pool&&) const {
     static_assert(N <= L, "PositionalEncoding: sequence length N exceeds the table length L");
-    for (size_t b = 0; b < B; ++b) kernels::add_to<N * D>(table().data(), x.data() + b * N * D);
+    const size_t t = mask.decoding ? mask.decoding->position : 0;
+    STFORMER_CHECK(t + N <= L, "PositionalEncoding: a decoding step past the table's L positions");
+    for (size_t b = 0; b < B; ++b) kernels::add_to<N * D>(table().data() + t * D, x.data() + b * N * D);
   }
 
   template <size_t B, size_t N>

@@ -36,10 +36,15 @@ struct PositionEmbedding {
   using Input = Tensor<B, N, D>;
   static constexpr bool in_place = true;
   static constexpr bool reads_mask = false;  // step::reads_mask: row by row, each row's output fixed by its place
+  // A decoding step (mask.decoding): the rows at positions t, t + 1, … get weight[t], weight[t + 1], ….
+  static constexpr bool decodes = true;
+  static constexpr size_t positions = L;  // the positions a decoding pass may reach
   template <size_t B, size_t N, class Pool>
-  void forward_in_place(Tensor<B, N, D>& x, Nothing, const Mask<B, N>&, Pool&&) const {
+  void forward_in_place(Tensor<B, N, D>& x, Nothing, const Mask<B, N>& mask, Pool&&) const {
     static_assert(N <= L, "PositionEmbedding: the sequence is longer than the L positions it has");
-    for (size_t b = 0; b < B; ++b) kernels::add_to<N * D>(weight.data(), x.data() + b * N * D);
+    const size_t t = mask.decoding ? mask.decoding->position : 0;
+    STFORMER_CHECK(t + N <= L, "PositionEmbedding: a decoding step past the L positions it has");
+    for (size_t b = 0; b < B; ++b) kernels::add_to<N * D>(weight.data() + t * D, x.data() + b * N * D);
   }
 
   template <size_t B, size_t N>
@@ -118,6 +123,7 @@ struct TokenRow {
   template <size_t N>
   static constexpr size_t r = Last ? N - 1 : 0;
   static constexpr bool reads_mask = false;  // step::reads_mask: each output row fixed by its place
+  static constexpr bool decodes = Last;       // DecodeOf: the last row of one is that row
   template <class F, class... S>
   static constexpr void visit(const Path&, F&, S&...) {}
 

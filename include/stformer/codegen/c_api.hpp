@@ -39,6 +39,7 @@ enum : int {
   ok = 0,
   bad_input = 1,  // a null pointer, a NaN or an infinity, a token id out of range: nothing written
   bad_image = 2,  // the image's layout is not the model's, or its integers are out of bounds (image_ok): nothing written
+  full = 3,       // generation: the cache cannot hold what is asked (NAME_step, NAME_generate): nothing stepped
 };
 
 // Whether the n floats at v are all finite.

@@ -401,7 +401,7 @@ void copy_to(const X& x, Y& y) {
 }
 
 // The mask a block runs with: the pass's, made causal whatever the pass says when the block's
-// type declares causal = true (stformer/core/tensor.hpp: declares_causal), its keys alone when
+// type declares causal = true (stformer/core/declaration.hpp: declares_causal), its keys alone when
 // it declares ordered = false (declares_unordered: a set block), at every depth.
 template <class Block, size_t B, size_t N>
 constexpr Mask<B, N> mask_for(Mask<B, N> mask) {
@@ -734,9 +734,9 @@ struct Sequential : step::Parts<S...> {
     if constexpr (K == 0)
       return mask;
     else if constexpr (K == kept_shift<B, N>)
-      return {.causal = mask.causal, .keys = mask.keys ? &shifted : nullptr};
+      return {.causal = mask.causal, .keys = mask.keys ? &shifted : nullptr, .decoding = mask.decoding};
     else
-      return {};
+      return {.decoding = mask.decoding};
   }
 
   // Got is Want (fixed tensors): when not, the first error names the dimension and both sizes

@@ -45,6 +45,15 @@ concept Declared = requires {
 template <class T>
 struct DeclaredBlock {};
 
+// Whether Model's type declares that it runs with the causal mask, as a causal language model
+// does (row i of its output reads rows 0 .. i of its input alone):
+//   struct CausalLM : Sequential<...> { static constexpr bool causal = true; };
+// Passes take their masks as arguments all the same; the declaration is what a model's C API
+// (stformer/codegen/c_api_source.hpp), its integer model (Quantized, stformer/quantized/quantize.hpp)
+// and its checkpoint's declaration (Causal<...>) keep.
+template <class Model>
+inline constexpr bool declares_causal = requires { requires Model::causal; };
+
 namespace decl {
 template <std::integral I>
 std::string text(I v) {
@@ -71,7 +80,7 @@ std::string text(DeclaredBlock<T>) {
   std::string own;
   if constexpr (Declared<T>) own = T::declaration();
   else own = compiler_name<T>();  // a block of the user's with no declaration of its own
-  if constexpr (requires { requires T::causal; }) return wrapped("Causal<", own, ">");  // tensor.hpp: declares_causal
+  if constexpr (declares_causal<T>) return wrapped("Causal<", own, ">");
   else return own;
 }
 // The shortest %g that strtof reads back as v: 1e-05, 1e-12, 1.1920929e-07.

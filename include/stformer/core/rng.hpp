@@ -13,10 +13,10 @@ namespace stformer::inline STFORMER_ABI {
 
 class Rng {
  public:
-  Rng() { reseed(0); }
-  explicit Rng(std::uint64_t seed, std::uint64_t stream = 54) { reseed(seed, stream); }
+  constexpr Rng() { reseed(0); }
+  constexpr explicit Rng(std::uint64_t seed, std::uint64_t stream = 54) { reseed(seed, stream); }
 
-  void reseed(std::uint64_t seed, std::uint64_t stream = 54) {
+  constexpr void reseed(std::uint64_t seed, std::uint64_t stream = 54) {
     state_ = 0;
     inc_ = (stream << 1u) | 1u;
     next_u32();
@@ -24,7 +24,7 @@ class Rng {
     next_u32();
   }
 
-  std::uint32_t next_u32() {
+  constexpr std::uint32_t next_u32() {
     std::uint64_t old = state_;
     state_ = old * 6364136223846793005ULL + inc_;
     auto xorshifted = static_cast<std::uint32_t>(((old >> 18u) ^ old) >> 27u);

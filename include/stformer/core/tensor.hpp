@@ -7,6 +7,7 @@
 #pragma once
 
 #include "config.hpp"
+#include "declaration.hpp"  // declares_causal
 
 #include <algorithm>
 #include <cstddef>
@@ -109,26 +110,42 @@ inline constexpr bool ids_shape_is = ShapeCheck<std::int32_t, X, E...>::ok;
 template <size_t B, size_t Nk>
 using KeyMask = xt::xtensor_fixed<bool, xt::xshape<B, Nk>, xt::layout_type::row_major, false>;
 
+// A decoding pass (DecodeOf, stformer/compose/decode.hpp): its rows are at positions position,
+// position + 1, …, and the keys and values of the rows before them are in `cache`, where each
+// attention takes its part in the order the pass meets it (take: the same order every step).
+// scores: one query's scores over up to `length` keys.
+struct Decoding {
+  size_t position = 0;      // the first row's position: rows 0 .. position − 1 are cached
+  size_t length = 0;        // the positions the caches hold
+  float* cache = nullptr;   // every attention's keys and values, one after the other
+  size_t taken = 0;         // floats of cache handed out in this pass
+  float* scores = nullptr;  // [length]
+  // The next `floats` floats of the cache (the caller's keys and values).
+  float* take(size_t floats) {
+    float* part = cache + taken;
+    taken += floats;
+    return part;
+  }
+  // The columns of a cache of keys held transposed, k_hᵀ [Dh, keys]: the positions rounded up to
+  // whole vectors of any backend (a step's scores are taken a vector of keys at a time).
+  static constexpr size_t keys(size_t length) { return (length + 15) / 16 * 16; }
+};
+
 // Masks of one attention call. causal: query i sees keys j <= i (counted from the first row
 // also when Nq != Nk). keys: optional key-padding mask. A masked key gets weight exactly 0; a
-// query whose keys are all masked gets a zero attention output.
+// query whose keys are all masked gets a zero attention output. decoding: the pass is a
+// decoding step (the rows are at its positions, the keys before them in its cache).
 template <size_t B, size_t Nk>
 struct Mask {
   bool causal = false;
   const KeyMask<B, Nk>* keys = nullptr;
+  Decoding* decoding = nullptr;
 
   bool sees(size_t b, size_t i, size_t j) const {
     return (!causal || j <= i) && (keys == nullptr || (*keys)(b, j));
   }
 };
 
-// Whether Model's type declares that it runs with the causal mask, as a causal language model
-// does (row i of its output reads rows 0 .. i of its input alone):
-//   struct CausalLM : Sequential<...> { static constexpr bool causal = true; };
-// Passes take their masks as arguments all the same; the declaration is what a model's C API
-// (stformer/codegen/c_api_source.hpp) and its integer model (Quantized, stformer/quantized/quantize.hpp) keep.
-template <class Model>
-inline constexpr bool declares_causal = requires { requires Model::causal; };
 // Whether a block declares that its rows have no order (a set's: static constexpr bool ordered =
 // false), so that it never reads the causal flag of the pass it runs in.
 template <class Block>

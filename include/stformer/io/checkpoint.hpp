@@ -125,8 +125,9 @@ void check_params(const safetensors::File& f, const M& model, std::string_view p
   std::set<std::string, std::less<>> expected;
   std::vector<std::string> problems;
   if (const auto held = f.metadata().find(declaration_key);
-      prefix.empty() && unexpected == Unexpected::reject && held != f.metadata().end() && held->second != declaration<M>())
-    problems.push_back("it holds another model than this one:\n    the file's:  " + held->second + "\n    the model's: " + declaration<M>());
+      prefix.empty() && unexpected == Unexpected::reject && held != f.metadata().end())
+    if (const std::string own = declaration<M>(); held->second != own)
+      problems.push_back("it holds another model than this one:\n    the file's:  " + held->second + "\n    the model's: " + own);
   for_each_param(
       [&](const Path& path, Init, const auto& t) {
         std::string name = std::string(prefix) + path.name().c_str();

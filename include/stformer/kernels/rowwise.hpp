@@ -165,6 +165,32 @@ inline void softmax_row(float* s, float c = 1.0f) {
   softmax_rows<1, N>(s, c);
 }
 
+// softmax(c · s) on one row of n entries, n known at run time (a decoding step's keys, 1 ≤ n),
+// c > 0: softmax_rows' operations on the whole vectors of a row, the row padded with −∞ to a
+// whole vector (s has room for ⌈n/W⌉·W entries): an entry's bits are those of the same entry
+// of a row of the full pass whose vectors cover it.
+inline void softmax_row(float* s, size_t n, float c) {
+  const size_t whole = (n + W - 1) / W * W;
+  std::fill(s + n, s + whole, neg_inf);
+  vf mv = splat(neg_inf);
+  for (size_t j = 0; j < whole; j += W) mv = vmax(mv, load(s + j));
+  const float m = hmax(mv);
+  if (m == neg_inf) {
+    std::fill_n(s, n, 0.0f);
+    return;
+  }
+  const float k = c * log2e;
+  const vf mm = splat(m), kv = splat(k);
+  vf acc = splat(0.0f);
+  for (size_t j = 0; j < whole; j += W) {
+    const vf e = vexp2<true>((load(s + j) - mm) * kv);
+    store(s + j, e);
+    acc += e;
+  }
+  const vf inv = splat(1.0f / hsum(acc));
+  for (size_t j = 0; j < whole; j += W) store(s + j, load(s + j) * inv);
+}
+
 template <size_t N>
 inline void log_softmax_row(float* s) {
   float m = row_max<N>(s);
@@ -196,6 +222,33 @@ inline void axpy(float a, const float* x, float* y) {  // y += a·x
   vf av = splat(a);
   for (size_t j = 0; j < full; j += W) store(y + j, fma(av, load(x + j), load(y + j)));
   for (size_t j = full; j < N; ++j) y[j] += a * x[j];
+}
+
+// One query over n cached keys and values (a decoding step's head): s_j = q · k_j, the keys held
+// transposed (kt [Dh, ldk]: key j in column j, columns up to ⌈n/W⌉·W readable), each entry one
+// chain of multiply-adds along Dh as the forward pass's products take it; a = softmax(scale · s)
+// (softmax_row); o = Σ_j a_j v_j (v: rows ldv apart), o [Dh] written after q is read (o may be q).
+// s: room for ⌈n/W⌉·W entries.
+template <size_t Dh>
+inline void attend_cached(const float* q, const float* kt, size_t ldk, const float* v, size_t ldv, size_t n, float scale, float* s, float* o) {
+  const size_t whole = (n + W - 1) / W * W;
+  size_t j = 0;
+  for (; j + 4 * W <= whole; j += 4 * W) {
+    vf acc[4] = {splat(0.0f), splat(0.0f), splat(0.0f), splat(0.0f)};
+    for (size_t c = 0; c < Dh; ++c) {
+      const vf qc = splat(q[c]);
+      for (size_t u = 0; u < 4; ++u) acc[u] = fma(qc, load(kt + c * ldk + j + u * W), acc[u]);
+    }
+    for (size_t u = 0; u < 4; ++u) store(s + j + u * W, acc[u]);
+  }
+  for (; j < whole; j += W) {
+    vf acc = splat(0.0f);
+    for (size_t c = 0; c < Dh; ++c) acc = fma(splat(q[c]), load(kt + c * ldk + j), acc);
+    store(s + j, acc);
+  }
+  softmax_row(s, n, scale);
+  fill<Dh>(o, 0.0f);
+  for (j = 0; j < n; ++j) axpy<Dh>(s[j], v + j * ldv, o);
 }
 
 // (rnorm may be nullptr: a forward-only pass keeps no norms; y may be x: in place)

@@ -226,11 +226,17 @@ struct QLinear {
   using Scratch = TensorOf<std::int32_t, tile_rows(B * N, Room), tile_columns(B * N, Room)>;
   template <size_t B, size_t N, size_t T, size_t C, class Pool>
   void run(const Input<B, N>& x, Output<B, N>& y, TensorOf<std::int32_t, T, C>& acc, const Mask<B, N>&, Pool&&) const {
+    run_tiles<B * N, T, C>(*this, x.data(), y.data(), acc.data());
+  }
+  // y [Rows, Out] = layer on x [Rows, In], T rows and C columns at a time (layer: this, or a
+  // QFineLinear, with add_to<R, true> and columns<R, K>).
+  template <size_t Rows, size_t T, size_t C, class Layer>
+  static void run_tiles(const Layer& layer, const std::int16_t* x, std::int16_t* y, std::int32_t* acc) {
     if constexpr (C == Out)
-      for_tiles<B * N, T>([&]<size_t R>(size_t i) { add_to<R, true>(x.data() + i * In, acc.data(), y.data() + i * Out); });
+      for_tiles<Rows, T>([&]<size_t R>(size_t i) { layer.template add_to<R, true>(x + i * In, acc, y + i * Out); });
     else
-      for_tiles<B * N, T>([&]<size_t R>(size_t i) {
-        for_tiles<Out, C>([&]<size_t K>(size_t c) { columns<R, K>(x.data() + i * In, c, acc.data(), y.data() + i * Out); });
+      for_tiles<Rows, T>([&]<size_t R>(size_t i) {
+        for_tiles<Out, C>([&]<size_t K>(size_t c) { layer.template columns<R, K>(x + i * In, c, acc, y + i * Out); });
       });
   }
 
@@ -314,15 +320,13 @@ struct QFineLinear {
   using Scratch = typename QLinear<In, Out>::template Scratch<B, N, Room>;
   template <size_t B, size_t N, size_t T, size_t C, class Pool>
   void run(const Input<B, N>& x, Output<B, N>& y, TensorOf<std::int32_t, T, C>& acc, const Mask<B, N>&, Pool&&) const {
-    if constexpr (C == Out)
-      for_tiles<B * N, T>([&]<size_t R>(size_t i) { add_to<R, true>(x.data() + i * In, acc.data(), y.data() + i * Out); });
-    else
-      for_tiles<B * N, T>([&]<size_t R>(size_t i) {
-        for_tiles<Out, C>([&]<size_t K>(size_t c) {
-          coarse.template columns<R, K>(x.data() + i * In, c, acc.data(), y.data() + i * Out);
-          fine.template columns<R, K, false>(x.data() + i * In, c, acc.data(), y.data() + i * Out);
-        });
-      });
+    QLinear<In, Out>::template run_tiles<B * N, T, C>(*this, x.data(), y.data(), acc.data());
+  }
+  // y's K columns from c0 = the coarse product's, then the fine one's added (QLinear::columns).
+  template <size_t Rows, size_t K>
+  void columns(const std::int16_t* x, size_t c0, std::int32_t* acc, std::int16_t* y) const {
+    coarse.template columns<Rows, K>(x, c0, acc, y);
+    fine.template columns<Rows, K, false>(x, c0, acc, y);
   }
 };
 

@@ -152,7 +152,7 @@ struct QuantizedChain<Sequential<S...>, std::index_sequence<I...>> {
 
 // The integer model's type: a model derived from the chain, declared Quantized<the float
 // model's declaration> (stformer/core/declaration.hpp) and causal when the float model
-// declares_causal (stformer/core/tensor.hpp), so that its C API needs the causal mask as well.
+// declares_causal (stformer/core/declaration.hpp), so that its C API needs the causal mask as well.
 template <class Model, class Chain>
 struct IntegerModel {
   struct type : Chain {
