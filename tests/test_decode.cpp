@@ -1,8 +1,9 @@
 // DecodeOf (stformer/compose/decode.hpp): causal models stepped one position at a time, their
 // attentions' keys and values cached, against the causal pass over the whole sequence: step t's
 // output is row t of InferOf's output (causal: row t reads rows 0 .. t alone), within 1e-6 of the
-// output's largest entry (or 4 times the difference between the pass over T rows and the pass over
-// their first T/2, where that is larger: the rounding of sums in another order), for a nanoGPT-shaped model (token and learned positions, pre-norm
+// output's largest entry (3e-6 for the llama-shaped model, whose random weights give large
+// scores; or 4 times the difference between the pass over T rows and the pass over their first
+// T/2, where that is larger: the rounding of sums in another order), for a nanoGPT-shaped model (token and learned positions, pre-norm
 // blocks), llama2.c's (rotary grouped-query attention), SPEC's encoder blocks over rows with
 // sinusoidal positions, GPT-J's parallel blocks and a SwiGLU layer; a full cache refuses the next step; reset starts again with the same bits; a
 // prompt in one pass (prefill), then steps, gives the same rows. The sampler (stformer/generate.hpp)
@@ -64,7 +65,7 @@ double relative_rows(const float* a, const float* b, size_t n) {
 // The model stepped through T positions of x (B sequences) against the causal pass over all of
 // them: step t gives row t (for a model ending in LastToken, the last step gives the pass's output).
 template <class M, size_t B, size_t T, class X>
-void check_steps(const M& model, const X& x) {
+void check_steps(const M& model, const X& x, double tolerance = 1e-6) {
   using Step = typename DecodeOf<M, B, T>::Input;
   constexpr size_t W = step::count<typename DecodeOf<M, B, T>::Output> / B;
   auto dec = std::make_unique<DecodeOf<M, B, T>>();
@@ -129,7 +130,7 @@ void check_steps(const M& model, const X& x) {
                                                    << " rows against the pass over " << T << ": " << itself << "); " << sizeof(DecodeOf<M, B, T>)
                                                    << " B, of which the cache " << DecodeOf<M, B, T>::cache_floats * sizeof(float)
                                                    << " B, the plan of a step " << sizeof(InferOf<M, B, 1>) << " B");
-  CHECK(worst <= std::max(1e-6, 4 * itself));
+  CHECK(worst <= std::max(tolerance, 4 * itself));
 }
 
 }  // namespace
@@ -156,7 +157,9 @@ TEST_CASE("DecodeOf: llama2.c's model (rotary grouped-query attention, RMSNorm, 
   test::randomize(*model, rng);
   IdTensor<2, 24> ids;
   for (auto& i : ids) i = std::int32_t(rng.below(48));
-  check_steps<M, 2, 24>(*model, ids);
+  // (within 3e-6: its scores, of random weights, reach tens, and a score's rounding moves its
+  // weight e^s by |s| units in the last place; 2.1e-6 on x86-64, 1.6e-6 on aarch64)
+  check_steps<M, 2, 24>(*model, ids, 3e-6);
   // 2 layers, 2 sequences, 2 key/value heads of 4: kᵀ of 32 columns (24 positions rounded up to 16s) and v of 24 rows
   static_assert(DecodeOf<M, 2, 24>::cache_floats == 2 * 2 * 8 * (32 + 24));
 }
