@@ -27,11 +27,15 @@ import inspect
 import math
 import operator
 import os
+import sys
 
 import torch
 import torch.fx
 import torch.nn as nn
 import torch.nn.functional as F
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from stformer_declaration import shortest  # noqa: E402
 
 
 class TraceError(ValueError):
@@ -556,12 +560,6 @@ def reference_rotary(x, w, b, heads, kv_heads, base, halves):
     return F.linear(o, w[3], b[3])
 
 
-def shortest_float(x):
-    """The shortest %g that reads back as the same float32."""
-    f = float(torch.tensor(x, dtype=torch.float32))
-    return next(t for t in (f"{f:.{k}g}" for k in range(1, 10)) if float(torch.tensor(float(t), dtype=torch.float32)) == f)
-
-
 def _close(a, b, tol=1e-4):
     if not (torch.is_tensor(a) and torch.is_tensor(b)) or a.numel() != b.numel():
         return False
@@ -714,6 +712,20 @@ class _Build:
             todo.extend(n.all_input_nodes)
         return found[0] if len(found) == 1 else None
 
+    def _claim(self, x, q_lin, k_lin, v_lin, out_lin):
+        """The nodes of an attention read as one step, between its input x and its output projection
+        (that excluded), taken as read; its path (the projections' common module, or attentionN).
+        None, with the reason, when a value inside it is used outside it."""
+        inside = self._between(x, out_lin)
+        for node in inside - {out_lin}:
+            for u in node.users:
+                if u not in inside:
+                    return self.fail(node, "a value inside the attention is used outside it (its weights?)")
+        self.absorbed |= inside - {out_lin}
+        path = _prefix([n.target for n in (q_lin, k_lin, v_lin, out_lin)]) or f"attention{self.attentions}"
+        self.attentions += 1
+        return path
+
     def rotary_attention(self, soft, mm1, x, q_lin, k_lin, v_lin, out_lin):
         """The attention of the llama family (RotaryAttention): q, k, v from nn.Linear of one input,
         each query head's and key head's pairs of features turned by position·Θ^(−2i/Dh) (the pairs
@@ -772,21 +784,16 @@ class _Build:
                                    "turned pair by pair, (2i, 2i + 1) or (i, i + Dh/2), by position·Θ^(−2i/Dh) from position 0, "
                                    "scale 1/sqrt(Dh), causal)")
         halves, base, w, bs = found
-        inside = self._between(x, out_lin)
-        for node in inside - {out_lin}:
-            for u in node.users:
-                if u not in inside:
-                    return self.fail(node, "a value inside the attention is used outside it (its weights?)")
-        self.absorbed |= inside - {out_lin}
+        path = self._claim(x, q_lin, k_lin, v_lin, out_lin)
+        if path is None:
+            return False
         # the table's positions: the longest constant of angles the rotation reads (a model's max_seq_len), else the example's
         tables = [self._whole(self.r.const(c)) for c in self._consts(_operands(mm1)[0]) if c.op == "get_attr"]
         positions = max([n] + [int(t.shape[0]) for t in tables if torch.is_tensor(t) and t.dim() >= 2 and t.shape[-1] in (dh // 2, dh)])
-        path = _prefix([nd.target for nd in (q_lin, k_lin, v_lin, out_lin)]) or f"attention{self.attentions}"
-        self.attentions += 1
         state = {"wq.weight": w[0], "wk.weight": w[1], "wv.weight": w[2], "wo.weight": w[3]}
         if biased[0]:
             state.update({"wq.bias": bs[0], "wk.bias": bs[1], "wv.bias": bs[2], "wo.bias": bs[3]})
-        theta = f"{int(base)}.0" if float(base).is_integer() and abs(base) < 1e9 else shortest_float(base)
+        theta = f"{int(base)}.0" if float(base).is_integer() and abs(base) < 1e9 else shortest(base)
         leaf = Leaf(path, f"stformer::RotaryAttention<{d}, {heads}, {kvh}, {positions}, stformer::Rotation::{'halves' if halves else 'pairs'}, "
                           f"stformer::theta({theta}f), stformer::Bias::{'yes' if biased[0] else 'no'}>",
                     f"rotary attention written out: {heads} heads, {kvh} key/value heads, Θ {theta}, causal",
@@ -926,15 +933,9 @@ class _Build:
         keys = self.read_keys(soft, reading) if reading else None
         if reading and keys is None:
             return False
-        # the nodes of the attention: between x and the output projection
-        inside = self._between(x, out_lin)
-        for n in inside - {out_lin}:
-            for u in n.users:
-                if u not in inside:
-                    return self.fail(n, "a value inside the attention is used outside it (its weights?)")
-        self.absorbed |= inside - {out_lin}
-        path = _prefix([n.target for n in (q_lin, k_lin, v_lin, out_lin)]) or f"attention{self.attentions}"
-        self.attentions += 1
+        path = self._claim(x, q_lin, k_lin, v_lin, out_lin)
+        if path is None:
+            return False
         if kv_src is not None:
             leaf = self.cross_attention(path, d, heads, s_name, scale, w_in, b_in, w_out, b_out, "cross-attention written out", kv_leaf)
         else:

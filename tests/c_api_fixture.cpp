@@ -13,7 +13,7 @@
 #include <memory>
 
 #include <stformer/codegen/c_api_source.hpp>
-#include <stformer/generate.hpp>
+#include <stformer/compose/generate.hpp>
 #include <stformer/io/checkpoint.hpp>
 #include <stformer/quantized/quantize.hpp>
 

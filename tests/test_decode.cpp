@@ -6,7 +6,7 @@
 // T/2, where that is larger: the rounding of sums in another order), for a nanoGPT-shaped model (token and learned positions, pre-norm
 // blocks), llama2.c's (rotary grouped-query attention), SPEC's encoder blocks over rows with
 // sinusoidal positions, GPT-J's parallel blocks and a SwiGLU layer; a full cache refuses the next step; reset starts again with the same bits; a
-// prompt in one pass (prefill), then steps, gives the same rows. The sampler (stformer/generate.hpp)
+// prompt in one pass (prefill), then steps, gives the same rows. The sampler (stformer/compose/generate.hpp)
 // draws at the probabilities its rule gives; generate continues a prompt as the causal pass does.
 #include <doctest/doctest.h>
 
@@ -14,7 +14,7 @@
 #include <cmath>
 #include <memory>
 
-#include <stformer/generate.hpp>
+#include <stformer/compose/generate.hpp>
 #include <stformer/stformer.hpp>
 
 #include "causal_lm.hpp"

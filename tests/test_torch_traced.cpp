@@ -127,8 +127,7 @@ void input_gradient(const char* name) {
 template <class M, size_t B, size_t N, size_t V>
 void decoding_steps(const char* name) {
   const std::string base = test::exported(name);
-  auto model = std::make_unique<M>();
-  load_params(base + ".safetensors", *model);
+  const auto model = test::load_exported<M>(base);
   const auto example = safetensors::File::read(base + ".example.safetensors");
   auto ids = std::make_unique<IdTensor<B, N>>();
   auto want = std::make_unique<Tensor<B, N, V>>();

@@ -16,7 +16,7 @@
 #include <string>
 #include <vector>
 
-#include <stformer/generate.hpp>
+#include <stformer/compose/generate.hpp>
 #include <stformer/io/checkpoint.hpp>
 #include <stformer/stformer.hpp>
 

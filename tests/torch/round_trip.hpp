@@ -20,13 +20,20 @@ namespace test {
 
 inline std::string exported(const char* name) { return file_in("STFORMER_EXPORT_DIR", name); }
 
+// The exported model NAME.safetensors, whose declaration (python/stformer_declaration.py) is the
+// one C++ states for M.
+template <class M>
+std::unique_ptr<M> load_exported(const std::string& base) {
+  auto model = std::make_unique<M>();
+  CHECK(safetensors::File::read(base + ".safetensors").metadata().at(declaration_key) == declaration<M>());
+  load_params(base + ".safetensors", *model);
+  return model;
+}
+
 template <class M, size_t B, size_t N>
 void round_trip(const char* name) {
   const std::string base = exported(name);
-  auto model = std::make_unique<M>();
-  // The exporter wrote the model's declaration (python/stformer_declaration.py), the one C++ states.
-  CHECK(safetensors::File::read(base + ".safetensors").metadata().at(declaration_key) == declaration<M>());
-  load_params(base + ".safetensors", *model);
+  const auto model = load_exported<M>(base);
   const auto example = safetensors::File::read(base + ".example.safetensors");
   typename M::template Input<B, N> x;
   typename M::template Output<B, N> want;
@@ -55,9 +62,7 @@ void round_trip(const char* name) {
 template <class M, size_t B, size_t N, size_t Mem>
 void memory_round_trip(const char* name) {
   const std::string base = exported(name);
-  auto model = std::make_unique<M>();
-  CHECK(safetensors::File::read(base + ".safetensors").metadata().at(declaration_key) == declaration<M>());
-  load_params(base + ".safetensors", *model);
+  const auto model = load_exported<M>(base);
   const auto example = safetensors::File::read(base + ".example.safetensors");
   typename M::template Input<B, N> x, want;
   typename M::template MemoryRows<B, Mem> m;

@@ -488,19 +488,18 @@ struct MultiHeadAttention : AttentionProjections<Dq, Dkv, D, Pr> {
   template <size_t B, size_t T, class Pool = Serial>
   void decode(float* x, float* residual, float* tile, Decoding& dec, Pool&& pool = Pool{}) const {
     static_assert(Dq == D && Dkv == D, "MultiHeadAttention::decode: self-attention (Dq = Dkv = D)");
-    const size_t L = dec.length, Lk = Decoding::keys(L), t = dec.position;
-    float* kt = dec.take(cache_floats(B, L));
-    float* v = kt + B * D * Lk;
+    const size_t t = dec.position;
+    const auto kv = dec.take(B, D, 1);
     for (size_t b = 0; b < B; ++b) {
       k_proj().template apply<1>(x + b * D, tile);
-      for (size_t c = 0; c < D; ++c) kt[(b * D + c) * Lk + t] = tile[c];
-      v_proj().template apply<1>(x + b * D, v + (b * L + t) * D);
+      kv.put_key(b, t, tile);
+      v_proj().template apply<1>(x + b * D, kv.values(b, t));
     }
     q_proj().template apply_tiled<B, T>(x, x, tile, pool);
     for (size_t b = 0; b < B; ++b)
       for (size_t h = 0; h < H; ++h) {
         float* qh = x + b * D + h * Dh;  // q_{b,h}, then o_{b,h}
-        kernels::attend_cached<Dh>(qh, kt + (b * D + h * Dh) * Lk, Lk, v + b * L * D + h * Dh, D, t + 1, score_scale, dec.scores, qh);
+        kernels::attend_cached<Dh>(qh, kv.keys(b, h * Dh), kv.columns, kv.values(b, 0) + h * Dh, D, t + 1, score_scale, dec.scores, qh);
       }
     if (residual)
       wo.template apply_tiled<B, T, false, true>(x, residual, tile, pool);
@@ -512,17 +511,14 @@ struct MultiHeadAttention : AttentionProjections<Dq, Dkv, D, Pr> {
   template <size_t B, size_t N, size_t T>
   static void store(const Work<B, N, N, T>& w, Decoding& dec) {
     static_assert(!folds<N, N>, "MultiHeadAttention::store: self-attention's keys, projected (FullWork)");
-    STFORMER_CHECK(dec.position == 0 && N <= dec.length, "MultiHeadAttention: a prompt fills an empty cache, up to its length");
-    const size_t L = dec.length, Lk = Decoding::keys(L);
-    float* kt = dec.take(cache_floats(B, L));
-    float* v = kt + B * D * Lk;
+    const auto kv = dec.take(B, D, N);
     for (size_t b = 0; b < B; ++b) {
-      for (size_t c = 0; c < D; ++c) std::copy_n(w.kt.data() + (b * D + c) * N, N, kt + (b * D + c) * Lk);
-      std::copy_n(w.v.data() + b * N * D, N * D, v + b * L * D);
+      for (size_t c = 0; c < D; ++c) std::copy_n(w.kt.data() + (b * D + c) * N, N, kv.keys(b, c));
+      std::copy_n(w.v.data() + b * N * D, N * D, kv.values(b, 0));
     }
   }
-  // The floats of its part of a decoding pass's cache: kᵀ [B, D, Lk] and v [B, L, D].
-  static constexpr size_t cache_floats(size_t batch, size_t length) { return batch * D * (Decoding::keys(length) + length); }
+  // The floats of its part of a decoding pass's cache (Decoding::Part): kᵀ [B, D, Lk] and v [B, L, D].
+  static constexpr size_t cache_floats(size_t batch, size_t length) { return Decoding::floats(batch, D, length); }
 
   // The whole block forward only: q (then the heads), the keys of Work, out. The same bits as
   // Acts::forward up to max_key_tile keys; beyond, the same up to float rounding.

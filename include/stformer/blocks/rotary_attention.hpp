@@ -138,7 +138,7 @@ struct RotaryAttention {
   static constexpr bool in_place = true;
   static constexpr bool decodes = true;  // DecodeOf
   // its part of a decoding pass's cache: the keys transposed, kᵀ [B, Dk, Lk] (Lk = Decoding::keys(L)), and v [B, L, Dk]
-  static constexpr size_t cache_floats(size_t batch, size_t length) { return batch * Dk * (Decoding::keys(length) + length); }
+  static constexpr size_t cache_floats(size_t batch, size_t length) { return Decoding::floats(batch, Dk, length); }
   template <size_t B, size_t N, size_t Room = 0>
   struct Scratch {
     static constexpr size_t T = tile_rows(B * N), QB = N < 16 ? N : 16;
@@ -148,7 +148,7 @@ struct RotaryAttention {
   template <size_t B, size_t N, size_t Room, class Pool = Serial>
   void forward_in_place(Input<B, N>& h, Scratch<B, N, Room>& w, const Mask<B, N>& mask, Pool&& pool = Pool{}) const {
     constexpr size_t T = Scratch<B, N, Room>::T;
-    if (N == 1 && mask.decoding) return decode<B, T>(h.data(), w.tile, *mask.decoding, pool);
+    if (mask.decoding_step()) return decode<B, T>(h.data(), w.tile, *mask.decoding, pool);
     wk.template apply_rows<B * N>(h.data(), w.k.data(), pool);
     wv.template apply_rows<B * N>(h.data(), w.v.data(), pool);
     for (size_t b = 0; b < B; ++b) rotate(w.k.data() + b * N * Dk, N, Dk, KVH, 0);
@@ -162,14 +162,10 @@ struct RotaryAttention {
   // A prompt's pass (N rows from position 0): its turned keys and values into the cache.
   template <size_t B, size_t N>
   static void store(const float* k, const float* v, Decoding& dec) {
-    STFORMER_CHECK(dec.position == 0 && N <= dec.length, "RotaryAttention: a prompt fills an empty cache, up to its length");
-    const size_t Lc = dec.length, Lk = Decoding::keys(Lc);
-    float* kt = dec.take(cache_floats(B, Lc));
-    float* vc = kt + B * Dk * Lk;
+    const auto kv = dec.take(B, Dk, N);
     for (size_t b = 0; b < B; ++b) {
-      for (size_t j = 0; j < N; ++j)
-        for (size_t c = 0; c < Dk; ++c) kt[(b * Dk + c) * Lk + j] = k[(b * N + j) * Dk + c];
-      std::copy_n(v + b * N * Dk, N * Dk, vc + b * Lc * Dk);
+      for (size_t j = 0; j < N; ++j) kv.put_key(b, j, k + (b * N + j) * Dk);
+      std::copy_n(v + b * N * Dk, N * Dk, kv.values(b, 0));
     }
   }
 
@@ -178,14 +174,13 @@ struct RotaryAttention {
   // √Dh) v[j]_g (kernels::attend_cached); y over x.
   template <size_t B, size_t T, class Pool>
   void decode(float* x, float* tile, Decoding& dec, Pool& pool) const {
-    const size_t Lc = dec.length, Lk = Decoding::keys(Lc), t = dec.position;
-    float* kt = dec.take(cache_floats(B, Lc));
-    float* vc = kt + B * Dk * Lk;
+    const size_t t = dec.position;
+    const auto kv = dec.take(B, Dk, 1);
     for (size_t b = 0; b < B; ++b) {
       wk.template apply<1>(x + b * D, tile);
       rotate(tile, 1, Dk, KVH, t);
-      for (size_t c = 0; c < Dk; ++c) kt[(b * Dk + c) * Lk + t] = tile[c];
-      wv.template apply<1>(x + b * D, vc + (b * Lc + t) * Dk);
+      kv.put_key(b, t, tile);
+      wv.template apply<1>(x + b * D, kv.values(b, t));
     }
     wq.template apply_tiled<B, T>(x, x, tile, pool);
     for (size_t b = 0; b < B; ++b) {
@@ -193,7 +188,7 @@ struct RotaryAttention {
       for (size_t h = 0; h < H; ++h) {
         float* qh = x + b * D + h * Dh;  // q_h, then o_h
         const size_t g = h / group;
-        kernels::attend_cached<Dh>(qh, kt + (b * Dk + g * Dh) * Lk, Lk, vc + b * Lc * Dk + g * Dh, Dk, t + 1, scale, dec.scores, qh);
+        kernels::attend_cached<Dh>(qh, kv.keys(b, g * Dh), kv.columns, kv.values(b, 0) + g * Dh, Dk, t + 1, scale, dec.scores, qh);
       }
     }
     wo.template apply_tiled<B, T>(x, x, tile, pool);

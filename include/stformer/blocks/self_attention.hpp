@@ -41,7 +41,7 @@ struct SelfAttention : MultiHeadAttention<D, D, D, H, S, Pr> {
   template <size_t B, size_t N, size_t Room, class Pool = Serial>
   void forward_in_place(Input<B, N>& h, Scratch<B, N, Room>& w, const Mask<B, N>& mask, Pool&& pool = Pool{}) const {
     constexpr size_t T = Scratch<B, N, Room>::T, R = Attention::template Work<B, N, N, T>::rows;
-    if (decoding<N>(mask)) return this->template decode<B, R>(h.data(), nullptr, w.w.tile, *mask.decoding, pool);
+    if (mask.decoding_step()) return this->template decode<B, R>(h.data(), nullptr, w.w.tile, *mask.decoding, pool);
     this->template prepare<B, N, N, T>(h.data(), w.w, pool);
     if (N > 1 && mask.decoding) this->template store<B, N, T>(w.w, *mask.decoding);
     this->q_proj().template apply_tiled<B * N, R>(h.data(), h.data(), w.w.tile, pool);
@@ -51,18 +51,11 @@ struct SelfAttention : MultiHeadAttention<D, D, D, H, S, Pr> {
   template <size_t B, size_t N, size_t Room, class Pool = Serial>
   void run_add(Input<B, N>& x, Input<B, N>& h, Scratch<B, N, Room>& w, const Mask<B, N>& mask, Pool&& pool = Pool{}) const {
     constexpr size_t T = Scratch<B, N, Room>::T;
-    if (decoding<N>(mask))
+    if (mask.decoding_step())
       return this->template decode<B, Attention::template Work<B, N, N, T>::rows>(x.data(), h.data(), w.w.tile, *mask.decoding, pool);
     this->template prepare<B, N, N, T>(x.data(), w.w, pool);
     if (N > 1 && mask.decoding) this->template store<B, N, T>(w.w, *mask.decoding);
     this->template forward_add<B, N, N, T>(x.data(), h.data(), w.w, mask, pool);
-  }
-
-  // Whether a pass is a decoding step: one row per sequence, given a Decoding. (Given one with
-  // more rows, the pass is a prompt's: the causal pass, its keys and values stored.)
-  template <size_t N, size_t B>
-  static bool decoding(const Mask<B, N>& mask) {
-    return N == 1 && mask.decoding != nullptr;
   }
 
   // Memory::replay (as a step of a chain that replays its steps): the attention's record that

@@ -18,7 +18,8 @@
 // What may decode (decode::Info, at compile time): a model that declares itself causal
 // (declares_causal), whose blocks are row-local (each output row a function of its input row:
 // linear layers, norms, activations, feed-forward layers, LayerScale), or say how they decode
-// (decodes = true: SelfAttention, Embedding, PositionEmbedding, PositionalEncoding, LastToken),
+// (decodes = true: SelfAttention, RotaryAttention, Embedding, PositionEmbedding,
+// PositionalEncoding, LastToken),
 // joined by Sequential, Named, Repeat, Residual, Parallel and Gated. Anything else (a pooling
 // step, a class token, an attention over a memory or a set) is a compile error naming it.
 //
@@ -40,9 +41,6 @@
 namespace stformer::inline STFORMER_ABI {
 
 namespace decode {
-
-template <class>
-inline constexpr bool unknown_block = false;
 
 // A block of a decoding pass: whether it decodes (ok; Strict: a block that does not is a
 // static_assert naming it), the floats of the cache it takes for a batch of sequences and a
@@ -130,11 +128,7 @@ struct DecodeOf {
   template <class Pool = Serial>
   const Output* step(const Model& p, const Input& x, Pool&& pool = Pool{}) {
     if (t == MaxLen) return nullptr;
-    Decoding d{.position = t, .length = MaxLen, .cache = cache.data(), .scores = scores.data()};
-    const Output& y = pass.forward(p, x, Mask<B, 1>{.causal = true, .decoding = &d}, pool);
-    STFORMER_CHECK(d.taken == cache_floats, "DecodeOf: the model's attentions took another cache than decode::Info counts");
-    ++t;
-    return &y;
+    return &run<1>(p, x, pass, pool);
   }
   // A prompt x [B, P, ...] in one pass, into an empty cache: the causal pass over it, which
   // stores its keys and values at positions 0 .. P − 1, then steps go on from position P. pass:
@@ -146,11 +140,7 @@ struct DecodeOf {
       -> decltype(&pass.forward(p, x)) {
     static_assert(P <= MaxLen, "DecodeOf::prefill: a prompt longer than the cache");
     if (t != 0) return nullptr;
-    Decoding d{.position = 0, .length = MaxLen, .cache = cache.data(), .scores = scores.data()};
-    const auto& y = pass.forward(p, x, Mask<B, P>{.causal = true, .decoding = &d}, pool);
-    STFORMER_CHECK(d.taken == cache_floats, "DecodeOf: the model's attentions took another cache than decode::Info counts");
-    t = P;
-    return &y;
+    return &run<P>(p, x, pass, pool);
   }
   // An empty cache: the next step is position 0.
   void reset() { t = 0; }
@@ -158,6 +148,17 @@ struct DecodeOf {
   size_t position() const { return t; }
 
  private:
+  // The causal pass of N rows per sequence from position t (a step's, N = 1; a prompt's), with
+  // the cache; then t is N positions on.
+  template <size_t N, class X, class Pass, class Pool>
+  const auto& run(const Model& p, const X& x, Pass& n_rows, Pool& pool) {
+    Decoding d{.position = t, .length = MaxLen, .cache = cache.data(), .scores = scores.data()};
+    const auto& y = n_rows.forward(p, x, Mask<B, N>{.causal = true, .decoding = &d}, pool);
+    STFORMER_CHECK(d.taken == cache_floats, "DecodeOf: the model's attentions took another cache than decode::Info counts");
+    t += N;
+    return y;
+  }
+
   Tensor<cache_floats ? cache_floats : 1> cache;
   Tensor<Decoding::keys(MaxLen)> scores;  // (padded to whole vectors: kernels::softmax_row)
   InferOf<Model, B, 1> pass;

@@ -110,6 +110,23 @@ inline constexpr bool ids_shape_is = ShapeCheck<std::int32_t, X, E...>::ok;
 template <size_t B, size_t Nk>
 using KeyMask = xt::xtensor_fixed<bool, xt::xshape<B, Nk>, xt::layout_type::row_major, false>;
 
+// Error on bad run-time input (a token id out of range, a name too long ...): an exception of
+// type std::invalid_argument where exceptions exist; std::abort in -fno-exceptions builds
+// (firmware), where such input should be ruled out before it reaches the model.
+[[noreturn]] inline void fail(const char* what) {
+#if defined(__cpp_exceptions)
+  throw std::invalid_argument(what);
+#else
+  (void)what;
+  std::abort();
+#endif
+}
+
+#define STFORMER_CHECK(cond, what) \
+  do {                              \
+    if (!(cond)) ::stformer::fail(what); \
+  } while (0)
+
 // A decoding pass (DecodeOf, stformer/compose/decode.hpp): its rows are at positions position,
 // position + 1, …, and the keys and values of the rows before them are in `cache`, where each
 // attention takes its part in the order the pass meets it (take: the same order every step).
@@ -120,15 +137,33 @@ struct Decoding {
   float* cache = nullptr;   // every attention's keys and values, one after the other
   size_t taken = 0;         // floats of cache handed out in this pass
   float* scores = nullptr;  // [length]
-  // The next `floats` floats of the cache (the caller's keys and values).
-  float* take(size_t floats) {
-    float* part = cache + taken;
-    taken += floats;
-    return part;
-  }
+
   // The columns of a cache of keys held transposed, k_hᵀ [Dh, keys]: the positions rounded up to
   // whole vectors of any backend (a step's scores are taken a vector of keys at a time).
   static constexpr size_t keys(size_t length) { return (length + 15) / 16 * 16; }
+  // The floats of one attention's part for `batch` sequences of keys and values `width` wide.
+  static constexpr size_t floats(size_t batch, size_t width, size_t length) { return batch * width * (keys(length) + length); }
+
+  // One attention's part of the cache: its keys transposed, kᵀ [B, width, keys(length)] (a
+  // column a position), then its values, v [B, length, width].
+  struct Part {
+    float *kt, *v;
+    size_t columns, length, width;
+    float* keys(size_t b, size_t c) const { return kt + (b * width + c) * columns; }  // feature c of sequence b's keys
+    float* values(size_t b, size_t t) const { return v + (b * length + t) * width; }  // sequence b's value at t
+    void put_key(size_t b, size_t t, const float* k) const {
+      for (size_t c = 0; c < width; ++c) keys(b, c)[t] = k[c];
+    }
+  };
+  // The next attention's part, which this pass writes at `rows` positions from `position` (a
+  // prompt's pass: from position 0).
+  Part take(size_t batch, size_t width, size_t rows) {
+    STFORMER_CHECK((rows == 1 || position == 0) && position + rows <= length,
+                   "Decoding: a step past the cache, or a prompt into a cache that is not empty");
+    float* kt = cache + taken;
+    taken += floats(batch, width, length);
+    return {kt, kt + batch * width * keys(length), keys(length), length, width};
+  }
 };
 
 // Masks of one attention call. causal: query i sees keys j <= i (counted from the first row
@@ -140,6 +175,9 @@ struct Mask {
   bool causal = false;
   const KeyMask<B, Nk>* keys = nullptr;
   Decoding* decoding = nullptr;
+
+  // A decoding step: one row per sequence, given a Decoding (with more rows, a prompt's pass).
+  bool decoding_step() const { return Nk == 1 && decoding != nullptr; }
 
   bool sees(size_t b, size_t i, size_t j) const {
     return (!causal || j <= i) && (keys == nullptr || (*keys)(b, j));
@@ -159,23 +197,6 @@ KeyMask<B, Nk> key_mask_from_lengths(const size_t (&length)[B]) {
     for (size_t j = 0; j < Nk; ++j) m(b, j) = j < length[b];
   return m;
 }
-
-// Error on bad run-time input (a token id out of range, a name too long ...): an exception of
-// type std::invalid_argument where exceptions exist; std::abort in -fno-exceptions builds
-// (firmware), where such input should be ruled out before it reaches the model.
-[[noreturn]] inline void fail(const char* what) {
-#if defined(__cpp_exceptions)
-  throw std::invalid_argument(what);
-#else
-  (void)what;
-  std::abort();
-#endif
-}
-
-#define STFORMER_CHECK(cond, what) \
-  do {                              \
-    if (!(cond)) ::stformer::fail(what); \
-  } while (0)
 
 }  // namespace stformer
 

@@ -17,15 +17,15 @@
 // count, so a model draws the same tokens on every one.
 #pragma once
 
-#include "core/config.hpp"
+#include "../core/config.hpp"
 
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <span>
 
-#include "compose/decode.hpp"
-#include "core/rng.hpp"
+#include "decode.hpp"
+#include "../core/rng.hpp"
 
 namespace stformer::inline STFORMER_ABI {
 
