@@ -91,6 +91,11 @@ int main(int argc, char** argv) {
     std::copy_n(y->data(), 11, steps.data() + t * 11);
   }
   array("expected_steps_a", steps);
+  // CausalLast: the same parameters (loaded by name: the file declares CausalLM), its pass the
+  // last row of CausalLM's
+  auto last = std::make_unique<CausalLast>();
+  load_params(safetensors::File::read(out / "causal_lm.safetensors"), *last, "", Unexpected::ignore);
+  save_params(out / "causal_last.safetensors", *last);
   std::array<std::int32_t, 5> greedy{}, drawn{};
   Sampler<11> argmax, sampled({.temperature = 0.8f}, 42);
   if (generate(*lm, *dec, argmax, std::span<const std::int32_t>(a.data(), 3), 5, greedy.data()) != 5 ||

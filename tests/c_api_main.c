@@ -2,10 +2,13 @@
    model, and of a causal language model (causal_lm.hpp), from C: the outputs bit for bit as the
    host's (expected.h), the masks, the integer model's integer entry, the language model's
    generation through its cache (its steps' logits, greedy and drawn tokens), and the bad-input
-   statuses. */
+   statuses; the same model in llama2.c's inference form (CausalLast: logits of the last row
+   alone), whose steps and tokens are the language model's. */
+#include <math.h>
 #include <stdio.h>
 #include <string.h>
 
+#include "causal_last.h"
 #include "causal_lm.h"
 #include "causal_lm_q.h"
 #include "expected.h"
@@ -90,6 +93,20 @@ int main(void) {
   check(causal_lm_generate(input_a, 0, 5, 0.0f, 0, tokens) == CAUSAL_LM_BAD_INPUT && causal_lm_generate(input_a, 3, 5, -1.0f, 0, tokens) == CAUSAL_LM_BAD_INPUT &&
             causal_lm_generate(bad, 8, 1, 0.0f, 0, tokens) == CAUSAL_LM_BAD_INPUT,
         "an empty prompt, a negative temperature, a token id out of range refused");
+  /* CausalLast: [1, 1, V], the last row of the language model's pass (a head over one row: its
+     sums in another order, within 1e-5); its steps the language model's bit for bit */
+  float last[CAUSAL_LAST_OUTPUT_SIZE], largest = 0.0f, error = 0.0f;
+  const float* last_row = expected_lm_a + (CAUSAL_LM_ROWS - 1) * CAUSAL_LM_VOCABULARY;
+  check(CAUSAL_LAST_OUTPUT_SIZE == CAUSAL_LM_VOCABULARY && causal_last_predict(input_a, last) == CAUSAL_LAST_OK, "CausalLast: one row of logits");
+  for (int i = 0; i < CAUSAL_LAST_OUTPUT_SIZE; ++i) largest = fmaxf(largest, fabsf(last_row[i])), error = fmaxf(error, fabsf(last[i] - last_row[i]));
+  check(error <= 1e-5f * largest, "CausalLast on input a: the last row of the language model's output");
+  same = causal_last_reset() == CAUSAL_LAST_OK;
+  for (int t = 0; t < CAUSAL_LAST_ROWS; ++t)
+    same = same && causal_last_step(input_a[t], next) == CAUSAL_LAST_OK && memcmp(next, expected_steps_a + t * CAUSAL_LM_VOCABULARY, sizeof next) == 0;
+  check(same && causal_last_step(input_a[0], next) == CAUSAL_LAST_FULL, "CausalLast stepped through its cache: the language model's logits, then full");
+  check(causal_last_generate(input_a, 3, 5, 0.0f, 0, tokens) == CAUSAL_LAST_OK && memcmp(tokens, expected_greedy, sizeof tokens) == 0 &&
+            causal_last_generate(input_a, 3, 5, 0.8f, 42, tokens) == CAUSAL_LAST_OK && memcmp(tokens, expected_drawn, sizeof tokens) == 0,
+        "CausalLast generates the language model's tokens, greedy and drawn");
   printf("causal_lm: %u B of parameters, %u B of workspace (with the cache of %d positions)\n", (unsigned)causal_lm_parameter_bytes,
          (unsigned)causal_lm_workspace_bytes, CAUSAL_LM_ROWS);
   printf("seqcls_q (integers): %u B of parameters, %u B of workspace\n", (unsigned)seqcls_q_parameter_bytes, (unsigned)seqcls_q_workspace_bytes);

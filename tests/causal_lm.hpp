@@ -15,3 +15,11 @@ struct CausalLM : stformer::Sequential<stformer::Named<"embedding", stformer::Em
                                        stformer::Named<"head", stformer::Linear<16, 11>>> {
   static constexpr bool causal = true;
 };
+
+// The same model in its inference form, as llama2.c writes it: the head over the last row alone
+// ([1, 1, 11], the next token's logits after the 8), the same parameters by name.
+struct CausalLast : stformer::Sequential<stformer::Named<"embedding", stformer::Embedding<11, 16>>, stformer::PositionalEncoding<8, 16>,
+                                         stformer::Named<"blocks", stformer::Repeat<user::ParallelBlock<16, 2, 32>, 2>>, stformer::LastToken<16>,
+                                         stformer::Named<"head", stformer::Linear<16, 11>>> {
+  static constexpr bool causal = true;
+};

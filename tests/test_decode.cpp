@@ -160,8 +160,8 @@ TEST_CASE("DecodeOf: llama2.c's model (rotary grouped-query attention, RMSNorm, 
   // (within 3e-6: its scores, of random weights, reach tens, and a score's rounding moves its
   // weight e^s by |s| units in the last place; 2.1e-6 on x86-64, 1.6e-6 on aarch64)
   check_steps<M, 2, 24>(*model, ids, 3e-6);
-  // 2 layers, 2 sequences, 2 key/value heads of 4: kᵀ of 32 columns (24 positions rounded up to 16s) and v of 24 rows
-  static_assert(DecodeOf<M, 2, 24>::cache_floats == 2 * 2 * 8 * (32 + 24));
+  // 2 layers, 2 sequences, 2 key/value heads of 4: kᵀ and vᵀ of 32 columns (24 positions rounded up to 16s)
+  static_assert(DecodeOf<M, 2, 24>::cache_floats == 2 * 2 * 8 * (32 + 32));
 }
 
 TEST_CASE("DecodeOf: SPEC's encoder blocks over rows with sinusoidal positions, a SwiGLU block, GPT-J's parallel blocks") {

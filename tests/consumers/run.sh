@@ -10,7 +10,8 @@
 #     ONNX file written here.
 #  2. a Makefile with pkg-config, 3. a CMake project with find_package(stformer), both against
 #     that install (the Makefile also against BUILD itself, through its uninstalled .pc files),
-#     4. a meson project with stformer as a subproject (only the library built).
+#     4. a meson project with stformer as a subproject (only the library built). 3 and 4 build in
+#     the background beside the others, their output printed when they end.
 # Each builds tests/consumers/main.cpp, which loads the checkpoint and checks its predictions.
 #  5. C programs (tests/consumers/c) using the pointer and the set model, float and int8,
 #     through the C API that the installed stformer-c-api writes (tasks/max_value_models.hpp's types),
@@ -68,6 +69,31 @@ PY
   echo "ok   the installed stformer-import: an ONNX file as a header and checkpoint"
 fi
 
+# CMake and the meson subproject build in the background beside the rest (each its own log,
+# printed when it ends)
+cmake_project() {
+  project cmake
+  cmake -S "$tmp/cmake" -B "$tmp/cmake/build" -DCMAKE_PREFIX_PATH="$root" -DCMAKE_BUILD_TYPE=Release >/dev/null
+  cmake --build "$tmp/cmake/build" >/dev/null
+  "$tmp/cmake/build/consumer" "${args[@]}"
+}
+meson_project() {
+  project meson
+  mkdir -p "$tmp/meson/subprojects/stformer"
+  (cd "$src" && git ls-files -co --exclude-standard | grep -v '^build' | tar cf - -T -) | tar xf - -C "$tmp/meson/subprojects/stformer"
+  meson setup "$tmp/meson/build" "$tmp/meson" >/dev/null
+  if ninja -C "$tmp/meson/build" -t targets all | grep -q "max_value\|stformer_tests\|bench_stformer"; then
+    echo "FAIL: the subproject builds more than the library"; exit 1
+  fi
+  ninja -C "$tmp/meson/build" >/dev/null
+  "$tmp/meson/build/consumer" "${args[@]}"
+}
+declare -A pid
+for part in cmake meson; do
+  "${part}_project" >"$tmp/$part.log" 2>&1 &
+  pid[$part]=$!
+done
+
 echo "== a Makefile with pkg-config"
 project make
 PKG_CONFIG_PATH="$root/$libdir/pkgconfig" PKG_CONFIG_SYSROOT_DIR="$tmp/stage" make -s -C "$tmp/make"
@@ -77,22 +103,6 @@ rm -f "$tmp/make/consumer"
 PKG_CONFIG_PATH="$build/meson-uninstalled" make -s -C "$tmp/make"
 "$tmp/make/consumer" "${args[@]}"
 
-echo "== CMake, find_package(stformer)"
-project cmake
-cmake -S "$tmp/cmake" -B "$tmp/cmake/build" -DCMAKE_PREFIX_PATH="$root" -DCMAKE_BUILD_TYPE=Release >/dev/null
-cmake --build "$tmp/cmake/build" >/dev/null
-"$tmp/cmake/build/consumer" "${args[@]}"
-
-echo "== meson, stformer as a subproject"
-project meson
-mkdir -p "$tmp/meson/subprojects/stformer"
-(cd "$src" && git ls-files -co --exclude-standard | grep -v '^build' | tar cf - -T -) | tar xf - -C "$tmp/meson/subprojects/stformer"
-meson setup "$tmp/meson/build" "$tmp/meson" >/dev/null
-if ninja -C "$tmp/meson/build" -t targets all | grep -q "max_value\|stformer_tests\|bench_stformer"; then
-  echo "FAIL: the subproject builds more than the library"; exit 1
-fi
-ninja -C "$tmp/meson/build" >/dev/null
-"$tmp/meson/build/consumer" "${args[@]}"
 echo "== C programs, through the models' C API"
 mkdir "$tmp/c" && cp "$src"/tests/consumers/c/* "$models" "$tmp/c/"
 generate max_value max_value::PointerNet "${args[0]}" --rows 50 --out "$tmp/c"
@@ -110,9 +120,16 @@ for m in set qset; do
   generate "$m" "$type" "$tmp/$m.safetensors" --rows 50 --out "$tmp/c"
   "$root/bin/checkpoint_header" --c "$tmp/${m}y.safetensors" "$tmp/c/${m}y.h"
 done
-PKG_CONFIG_PATH="$root/$libdir/pkgconfig" PKG_CONFIG_SYSROOT_DIR="$tmp/stage" make -s -C "$tmp/c"
+PKG_CONFIG_PATH="$root/$libdir/pkgconfig" PKG_CONFIG_SYSROOT_DIR="$tmp/stage" make -s -j2 -C "$tmp/c"
 for p in predict predict_int8 predict_set; do
   if ldd "$tmp/c/$p" | grep -q "libstdc++"; then echo "FAIL: the C program $p links libstdc++"; exit 1; fi
   "$tmp/c/$p"
+done
+for part in cmake meson; do
+  status=0
+  wait "${pid[$part]}" || status=$?
+  case $part in cmake) echo "== CMake, find_package(stformer)" ;; meson) echo "== meson, stformer as a subproject" ;; esac
+  cat "$tmp/$part.log"
+  [ $status = 0 ] || { echo "FAIL: the $part project, exit status $status"; exit 1; }
 done
 echo "consumers passed: make + pkg-config, CMake, meson subproject, C through the C API"

@@ -477,14 +477,14 @@ struct MultiHeadAttention : AttentionProjections<Dq, Dkv, D, Pr> {
 
   // A decoding step (stformer/compose/decode.hpp; self-attention, Dq = Dkv = D): one row per
   // sequence, x [B, D], at position t = dec.position, reads itself and the rows before it, whose
-  // keys and values are in its part of the cache: kᵀ [B, D, Lk] (the keys transposed, Lk =
-  // Decoding::keys(L) columns) and v [B, L, D] (L = dec.length):
+  // keys and values are in its part of the cache: kᵀ and vᵀ [B, D, Lk] (transposed, Lk =
+  // Decoding::keys(L) columns, L = dec.length):
   //   k[b, t] = x_b Wkᵀ + bk,  v[b, t] = x_b Wvᵀ + bv,  q_b = x_b Wqᵀ + bq
   //   o_{b,h} = Σ_{j ≤ t} softmax_j(s · q_{b,h}·k[b, j, h]) v[b, j, h]   (kernels::attend_cached)
   //   y_b = concat_h(o_{b,h}) Woᵀ + bo
   // the causal pass's last row, up to float rounding (the projections' sums in another order).
   // x becomes the queries, then the heads; y is written over x, or added into residual [B, D]
-  // when it is not null. tile: T rows of the projections (Work::rows), then a key.
+  // when it is not null. tile: T rows of the projections (Work::rows), then a key (then a value).
   template <size_t B, size_t T, class Pool = Serial>
   void decode(float* x, float* residual, float* tile, Decoding& dec, Pool&& pool = Pool{}) const {
     static_assert(Dq == D && Dkv == D, "MultiHeadAttention::decode: self-attention (Dq = Dkv = D)");
@@ -493,13 +493,14 @@ struct MultiHeadAttention : AttentionProjections<Dq, Dkv, D, Pr> {
     for (size_t b = 0; b < B; ++b) {
       k_proj().template apply<1>(x + b * D, tile);
       kv.put_key(b, t, tile);
-      v_proj().template apply<1>(x + b * D, kv.values(b, t));
+      v_proj().template apply<1>(x + b * D, tile);
+      kv.put_value(b, t, tile);
     }
     q_proj().template apply_tiled<B, T>(x, x, tile, pool);
     for (size_t b = 0; b < B; ++b)
       for (size_t h = 0; h < H; ++h) {
         float* qh = x + b * D + h * Dh;  // q_{b,h}, then o_{b,h}
-        kernels::attend_cached<Dh>(qh, kv.keys(b, h * Dh), kv.columns, kv.values(b, 0) + h * Dh, D, t + 1, score_scale, dec.scores, qh);
+        kernels::attend_cached<Dh>(qh, kv.keys(b, h * Dh), kv.values(b, h * Dh), kv.columns, t + 1, score_scale, dec.scores, qh);
       }
     if (residual)
       wo.template apply_tiled<B, T, false, true>(x, residual, tile, pool);
@@ -514,10 +515,10 @@ struct MultiHeadAttention : AttentionProjections<Dq, Dkv, D, Pr> {
     const auto kv = dec.take(B, D, N);
     for (size_t b = 0; b < B; ++b) {
       for (size_t c = 0; c < D; ++c) std::copy_n(w.kt.data() + (b * D + c) * N, N, kv.keys(b, c));
-      std::copy_n(w.v.data() + b * N * D, N * D, kv.values(b, 0));
+      for (size_t j = 0; j < N; ++j) kv.put_value(b, j, w.v.data() + (b * N + j) * D);
     }
   }
-  // The floats of its part of a decoding pass's cache (Decoding::Part): kᵀ [B, D, Lk] and v [B, L, D].
+  // The floats of its part of a decoding pass's cache (Decoding::Part): kᵀ and vᵀ [B, D, Lk].
   static constexpr size_t cache_floats(size_t batch, size_t length) { return Decoding::floats(batch, D, length); }
 
   // The whole block forward only: q (then the heads), the keys of Work, out. The same bits as

@@ -16,8 +16,8 @@
 //   dq_h = dS_h k_g,  dk_g = Σ_{h of g} dS_hᵀ q_h,  then dq, dk ← R(−p) dq, R(−p) dk
 //   dx = dq Wq + dk Wk + dv Wv
 // Decoding (DecodeOf, stformer/compose/decode.hpp): the row at position t writes its turned key
-// into column t of its cache's kᵀ [B, Dk, Lk] and its value into row t of v [B, L, Dk] (Dk
-// floats a position each: the grouped heads' saving), and its queries read positions 0 .. t.
+// and its value into column t of its cache's kᵀ and vᵀ [B, Dk, Lk] (Dk floats a position each:
+// the grouped heads' saving), and its queries read positions 0 .. t.
 // The angles' cos and sin for positions 0 .. L − 1 are a table made before main (in double).
 // Parameters (llama2.c's names): wq [D, D], wk [Dk, D], wv [Dk, D], wo [D, D] (.weight; .bias when Bi).
 #pragma once
@@ -137,7 +137,7 @@ struct RotaryAttention {
   using Input = Tensor<B, N, D>;
   static constexpr bool in_place = true;
   static constexpr bool decodes = true;  // DecodeOf
-  // its part of a decoding pass's cache: the keys transposed, kᵀ [B, Dk, Lk] (Lk = Decoding::keys(L)), and v [B, L, Dk]
+  // its part of a decoding pass's cache: the keys and values transposed, kᵀ and vᵀ [B, Dk, Lk] (Lk = Decoding::keys(L))
   static constexpr size_t cache_floats(size_t batch, size_t length) { return Decoding::floats(batch, Dk, length); }
   template <size_t B, size_t N, size_t Room = 0>
   struct Scratch {
@@ -163,14 +163,12 @@ struct RotaryAttention {
   template <size_t B, size_t N>
   static void store(const float* k, const float* v, Decoding& dec) {
     const auto kv = dec.take(B, Dk, N);
-    for (size_t b = 0; b < B; ++b) {
-      for (size_t j = 0; j < N; ++j) kv.put_key(b, j, k + (b * N + j) * Dk);
-      std::copy_n(v + b * N * Dk, N * Dk, kv.values(b, 0));
-    }
+    for (size_t b = 0; b < B; ++b)
+      for (size_t j = 0; j < N; ++j) kv.put_key(b, j, k + (b * N + j) * Dk), kv.put_value(b, j, v + (b * N + j) * Dk);
   }
 
-  // A decoding step: x [B, D], one row per sequence at position t, its key (turned) into column t
-  // of the cache's kᵀ and its value into row t of v, then o_h = Σ_{j ≤ t} softmax_j(q_h·k[j]_g /
+  // A decoding step: x [B, D], one row per sequence at position t, its key (turned) and value into
+  // column t of the cache's kᵀ and vᵀ, then o_h = Σ_{j ≤ t} softmax_j(q_h·k[j]_g /
   // √Dh) v[j]_g (kernels::attend_cached); y over x.
   template <size_t B, size_t T, class Pool>
   void decode(float* x, float* tile, Decoding& dec, Pool& pool) const {
@@ -180,7 +178,8 @@ struct RotaryAttention {
       wk.template apply<1>(x + b * D, tile);
       rotate(tile, 1, Dk, KVH, t);
       kv.put_key(b, t, tile);
-      wv.template apply<1>(x + b * D, kv.values(b, t));
+      wv.template apply<1>(x + b * D, tile);
+      kv.put_value(b, t, tile);
     }
     wq.template apply_tiled<B, T>(x, x, tile, pool);
     for (size_t b = 0; b < B; ++b) {
@@ -188,7 +187,7 @@ struct RotaryAttention {
       for (size_t h = 0; h < H; ++h) {
         float* qh = x + b * D + h * Dh;  // q_h, then o_h
         const size_t g = h / group;
-        kernels::attend_cached<Dh>(qh, kv.keys(b, g * Dh), kv.columns, kv.values(b, 0) + g * Dh, Dk, t + 1, scale, dec.scores, qh);
+        kernels::attend_cached<Dh>(qh, kv.keys(b, g * Dh), kv.values(b, g * Dh), kv.columns, t + 1, scale, dec.scores, qh);
       }
     }
     wo.template apply_tiled<B, T>(x, x, tile, pool);

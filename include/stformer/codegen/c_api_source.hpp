@@ -101,10 +101,11 @@ CApiSource c_api_source(const Model& model, const CApiNames& names) {
       return std::type_identity<float>{};
   }())::type;
   constexpr bool last_logits = integers && sizeof(QOut) == 4;
-  // generation through a cache: a causal float language model (token ids in, the next token's logits out at each row)
+  // generation through a cache: a causal float language model (token ids in, the next token's
+  // logits out at each row, or at the last alone: a LastToken before the head, as llama2.c's)
   constexpr bool generates = [] {
     if constexpr (!integers && ids && decode::decodes<Model>())
-      return dims<Out>[1] == N && dims<Out>[2] == Model::template BlockAt<0>::vocabulary;
+      return (dims<Out>[1] == N || dims<Out>[1] == 1) && dims<Out>[2] == Model::template BlockAt<0>::vocabulary;
     else
       return false;
   }();

@@ -24,8 +24,8 @@
 // step, a class token, an attention over a memory or a set) is a compile error naming it.
 //
 // Memory, all of it in the object, known at compile time:
-//   sizeof(DecodeOf) = the caches (each attention's keys and values: kᵀ [B, D, MaxLen rounded up
-//                      to 16] and v [B, MaxLen, D]; cache_floats)
+//   sizeof(DecodeOf) = the caches (each attention's keys and values, transposed: kᵀ and vᵀ
+//                      [B, D, MaxLen rounded up to 16]; cache_floats)
 //                    + one step's plan (sizeof(InferOf<Model, B, 1>)) + a row of scores [MaxLen]
 // A step past MaxLen positions is refused: step returns null and changes nothing.
 #pragma once

@@ -138,21 +138,25 @@ struct Decoding {
   size_t taken = 0;         // floats of cache handed out in this pass
   float* scores = nullptr;  // [length]
 
-  // The columns of a cache of keys held transposed, k_hᵀ [Dh, keys]: the positions rounded up to
-  // whole vectors of any backend (a step's scores are taken a vector of keys at a time).
+  // The columns of a cache held transposed, [features, keys]: the positions rounded up to whole
+  // vectors of any backend (a step's scores are taken a vector of keys at a time).
   static constexpr size_t keys(size_t length) { return (length + 15) / 16 * 16; }
   // The floats of one attention's part for `batch` sequences of keys and values `width` wide.
-  static constexpr size_t floats(size_t batch, size_t width, size_t length) { return batch * width * (keys(length) + length); }
+  static constexpr size_t floats(size_t batch, size_t width, size_t length) { return 2 * batch * width * keys(length); }
 
-  // One attention's part of the cache: its keys transposed, kᵀ [B, width, keys(length)] (a
-  // column a position), then its values, v [B, length, width].
+  // One attention's part of the cache: its keys and its values transposed, kᵀ and vᵀ
+  // [B, width, keys(length)] (a column a position), so that a step reads both a vector of
+  // positions at a time whatever the head's width.
   struct Part {
-    float *kt, *v;
-    size_t columns, length, width;
-    float* keys(size_t b, size_t c) const { return kt + (b * width + c) * columns; }  // feature c of sequence b's keys
-    float* values(size_t b, size_t t) const { return v + (b * length + t) * width; }  // sequence b's value at t
-    void put_key(size_t b, size_t t, const float* k) const {
+    float *kt, *vt;
+    size_t columns, width;
+    float* keys(size_t b, size_t c) const { return kt + (b * width + c) * columns; }    // feature c of sequence b's keys
+    float* values(size_t b, size_t c) const { return vt + (b * width + c) * columns; }  // feature c of its values
+    void put_key(size_t b, size_t t, const float* k) const {  // the key at position t
       for (size_t c = 0; c < width; ++c) keys(b, c)[t] = k[c];
+    }
+    void put_value(size_t b, size_t t, const float* v) const {
+      for (size_t c = 0; c < width; ++c) values(b, c)[t] = v[c];
     }
   };
   // The next attention's part, which this pass writes at `rows` positions from `position` (a
@@ -162,7 +166,7 @@ struct Decoding {
                    "Decoding: a step past the cache, or a prompt into a cache that is not empty");
     float* kt = cache + taken;
     taken += floats(batch, width, length);
-    return {kt, kt + batch * width * keys(length), keys(length), length, width};
+    return {kt, kt + batch * width * keys(length), keys(length), width};
   }
 };
 

@@ -224,31 +224,53 @@ inline void axpy(float a, const float* x, float* y) {  // y += a·x
   for (size_t j = full; j < N; ++j) y[j] += a * x[j];
 }
 
-// One query over n cached keys and values (a decoding step's head): s_j = q · k_j, the keys held
-// transposed (kt [Dh, ldk]: key j in column j, columns up to ⌈n/W⌉·W readable), each entry one
-// chain of multiply-adds along Dh as the forward pass's products take it; a = softmax(scale · s)
-// (softmax_row); o = Σ_j a_j v_j (v: rows ldv apart), o [Dh] written after q is read (o may be q).
-// s: room for ⌈n/W⌉·W entries.
+// One query over n cached keys and values (a decoding step's head), both held transposed (kt, vt
+// [Dh, ld]: position j in column j, columns up to ⌈n/W⌉·W readable): s_j = q · k_j, each entry
+// one chain of multiply-adds along Dh as the forward pass's products take it; a = softmax(scale ·
+// s) (softmax_row); o_c = Σ_j a_j vᵀ[c, j], a vector of positions at a time. o [Dh] is written
+// after q is read (o may be q). s: room for ⌈n/W⌉·W entries.
 template <size_t Dh>
-inline void attend_cached(const float* q, const float* kt, size_t ldk, const float* v, size_t ldv, size_t n, float scale, float* s, float* o) {
+inline void attend_cached(const float* q, const float* kt, const float* vt, size_t ld, size_t n, float scale, float* s, float* o) {
   const size_t whole = (n + W - 1) / W * W;
   size_t j = 0;
   for (; j + 4 * W <= whole; j += 4 * W) {
     vf acc[4] = {splat(0.0f), splat(0.0f), splat(0.0f), splat(0.0f)};
     for (size_t c = 0; c < Dh; ++c) {
       const vf qc = splat(q[c]);
-      for (size_t u = 0; u < 4; ++u) acc[u] = fma(qc, load(kt + c * ldk + j + u * W), acc[u]);
+      for (size_t u = 0; u < 4; ++u) acc[u] = fma(qc, load(kt + c * ld + j + u * W), acc[u]);
     }
     for (size_t u = 0; u < 4; ++u) store(s + j + u * W, acc[u]);
   }
   for (; j < whole; j += W) {
     vf acc = splat(0.0f);
-    for (size_t c = 0; c < Dh; ++c) acc = fma(splat(q[c]), load(kt + c * ldk + j), acc);
+    for (size_t c = 0; c < Dh; ++c) acc = fma(splat(q[c]), load(kt + c * ld + j), acc);
     store(s + j, acc);
   }
   softmax_row(s, n, scale);
-  fill<Dh>(o, 0.0f);
-  for (j = 0; j < n; ++j) axpy<Dh>(s[j], v + j * ldv, o);
+  // F features at a time: F chains of multiply-adds sharing each vector of a
+  constexpr size_t F = Dh % 8 == 0 ? 8 : 4, blocks = Dh / F * F;
+  const size_t full = n / W * W;
+  for (size_t c = 0; c < blocks; c += F) {
+    vf acc[F];
+    for (size_t u = 0; u < F; ++u) acc[u] = splat(0.0f);
+    for (j = 0; j < full; j += W) {
+      const vf a = load(s + j);
+      for (size_t u = 0; u < F; ++u) acc[u] = fma(a, load(vt + (c + u) * ld + j), acc[u]);
+    }
+    for (size_t u = 0; u < F; ++u) {
+      float sum = hsum(acc[u]);
+      for (j = full; j < n; ++j) sum += s[j] * vt[(c + u) * ld + j];
+      o[c + u] = sum;
+    }
+  }
+  if constexpr (blocks < Dh)
+    for (size_t c = blocks; c < Dh; ++c) {
+      vf acc = splat(0.0f);
+      for (j = 0; j < full; j += W) acc = fma(load(s + j), load(vt + c * ld + j), acc);
+      float sum = hsum(acc);
+      for (j = full; j < n; ++j) sum += s[j] * vt[c * ld + j];
+      o[c] = sum;
+    }
 }
 
 // (rnorm may be nullptr: a forward-only pass keeps no norms; y may be x: in place)
