@@ -40,17 +40,7 @@ struct SpecRows : Sequential<Linear<3, 16>, PositionalEncoding<12, 16>, Repeat<E
   static constexpr bool causal = true;
 };
 
-// llama2.c's model: token embeddings, pre-norm blocks of RMSNorm, rotary grouped-query attention
-// and a SwiGLU feed-forward layer, a final RMSNorm, the output layer.
-template <size_t V, size_t D, size_t H, size_t KVH, size_t F, size_t L>
-using LlamaBlock = Sequential<Named<"", Residual<Sequential<Named<"attention_norm", RMSNorm<D, epsilon(1e-5f)>>,
-                                                            Named<"attention", RotaryAttention<D, H, KVH, L>>>>>,
-                              Named<"", Residual<Sequential<Named<"ffn_norm", RMSNorm<D, epsilon(1e-5f)>>, Named<"feed_forward", user::SwiGLU<D, F>>>>>>;
-template <size_t V, size_t D, size_t H, size_t KVH, size_t F, size_t L>
-struct Llama : Sequential<Named<"tok_embeddings", Embedding<V, D>>, Named<"layers", Repeat<LlamaBlock<V, D, H, KVH, F, L>, 2>>,
-                          Named<"norm", RMSNorm<D, epsilon(1e-5f)>>, Named<"output", Linear<D, V, Init::xavier_normal, Bias::no>>> {
-  static constexpr bool causal = true;
-};
+using user::Llama;
 
 // Largest |a − b| over the largest |b| (at least 1e-3), n entries.
 double relative_rows(const float* a, const float* b, size_t n) {

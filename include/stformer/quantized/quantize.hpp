@@ -59,6 +59,7 @@
 #include "meanpool.hpp"
 #include "pointer.hpp"
 #include "positional.hpp"
+#include "rotary_attention.hpp"
 #include "scalenorm.hpp"
 #include "self_attention.hpp"
 #include "stream.hpp"
