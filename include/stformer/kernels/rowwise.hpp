@@ -247,10 +247,11 @@ inline void attend_cached(const float* q, const float* kt, const float* vt, size
     store(s + j, acc);
   }
   softmax_row(s, n, scale);
-  // F features at a time: F chains of multiply-adds sharing each vector of a
-  constexpr size_t F = Dh % 8 == 0 ? 8 : 4, blocks = Dh / F * F;
+  // F features at a time (the most of 8, 4, 2, 1 that divides Dh): F chains of multiply-adds
+  // sharing each vector of a
+  constexpr size_t F = Dh % 8 == 0 ? 8 : Dh % 4 == 0 ? 4 : Dh % 2 == 0 ? 2 : 1;
   const size_t full = n / W * W;
-  for (size_t c = 0; c < blocks; c += F) {
+  for (size_t c = 0; c < Dh; c += F) {
     vf acc[F];
     for (size_t u = 0; u < F; ++u) acc[u] = splat(0.0f);
     for (j = 0; j < full; j += W) {
@@ -263,14 +264,6 @@ inline void attend_cached(const float* q, const float* kt, const float* vt, size
       o[c + u] = sum;
     }
   }
-  if constexpr (blocks < Dh)
-    for (size_t c = blocks; c < Dh; ++c) {
-      vf acc = splat(0.0f);
-      for (j = 0; j < full; j += W) acc = fma(load(s + j), load(vt + c * ld + j), acc);
-      float sum = hsum(acc);
-      for (j = full; j < n; ++j) sum += s[j] * vt[c * ld + j];
-      o[c] = sum;
-    }
 }
 
 // (rnorm may be nullptr: a forward-only pass keeps no norms; y may be x: in place)
