@@ -207,23 +207,29 @@ struct QRotaryAttention {
   template <size_t B, size_t N, size_t T, class Pool = Serial>
     requires(!rows_in)
   void forward_in_place(Input<B, N>& h, Work<B, N, T>& w, const Mask<B, N>& mask, Pool&& = Pool{}) const {
-    rows.requantize(0, h.data(), w.a.data(), B * N * D);
+    std::int8_t* a = rows_of(h, w);
     std::fill(h.begin(), h.end(), std::int16_t(0));
-    add<B, N>(w.a.data(), h.data(), w, mask);
+    add<B, N>(a, h.data(), w, mask);
   }
   template <size_t B, size_t N, size_t T, class Pool = Serial>
     requires rows_in
   void run(const Input<B, N>& x, Output<B, N>& y, Work<B, N, T>& w, const Mask<B, N>& mask, Pool&& = Pool{}) const {
     std::fill(y.begin(), y.end(), std::int16_t(0));
-    add<B, N>(const_cast<std::int8_t*>(x.data()), y.data(), w, mask);
+    add<B, N>(rows_of(x, w), y.data(), w, mask);
   }
   template <size_t B, size_t N, size_t T, class Pool = Serial>
   void run_add(const Input<B, N>& x, Output<B, N>& h, Work<B, N, T>& w, const Mask<B, N>& mask, Pool&& = Pool{}) const {
+    add<B, N>(rows_of(x, w), h.data(), w, mask);
+  }
+  // The int8 rows of x, which the attention overwrites with its queries and heads: w.a ← the
+  // stream x requantized, or x itself (the norm's rows before it in a chain, read by it alone).
+  template <size_t B, size_t N, class W>
+  std::int8_t* rows_of(const Input<B, N>& x, W& w) const {
     if constexpr (rows_in) {
-      add<B, N>(const_cast<std::int8_t*>(x.data()), h.data(), w, mask);
+      return const_cast<std::int8_t*>(x.data());
     } else {
       rows.requantize(0, x.data(), w.a.data(), B * N * D);
-      add<B, N>(w.a.data(), h.data(), w, mask);
+      return w.a.data();
     }
   }
 
