@@ -8,7 +8,7 @@
 # (--image, seqcls_image.hpp), read in place by c_api_image.cpp. The causal language model of
 # causal_lm.hpp, whose type declares causal = true, is refused without --causal (the message
 # names it) and written with it (causal_lm.h, causal_lm.cpp), into the same C program, as is its
-# integer model's (causal_lm_q.h, causal_lm_q.cpp), and its form with the head over the last row
+# integer model's (causal_lm_q.h, causal_lm_q.cpp: generating through an int8 cache), and its form with the head over the last row
 # alone (CausalLast: causal_last.h, causal_last.cpp), which generates as it does.
 set -eu
 fixture=$1 out=$2

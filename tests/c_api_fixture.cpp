@@ -119,6 +119,14 @@ int main(int argc, char** argv) {
   InferOf<Quantized<CausalLM>, 1, 8> lm_qinfer;
   array("expected_lm_q_a", lm_qinfer.forward(*lm_q, a, Mask<1, 8>{.causal = true}));
   array("expected_lm_q_a_keys", lm_qinfer.forward(*lm_q, a, Mask<1, 8>{.causal = true, .keys = &keys}));
+  // its generation through its int8 cache: greedy and drawn, as the float model's above
+  auto qdec = std::make_unique<DecodeOf<Quantized<CausalLM>, 1, 8>>();
+  Sampler<11> q_argmax, q_sampled({.temperature = 0.8f}, 42);
+  if (generate(*lm_q, *qdec, q_argmax, std::span<const std::int32_t>(a.data(), 3), 5, greedy.data()) != 5 ||
+      generate(*lm_q, *qdec, q_sampled, std::span<const std::int32_t>(a.data(), 3), 5, drawn.data()) != 5)
+    return 1;
+  ids("expected_q_greedy", greedy, 5);
+  ids("expected_q_drawn", drawn, 5);
   using QChain = Quantized<CausalLM>::Sequential;
   InferOf<QChain, 1, 8> qchain_infer;
   array("unmasked_lm_q_a", qchain_infer.forward(static_cast<const QChain&>(*lm_q), a));

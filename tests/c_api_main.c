@@ -1,7 +1,8 @@
 /* The generated C APIs of a model that is not SPEC's (seq_classifier.hpp) and of its integer
    model, and of a causal language model (causal_lm.hpp), from C: the outputs bit for bit as the
    host's (expected.h), the masks, the integer model's integer entry, the language model's
-   generation through its cache (its steps' logits, greedy and drawn tokens), and the bad-input
+   generation through its cache (its steps' logits, greedy and drawn tokens), float and in
+   integers (its int8 cache: the steps' logits its integer pass's rows exactly), and the bad-input
    statuses; the same model in llama2.c's inference form (CausalLast: logits of the last row
    alone), whose steps and tokens are the language model's. */
 #include <math.h>
@@ -90,6 +91,16 @@ int main(void) {
         "5 tokens after 3 drawn at temperature 0.8, seed 42, as the host");
   check(causal_lm_generate(input_a, 3, 7, 0.0f, 0, tokens) == CAUSAL_LM_FULL && causal_lm_generate(input_a, 9, 0, 0.0f, 0, tokens) == CAUSAL_LM_FULL,
         "more positions than the cache holds refused");
+  /* the integer model through its int8 cache: each step's logits the integer pass's row bit for bit */
+  check(causal_lm_q_reset() == CAUSAL_LM_Q_OK, "the integer model: reset");
+  same = 1;
+  for (int t = 0; t < CAUSAL_LM_Q_ROWS; ++t)
+    same = same && causal_lm_q_step(input_a[t], next) == CAUSAL_LM_Q_OK && memcmp(next, expected_lm_q_a + t * CAUSAL_LM_Q_VOCABULARY, sizeof next) == 0;
+  check(same && causal_lm_q_step(input_a[0], next) == CAUSAL_LM_Q_FULL,
+        "the integer model stepped token by token through its int8 cache: its causal pass's rows bit for bit, then full");
+  check(causal_lm_q_generate(input_a, 3, 5, 0.0f, 0, tokens) == CAUSAL_LM_Q_OK && memcmp(tokens, expected_q_greedy, sizeof tokens) == 0 &&
+            causal_lm_q_generate(input_a, 3, 5, 0.8f, 42, tokens) == CAUSAL_LM_Q_OK && memcmp(tokens, expected_q_drawn, sizeof tokens) == 0,
+        "the integer model: 5 tokens after 3, greedy and drawn, as the host");
   check(causal_lm_generate(input_a, 0, 5, 0.0f, 0, tokens) == CAUSAL_LM_BAD_INPUT && causal_lm_generate(input_a, 3, 5, -1.0f, 0, tokens) == CAUSAL_LM_BAD_INPUT &&
             causal_lm_generate(bad, 8, 1, 0.0f, 0, tokens) == CAUSAL_LM_BAD_INPUT,
         "an empty prompt, a negative temperature, a token id out of range refused");

@@ -118,7 +118,7 @@ void check_steps(const M& model, const X& x, double tolerance = 1e-6) {
   MESSAGE("DecodeOf against the causal pass over " << T << " positions of " << B << " sequences: largest difference " << worst
                                                    << " (relative; steps alone " << steps_worst << "; the pass over " << P
                                                    << " rows against the pass over " << T << ": " << itself << "); " << sizeof(DecodeOf<M, B, T>)
-                                                   << " B, of which the cache " << DecodeOf<M, B, T>::cache_floats * sizeof(float)
+                                                   << " B, of which the cache " << DecodeOf<M, B, T>::cache_bytes
                                                    << " B, the plan of a step " << sizeof(InferOf<M, B, 1>) << " B");
   CHECK(worst <= std::max(tolerance, 4 * itself));
 }
@@ -135,9 +135,9 @@ TEST_CASE("DecodeOf: a nanoGPT-shaped model stepped token by token gives the cau
   // the memory is known at compile time: the caches (2 blocks' k and v [B, 16, 32]), a row of
   // scores and the plan of one step
   using Dec = DecodeOf<Gpt<40, 16, 32, 4>, 2, 16>;
-  static_assert(Dec::cache_floats == 2 * 2 * 2 * 16 * 32);
-  static_assert(sizeof(Dec) >= sizeof(float) * (Dec::cache_floats + 16) + sizeof(InferOf<Gpt<40, 16, 32, 4>, 2, 1>));
-  static_assert(sizeof(Dec) <= sizeof(float) * (Dec::cache_floats + 16) + sizeof(InferOf<Gpt<40, 16, 32, 4>, 2, 1>) + 128);
+  static_assert(Dec::cache_bytes == sizeof(float) * 2 * 2 * 2 * 16 * 32);
+  static_assert(sizeof(Dec) >= Dec::cache_bytes + 5 * 16 + sizeof(InferOf<Gpt<40, 16, 32, 4>, 2, 1>));
+  static_assert(sizeof(Dec) <= Dec::cache_bytes + 5 * 16 + sizeof(InferOf<Gpt<40, 16, 32, 4>, 2, 1>) + 192);
 }
 
 TEST_CASE("DecodeOf: llama2.c's model (rotary grouped-query attention, RMSNorm, SwiGLU), its cache KVH/H of the heads'") {
@@ -151,7 +151,7 @@ TEST_CASE("DecodeOf: llama2.c's model (rotary grouped-query attention, RMSNorm, 
   // weight e^s by |s| units in the last place; 2.1e-6 on x86-64, 1.6e-6 on aarch64)
   check_steps<M, 2, 24>(*model, ids, 3e-6);
   // 2 layers, 2 sequences, 2 key/value heads of 4: kᵀ and vᵀ of 32 columns (24 positions rounded up to 16s)
-  static_assert(DecodeOf<M, 2, 24>::cache_floats == 2 * 2 * 8 * (32 + 32));
+  static_assert(DecodeOf<M, 2, 24>::cache_bytes == sizeof(float) * 2 * 2 * 8 * (32 + 32));
 }
 
 TEST_CASE("DecodeOf: SPEC's encoder blocks over rows with sinusoidal positions, a SwiGLU block, GPT-J's parallel blocks") {

@@ -146,7 +146,7 @@ void decoding_steps(const char* name) {
     worst = std::max(worst, test::worst);
   }
   MESSAGE(std::string(name) << ": DecodeOf's " << N << " steps against PyTorch's logits at each position, largest relative difference " << worst
-               << "; " << sizeof(DecodeOf<M, B, N>) << " B (cache " << DecodeOf<M, B, N>::cache_floats * 4 << " B)");
+               << "; " << sizeof(DecodeOf<M, B, N>) << " B (cache " << DecodeOf<M, B, N>::cache_bytes << " B)");
 }
 
 }  // namespace

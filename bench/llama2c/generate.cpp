@@ -96,6 +96,6 @@ int main(int argc, char** argv) {
   if (pos > 1) std::fprintf(stderr, "achieved tok/s: %f\n", double(pos - 1) / seconds);
   std::fprintf(stderr, "step at 16: %.2f us, at %zu: %.2f us; %zu B of decoding state (cache %zu B)\n", median_near(16) * 1e6, near(256),
                median_near(256) * 1e6, sizeof(stformer::DecodeOf<Model, 1, POSITIONS>),
-               stformer::DecodeOf<Model, 1, POSITIONS>::cache_floats * sizeof(float));
+               stformer::DecodeOf<Model, 1, POSITIONS>::cache_bytes);
   return 0;
 }

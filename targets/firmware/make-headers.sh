@@ -9,6 +9,9 @@
 #   expected.hpp  the host build's log-probabilities for them (max_value predict)
 #   qweights.hpp  the same model quantized to int8 (max_value quantize), as its constant image
 #   qexpected.hpp the int8 model's quantized inputs and int32 logits for the 8 sets (predict)
+#   qstories.hpp, stories_expected.hpp  llama2.c's model at stories260K's shape in int8
+#                 (tasks/llama_models.hpp, copied to OUT) as its constant image, and the tokens
+#                 and logits' hashes of its greedy generation on the host (stories_reference)
 #   max_value.h, max_value.cpp  the float model's C API (stformer-c-api --rows 50)
 #   sets.h, expected.h          the sets and the host's log-probabilities as C arrays (--c)
 #   seqcls/   a model that is not SPEC's (tests/seq_classifier.hpp) and its integer model, their
@@ -68,6 +71,11 @@ generate "$out/torchcls/trained.hpp" torchcls trained "$build/tests/trained.safe
 generate "$out/torchcls/trained.hpp" torchcls_q 'stformer::Quantized<trained>' "$build/tests/trained_int8.safetensors" --image
 "$build/targets/firmware/checkpoint_header" --namespace torchcls_expected "$build/tests/trained_firmware.safetensors" "$out/torchcls/torchcls_expected.hpp"
 "$build/targets/firmware/checkpoint_header" --c --namespace torchcls_expected "$build/tests/trained_firmware.safetensors" "$out/torchcls/torchcls_expected.h"
+# the generation firmware's model (stories_reference: stories260K's shape in int8) and tokens
+cp "$src/tasks/llama_models.hpp" "$out/"
+"$build/targets/firmware/stories_reference" "$out"
+generate "$out/llama_models.hpp" qstories 'stformer::Quantized<stories::Stories260K>' "$out/qstories.safetensors" --image
+"$build/targets/firmware/checkpoint_header" --namespace stories_expected "$out/stories_expected.safetensors" "$out/stories_expected.hpp"
 if [ -n "$plain" ]; then
   "$plain/targets/firmware/train_reference" "$out/sets.safetensors" "$out"
   for name in train_init train_expected train_expected_chunked; do

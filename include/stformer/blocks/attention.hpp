@@ -489,7 +489,7 @@ struct MultiHeadAttention : AttentionProjections<Dq, Dkv, D, Pr> {
   void decode(float* x, float* residual, float* tile, Decoding& dec, Pool&& pool = Pool{}) const {
     static_assert(Dq == D && Dkv == D, "MultiHeadAttention::decode: self-attention (Dq = Dkv = D)");
     const size_t t = dec.position;
-    const auto kv = dec.take(B, D, 1);
+    const auto kv = dec.take<float>(B, D, 1);
     for (size_t b = 0; b < B; ++b) {
       k_proj().template apply<1>(x + b * D, tile);
       kv.put_key(b, t, tile);
@@ -500,7 +500,8 @@ struct MultiHeadAttention : AttentionProjections<Dq, Dkv, D, Pr> {
     for (size_t b = 0; b < B; ++b)
       for (size_t h = 0; h < H; ++h) {
         float* qh = x + b * D + h * Dh;  // q_{b,h}, then o_{b,h}
-        kernels::attend_cached<Dh>(qh, kv.keys(b, h * Dh), kv.values(b, h * Dh), kv.columns, t + 1, score_scale, dec.scores, qh);
+        kernels::attend_cached<Dh>(qh, kv.keys(b, h * Dh), kv.values(b, h * Dh), kv.columns, t + 1, score_scale, dec.score_row<float>(),
+                                   qh);
       }
     if (residual)
       wo.template apply_tiled<B, T, false, true>(x, residual, tile, pool);
@@ -512,14 +513,14 @@ struct MultiHeadAttention : AttentionProjections<Dq, Dkv, D, Pr> {
   template <size_t B, size_t N, size_t T>
   static void store(const Work<B, N, N, T>& w, Decoding& dec) {
     static_assert(!folds<N, N>, "MultiHeadAttention::store: self-attention's keys, projected (FullWork)");
-    const auto kv = dec.take(B, D, N);
+    const auto kv = dec.take<float>(B, D, N);
     for (size_t b = 0; b < B; ++b) {
       for (size_t c = 0; c < D; ++c) std::copy_n(w.kt.data() + (b * D + c) * N, N, kv.keys(b, c));
       for (size_t j = 0; j < N; ++j) kv.put_value(b, j, w.v.data() + (b * N + j) * D);
     }
   }
-  // The floats of its part of a decoding pass's cache (Decoding::Part): kᵀ and vᵀ [B, D, Lk].
-  static constexpr size_t cache_floats(size_t batch, size_t length) { return Decoding::floats(batch, D, length); }
+  // The bytes of its part of a decoding pass's cache (Decoding::Part): kᵀ and vᵀ [B, D, Lk], float.
+  static constexpr size_t cache_bytes(size_t batch, size_t length) { return Decoding::bytes<float>(batch, D, length); }
 
   // The whole block forward only: q (then the heads), the keys of Work, out. The same bits as
   // Acts::forward up to max_key_tile keys; beyond, the same up to float rounding.

@@ -137,8 +137,8 @@ struct RotaryAttention {
   using Input = Tensor<B, N, D>;
   static constexpr bool in_place = true;
   static constexpr bool decodes = true;  // DecodeOf
-  // its part of a decoding pass's cache: the keys and values transposed, kᵀ and vᵀ [B, Dk, Lk] (Lk = Decoding::keys(L))
-  static constexpr size_t cache_floats(size_t batch, size_t length) { return Decoding::floats(batch, Dk, length); }
+  // its part of a decoding pass's cache: the keys and values transposed, kᵀ and vᵀ [B, Dk, Lk] (Lk = Decoding::keys(L)), float
+  static constexpr size_t cache_bytes(size_t batch, size_t length) { return Decoding::bytes<float>(batch, Dk, length); }
   template <size_t B, size_t N, size_t Room = 0>
   struct Scratch {
     static constexpr size_t T = tile_rows(B * N), QB = N < 16 ? N : 16;
@@ -162,7 +162,7 @@ struct RotaryAttention {
   // A prompt's pass (N rows from position 0): its turned keys and values into the cache.
   template <size_t B, size_t N>
   static void store(const float* k, const float* v, Decoding& dec) {
-    const auto kv = dec.take(B, Dk, N);
+    const auto kv = dec.take<float>(B, Dk, N);
     for (size_t b = 0; b < B; ++b)
       for (size_t j = 0; j < N; ++j) kv.put_key(b, j, k + (b * N + j) * Dk), kv.put_value(b, j, v + (b * N + j) * Dk);
   }
@@ -173,7 +173,7 @@ struct RotaryAttention {
   template <size_t B, size_t T, class Pool>
   void decode(float* x, float* tile, Decoding& dec, Pool& pool) const {
     const size_t t = dec.position;
-    const auto kv = dec.take(B, Dk, 1);
+    const auto kv = dec.take<float>(B, Dk, 1);
     for (size_t b = 0; b < B; ++b) {
       wk.template apply<1>(x + b * D, tile);
       rotate(tile, 1, Dk, KVH, t);
@@ -187,7 +187,7 @@ struct RotaryAttention {
       for (size_t h = 0; h < H; ++h) {
         float* qh = x + b * D + h * Dh;  // q_h, then o_h
         const size_t g = h / group;
-        kernels::attend_cached<Dh>(qh, kv.keys(b, g * Dh), kv.values(b, g * Dh), kv.columns, t + 1, scale, dec.scores, qh);
+        kernels::attend_cached<Dh>(qh, kv.keys(b, g * Dh), kv.values(b, g * Dh), kv.columns, t + 1, scale, dec.score_row<float>(), qh);
       }
     }
     wo.template apply_tiled<B, T>(x, x, tile, pool);

@@ -12,9 +12,10 @@
 //       its integer steps alone (no float arithmetic), the input quantized at NAME_INPUT_SCALE
 //       (int16, nearbyintf(x / scale) clamped to ±32767; token ids as they are), the output at
 //       NAME_OUTPUT_SCALE (int16, or int32 logits)
-// A causal float model of token ids whose blocks decode (decode::decodes<Model>: a language
-// model, its logits [1, 1, V] at each row) also gets generation through a key/value cache of N
-// positions (DecodeOf<Model, 1, N>, stformer/compose/decode.hpp) in static RAM:
+// A causal model of token ids whose blocks decode (decode::decodes<Model>: a language model,
+// float or its integer model, its logits [1, 1, V] at each row or at the last alone) also gets
+// generation through a key/value cache of N positions (DecodeOf<Model, 1, N>,
+// stformer/compose/decode.hpp; an integer model's in int8) in static RAM:
 //   int NAME_reset(void);                              an empty cache
 //   int NAME_step(int32_t token, float* logits);       the next token's logits [V] after every token stepped so far
 //   int NAME_generate(const int32_t* prompt, size_t n, size_t new_tokens, float temperature,
@@ -101,10 +102,11 @@ CApiSource c_api_source(const Model& model, const CApiNames& names) {
       return std::type_identity<float>{};
   }())::type;
   constexpr bool last_logits = integers && sizeof(QOut) == 4;
-  // generation through a cache: a causal float language model (token ids in, the next token's
-  // logits out at each row, or at the last alone: a LastToken before the head, as llama2.c's)
+  // generation through a cache: a causal language model, float or integer (token ids in, the
+  // next token's logits out at each row, or at the last alone: a LastToken before the head, as
+  // llama2.c's)
   constexpr bool generates = [] {
-    if constexpr (!integers && ids && decode::decodes<Model>())
+    if constexpr (ids && decode::decodes<Model>())
       return (dims<Out>[1] == N || dims<Out>[1] == 1) && dims<Out>[2] == Model::template BlockAt<0>::vocabulary;
     else
       return false;
@@ -249,7 +251,8 @@ CApiSource c_api_source(const Model& model, const CApiNames& names) {
     constexpr size_t V = dims<Out>[2];
     c << "\nint " << name << "_reset(void) {\n  decoder.reset();\n  return stformer::c_api::ok;\n}\n\n"
       << "int " << name << "_step(std::int32_t token, float* logits) {\n"
-      << "  if (!stformer::c_api::image_ok<false>(" << name << "_image::model(), " << name << "_image::offsets)) return stformer::c_api::bad_image;\n"
+      << "  if (!stformer::c_api::image_ok<" << (integers ? "true" : "false") << ">(" << name << "_image::model(), " << name
+      << "_image::offsets)) return stformer::c_api::bad_image;\n"
       << "  if (logits == nullptr || token < 0 || token >= " << V << ") return stformer::c_api::bad_input;\n"
       << "  if (decoder.position() == N) return stformer::c_api::full;\n"
       << "  decltype(decoder)::Input one;\n  one(0, 0) = token;\n"
@@ -257,7 +260,8 @@ CApiSource c_api_source(const Model& model, const CApiNames& names) {
       << "  std::copy_n(y->data(), y->size(), logits);\n  return stformer::c_api::ok;\n}\n\n"
       << "int " << name << "_generate(const std::int32_t* prompt, std::size_t n, std::size_t new_tokens, float temperature, std::uint64_t seed, "
          "std::int32_t* out) {\n"
-      << "  if (!stformer::c_api::image_ok<false>(" << name << "_image::model(), " << name << "_image::offsets)) return stformer::c_api::bad_image;\n"
+      << "  if (!stformer::c_api::image_ok<" << (integers ? "true" : "false") << ">(" << name << "_image::model(), " << name
+      << "_image::offsets)) return stformer::c_api::bad_image;\n"
       << "  if (prompt == nullptr || out == nullptr || n == 0 || !(temperature >= 0.0f) || !stformer::c_api::finite(&temperature, 1) ||\n"
       << "      !stformer::c_api::ids_in_range(prompt, n, " << V << "))\n    return stformer::c_api::bad_input;\n"
       << "  if (n > N || (new_tokens > 0 && new_tokens - 1 > N - n)) return stformer::c_api::full;\n"

@@ -19,14 +19,16 @@
 // (declares_causal), whose blocks are row-local (each output row a function of its input row:
 // linear layers, norms, activations, feed-forward layers, LayerScale), or say how they decode
 // (decodes = true: SelfAttention, RotaryAttention, Embedding, PositionEmbedding,
-// PositionalEncoding, LastToken),
-// joined by Sequential, Named, Repeat, Residual, Parallel and Gated. Anything else (a pooling
+// PositionalEncoding, LastToken, and their integer forms, whose cache is int8: Quantized<Model>
+// decodes as Model does, each step the integers of its causal pass's row), joined by
+// Sequential, Named, Repeat, Residual, Parallel and Gated. Anything else (a pooling
 // step, a class token, an attention over a memory or a set) is a compile error naming it.
 //
 // Memory, all of it in the object, known at compile time:
 //   sizeof(DecodeOf) = the caches (each attention's keys and values, transposed: kᵀ and vᵀ
-//                      [B, D, MaxLen rounded up to 16]; cache_floats)
-//                    + one step's plan (sizeof(InferOf<Model, B, 1>)) + a row of scores [MaxLen]
+//                      [B, D, MaxLen rounded up to 16], float, or int8 in integers; cache_bytes)
+//                    + one step's plan (sizeof(InferOf<Model, B, 1>)) + a row of scores
+//                      (Decoding::score_bytes: 5 bytes a position)
 // A step past MaxLen positions is refused: step returns null and changes nothing.
 #pragma once
 
@@ -43,8 +45,8 @@ namespace stformer::inline STFORMER_ABI {
 namespace decode {
 
 // A block of a decoding pass: whether it decodes (ok; Strict: a block that does not is a
-// static_assert naming it), the floats of the cache it takes for a batch of sequences and a
-// length (its cache_floats), and the positions it may reach (its table's, for positions).
+// static_assert naming it), the bytes of the cache it takes for a batch of sequences and a
+// length (its cache_bytes), and the positions it may reach (its table's, for positions).
 template <class Block, bool Strict = true>
 struct Info {
   static constexpr bool ok = [] {
@@ -56,9 +58,9 @@ struct Info {
   static_assert(ok || !Strict, "DecodeOf: a step (the block in the instantiation above) does not decode: it is neither row-local (each "
                                "output row a function of its input row) nor a block that says how it runs one position at a time "
                                "(decodes = true)");
-  static constexpr size_t floats(size_t batch, size_t length) {
-    if constexpr (requires { Block::cache_floats(batch, length); })
-      return Block::cache_floats(batch, length);
+  static constexpr size_t bytes(size_t batch, size_t length) {
+    if constexpr (requires { Block::cache_bytes(batch, length); })
+      return Block::cache_bytes(batch, length);
     else
       return 0;
   }
@@ -73,7 +75,7 @@ struct Info {
 template <bool Strict, class... Blocks>
 struct All {
   static constexpr bool ok = (Info<Blocks, Strict>::ok && ...);
-  static constexpr size_t floats(size_t batch, size_t length) { return (size_t(0) + ... + Info<Blocks, Strict>::floats(batch, length)); }
+  static constexpr size_t bytes(size_t batch, size_t length) { return (size_t(0) + ... + Info<Blocks, Strict>::bytes(batch, length)); }
   static constexpr size_t positions = std::min({SIZE_MAX, Info<Blocks, Strict>::positions...});
 };
 template <FixedString Name, class Block, bool Strict>
@@ -84,7 +86,7 @@ template <class... S, bool Strict>
 struct Info<Sequential<S...>, Strict> : All<Strict, typename step::Info<S>::Block...> {};
 template <class Block, size_t Count, bool Strict>
 struct Info<Repeat<Block, Count>, Strict> : Info<Block, Strict> {
-  static constexpr size_t floats(size_t batch, size_t length) { return Count * Info<Block, Strict>::floats(batch, length); }
+  static constexpr size_t bytes(size_t batch, size_t length) { return Count * Info<Block, Strict>::bytes(batch, length); }
 };
 template <class Body, bool Strict>
 struct Info<Residual<Body>, Strict> : Info<typename step::Info<Body>::Block, Strict> {};
@@ -93,17 +95,11 @@ struct Info<Parallel<Br...>, Strict> : All<Strict, typename step::Info<Br>::Bloc
 template <class Gate, class Value, bool Strict>
 struct Info<Gated<Gate, Value>, Strict> : All<Strict, typename step::Info<Gate>::Block, typename step::Info<Value>::Block> {};
 
-// A model derived from its chain (struct GPT : Sequential<...> { causal = true; }): the chain.
-template <class... S>
-Sequential<S...> chain_of(const Sequential<S...>*);
-template <class Model>
-using Chain = decltype(chain_of(static_cast<const Model*>(nullptr)));
-
 // Whether DecodeOf<Model, ...> compiles: a causal chain whose every block decodes.
 template <class Model>
 constexpr bool decodes() {
-  if constexpr (declares_causal<Model> && requires { chain_of(static_cast<const Model*>(nullptr)); })
-    return Info<Chain<Model>, false>::ok;
+  if constexpr (declares_causal<Model> && step::chain_model<Model>)
+    return Info<step::ChainOf<Model>, false>::ok;
   else
     return false;
 }
@@ -115,10 +111,10 @@ struct DecodeOf {
   static_assert(declares_causal<Model>,
                 "DecodeOf: the model must declare itself causal (static constexpr bool causal = true): decoding runs its causal pass one "
                 "position at a time, and a model whose rows read later rows cannot be run so");
-  using Info = decode::Info<decode::Chain<Model>>;
+  using Info = decode::Info<step::ChainOf<Model>>;
   static_assert(MaxLen >= 1 && MaxLen <= Info::positions, "DecodeOf: MaxLen exceeds the positions the model's position table has");
   static constexpr size_t length = MaxLen;
-  static constexpr size_t cache_floats = Info::floats(B, MaxLen);  // every attention's keys and values
+  static constexpr size_t cache_bytes = Info::bytes(B, MaxLen);  // every attention's keys and values
   using Input = typename Model::template Input<B, 1>;
   using Output = typename Model::template Output<B, 1>;
 
@@ -152,15 +148,15 @@ struct DecodeOf {
   // the cache; then t is N positions on.
   template <size_t N, class X, class Pass, class Pool>
   const auto& run(const Model& p, const X& x, Pass& n_rows, Pool& pool) {
-    Decoding d{.position = t, .length = MaxLen, .cache = cache.data(), .scores = scores.data()};
+    Decoding d{.position = t, .length = MaxLen, .cache = cache, .scores = scores};
     const auto& y = n_rows.forward(p, x, Mask<B, N>{.causal = true, .decoding = &d}, pool);
-    STFORMER_CHECK(d.taken == cache_floats, "DecodeOf: the model's attentions took another cache than decode::Info counts");
+    STFORMER_CHECK(d.taken == cache_bytes, "DecodeOf: the model's attentions took another cache than decode::Info counts");
     t += N;
     return y;
   }
 
-  Tensor<cache_floats ? cache_floats : 1> cache;
-  Tensor<Decoding::keys(MaxLen)> scores;  // (padded to whole vectors: kernels::softmax_row)
+  alignas(64) std::byte cache[cache_bytes ? cache_bytes : 1];
+  alignas(64) std::byte scores[Decoding::score_bytes(MaxLen)];  // (padded to whole vectors: kernels::softmax_row)
   InferOf<Model, B, 1> pass;
   size_t t = 0;
 };

@@ -106,6 +106,9 @@ struct DimsOf<xt::xtensor_fixed<E, xt::xshape<S...>, xt::layout_type::row_major,
 template <class T>
 inline constexpr auto dims = DimsOf<T>::value;
 
+template <class... S>
+struct Sequential;
+
 namespace step {
 
 // A step's block and name.
@@ -556,6 +559,15 @@ struct Parts {
     visit_part<Nth<I, S...>>(at, I, true, f, m.template get<I>()...);
   }
 };
+
+// The chain a model is: a Sequential, or a model derived from one (struct GPT : Sequential<…>
+// { static constexpr bool causal = true; }); chain_model: whether it is either.
+template <class... S>
+Sequential<S...> chain_of(const Sequential<S...>*);
+template <class Model>
+using ChainOf = decltype(step::chain_of(static_cast<const Model*>(nullptr)));
+template <class Model>
+concept chain_model = requires { step::chain_of(static_cast<const Model*>(nullptr)); };
 
 }  // namespace step
 

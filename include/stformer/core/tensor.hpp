@@ -129,44 +129,59 @@ using KeyMask = xt::xtensor_fixed<bool, xt::xshape<B, Nk>, xt::layout_type::row_
 
 // A decoding pass (DecodeOf, stformer/compose/decode.hpp): its rows are at positions position,
 // position + 1, …, and the keys and values of the rows before them are in `cache`, where each
-// attention takes its part in the order the pass meets it (take: the same order every step).
-// scores: one query's scores over up to `length` keys.
+// attention takes its part in the order the pass meets it (take: the same order every step), of
+// its own type (float; int8 in integers). scores: one query's scores over up to `length` keys
+// (float, or int32 followed by their int8 numerators: score_bytes).
 struct Decoding {
-  size_t position = 0;      // the first row's position: rows 0 .. position − 1 are cached
-  size_t length = 0;        // the positions the caches hold
-  float* cache = nullptr;   // every attention's keys and values, one after the other
-  size_t taken = 0;         // floats of cache handed out in this pass
-  float* scores = nullptr;  // [length]
+  size_t position = 0;           // the first row's position: rows 0 .. position − 1 are cached
+  size_t length = 0;             // the positions the caches hold
+  std::byte* cache = nullptr;    // every attention's keys and values, one after the other
+  size_t taken = 0;              // bytes of cache handed out in this pass
+  std::byte* scores = nullptr;   // [score_bytes(length)], aligned as a float
 
   // The columns of a cache held transposed, [features, keys]: the positions rounded up to whole
   // vectors of any backend (a step's scores are taken a vector of keys at a time).
   static constexpr size_t keys(size_t length) { return (length + 15) / 16 * 16; }
-  // The floats of one attention's part for `batch` sequences of keys and values `width` wide.
-  static constexpr size_t floats(size_t batch, size_t width, size_t length) { return 2 * batch * width * keys(length); }
+  // The bytes of one attention's part for `batch` sequences of keys and values `width` wide, of T.
+  template <class T>
+  static constexpr size_t bytes(size_t batch, size_t width, size_t length) {
+    return (2 * batch * width * keys(length) * sizeof(T) + 63) / 64 * 64;
+  }
+  // One query's scores: float [keys], or int32 [keys] and int8 [keys].
+  static constexpr size_t score_bytes(size_t length) { return keys(length) * (sizeof(float) + 1); }
 
   // One attention's part of the cache: its keys and its values transposed, kᵀ and vᵀ
   // [B, width, keys(length)] (a column a position), so that a step reads both a vector of
   // positions at a time whatever the head's width.
+  template <class T>
   struct Part {
-    float *kt, *vt;
+    T *kt, *vt;
     size_t columns, width;
-    float* keys(size_t b, size_t c) const { return kt + (b * width + c) * columns; }    // feature c of sequence b's keys
-    float* values(size_t b, size_t c) const { return vt + (b * width + c) * columns; }  // feature c of its values
-    void put_key(size_t b, size_t t, const float* k) const {  // the key at position t
+    T* keys(size_t b, size_t c) const { return kt + (b * width + c) * columns; }    // feature c of sequence b's keys
+    T* values(size_t b, size_t c) const { return vt + (b * width + c) * columns; }  // feature c of its values
+    void put_key(size_t b, size_t t, const T* k) const {  // the key at position t
       for (size_t c = 0; c < width; ++c) keys(b, c)[t] = k[c];
     }
-    void put_value(size_t b, size_t t, const float* v) const {
+    void put_value(size_t b, size_t t, const T* v) const {
       for (size_t c = 0; c < width; ++c) values(b, c)[t] = v[c];
     }
   };
   // The next attention's part, which this pass writes at `rows` positions from `position` (a
   // prompt's pass: from position 0).
-  Part take(size_t batch, size_t width, size_t rows) {
+  template <class T>
+  Part<T> take(size_t batch, size_t width, size_t rows) {
     STFORMER_CHECK((rows == 1 || position == 0) && position + rows <= length,
                    "Decoding: a step past the cache, or a prompt into a cache that is not empty");
-    float* kt = cache + taken;
-    taken += floats(batch, width, length);
+    T* kt = reinterpret_cast<T*>(cache + taken);
+    taken += bytes<T>(batch, width, length);
     return {kt, kt + batch * width * keys(length), keys(length), width};
+  }
+  template <class T>
+  T* score_row() const {  // float or int32 [keys(length)]
+    return reinterpret_cast<T*>(scores);
+  }
+  std::int8_t* numerators() const {  // int8 [keys(length)], after the int32 scores
+    return reinterpret_cast<std::int8_t*>(scores + keys(length) * sizeof(float));
   }
 };
 

@@ -9,6 +9,7 @@
 //   divide, divide_by_root, softmax_u8: the per-row integer arithmetic of the quantized
 //                ScaleNorm and softmax (stformer/quantized/), scalar or plain loops, the same
 //                on every core
+//   attend_cached_q8: one query over a decoding pass's int8 cache, the causal pass's integers
 //
 // The product is written once over a small integer vector type, qv, from the build's backend
 // (kernels/backend/, chosen by core/config.hpp): a vector of int32 accumulators, `lanes` wide, to
@@ -24,8 +25,8 @@
 //   helium   dot products along K, 16 per VMLADAVA (dot_rows); its qv requantizes four
 //            channels at a time
 //   plain    one lane: a dot product at a time
-// Each backend may take rows itself (dot_rows: int16 rows on x86 and NEON, every int8 row on the
-// Cortex-M backends) and pack part of a panel (pack_words); this file's loops do the rest.
+// Each backend may take rows itself (dot_rows: int16 rows on x86, NEON and the Cortex-M DSP, every
+// int8 row on the Cortex-M backends) and pack part of a panel (pack_words); this file's loops do the rest.
 // Every partial sum is exact in int32 for K < 2^17 (|a·b| ≤ 128·127), so no order of summation
 // changes a result.
 #pragma once
@@ -289,6 +290,40 @@ inline constexpr auto exp2_q15_words = [] {
   return t;
 }();
 
+namespace detail {
+// u_j and e_j of softmax_u8 for a row whose largest score is mx (> INT32_MIN).
+struct Octaves {
+  std::int32_t e15;  // E = e15 · 2^(shift − 15), e15 in [2^14, 2^15)
+  int a, k;          // d·e15 < 2^31, and 2^16 steps still reach 16 octaves
+  std::uint32_t umx;
+  Octaves(std::int32_t mx, Multiplier exponent) : e15(exponent.q >> 16), umx(std::uint32_t(mx)) {
+    const int K = 15 - std::min(exponent.shift, 14);  // ≥ 1
+    a = K > 17 ? K - 17 : 0, k = K - a;
+  }
+  std::int32_t operator()(std::int32_t xj) const {  // u_j
+    const std::int32_t d = std::int32_t(std::min<std::uint32_t>((umx - std::uint32_t(xj)) >> a, 65535));
+    return std::min<std::int32_t>((d * e15 + (1 << (k - 1))) >> k, 16 * 256);
+  }
+  static std::int32_t numerator(std::int32_t t, std::int32_t u) {  // e_j from u_j and the table's entry t for u_j mod 256
+    const std::int32_t n = u >> 8;
+    return (t * 255 + (1 << (14 + n))) >> (15 + n);
+  }
+};
+// The row's largest score, then numerators(octaves) writes p and returns Σ_j e_j; every key
+// masked: p all −128, 0.
+template <class Numerators>
+[[gnu::always_inline]] inline std::int32_t softmax_u8(const std::int32_t* x, size_t n, Multiplier exponent, std::int8_t* p,
+                                                      Numerators&& numerators) {
+  std::int32_t mx = INT32_MIN;
+  for (size_t j = 0; j < n; ++j) mx = std::max(mx, x[j]);
+  if (mx == INT32_MIN) {
+    std::fill_n(p, n, std::int8_t(-128));
+    return 0;
+  }
+  return numerators(Octaves(mx, exponent));
+}
+}  // namespace detail
+
 // The softmax's numerators in 8 bits for the C scores x of one query row (int32, masked keys
 // at INT32_MIN): e_j = 255 · 2^(−u_j/256) with u_j ≈ (max − x_j)·E in 1/256 octaves, E the
 // exponent's multiplier (the scores' scale times log2(e)·256, at most 2^13), from the table
@@ -296,57 +331,51 @@ inline constexpr auto exp2_q15_words = [] {
 // of a step (u to 1/256 octave, then e to the nearest integer); 0 from 16 octaves on. All in
 // int32 so that the loop vectorizes: E's top 15 bits e15 and u_j = ⌊(d_j·e15 + ½·2^k) / 2^k⌋ on
 // d_j = min((max − x_j) / 2^a, 2^16 − 1), a and k from E's shift (a > 0 only where a unit of
-// the scores is below a quarter of a step, and then costs less than a quarter of a step). Written as p_j = e_j − 128 (int8: A·V is then a product
-// of int8 rows, the 128 added back through its bias); masked keys get e_j = 0 (a difference
-// past 2^16 steps). Returns Σ_j e_j, 0 when every key is masked.
-template <size_t C>
-inline std::int32_t softmax_u8(const std::int32_t* x, Multiplier exponent, std::int8_t* p) {
-  std::int32_t mx = INT32_MIN;
-  for (size_t j = 0; j < C; ++j) mx = std::max(mx, x[j]);
-  if (mx == INT32_MIN) {
-    std::fill_n(p, C, std::int8_t(-128));
-    return 0;
-  }
-  const std::int32_t e15 = exponent.q >> 16;             // E = e15 · 2^(shift − 15), e15 in [2^14, 2^15)
-  const int K = 15 - std::min(exponent.shift, 14);       // ≥ 1
-  const int a = K > 17 ? K - 17 : 0, k = K - a;          // d·e15 < 2^31, and 2^16 steps still reach 16 octaves
-  const std::uint32_t umx = std::uint32_t(mx);
-  // u_j from x_j, and e_j from u_j and the table's entry t for u_j mod 256
-  auto octaves = [&](std::int32_t xj) {
-    const std::int32_t d = std::int32_t(std::min<std::uint32_t>((umx - std::uint32_t(xj)) >> a, 65535));
-    return std::min<std::int32_t>((d * e15 + (1 << (k - 1))) >> k, 16 * 256);
-  };
-  auto numerator = [](std::int32_t t, std::int32_t u) {
-    const std::int32_t n = u >> 8;
-    return (t * 255 + (1 << (14 + n))) >> (15 + n);
-  };
-  std::int32_t sum = 0;
-  if constexpr (!tuning.q_lookup_words) {  // one loop: the table's entries by loads, or gathers where it vectorizes
-    for (size_t j = 0; j < C; ++j) {
-      const std::int32_t u = octaves(x[j]), e = numerator(std::int32_t(exp2_q15.v[u & 255]), u);
+// the scores is below a quarter of a step, and then costs less than a quarter of a step).
+// Written as p_j = e_j − 128 (int8: A·V is then a product of int8 rows, the 128 added back
+// through its bias); masked keys get e_j = 0 (a difference past 2^16 steps). Returns Σ_j e_j, 0
+// when every key is masked.
+// (n known at run time: a decoding step's keys. The table's entries by loads; e_j the same
+// integers as softmax_u8<C>'s, which follows.)
+inline std::int32_t softmax_u8(const std::int32_t* x, size_t n, Multiplier exponent, std::int8_t* p) {
+  return detail::softmax_u8(x, n, exponent, p, [&](const detail::Octaves& octaves) {
+    std::int32_t sum = 0;
+    for (size_t j = 0; j < n; ++j) {
+      const std::int32_t u = octaves(x[j]), e = detail::Octaves::numerator(std::int32_t(exp2_q15.v[u & 255]), u);
       p[j] = std::int8_t(e - 128);
       sum += e;
     }
+    return sum;
+  });
+}
+
+template <size_t C>
+inline std::int32_t softmax_u8(const std::int32_t* x, Multiplier exponent, std::int8_t* p) {
+  if constexpr (!tuning.q_lookup_words) {  // one loop: the table's entries by loads, or gathers where it vectorizes
+    return softmax_u8(x, C, exponent, p);
   } else {  // S keys at a time: u_j, then the table's entries (lookup_words), then e_j
-    // the sum of these keys' e_j; the output pointer and the sum in locals, as int8 stores may
-    // alias anything the lambda reaches by reference (and the loop would not vectorize)
-    auto keys = [&]<size_t S>(size_t j0) {
-      std::int32_t u[S], t[S], s = 0;
-      for (size_t j = 0; j < S; ++j) u[j] = octaves(x[j0 + j]), t[j] = u[j] & 255;
-      lookup_words<S>(exp2_q15_words.v, t, t);
-      std::int8_t* const out = p + j0;
-      for (size_t j = 0; j < S; ++j) {
-        const std::int32_t e = numerator(t[j], u[j]);
-        out[j] = std::int8_t(e - 128);
-        s += e;
-      }
-      return s;
-    };
-    constexpr size_t S = 64;
-    for (size_t j0 = 0; j0 + S <= C; j0 += S) sum += keys.template operator()<S>(j0);
-    if constexpr (C % S != 0) sum += keys.template operator()<C % S>(C / S * S);
+    return detail::softmax_u8(x, C, exponent, p, [&](const detail::Octaves& octaves) {
+      // the sum of these keys' e_j; the output pointer and the sum in locals, as int8 stores may
+      // alias anything the lambda reaches by reference (and the loop would not vectorize)
+      auto keys = [&]<size_t S>(size_t j0) {
+        std::int32_t u[S], t[S], s = 0;
+        for (size_t j = 0; j < S; ++j) u[j] = octaves(x[j0 + j]), t[j] = u[j] & 255;
+        lookup_words<S>(exp2_q15_words.v, t, t);
+        std::int8_t* const out = p + j0;
+        for (size_t j = 0; j < S; ++j) {
+          const std::int32_t e = detail::Octaves::numerator(t[j], u[j]);
+          out[j] = std::int8_t(e - 128);
+          s += e;
+        }
+        return s;
+      };
+      std::int32_t sum = 0;
+      constexpr size_t S = 64;
+      for (size_t j0 = 0; j0 + S <= C; j0 += S) sum += keys.template operator()<S>(j0);
+      if constexpr (C % S != 0) sum += keys.template operator()<C % S>(C / S * S);
+      return sum;
+    });
   }
-  return sum;
 }
 
 // The same with A in int16 (a model's int16 input, a set model's int16 rows, Int8Linear's one
@@ -403,6 +432,39 @@ inline void requantize(const std::int32_t* x, size_t n, Multiplier m, std::int32
   const size_t whole = n / L * L;  // entries in whole vectors
   for (size_t c = 0; c < whole; c += L) store_as(y + c, qv::clamp_add(qv::apply(qv::load_acc(x + c), qq, ss), zero, lo, hi));
   for (size_t c = whole; c < n; ++c) y[c] = requantize_entry<Out>(x[c], m.q, m.shift, zero, lo, hi);
+}
+
+// One query over n cached int8 keys and values (a decoding step's head in integers), both held
+// transposed (kt, vt [Dh, ld]: position j in column j):
+//   x_j = Σ_c q_c kᵀ[c, j] (int32),  e_j, Σ_j e_j by softmax_u8 (x: int32 [n], p: int8 [n])
+//   o_c = clamp(apply(Σ_j e_j vᵀ[c, j], V / Σ_j e_j), int8)
+// The integers of the causal pass's row n − 1 (QMultiHeadAttention::attend): there the keys
+// past it get e = 0, and Σ_j (e_j − 128) v_j + 128·Σ_j v_j is Σ_j e_j v_j. o [Dh] is written
+// after q is read (o may be q).
+template <size_t Dh>
+inline void attend_cached_q8(const std::int8_t* q, const std::int8_t* kt, const std::int8_t* vt, size_t ld, size_t n, Multiplier exponent,
+                             Multiplier values, std::int32_t* x, std::int8_t* p, std::int8_t* o) {
+  // a key at a time, its Dh features' products in one sum (q in registers); F features of the
+  // values at a time (F sums in registers: a Cortex-M's 13 hold 4 and the loop's pointers)
+  std::int32_t qc[Dh];
+  for (size_t c = 0; c < Dh; ++c) qc[c] = q[c];
+  for (size_t j = 0; j < n; ++j) {
+    std::int32_t s = 0;
+    for (size_t c = 0; c < Dh; ++c) s += qc[c] * std::int32_t(kt[c * ld + j]);
+    x[j] = s;
+  }
+  const std::int32_t sum = softmax_u8(x, n, exponent, p);
+  constexpr size_t F = Dh % 4 == 0 ? 4 : Dh % 2 == 0 ? 2 : 1;
+  std::int32_t acc[Dh];
+  for (size_t c0 = 0; c0 < Dh; c0 += F) {
+    std::int32_t a[F] = {};
+    for (size_t j = 0; j < n; ++j) {
+      const std::int32_t e = std::int32_t(p[j]) + 128;
+      for (size_t u = 0; u < F; ++u) a[u] += e * std::int32_t(vt[(c0 + u) * ld + j]);
+    }
+    for (size_t u = 0; u < F; ++u) acc[c0 + u] = a[u];
+  }
+  requantize(acc, Dh, divide(values, std::uint32_t(sum)), 0, -128, 127, o);
 }
 
 // Y[M,N] = clamp(zero + apply(A·Bᵀ + bias, q[c], shift[c]), lo, hi) for each output column c,

@@ -209,6 +209,45 @@ struct QMultiHeadAttention {
     attend<B, Nq, Nk, T>(q, x, w, mask);
     for_tiles<B * Nq, T>([&]<size_t R>(size_t i) { wo.template add_to<R>(x + i * D, w.tile.data(), residual + i * D); });
   }
+
+  // Decoding (DecodeOf, stformer/compose/decode.hpp; self-attention in int8 rows): its part of the
+  // cache, the keys and values in int8, transposed: kᵀ and vᵀ [B, D, Decoding::keys(L)].
+  static constexpr size_t cache_bytes(size_t batch, size_t length) { return Decoding::bytes<std::int8_t>(batch, D, length); }
+  // A prompt's pass (N rows a sequence from position 0, prepared into w): k [B, N, D] and
+  // vᵀ [B, D, N] into the cache.
+  template <size_t B, size_t N, size_t T>
+  static void store(const Work<B, N, N, T>& w, Decoding& dec) {
+    static_assert(!wide, "QMultiHeadAttention::store: int8 rows");
+    const auto kv = dec.take<std::int8_t>(B, D, N);
+    for (size_t b = 0; b < B; ++b) {
+      for (size_t j = 0; j < N; ++j) kv.put_key(b, j, w.k.data() + (b * N + j) * D);
+      for (size_t c = 0; c < D; ++c) std::copy_n(w.v.data() + (b * D + c) * N, N, kv.values(b, c));
+    }
+  }
+  // A decoding step: x [B, D] (int8 rows), one row per sequence at position t = dec.position; its
+  // key and value into column t of the cache, its queries over columns 0 .. t
+  // (kernels::attend_cached_q8), residual [B, D] += wo of the heads. The integers of row t of
+  // the causal pass over rows 0 .. t (forward_add). x becomes the queries, then the heads. tile:
+  // T rows of a projection (int32 [T, D]).
+  template <size_t B, size_t T>
+  void decode(std::int8_t* x, std::int16_t* residual, std::int32_t* tile, Decoding& dec) const {
+    static_assert(Dq == D && Dkv == D && !wide, "QMultiHeadAttention::decode: self-attention over int8 rows");
+    const size_t t = dec.position;
+    const auto kv = dec.take<std::int8_t>(B, D, 1);
+    std::int8_t row[D];
+    for (size_t b = 0; b < B; ++b) {
+      wk.template apply<1>(x + b * D, tile, row);
+      kv.put_key(b, t, row);
+      wv.template apply<1>(x + b * D, tile, row);
+      kv.put_value(b, t, row);
+    }
+    for_tiles<B, T>([&]<size_t R>(size_t i) { wq.template apply<R>(x + i * D, tile, x + i * D); });
+    for (size_t b = 0; b < B; ++b)
+      for (size_t h = 0; h < H; ++h)
+        kernels::attend_cached_q8<Dh>(x + b * D + h * Dh, kv.keys(b, h * Dh), kv.values(b, h * Dh), kv.columns, t + 1, exponent[0], values[0],
+                                      dec.score_row<std::int32_t>(), dec.numerators(), x + b * D + h * Dh);
+    for_tiles<B, T>([&]<size_t R>(size_t i) { wo.template add_to<R>(x + i * D, tile, residual + i * D); });
+  }
 };
 
 // In a composite block at precision::int8: int8 rows, or int16 where the block asks for 16 bits.

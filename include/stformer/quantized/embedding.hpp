@@ -48,6 +48,7 @@ struct QEmbedding {
   // A step of a quantized Sequential (stformer/quantized/quantize.hpp): ids [B, N] -> the stream [B, N, D].
   using Float = Embedding<V, D>;
   static constexpr bool same_scale = false;
+  static constexpr bool decodes = true;  // DecodeOf: each id's row alone
   using Ranges = NoRanges;
   void from_float(const Float& f, const Ranges&, float, float s_out) { from_float(f, s_out); }
   template <size_t B, size_t N>

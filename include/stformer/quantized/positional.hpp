@@ -37,13 +37,19 @@ struct QPositionalEncoding {
   template <size_t B, size_t N>
   using Input = TensorOf<std::int16_t, B, N, D>;
   static constexpr bool in_place = true;
+  // A decoding step (mask.decoding): the rows at positions t, t + 1, … get table[t], table[t + 1], ….
+  static constexpr bool decodes = true;
+  static constexpr size_t positions = L;
   template <size_t B, size_t N, class Pool>
-  void forward_in_place(Input<B, N>& h, Nothing, const Mask<B, N>&, Pool&&) const {
+  void forward_in_place(Input<B, N>& h, Nothing, const Mask<B, N>& mask, Pool&&) const {
     static_assert(N <= L, "QPositionalEncoding: sequence length N exceeds the table length L");
+    const size_t t = mask.decoding ? mask.decoding->position : 0;
+    STFORMER_CHECK(t + N <= L, "QPositionalEncoding: a decoding step past the table's L positions");
+    const std::int16_t* row = table.data() + t * D;
     for (size_t b = 0; b < B; ++b)
       for (size_t i = 0; i < N * D; ++i) {
         std::int16_t& v = h.data()[b * N * D + i];
-        v = std::int16_t(kernels::clamp_i32(std::int32_t(v) + table.data()[i], INT16_MIN, INT16_MAX));
+        v = std::int16_t(kernels::clamp_i32(std::int32_t(v) + row[i], INT16_MIN, INT16_MAX));
       }
   }
 };

@@ -75,14 +75,10 @@ struct Int8Of<Repeat<Block, Count>> {
 
 namespace quant {
 
-// The chain a model is (a Sequential, or a model derived from one).
-template <class... S>
-Sequential<S...> chain_of(const Sequential<S...>*);
-template <class Model>
-using ChainOf = decltype(chain_of(static_cast<const Model*>(nullptr)));
+using step::ChainOf;
 // A block derived from a chain (a chain that declares causal = true, used as a step).
 template <class Block>
-concept derived_chain = requires { chain_of(static_cast<const Block*>(nullptr)); } && !std::is_same_v<Block, ChainOf<Block>>;
+concept derived_chain = step::chain_model<Block> && !std::is_same_v<Block, ChainOf<Block>>;
 
 
 // A step's integer form: Int8Of, but a small linear layer at the model's edge (Edge: its first

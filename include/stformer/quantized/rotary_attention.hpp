@@ -17,6 +17,8 @@
 // a position calibration never reached cannot overflow them.
 // Σ_j e_ij v_jg as QMultiHeadAttention takes it: the rows e − 128 (int8) times vᵀ, 128·Σ_j v_jg
 // as the bias; a masked key has e = 0.
+// Decoding (DecodeOf): the turned keys and the values cached in int8, a step's query over them
+// by kernels::attend_cached_q8: the integers of the causal pass's row.
 // Tensors: wq, wk, wv, wo (QLinear), q_scale, k_scale, v_scale, heads_scale (F32 [1]), q_turn,
 // k_turn, exponent (E), values (V) (Requant<1>); a stream in: branch_scale, branch_requant,
 // stream_scale.
@@ -237,12 +239,13 @@ struct QRotaryAttention {
   // become its queries, then its heads.
   template <size_t B, size_t N, size_t T>
   void add(std::int8_t* a, std::int16_t* h, Work<B, N, T>& w, const Mask<B, N>& mask) const {
+    if (mask.decoding_step()) return decode<B, T>(a, h, w.tile.data(), *mask.decoding);
     std::int32_t* tile = w.tile.data();
     for_tiles<B * N, T>([&]<size_t R>(size_t i) {
       // keys: turned into rows of w.k; values: into w.v's columns, through the stack Rs rows at a
       // time (as QMultiHeadAttention::prepare)
       project16<R>(wk, a + i * D, tile);
-      turn<R, Dk>(tile, i, N, k_turn[0], w.k.data() + i * Dk);
+      turn<R, Dk>(tile, i, N, 0, k_turn[0], w.k.data() + i * Dk);
       constexpr size_t Rs = STFORMER_QTILE_ROWS < 8 ? 4 : 8;
       for_tiles<R, Rs>([&]<size_t RS>(size_t is) {
         std::int8_t v[RS * Dk];
@@ -259,13 +262,56 @@ struct QRotaryAttention {
         for (size_t j = 0; j < N; ++j) sum += w.v(b, c, j);
         w.vsum(b, c) = 128 * sum;
       }
+    if (mask.decoding) store<B, N>(w.k.data(), w.v.data(), *mask.decoding);
     // queries over a, in place (a tile's rows are read whole before they are written)
     for_tiles<B * N, T>([&]<size_t R>(size_t i) {
       project16<R>(wq, a + i * D, tile);
-      turn<R, D>(tile, i, N, q_turn[0], a + i * D);
+      turn<R, D>(tile, i, N, 0, q_turn[0], a + i * D);
     });
     attend<B, N, T>(a, w, mask);
     for_tiles<B * N, T>([&]<size_t R>(size_t i) { wo.template add_to<R>(a + i * D, tile, h + i * D); });
+  }
+
+  // Decoding (DecodeOf, stformer/compose/decode.hpp): its part of the cache, the turned keys and
+  // the values in int8, transposed: kᵀ and vᵀ [B, Dk, Decoding::keys(L)].
+  static constexpr bool decodes = true;
+  static constexpr size_t positions = L;  // the rows of its table
+  static constexpr size_t cache_bytes(size_t batch, size_t length) { return Decoding::bytes<std::int8_t>(batch, Dk, length); }
+  // A prompt's pass (N rows from position 0): its turned keys k [B, N, Dk] and vᵀ [B, Dk, N] into
+  // the cache.
+  template <size_t B, size_t N>
+  static void store(const std::int8_t* k, const std::int8_t* vt, Decoding& dec) {
+    const auto kv = dec.take<std::int8_t>(B, Dk, N);
+    for (size_t b = 0; b < B; ++b) {
+      for (size_t j = 0; j < N; ++j) kv.put_key(b, j, k + (b * N + j) * Dk);
+      for (size_t c = 0; c < Dk; ++c) std::copy_n(vt + (b * Dk + c) * N, N, kv.values(b, c));
+    }
+  }
+  // A decoding step: a [B, D], one row per sequence at position t = dec.position; its turned key
+  // and its value into column t of the cache, its turned queries over columns 0 .. t
+  // (kernels::attend_cached_q8), h [B, D] += wo of the heads. The integers of row t of the
+  // causal pass over rows 0 .. t. tile: a row of a projection (int32 [D]).
+  template <size_t B, size_t T>
+  void decode(std::int8_t* a, std::int16_t* h, std::int32_t* tile, Decoding& dec) const {
+    const size_t t = dec.position;
+    const auto kv = dec.take<std::int8_t>(B, Dk, 1);
+    std::int8_t row[Dk];
+    for (size_t b = 0; b < B; ++b) {
+      std::int8_t* x = a + b * D;
+      project16<1>(wk, x, tile);
+      turn<1, Dk>(tile, 0, 1, t, k_turn[0], row);
+      kv.put_key(b, t, row);
+      wv.template apply<1>(x, tile, row);
+      kv.put_value(b, t, row);
+      project16<1>(wq, x, tile);
+      turn<1, D>(tile, 0, 1, t, q_turn[0], x);
+      for (size_t hd = 0; hd < H; ++hd) {
+        const size_t g = hd / group;
+        kernels::attend_cached_q8<Dh>(x + hd * Dh, kv.keys(b, g * Dh), kv.values(b, g * Dh), kv.columns, t + 1, exponent[0], values[0],
+                                      dec.score_row<std::int32_t>(), dec.numerators(), x + hd * Dh);
+      }
+    }
+    for_tiles<B, T>([&]<size_t R>(size_t i) { wo.template add_to<R>(a + i * D, tile, h + i * D); });
   }
 
   // acc [R, Out] = clamp(apply(x Wᵀ + b, M_c), int16), in int32
@@ -274,14 +320,14 @@ struct QRotaryAttention {
     f.template accumulate<R>(x, acc);
     kernels::requantize(acc, R, Out, f.requant.multiplier.data(), f.requant.shift.data(), 0, INT16_MIN, INT16_MAX, acc);
   }
-  // y [R, W] (int8) ← acc's rows turned (W/Dh heads a row); row r is row r0 + r of the pass,
-  // at position (r0 + r) mod n
+  // y [R, W] (int8) ← acc's rows turned (W/Dh heads a row); row r is row r0 + r of a pass of n
+  // rows a sequence from position p0: at position p0 + (r0 + r) mod n
   template <size_t R, size_t W>
-  static void turn(const std::int32_t* acc, size_t r0, size_t n, kernels::Multiplier m, std::int8_t* y) {
+  static void turn(const std::int32_t* acc, size_t r0, size_t n, size_t p0, kernels::Multiplier m, std::int8_t* y) {
     constexpr size_t step = Rot == Rotation::pairs ? 2 : 1, other = Rot == Rotation::pairs ? 1 : half;
     const auto& t = q_rotary_table<L, Dh, Base>;
     for (size_t r = 0; r < R; ++r) {
-      const size_t p = (r0 + r) % n;
+      const size_t p = p0 + (r0 + r) % n;
       for (size_t hd = 0; hd < W / Dh; ++hd) {
         const std::int32_t* x = acc + r * W + hd * Dh;
         std::int8_t* o = y + r * W + hd * Dh;

@@ -61,6 +61,10 @@ struct QSelfAttention {
   // body's last step, run_add): h = sat(h + MHA(a_q, a_q)). Scratch: the int8 rows a_q (a stream
   // in) and the attention's keys, values and tile of T rows, as many as Room holds.
   static constexpr bool in_place = !rows_in, adds_from_stream = !rows_in;
+  // Decoding (DecodeOf): a step's keys and values into its part of the cache (int8), its queries
+  // over the positions so far (QMultiHeadAttention::decode); a prompt's pass stores its keys.
+  static constexpr bool decodes = true;
+  static constexpr size_t cache_bytes(size_t batch, size_t length) { return Attention::cache_bytes(batch, length); }
   template <size_t B, size_t N>
   using Input = TensorOf<In, B, N, D>;
   template <size_t B, size_t N>
@@ -107,7 +111,9 @@ struct QSelfAttention {
   // h ← sat(h + MHA(a, a))
   template <size_t B, size_t N, class W, class Pool>
   void add(std::int8_t* a, Output<B, N>& h, W& w, const Mask<B, N>& mask, Pool& pool) const {
+    if (mask.decoding_step()) return attn.template decode<B, W::T>(a, h.data(), w.w.tile.data(), *mask.decoding);
     attn.template prepare<B, N, N, W::T>(a, w.w, pool);
+    if (mask.decoding) attn.template store<B, N, W::T>(w.w, *mask.decoding);
     attn.template forward_add<B, N, N, W::T>(a, h.data(), w.w, mask, pool);
   }
 };

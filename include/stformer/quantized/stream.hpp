@@ -18,6 +18,7 @@ namespace stformer::inline STFORMER_ABI {
 template <size_t W>
 struct QuantizeInput {
   Scale scale;
+  static constexpr bool decodes = true;  // DecodeOf: each row alone
 
   template <class F, class... S>
   static constexpr void visit(const Path& at, F& f, S&... s) {
@@ -37,6 +38,7 @@ struct QuantizeInput {
 template <size_t W>
 struct Dequantize {
   Scale scale;
+  static constexpr bool decodes = true;
 
   template <class F, class... S>
   static constexpr void visit(const Path& at, F& f, S&... s) {

@@ -60,6 +60,7 @@ struct QTokenRow {
 
   using Float = F;
   static constexpr bool same_scale = true;
+  static constexpr bool decodes = Last;  // DecodeOf: the last row of one is that row
   using Ranges = NoRanges;
   void from_float(const Float&, const Ranges&, float, float) {}
 

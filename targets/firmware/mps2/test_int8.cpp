@@ -1,10 +1,11 @@
 // The int8 kernels on the board's core (the DSP instructions on a Cortex-M4/M7, Helium on the
 // M55: kernels/int8.hpp) against plain reference loops, run under qemu-system-arm -semihosting:
-// qmatmul_nt on awkward sizes (K not a multiple of 4 or 16, odd rows and columns, strides that
-// leave A's and B's rows unaligned, with and without bias, all-extreme values), and the
-// requantization, one value (apply) and a block of channels (requantize, vectors with Helium),
-// against TFLite's formula in 64 bits on random and edge inputs (accumulators past 2^30 take
-// apply's other path), and both together (qlinear). Exit 0 when every integer is the same.
+// qmatmul_nt on awkward sizes (int8 and int16 rows of A, K not a multiple of 4 or 16, odd rows
+// and columns, strides that leave A's and B's rows unaligned, with and without bias, all-extreme
+// values), and the requantization, one value (apply) and a block of channels (requantize,
+// vectors with Helium), against TFLite's formula in 64 bits on random and edge inputs
+// (accumulators past 2^30 take apply's other path), and both together (qlinear). Exit 0 when
+// every integer is the same.
 #include <algorithm>
 #include <cstdint>
 
@@ -17,13 +18,29 @@ namespace {
 std::uint32_t state = 12345;
 std::uint32_t next() { return state = state * 1664525u + 1013904223u; }
 
-alignas(4) std::int8_t A[64 * 80], B[64 * 80];
+alignas(4) std::int8_t A8[64 * 80], B[64 * 80];
+alignas(4) std::int16_t A16[64 * 80];  // int16 rows of A: a stream read by a layer
+template <class TA>
+TA* rows_of() {
+  if constexpr (sizeof(TA) == 1)
+    return A8;
+  else
+    return A16;
+}
+template <class TA>
+TA random_entry(bool extreme) {
+  if constexpr (sizeof(TA) == 1)
+    return extreme ? TA(-128) : TA(next() >> 24);
+  else
+    return extreme ? TA(-32768) : TA(next() >> 16);
+}
 std::int32_t C[64 * 64], bias[64];
 size_t failures = 0, checked = 0;
 
-template <size_t M, size_t N, size_t K>
+template <size_t M, size_t N, size_t K, class TA = std::int8_t>
 void product(size_t lda, size_t ldb, bool with_bias, bool extreme) {
-  for (size_t i = 0; i < M * lda; ++i) A[i] = extreme ? std::int8_t(-128) : std::int8_t(next() >> 24);
+  TA* A = rows_of<TA>();
+  for (size_t i = 0; i < M * lda; ++i) A[i] = random_entry<TA>(extreme);
   for (size_t i = 0; i < N * ldb; ++i) B[i] = extreme ? std::int8_t(-128) : std::int8_t(next() >> 24);
   for (size_t j = 0; j < N; ++j) bias[j] = std::int32_t(next()) >> 8;
   stformer::kernels::qmatmul_nt<M, N, K>(A, lda, B, ldb, C, N, with_bias ? bias : nullptr);
@@ -47,11 +64,12 @@ std::int32_t reference(std::int32_t x, std::int32_t q, int shift) {
 // reference loops: int8 or int16 outputs around a random zero point, multipliers with positive shifts too
 // (accumulators past 2^30 after the left shift take the 64-bit path), a narrower clamp
 // (the unfused path), one multiplier for every column (a batch matmul's), and in place.
-template <size_t M, size_t N, size_t K, class Out>
+template <size_t M, size_t N, size_t K, class Out, class TA = std::int8_t>
 void linear(size_t lda, std::int32_t lo, std::int32_t hi, bool per_channel = true) {
   static std::int32_t q[N], shift[N], scratch[M * N];
   static Out y[M * N];
-  for (size_t i = 0; i < M * lda; ++i) A[i] = std::int8_t(next() >> 24);
+  TA* A = rows_of<TA>();
+  for (size_t i = 0; i < M * lda; ++i) A[i] = random_entry<TA>(false);
   for (size_t i = 0; i < N * K; ++i) B[i] = std::int8_t(next() >> 24);
   for (size_t j = 0; j < N; ++j)
     bias[j] = std::int32_t(next()) >> 12, q[j] = std::int32_t((1u << 30) | (next() >> 2)), shift[j] = std::int32_t(next() % 40) - 31;
@@ -98,10 +116,15 @@ extern "C" int firmware_main() {
   product<50, 50, 16>(17, 19, true, false);
   product<6, 64, 19>(21, 19, false, false);
   product<9, 11, 64>(64, 64, false, true);
+  product<1, 13, 64, std::int16_t>(64, 64, true, false);
+  product<5, 9, 37, std::int16_t>(39, 41, true, false);
+  product<4, 7, 172, std::int16_t>(172, 172, false, true);
   for (int round = 0; round < 4; ++round) {
     linear<9, 13, 37, std::int8_t>(39, -128, 127);
     linear<4, 16, 64, std::int8_t>(64, -128, 127);
     linear<6, 7, 16, std::int16_t>(17, INT16_MIN, INT16_MAX);
+    linear<1, 50, 64, std::int8_t, std::int16_t>(64, -128, 127);
+    linear<5, 9, 172, std::int16_t, std::int16_t>(172, INT16_MIN, INT16_MAX);
     linear<5, 8, 12, std::int8_t>(12, -100, 90);
     linear<7, 50, 16, std::int8_t>(16, -128, 127, false);
     linear_in_place<5, 18>();

@@ -51,12 +51,21 @@ inline std::int32_t dsp_odd(std::int32_t w) {
   return o;
 }
 
-template <size_t R, size_t K>
-inline void dsp_spread(const std::int8_t* A, size_t lda, std::int32_t* spread) {
+// int16 rows of A (a stream read by a layer) take the same form: each four entries a0..a3 as the
+// words (a0, a2) and (a1, a3), which meet B's SXTB16 halves (b0, b2) and (b1, b3) alike; their
+// sums stay exact in int32 for K ≤ 516 (qmatmul_nt's bound).
+template <size_t R, size_t K, class TA>
+inline void dsp_spread(const TA* A, size_t lda, std::int32_t* spread) {
   for (size_t k = 0; k < K / 4; ++k)
     for (size_t r = 0; r < R; ++r) {
-      const std::int32_t w = dsp_word(A + r * lda + 4 * k);
-      spread[(k * R + r) * 2] = __sxtb16(w), spread[(k * R + r) * 2 + 1] = dsp_odd(w);
+      if constexpr (std::is_same_v<TA, std::int8_t>) {
+        const std::int32_t w = dsp_word(A + r * lda + 4 * k);
+        spread[(k * R + r) * 2] = __sxtb16(w), spread[(k * R + r) * 2 + 1] = dsp_odd(w);
+      } else {
+        const TA* a = A + r * lda + 4 * k;
+        const auto pair = [](std::int32_t lo, std::int32_t hi) { return std::int32_t(std::uint32_t(std::uint16_t(lo)) | (std::uint32_t(hi) << 16)); };
+        spread[(k * R + r) * 2] = pair(a[0], a[2]), spread[(k * R + r) * 2 + 1] = pair(a[1], a[3]);
+      }
     }
 }
 
@@ -71,8 +80,8 @@ inline void dsp_spread(const std::int8_t* A, size_t lda, std::int32_t* spread) {
 }
 
 // s[r] += Σ_k A[r, k]·b[k] for the R spread rows of A and one row b of B (K entries).
-template <size_t R, size_t K>
-[[gnu::always_inline]] inline void dsp_column(const std::int32_t* spread, const std::int8_t* A, size_t lda, const std::int8_t* b, std::int32_t (&s)[R]) {
+template <size_t R, size_t K, class TA>
+[[gnu::always_inline]] inline void dsp_column(const std::int32_t* spread, const TA* A, size_t lda, const std::int8_t* b, std::int32_t (&s)[R]) {
   constexpr size_t KW = K / 4;
   for (size_t k = 0; k < KW; ++k) {
     const std::int32_t w = dsp_word(b + 4 * k), be = __sxtb16(w), bo = dsp_odd(w);
@@ -84,8 +93,8 @@ template <size_t R, size_t K>
 
 // R rows of A against all N rows of B, a column of C at a time: out(j, s) receives column j's R
 // sums (bias[j] + the products).
-template <size_t R, size_t N, size_t K, class Out>
-inline void dsp_rows(const std::int8_t* A, size_t lda, const std::int8_t* B, size_t ldb, const std::int32_t* bias, Out&& out) {
+template <size_t R, size_t N, size_t K, class TA, class Out>
+inline void dsp_rows(const TA* A, size_t lda, const std::int8_t* B, size_t ldb, const std::int32_t* bias, Out&& out) {
   std::int32_t spread[K / 4 * R * 2 + 1];
   dsp_spread<R, K>(A, lda, spread);
   for (size_t j = 0; j < N; ++j) {
@@ -121,10 +130,10 @@ struct DspColumn {
 
 }  // namespace detail
 
-// int8 rows of A: 4 rows at a time against every row of B. (int16 rows take int8.hpp's loop.)
+// int8 or int16 rows of A: 4 rows at a time against every row of B.
 template <size_t M, size_t N, size_t K, class TA>
 inline size_t dot_rows(const TA* A, size_t lda, const std::int8_t* B, size_t ldb, std::int32_t* C, size_t ldc, const std::int32_t* bias) {
-  if constexpr (std::is_same_v<TA, std::int8_t>) {
+  if constexpr (std::is_same_v<TA, std::int8_t> || std::is_same_v<TA, std::int16_t>) {
     detail::dsp_blocks<M>([&]<size_t R>(size_t i) {
       detail::dsp_rows<R, N, K>(A + i * lda, lda, B, ldb, bias, [&](size_t j, const std::int32_t(&s)[R]) __attribute__((always_inline)) {
         unrolled<R>([&](auto r) __attribute__((always_inline)) { C[(i + r) * ldc + j] = s[r]; });
@@ -139,7 +148,8 @@ inline size_t dot_rows(const TA* A, size_t lda, const std::int8_t* B, size_t ldb
 // their type's full range; anything else takes the product and int8.hpp's requantize).
 template <size_t M, size_t N, size_t K, class TA, class Out>
 inline bool fused_rows(const TA* A, size_t lda, const std::int8_t* B, size_t ldb, const std::int32_t* bias, const Requantization& rq, Out* Y) {
-  if constexpr (std::is_same_v<TA, std::int8_t> && (std::is_same_v<Out, std::int8_t> || std::is_same_v<Out, std::int16_t>)) {
+  if constexpr ((std::is_same_v<TA, std::int8_t> || std::is_same_v<TA, std::int16_t>) &&
+                (std::is_same_v<Out, std::int8_t> || std::is_same_v<Out, std::int16_t>)) {
     if (rq.lo != std::numeric_limits<Out>::min() || rq.hi != std::numeric_limits<Out>::max()) return false;
     // copies, not references: the epilogue's constants stay in registers
     const std::int32_t *q = rq.q, *shifts = rq.shift, zero = rq.zero;

@@ -1,0 +1,33 @@
+// What the firmware's generation (mps2/stories.cpp) and its host reference
+// (stories_reference.cpp) share: the cache's positions, the greedy choice and the hash of a
+// step's logits.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+
+namespace stories {
+
+constexpr std::size_t positions = 256;  // the cache: every position of a run
+
+// The largest logit's id (the smallest id on a tie).
+inline std::size_t greedy(const float* logits, std::size_t n) {
+  std::size_t best = 0;
+  for (std::size_t i = 1; i < n; ++i)
+    if (logits[i] > logits[best]) best = i;
+  return best;
+}
+
+// FNV-1a (32 bits) of the bytes of n floats: two runs' logits the same bits or not.
+inline std::uint32_t fnv1a(const float* x, std::size_t n) {
+  std::uint32_t h = 2166136261u;
+  for (std::size_t i = 0; i < n; ++i) {
+    unsigned char b[4];
+    std::memcpy(b, x + i, 4);
+    for (unsigned char c : b) h = (h ^ c) * 16777619u;
+  }
+  return h;
+}
+
+}  // namespace stories
