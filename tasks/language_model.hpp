@@ -26,6 +26,8 @@
 #include <stformer/train/training.hpp>
 #include <stformer/train/parallel.hpp>
 
+#include "byte_gpt.hpp"
+
 namespace lm {
 
 using namespace stformer;
@@ -429,6 +431,152 @@ std::unique_ptr<Quantized<LanguageModel<V, L, D, H, F, Blocks>>> quantize_intege
     calibration.observe(*ids);
   }
   return calibration.quantize();
+}
+
+// The text of a split as bytes (token ids of a Corpus): each line's words joined by spaces, its
+// <eos> a newline. A word's bytes and the separator after it are its share of the text.
+inline std::vector<std::int32_t> text_bytes(const std::vector<std::int32_t>& ids, const Vocabulary& vocab) {
+  std::vector<std::int32_t> bytes;
+  const std::int32_t eos = vocab.find(Vocabulary::eos);
+  bool line_start = true;
+  for (std::int32_t id : ids) {
+    if (id == eos) {
+      bytes.push_back('\n');
+      line_start = true;
+      continue;
+    }
+    if (!line_start) bytes.push_back(' ');
+    for (unsigned char c : vocab.word(id)) bytes.push_back(c);
+    line_start = false;
+  }
+  return bytes;
+}
+
+// Training and evaluation of ByteGpt (byte_gpt.hpp) on a byte stream. A step: B windows of L bytes at offsets
+// drawn from the run's generator, each position's next byte the target (cross-entropy over the
+// B·L positions), B / Lanes windows a lane (chunked_gradient: any thread count, the same bits),
+// global-norm clipping, AdamW on SPEC's schedule (warm-up, cosine).
+template <size_t L, size_t D, size_t H, size_t Blocks, size_t B, size_t Lanes = 2>
+struct GptRun {
+  using Model = ByteGpt<L, D, H, Blocks>;
+  static constexpr size_t V = 256, Chunk = B / Lanes;
+  static_assert(B % Lanes == 0, "lm::GptRun: the batch B must split into Lanes equal chunks");
+  struct Lane {
+    Model grad;
+    double loss;
+    ActsOf<Model, Chunk, L> acts;
+    InferOf<Model, Chunk, L> infer;
+    Tensor<Chunk, L, V> dlogits;
+    IdTensor<Chunk, L> x;
+    IdTensor<Chunk * L> y;
+  };
+  std::unique_ptr<Model> model = std::make_unique<Model>();
+  std::unique_ptr<std::array<Lane, Lanes>> lanes = std::make_unique<std::array<Lane, Lanes>>();
+  std::unique_ptr<AdamW<Model>> adamw = std::make_unique<AdamW<Model>>(0.01f);
+  TrainingState state;
+  ThreadPool pool;
+  std::vector<std::uint32_t> offsets = std::vector<std::uint32_t>(B);
+
+  explicit GptRun(std::uint64_t seed, size_t threads = 1) : state{0, Rng(seed, 1)}, pool(threads) {
+    Rng init(seed, 0);
+    init_params(*model, init);
+  }
+
+  // One optimiser step at learning rate lr; returns the batch's mean loss (nats a byte).
+  float step(const std::vector<std::int32_t>& train, const TrainOptions& o, float lr) {
+    STFORMER_CHECK(train.size() > L + 1, "lm::GptRun: the training stream is shorter than a window");
+    for (auto& t : offsets) t = state.rng.below(std::uint32_t(train.size() - L));
+    const double loss = chunked_gradient(*lanes, Lanes, pool, [&](Lane& lane, size_t c) {
+      for (size_t b = 0; b < Chunk; ++b)
+        for (size_t i = 0; i < L; ++i) lane.x(b, i) = train[offsets[c * Chunk + b] + i], lane.y(b * L + i) = train[offsets[c * Chunk + b] + i + 1];
+      const float chunk_loss = cross_entropy(lane.acts.forward(*model, lane.x, Mask<Chunk, L>{.causal = true}), lane.y, lane.dlogits, B * L);
+      lane.acts.backward(*model, lane.grad, lane.dlogits);
+      return chunk_loss;
+    });
+    Model& grad = (*lanes)[0].grad;
+    const float norm = grad_norm(grad, pool, Lanes);
+    check_finite(state.step + 1, loss, norm, grad);
+    adamw->step(*model, grad, lr, pool, o.clip > 0 ? clip_scale(norm, o.clip) : 1.0f);
+    ++state.step;
+    return float(loss);
+  }
+
+  // The NLL (nats) summed over bytes 1 .. n − 1 of the stream's first n (limit, or all), each
+  // predicted once by windows of L bytes every L/2: the first window predicts its bytes 1 .. L,
+  // each later one its last L/2 (after at least L/2 bytes of context), a last window ending at
+  // the stream's end the bytes left; and how many (n − 1). Of M (the float model, or its integer
+  // one: pass_of(l), lane l's InferOf<M, Chunk, L>) over Chunk windows a lane, Lanes at a time;
+  // limit: the stream's first bytes alone (0: all).
+  template <class M, class PassOf>
+  std::pair<double, size_t> stream_nll(const M& m, PassOf&& pass_of, const std::vector<std::int32_t>& bytes, size_t limit = 0) {
+    const size_t n = limit && limit < bytes.size() ? limit : bytes.size();
+    struct Window {
+      size_t start, first;  // its bytes, and the first position it scores
+    };
+    std::vector<Window> starts;
+    size_t covered = 0;  // the last byte predicted so far
+    for (size_t s = 0; s + L < n; s += L / 2) starts.push_back({s, s == 0 ? 0 : L / 2}), covered = s + L;
+    if (n > L && covered < n - 1) starts.push_back({n - 1 - L, covered - (n - 1 - L)});
+    double sum = 0;
+    size_t count = 0;
+    double lane_sum[Lanes];
+    size_t lane_count[Lanes];
+    for (size_t w0 = 0; w0 < starts.size(); w0 += Chunk * Lanes) {
+      pool.run(Lanes, [&](size_t l) {
+        Lane& lane = (*lanes)[l];
+        lane_sum[l] = 0, lane_count[l] = 0;
+        const size_t first = w0 + l * Chunk;
+        if (first >= starts.size()) return;
+        const size_t k = std::min(Chunk, starts.size() - first);
+        for (size_t b = 0; b < Chunk; ++b)
+          for (size_t i = 0; i < L; ++i) lane.x(b, i) = bytes[starts[first + std::min(b, k - 1)].start + i];
+        const float* logits = pass_of(l).forward(m, lane.x, Mask<Chunk, L>{.causal = true}).data();
+        for (size_t b = 0; b < k; ++b) {
+          const size_t s = starts[first + b].start;
+          for (size_t i = starts[first + b].first; i < L; ++i)
+            lane_sum[l] += nll_of<V>(logits + (b * L + i) * V, bytes[s + i + 1], lane.dlogits.data()), ++lane_count[l];
+        }
+      });
+      for (size_t l = 0; l < Lanes; ++l) sum += lane_sum[l], count += lane_count[l];
+    }
+    return {sum, count};
+  }
+  // The float model's.
+  std::pair<double, size_t> stream_nll(const std::vector<std::int32_t>& bytes, size_t limit = 0) {
+    return stream_nll(*model, [&](size_t l) -> auto& { return (*lanes)[l].infer; }, bytes, limit);
+  }
+
+  static std::string config() {
+    return "bytes L=" + std::to_string(L) + " D=" + std::to_string(D) + " H=" + std::to_string(H) + " blocks=" + std::to_string(Blocks) +
+           " batch=" + std::to_string(B) + " lanes=" + std::to_string(Lanes);
+  }
+  // A checkpoint: the model under its names, AdamW's moments, the step and generator.
+  void save(const std::string& path) {
+    safetensors::Writer w;
+    w.set_metadata("model", "wikitext_lm_gpt");
+    w.set_metadata("config", config());
+    add_checkpoint(w, *model, *adamw, state);
+    w.write(path);
+  }
+};
+
+// The GPT in integers: calibrated on `windows` windows of the training bytes at offsets drawn
+// from Rng(seed, 4), 16 at a time, each pass causal.
+template <size_t L, size_t D, size_t H, size_t Blocks>
+std::unique_ptr<Quantized<ByteGpt<L, D, H, Blocks>>> quantize_gpt(const ByteGpt<L, D, H, Blocks>& f, const std::vector<std::int32_t>& train,
+                                                                  size_t windows, std::uint64_t seed = 0) {
+  constexpr size_t C = 16;
+  auto calibration = std::make_unique<Calibration<ByteGpt<L, D, H, Blocks>, C, L>>(f);
+  auto ids = std::make_unique<IdTensor<C, L>>();
+  Rng rng(seed, 4);
+  for (size_t done = 0; done < windows; done += C) {
+    for (size_t b = 0; b < C; ++b) {
+      const size_t t = size_t(rng.below(std::uint32_t(train.size() - L)));
+      for (size_t i = 0; i < L; ++i) (*ids)(b, i) = train[t + i];
+    }
+    calibration->observe(*ids, Mask<C, L>{.causal = true});
+  }
+  return calibration->quantize();
 }
 
 }  // namespace lm

@@ -1,7 +1,7 @@
 // llama2.c's model (its model.py: RMSNorm, rotary grouped-query attention, SwiGLU, bias-free
 // layers) as a declaration, at the shape of its stories260K checkpoint: dim 64, 5 layers, 8
 // heads, 4 key/value heads, hidden 172, vocabulary 512, 512 positions. Its logits at every row
-// (llama2.c's training form); the firmware's generation (targets/firmware/mps2/stories.cpp)
+// (llama2.c's training form); the firmware's generation (targets/firmware/mps2/generation.cpp)
 // steps it in integers, Quantized<stories::Stories260K>.
 #pragma once
 

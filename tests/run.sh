@@ -89,7 +89,7 @@ for simd in "${backends[@]}"; do
   [ $bench = disabled ] || ninja -C "$dir"  # all targets; meson test alone builds what its tests need
   meson test -C "$dir" "${suite[@]}" --print-errorlogs
 done
-ninja -C build-test-none targets/firmware/train_reference  # the firmware's training reference, below
+ninja -C build-test-none targets/firmware/train_reference targets/firmware/generation_reference  # the firmware's references, below
 echo "all backends passed: ${backends[*]}"
 
 stage "sanitizers: address, undefined (build-test-sanitize)"

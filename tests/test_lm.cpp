@@ -1,7 +1,8 @@
 // The language-model training code (tasks/language_model.hpp) on a small corpus written
 // here: a few steps lower the loss, two runs from one seed (on 1 and on 2 threads) agree to the
 // bit, and the batched perplexity equals a one-window-at-a-time computation over every
-// position t ≥ L; a checkpoint brings model and vocabulary back.
+// position t ≥ L; a checkpoint brings model and vocabulary back. The GPT over bytes: the text as
+// bytes, its loss falling, runs on 1 and 2 threads agreeing, the windows scoring every byte once.
 #include <doctest/doctest.h>
 
 #include <filesystem>
@@ -221,4 +222,48 @@ TEST_CASE("language model: 4 lanes on 1, 2, 3, 4 and 5 threads give the same che
   }
   CHECK(losses[0].back() < losses[0].front());
   CHECK(bytes[0].find("lanes=4") != std::string::npos);  // the configuration, in the checkpoint's metadata
+}
+
+TEST_CASE("language model, the GPT over bytes: the text's bytes, loss falls, 1 and 2 threads agree, every byte scored once as the full pass does") {
+  Corpus c = small_corpus();
+  const auto train = lm::text_bytes(c.train, c.vocab), test = lm::text_bytes(c.test, c.vocab);
+  // the test file's text again: its lines' words joined by spaces, each line ending in a newline
+  std::string text;
+  for (std::int32_t b : test) text.push_back(char(b));
+  CHECK(text.rfind("w0 w1 w2 w3 w4 w5 w6 w7 w8\nw9\n", 0) == 0);
+  CHECK(text.size() >= 13);
+  CHECK(text.substr(text.size() - 9) == "w0 w1 w2\n");
+  constexpr size_t GL = 16, GB = 8;
+  using GRun = lm::GptRun<GL, 16, 2, 1, GB>;
+  lm::TrainOptions o{.lr = 3e-3f, .steps = 120, .warmup = 10};
+  std::vector<float> losses[2];
+  for (int r = 0; r < 2; ++r) {
+    GRun run(5, r + 1);
+    const auto before = run.stream_nll(test);
+    for (int s = 0; s < 120; ++s) losses[r].push_back(run.step(train, o, lm::learning_rate(o, s)));
+    const auto after = run.stream_nll(test);
+    CHECK(before.second == test.size() - 1);  // every byte but the first, once
+    CHECK(after.first < 0.6 * before.first);
+    if (r == 0) {
+      // the windows' NLL against the causal pass over each window of L bytes at its own offsets:
+      // byte t + 1 from the pass over the window that scores it, recomputed here one window at a
+      // time (from 0, then every L/2, a last one at the end)
+      auto pass = std::make_unique<InferOf<GRun::Model, 1, GL>>();
+      IdTensor<1, GL> x;
+      std::vector<float> scratch(256);
+      double direct = 0;
+      size_t scored = 0, covered = 0;
+      const auto window = [&](size_t s, size_t first) {
+        for (size_t i = 0; i < GL; ++i) x(0, i) = test[s + i];
+        const auto& y = pass->forward(*run.model, x, Mask<1, GL>{.causal = true});
+        for (size_t i = first; i < GL; ++i) direct += lm::nll_of<256>(y.data() + i * 256, test[s + i + 1], scratch.data()), ++scored;
+        covered = s + GL;
+      };
+      for (size_t s = 0; s + GL < test.size(); s += GL / 2) window(s, s == 0 ? 0 : GL / 2);
+      if (covered < test.size() - 1) window(test.size() - 1 - GL, covered - (test.size() - 1 - GL));
+      CHECK(scored == after.second);
+      CHECK(after.first == doctest::Approx(direct).epsilon(1e-6));
+    }
+  }
+  CHECK(losses[0] == losses[1]);
 }

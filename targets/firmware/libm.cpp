@@ -1,6 +1,6 @@
-// exp2f, expf and logf for the firmware's training runs and their host reference (train.hpp):
-// linked into both, they take the place of the C library's, so that the host and every core
-// compute the same bits. The C libraries differ: glibc and newlib on a core with a
+// exp2f, expf, logf and erff for the firmware's training runs and float generation and their
+// host references (train.hpp, gpt_reference.cpp): linked into both, they take the place of the
+// C library's, so that the host and every core compute the same bits. The C libraries differ: glibc and newlib on a core with a
 // double-precision FPU evaluate these in double arithmetic, newlib on a core with a
 // single-precision FPU (the STM32F405's Cortex-M4) with other, float algorithms, whose last
 // bits differ now and then. Here only float additions, multiplications and divisions, each
@@ -11,6 +11,9 @@
 //              p, q: Taylor polynomials of e^{r ln2} and e^r to degree 7 (Horner's rule)
 //   logf(x)  = e·ln2 + log m,  x = m·2^e, m in [√½, √2],  log m = 2s + 2s³/3 + … + 2s⁹/9,
 //              s = (m − 1)/(m + 1)
+//   erff(x)  odd; |x| < 1: 2/√π · Σ_{n ≤ 10} (−1)ⁿ x^(2n+1) / (n!(2n + 1)) (Horner's rule in x²);
+//              1 ≤ |x| < 4: 1 − (a1·t + … + a5·t⁵)·e^(−x²), t = 1/(1 + 0.3275911·|x|) (Abramowitz
+//              and Stegun 7.1.26); 1 from 4 on (erf(4) = 1 − 1.5e-8): within 2e-7 of erf
 // Not declared by <cmath> here: the C library's headers disagree on their exception
 // specifications, and only the symbols matter.
 #include <cstdint>
@@ -89,4 +92,27 @@ extern "C" float logf(float x) {
   constexpr float ln2_hi = 0.693145751953125f, ln2_lo = 1.42860682030941723e-06f;
   const float fe = float(e);
   return fe * ln2_hi + ((2.0f * s + s * series) + fe * ln2_lo);
+}
+
+extern "C" float erff(float x) {
+  if (x != x) return x;
+  const float a = x < 0.0f ? -x : x;
+  float y;
+  if (a < 1.0f) {
+    // 2/√π · (−1)ⁿ / (n!(2n + 1)), n = 0 … 10
+    constexpr float c[11] = {1.12837916709551f, -0.376126389031838f, 0.112837916709551f, -0.0268661706451313f,
+                             0.00522397762544219f, -0.000854832702345085f, 0.000120553329817897f, -1.49256503584063e-05f,
+                             1.64621143658892e-06f, -1.63658446912349e-07f, 1.48071928158792e-08f};
+    const float z = a * a;
+    float p = c[10];
+    for (int n = 9; n >= 0; --n) p = p * z + c[n];
+    y = a * p;
+  } else if (a < 4.0f) {
+    const float t = 1.0f / (1.0f + 0.3275911f * a);
+    const float poly = t * (0.254829592f + t * (-0.284496736f + t * (1.421413741f + t * (-1.453152027f + t * 1.061405429f))));
+    y = 1.0f - poly * expf(-(a * a));
+  } else {
+    y = 1.0f;
+  }
+  return x < 0.0f ? -y : y;
 }

@@ -9,9 +9,6 @@
 #   expected.hpp  the host build's log-probabilities for them (max_value predict)
 #   qweights.hpp  the same model quantized to int8 (max_value quantize), as its constant image
 #   qexpected.hpp the int8 model's quantized inputs and int32 logits for the 8 sets (predict)
-#   qstories.hpp, stories_expected.hpp  llama2.c's model at stories260K's shape in int8
-#                 (tasks/llama_models.hpp, copied to OUT) as its constant image, and the tokens
-#                 and logits' hashes of its greedy generation on the host (stories_reference)
 #   max_value.h, max_value.cpp  the float model's C API (stformer-c-api --rows 50)
 #   sets.h, expected.h          the sets and the host's log-probabilities as C arrays (--c)
 #   seqcls/   a model that is not SPEC's (tests/seq_classifier.hpp) and its integer model, their
@@ -27,7 +24,13 @@
 #             integer model's image (torchcls_q.hpp: --image) and the host's outputs for 8 test
 #             sequences (torchcls_expected.hpp, torchcls_expected.h: x, logits, x_q, out_q)
 # and, given a native build with the plain C++ kernels PLAIN (-Dsimd=none), the host's side of
-# the firmware's training runs (its train_reference program):
+# the firmware's generation (its generation_reference program; tasks/llama_models.hpp and
+# tasks/byte_gpt.hpp copied to OUT):
+#   qstories.hpp, stories_expected.hpp  llama2.c's model at stories260K's shape in int8 as its
+#                 constant image, the tokens and logits' hashes of its greedy generation
+#   gpt.hpp, gpt_q.hpp, gpt_expected.hpp  wikitext_lm's GPT over bytes in float and in int8
+#                 (GPT_CHECKPOINTS="FLOAT INT8": a trained one's checkpoints; else seed 0), the same
+# and of its training runs (its train_reference program):
 #   train_init.hpp              the initial parameters
 #   train_expected.hpp          the batch, each step's loss and the parameters after the last
 #                               step, the batch's 2 sets at once (the Cortex-M7's run)
@@ -71,12 +74,17 @@ generate "$out/torchcls/trained.hpp" torchcls trained "$build/tests/trained.safe
 generate "$out/torchcls/trained.hpp" torchcls_q 'stformer::Quantized<trained>' "$build/tests/trained_int8.safetensors" --image
 "$build/targets/firmware/checkpoint_header" --namespace torchcls_expected "$build/tests/trained_firmware.safetensors" "$out/torchcls/torchcls_expected.hpp"
 "$build/targets/firmware/checkpoint_header" --c --namespace torchcls_expected "$build/tests/trained_firmware.safetensors" "$out/torchcls/torchcls_expected.h"
-# the generation firmware's model (stories_reference: stories260K's shape in int8) and tokens
-cp "$src/tasks/llama_models.hpp" "$out/"
-"$build/targets/firmware/stories_reference" "$out"
-generate "$out/llama_models.hpp" qstories 'stformer::Quantized<stories::Stories260K>' "$out/qstories.safetensors" --image
-"$build/targets/firmware/checkpoint_header" --namespace stories_expected "$out/stories_expected.safetensors" "$out/stories_expected.hpp"
 if [ -n "$plain" ]; then
+  # the generation firmware's models and tokens (generation_reference; GPT_CHECKPOINTS: the
+  # float and int8 checkpoints of a trained byte GPT, else its seed-0 initialisation)
+  cp "$src/tasks/llama_models.hpp" "$src/tasks/byte_gpt.hpp" "$out/"
+  "$plain/targets/firmware/generation_reference" "$out" ${GPT_CHECKPOINTS:-}
+  generate "$out/llama_models.hpp" qstories 'stformer::Quantized<stories::Stories260K>' "$out/qstories.safetensors" --image
+  generate "$out/byte_gpt.hpp" gpt lm::WikiGpt "$out/gpt.safetensors" --image
+  generate "$out/byte_gpt.hpp" gpt_q 'stformer::Quantized<lm::WikiGpt>' "$out/gpt_q.safetensors" --image
+  for name in stories_expected gpt_expected; do
+    "$build/targets/firmware/checkpoint_header" --namespace "$name" "$out/$name.safetensors" "$out/$name.hpp"
+  done
   "$plain/targets/firmware/train_reference" "$out/sets.safetensors" "$out"
   for name in train_init train_expected train_expected_chunked; do
     "$build/targets/firmware/checkpoint_header" --namespace "$name" "$out/$name.safetensors" "$out/$name.hpp"

@@ -1,8 +1,12 @@
-// wikitext_lm — SPEC Example 2: encoder blocks + attention pooling predicting the next word.
+// wikitext_lm — SPEC Example 2: encoder blocks + attention pooling predicting the next word;
+// with --model gpt, a causal GPT over the text's bytes generating through its cache (gpt.hpp).
 //
 //   wikitext_lm train    --data DIR [--steps N | --minutes M] [--threads T] [--seed S] [--lr LR]
 //                        [--sgd] [--checkpoint P] [--curve CSV] [--eval-every N]
 //                        [--eval-positions N] [--save-every N] [--resume P]
+//   wikitext_lm train --model gpt --data DIR [--steps N | --minutes M] [--threads T] [--seed S]
+//                        [--lr LR] [--checkpoint P] [--eval-every N] [--eval-positions BYTES]
+//   (eval, generate and quantize take the GPT's checkpoints as they are: generate --bytes N)
 //   wikitext_lm eval     --checkpoint P --data DIR [--split valid|test]
 //   wikitext_lm predict  --checkpoint P --context "words ..." [--top 10] [--data DIR]
 //   wikitext_lm generate --checkpoint P --prompt "words ..." [--words 30] [--temperature 1]
@@ -44,6 +48,7 @@
 #include <stformer/io/gnuplot.hpp>
 
 #include "../checks.hpp"
+#include "gpt.hpp"
 #include "language_model.hpp"
 
 using namespace stformer;
@@ -382,6 +387,10 @@ int main(int argc, char** argv) {
   lm::TrainOptions o;
 
   auto* t = app.add_subcommand("train", "train on DIR/train.txt, with validation perplexity and checkpoints");
+  std::string model_kind = "window";
+  t->add_option("--model", model_kind, "window: SPEC's model of a window of words; gpt: a causal GPT over the text's bytes (generates through its cache)")
+      ->check(CLI::IsMember({"window", "gpt"}))
+      ->capture_default_str();
   t->add_option("--data", data, "WikiText-2 folder (train.txt, valid.txt, test.txt)")->required()->check(CLI::ExistingDirectory);
   Budget budget;
   auto* steps_opt = t->add_option("--steps", budget.steps, "optimiser steps (the schedule's length)")
@@ -417,6 +426,8 @@ int main(int argc, char** argv) {
   g->add_option("--temperature", temperature, "softmax temperature")->check(Between(1e-3, 100.0))->capture_default_str();
   g->add_option("--top-k", top_k, "sample among the k most likely words")->check(Whole(size_t{1}, V))->capture_default_str();
   g->add_option("--seed", seed, "seed of the sampling")->check(Seed)->capture_default_str();
+  size_t bytes = 300;
+  g->add_option("--bytes", bytes, "bytes to generate (the GPT's checkpoints)")->check(Whole(size_t{1}, size_t{10000000}))->capture_default_str();
 
   for (auto* cmd : {p, g})
     cmd->add_option("--data", data, "the corpus the model was trained on, for a checkpoint without a vocabulary (SPEC's rule derives it)")
@@ -446,6 +457,11 @@ int main(int argc, char** argv) {
   app.footer(exit_codes);
   for (auto* cmd : app.get_subcommands({})) cmd->footer(exit_codes);
   if (const auto code = parse(app, argc, argv, "wikitext_lm")) return *code;
+  if (*t && model_kind == "gpt" && (o.sgd || !curve.empty() || !resume.empty() || save_every > 0)) {
+    std::fprintf(stderr, "wikitext_lm: train --model gpt takes --steps or --minutes, --threads, --seed, --lr, --checkpoint, --eval-every and "
+                         "--eval-positions (bytes); not --sgd, --curve, --resume or --save-every\n");
+    return 2;
+  }
   if (*qz && integer && data.empty()) {
     std::fprintf(stderr, "wikitext_lm: quantize --integer calibrates on the training split: give it, --data WIKITEXT2_DIR\n");
     return 2;
@@ -468,6 +484,17 @@ int main(int argc, char** argv) {
       }
   }
   try {
+    // the GPT's checkpoints, whatever the command
+    const bool gpt_file = !*t && !*pl && !*info_cmd && gpt::is_gpt(safetensors::File::read(checkpoint));
+    if (*t && model_kind == "gpt")
+      return gpt::train(data, budget.minutes > 0 ? 0 : budget.steps, budget.minutes, seed, threads, o.lr, checkpoint, eval_every, eval_positions);
+    if (*e && gpt_file) return gpt::eval(checkpoint, data, split, threads);
+    if (*g && gpt_file) return gpt::generate(checkpoint, text, bytes, temperature, top_k, seed);
+    if (*qz && gpt_file) {
+      if (data.empty()) throw std::runtime_error("quantize: the GPT is calibrated on the training text: give it, --data WIKITEXT2_DIR");
+      return gpt::quantize(checkpoint, output, data);
+    }
+    if (*p && gpt_file) throw std::runtime_error(checkpoint + " holds the GPT over bytes: it predicts bytes, not words; use generate");
     if (*t) return train(data, budget, seed, threads, o, checkpoint, curve, eval_every, eval_positions, save_every, resume);
     if (*pl) return plot(curve, compare, png);
     if (*qz) return quantize(checkpoint, output, data, integer);

@@ -1,5 +1,5 @@
-// What the firmware's generation (mps2/stories.cpp) and its host reference
-// (stories_reference.cpp) share: the cache's positions, the greedy choice and the hash of a
+// What the firmware's generation (mps2/generation.cpp) and its host reference
+// (generation_reference.cpp) share: the cache's positions, the greedy choice and the hash of a
 // step's logits.
 #pragma once
 
@@ -7,9 +7,14 @@
 #include <cstdint>
 #include <cstring>
 
-namespace stories {
+namespace generation {
 
-constexpr std::size_t positions = 256;  // the cache: every position of a run
+// The positions of each run: llama2.c's stories260K shape in int8 (stories), the byte GPT in
+// float (a cache the STM32F405's 128 KB of RAM holds) and in int8 (its whole context).
+constexpr std::size_t stories_positions = 256, gpt_float_positions = 64, gpt_int8_positions = 128;
+
+// The prompt the byte GPT continues.
+constexpr char gpt_prompt[] = "The game";
 
 // The largest logit's id (the smallest id on a tie).
 inline std::size_t greedy(const float* logits, std::size_t n) {
@@ -30,4 +35,4 @@ inline std::uint32_t fnv1a(const float* x, std::size_t n) {
   return h;
 }
 
-}  // namespace stories
+}  // namespace generation
