@@ -247,6 +247,26 @@ EOF
     "$lm_bin" train --data "$tmp/v_corpus" --steps 2 --eval-every 0 --resume "$tmp/lm_step_minus1.safetensors" --checkpoint "$tmp/lm_step_minus1.safetensors"
   refuse_keeps "checkpoint $tmp/lm2.safetensors|'state.step' is 2, beyond the run's --steps 1" "$tmp/lm2.safetensors" \
     "$lm_bin" train --data "$tmp/v_corpus" --steps 1 --eval-every 0 --resume "$tmp/lm2.safetensors" --checkpoint "$tmp/lm2.safetensors"
+  # the GPT over bytes (--model gpt): two steps; its checkpoint taken as it is by eval, generate
+  # and quantize, its integer model by eval and generate; predict, and a split shorter than its
+  # window, refused
+  mkdir -p "$tmp/g_corpus" && cp "$tmp/v_corpus/train.txt" "$tmp/g_corpus/"
+  for s in valid test; do /usr/bin/python3 -c "import sys; open(sys.argv[1], 'w').write('w1 w2 w3 w4 w5 w6 w7 w8 w9 w10\\n' * 30)" "$tmp/g_corpus/$s.txt"; done
+  usage_error "--model gpt|not --sgd" "$lm_bin" train --model gpt --data "$tmp/g_corpus" --steps 2 --sgd
+  usage_error "--model|cnn not in" "$lm_bin" train --model cnn --data "$tmp/g_corpus" --steps 2
+  "${run[@]}" "$lm_bin" train --model gpt --data "$tmp/g_corpus" --steps 2 --eval-every 0 --threads 1 --checkpoint "$tmp/gpt2.safetensors" >/dev/null 2>"$tmp/err" ||
+    fail "wikitext_lm train --model gpt: $(cat "$tmp/err")"
+  "${run[@]}" "$lm_bin" eval --checkpoint "$tmp/gpt2.safetensors" --data "$tmp/g_corpus" --split test >"$tmp/out" 2>"$tmp/err" &&
+    grep -q "test: .* bits a byte over 929 bytes; word-level perplexity .* 330 tokens" "$tmp/out" ||
+    fail "wikitext_lm eval of the GPT: $(cat "$tmp/out" "$tmp/err")"
+  "${run[@]}" "$lm_bin" generate --checkpoint "$tmp/gpt2.safetensors" --prompt "w1 w2" --bytes 40 --seed 3 >"$tmp/out" 2>"$tmp/err" &&
+    [ "$(head -c 5 "$tmp/out")" = "w1 w2" ] && [ "$(wc -c <"$tmp/out")" -ge 46 ] || fail "wikitext_lm generate with the GPT: $(cat "$tmp/out" "$tmp/err")"
+  "${run[@]}" "$lm_bin" quantize --checkpoint "$tmp/gpt2.safetensors" --output "$tmp/gpt2q.safetensors" --data "$tmp/g_corpus" >/dev/null 2>"$tmp/err" &&
+    "${run[@]}" "$lm_bin" eval --checkpoint "$tmp/gpt2q.safetensors" --data "$tmp/g_corpus" --split test >"$tmp/out" 2>"$tmp/err" &&
+    grep -q "in integers" "$tmp/out" && grep -q "bits a byte over 929 bytes" "$tmp/out" || fail "wikitext_lm quantize and eval of the GPT: $(cat "$tmp/out" "$tmp/err")"
+  refuse "gpt2.safetensors holds the GPT over bytes|use generate" "$lm_bin" predict --checkpoint "$tmp/gpt2.safetensors" --context "w1"
+  refuse "the test split has 9 bytes|129" "$lm_bin" eval --checkpoint "$tmp/gpt2.safetensors" --data "$tmp/v_corpus" --split test
+  echo "ok   wikitext_lm --model gpt: train, eval, generate, quantize; predict and a short split refused"
 fi
 refuse "not_lm.safetensors|holds no language model" "$lm_bin" predict --checkpoint "$tmp/not_lm.safetensors" --context "w1 w2"
 refuse "garbage.safetensors|not a safetensors file|header length" "$lm_bin" eval --checkpoint "$tmp/garbage.safetensors" --data "$tmp/tiny_corpus"

@@ -40,8 +40,9 @@ struct Text {
 
 bool integer_file(const safetensors::File& f) { return f.find("output.scale") != nullptr; }
 
-void said_model(const std::string& path, const safetensors::File& f) {
-  std::printf("%s: the GPT over bytes (L %zu, D 64, 4 heads, 3 blocks), %s\n", path.c_str(), L,
+// What runs (generate: on stderr, its text alone on stdout).
+void said_model(std::FILE* out, const std::string& path, const safetensors::File& f) {
+  std::fprintf(out, "%s: the GPT over bytes (L %zu, D 64, 4 heads, 3 blocks), %s\n", path.c_str(), L,
               integer_file(f) ? "in integers (int8 weights, int8 and int16 activations)" : "float32");
 }
 
@@ -145,9 +146,12 @@ int train(const std::string& data, std::int64_t steps, double minutes, std::uint
 
 int eval(const std::string& checkpoint, const std::string& data, const std::string& split, size_t threads) {
   const auto file = safetensors::File::read(checkpoint);
-  said_model(checkpoint, file);
+  said_model(stdout, checkpoint, file);
   const Text text(data);
   const auto& bytes = split == "valid" ? text.valid : text.test;
+  if (bytes.size() <= L)
+    throw std::runtime_error("the " + split + " split has " + std::to_string(bytes.size()) + " bytes: the GPT scores a text of at least " +
+                             std::to_string(L + 1) + " (its window and the byte after it)");
   const size_t tokens = (split == "valid" ? text.corpus.valid : text.corpus.test).size();
   auto run = std::make_unique<Run>(0, threads);
   const auto start = std::chrono::steady_clock::now();
@@ -167,7 +171,7 @@ int eval(const std::string& checkpoint, const std::string& data, const std::stri
 
 int generate(const std::string& checkpoint, const std::string& prompt, size_t bytes, double temperature, size_t top_k, std::uint64_t seed) {
   const auto file = safetensors::File::read(checkpoint);
-  said_model(checkpoint, file);
+  said_model(stderr, checkpoint, file);
   Sampler<256> sampler({.temperature = float(temperature), .top_k = top_k}, seed);
   if (integer_file(file)) {
     auto q = std::make_unique<GptQ>();
