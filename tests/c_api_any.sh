@@ -8,7 +8,8 @@
 # (--image, seqcls_image.hpp), read in place by c_api_image.cpp. The causal language model of
 # causal_lm.hpp, whose type declares causal = true, is refused without --causal (the message
 # names it) and written with it (causal_lm.h, causal_lm.cpp), into the same C program, as is its
-# integer model's (causal_lm_q.h, causal_lm_q.cpp: generating through an int8 cache), and its form with the head over the last row
+# integer model's (causal_lm_q.h, causal_lm_q.cpp: generating through an int8 cache; and its
+# generation entries alone, causal_gen.h, --generate-only), and its form with the head over the last row
 # alone (CausalLast: causal_last.h, causal_last.cpp), which generates as it does.
 set -eu
 fixture=$1 out=$2
@@ -40,12 +41,16 @@ sh "$here/../src/stformer-c-api" --header "$here/causal_lm.hpp" --type 'stformer
   --checkpoint "$out/causal_lm_int8.safetensors" --name causal_lm_q --out "$out" --compile "$cxx -O1 -pthread $io"
 sh "$here/../src/stformer-c-api" --header "$here/causal_lm.hpp" --type CausalLast --rows 8 --causal --checkpoint "$out/causal_last.safetensors" \
   --name causal_last --out "$out" --compile "$cxx -O1 -pthread $io"
-for api in seqcls seqcls_q causal_lm causal_lm_q causal_last; do
+# the integer model's generation entries alone (--generate-only): no NAME_predict, no whole pass's workspace
+sh "$here/../src/stformer-c-api" --header "$here/causal_lm.hpp" --type 'stformer::Quantized<CausalLM>' --rows 8 --causal --generate-only \
+  --checkpoint "$out/causal_lm_int8.safetensors" --name causal_gen --out "$out" --compile "$cxx -O1 -pthread $io"
+! grep -q "_predict" "$out/causal_gen.h" || { echo "FAIL: --generate-only wrote NAME_predict"; exit 1; }
+for api in seqcls seqcls_q causal_lm causal_lm_q causal_last causal_gen; do
   # shellcheck disable=SC2086
   $cxx -O2 -fno-exceptions -fno-rtti -c -I"$here" -I"$out" "$out/$api.cpp" -o "$out/$api.o"
 done
 ${CC:-cc} -std=c99 -Wall -Wextra -Werror -c -I"$out" "$here/c_api_main.c" -o "$out/main.o"
-${CC:-cc} "$out/main.o" "$out/seqcls.o" "$out/seqcls_q.o" "$out/causal_lm.o" "$out/causal_lm_q.o" "$out/causal_last.o" -lm -o "$out/c_api_main"
+${CC:-cc} "$out/main.o" "$out/seqcls.o" "$out/seqcls_q.o" "$out/causal_lm.o" "$out/causal_lm_q.o" "$out/causal_last.o" "$out/causal_gen.o" -lm -o "$out/c_api_main"
 ${STFORMER_RUN:-} "$out/c_api_main"
 # the integer model's image alone (--image), read in place by a C++ program
 sh "$here/../src/stformer-c-api" --header "$here/seq_classifier.hpp" --type 'stformer::Quantized<SeqClassifier>' --image \

@@ -11,6 +11,7 @@
 
 #include "causal_last.h"
 #include "causal_lm.h"
+#include "causal_gen.h"
 #include "causal_lm_q.h"
 #include "expected.h"
 #include "seqcls.h"
@@ -101,6 +102,16 @@ int main(void) {
   check(causal_lm_q_generate(input_a, 3, 5, 0.0f, 0, tokens) == CAUSAL_LM_Q_OK && memcmp(tokens, expected_q_greedy, sizeof tokens) == 0 &&
             causal_lm_q_generate(input_a, 3, 5, 0.8f, 42, tokens) == CAUSAL_LM_Q_OK && memcmp(tokens, expected_q_drawn, sizeof tokens) == 0,
         "the integer model: 5 tokens after 3, greedy and drawn, as the host");
+  /* its generation entries alone (--generate-only): the same steps and tokens, in less RAM */
+  same = causal_gen_reset() == CAUSAL_GEN_OK;
+  for (int t = 0; t < CAUSAL_GEN_ROWS; ++t)
+    same = same && causal_gen_step(input_a[t], next) == CAUSAL_GEN_OK && memcmp(next, expected_lm_q_a + t * CAUSAL_GEN_VOCABULARY, sizeof next) == 0;
+  check(same && causal_gen_step(input_a[0], next) == CAUSAL_GEN_FULL &&
+            causal_gen_generate(input_a, 3, 5, 0.0f, 0, tokens) == CAUSAL_GEN_OK && memcmp(tokens, expected_q_greedy, sizeof tokens) == 0,
+        "the integer model's generation entries alone: the same steps and tokens");
+  check(causal_gen_workspace_bytes < causal_lm_q_workspace_bytes, "the generation entries alone: less static RAM than with NAME_predict");
+  printf("causal_gen (--generate-only): %u B of workspace, against %u B with NAME_predict\n", (unsigned)causal_gen_workspace_bytes,
+         (unsigned)causal_lm_q_workspace_bytes);
   check(causal_lm_generate(input_a, 0, 5, 0.0f, 0, tokens) == CAUSAL_LM_BAD_INPUT && causal_lm_generate(input_a, 3, 5, -1.0f, 0, tokens) == CAUSAL_LM_BAD_INPUT &&
             causal_lm_generate(bad, 8, 1, 0.0f, 0, tokens) == CAUSAL_LM_BAD_INPUT,
         "an empty prompt, a negative temperature, a token id out of range refused");

@@ -20,7 +20,9 @@
 //   int NAME_step(int32_t token, float* logits);       the next token's logits [V] after every token stepped so far
 //   int NAME_generate(const int32_t* prompt, size_t n, size_t new_tokens, float temperature,
 //                     uint64_t seed, int32_t* out);   from an empty cache: out[new_tokens] (Sampler, stformer/compose/generate.hpp)
-// NAME_FULL when the cache cannot hold what is asked (nothing stepped).
+// NAME_FULL when the cache cannot hold what is asked (nothing stepped). With .generate_only these
+// three alone (and the sizes): no NAME_predict and no static workspace of a whole pass of N rows,
+// so that a cache of many positions fits a small RAM.
 // Every entry runs the pass with Mask<1, N>{.causal = names.causal, .keys = the keys or nullptr}.
 // A causal C API (.causal = true, NAME_CAUSAL 1 in the header) applies the causal mask in every
 // call (query i sees rows j <= i) and has no entry without it; a model whose type declares it
@@ -61,6 +63,7 @@ struct CApiNames {
   std::string_view source;   // where the parameters came from (a comment)
   bool causal = false;       // every call applies the causal mask (required when declares_causal<Model>)
   bool keys = false;         // the model was exported with a key mask (NAME_KEYS 1): NAME_predict_keys is its entry
+  bool generate_only = false;  // a causal language model's generation entries alone: no NAME_predict, no whole pass's workspace
 };
 
 struct CApiSource {
@@ -111,6 +114,10 @@ CApiSource c_api_source(const Model& model, const CApiNames& names) {
     else
       return false;
   }();
+  const bool whole = !names.generate_only;  // NAME_predict and its workspace
+  if (names.generate_only && !generates)
+    throw std::runtime_error("c_api_source: " + std::string(names.type) +
+                             ": --generate-only (CApiNames::generate_only) is for a causal language model of token ids whose blocks decode");
   const auto float_literal = [](float v) {
     char text[40];
     std::snprintf(text, sizeof text, "%af", double(v));
@@ -120,7 +127,8 @@ CApiSource c_api_source(const Model& model, const CApiNames& names) {
     << "   " << names.type << " (" << names.include << "), "
     << (integers ? "in integers (int8 weights, int16 streams; float only to quantize its input and\n   read its output)"
                  : "float32")
-    << ", forward only, " << N << " rows per call.\n"
+    << (whole ? ", forward only, " + std::to_string(N) + " rows per call.\n"
+              : ", generation only, through a cache of " + std::to_string(N) + " positions.\n")
     << "   Build " << name << ".cpp with a C++20 compiler and stformer's flags; the C side links its object\n"
     << "   with the C math library (-lm) and nothing else. Not reentrant: the calls share one static\n"
     << "   workspace. */\n"
@@ -147,24 +155,27 @@ CApiSource c_api_source(const Model& model, const CApiNames& names) {
     << "/* Bytes of the model's constant image (flash on a microcontroller) and of the static RAM the\n"
     << "   calls use, as the compiler of " << name << ".cpp lays them out. */\n"
     << "extern const uint32_t " << name << "_parameter_bytes;\n"
-    << "extern const uint32_t " << name << "_workspace_bytes;\n\n"
-    << "/* out[" << M << "_OUTPUT_SIZE] of in[" << M << "_INPUT_SIZE], every row present" << (names.causal ? ", causal" : "") << ". */\n"
-    << "int " << name << "_predict(const " << in_c << "* in, float* out);\n\n"
-    << "/* The same with a key-padding mask" << (names.causal ? " as well" : "") << ": row j exists when keys[j] != 0 (keys[" << M << "_ROWS]). */\n"
-    << "int " << name << "_predict_keys(const " << in_c << "* in, const uint8_t* keys, float* out);\n";
+    << "extern const uint32_t " << name << "_workspace_bytes;\n";
+  if (whole)
+    h << "\n/* out[" << M << "_OUTPUT_SIZE] of in[" << M << "_INPUT_SIZE], every row present" << (names.causal ? ", causal" : "") << ". */\n"
+      << "int " << name << "_predict(const " << in_c << "* in, float* out);\n\n"
+      << "/* The same with a key-padding mask" << (names.causal ? " as well" : "") << ": row j exists when keys[j] != 0 (keys[" << M << "_ROWS]). */\n"
+      << "int " << name << "_predict_keys(const " << in_c << "* in, const uint8_t* keys, float* out);\n";
   if constexpr (integers) {
-    const std::string qin_c = ids ? "int32_t" : "int16_t", qout_c = sizeof(QOut) == 4 ? "int32_t" : "int16_t";
-    if constexpr (!ids)
-      h << "\n#define " << M << "_INPUT_SCALE " << float_literal(model.template get<0>().scale(0)) << "  /* " << name
-        << "_predict_int8's input: nearbyintf(x / scale) (ties to even), clamped to ±32767 */";
-    h << "\n#define " << M << "_OUTPUT_SCALE " << float_literal(model.template get<Model::steps - 1>().scale(0)) << "  /* the real value of a unit of "
-      << name << "_predict_int8's output */\n\n"
-      << "/* Integers only (no float arithmetic: for a core without an FPU): out_q[" << M << "_OUTPUT_SIZE] ("
-      << (last_logits ? "the logits, whose log-softmax at " + M + "_OUTPUT_SCALE is " + name + "_predict's output"
-                      : name + "_predict's output in units of " + M + "_OUTPUT_SCALE")
-      << ")\n   of " << (ids ? "the token ids in" : "the quantized input in_q") << "[" << M << "_INPUT_SIZE]; keys as " << name
-      << "_predict_keys's, or NULL for every row. */\n"
-      << "int " << name << "_predict_int8(const " << qin_c << "* in_q, const uint8_t* keys, " << qout_c << "* out_q);\n";
+    if (whole) {
+      const std::string qin_c = ids ? "int32_t" : "int16_t", qout_c = sizeof(QOut) == 4 ? "int32_t" : "int16_t";
+      if constexpr (!ids)
+        h << "\n#define " << M << "_INPUT_SCALE " << float_literal(model.template get<0>().scale(0)) << "  /* " << name
+          << "_predict_int8's input: nearbyintf(x / scale) (ties to even), clamped to ±32767 */";
+      h << "\n#define " << M << "_OUTPUT_SCALE " << float_literal(model.template get<Model::steps - 1>().scale(0)) << "  /* the real value of a unit of "
+        << name << "_predict_int8's output */\n\n"
+        << "/* Integers only (no float arithmetic: for a core without an FPU): out_q[" << M << "_OUTPUT_SIZE] ("
+        << (last_logits ? "the logits, whose log-softmax at " + M + "_OUTPUT_SCALE is " + name + "_predict's output"
+                        : name + "_predict's output in units of " + M + "_OUTPUT_SCALE")
+        << ")\n   of " << (ids ? "the token ids in" : "the quantized input in_q") << "[" << M << "_INPUT_SIZE]; keys as " << name
+        << "_predict_keys's, or NULL for every row. */\n"
+        << "int " << name << "_predict_int8(const " << qin_c << "* in_q, const uint8_t* keys, " << qout_c << "* out_q);\n";
+    }
   }
   if constexpr (generates)
     h << "\n#define " << M << "_FULL 3       /* " << name << "_step, " << name << "_generate: the cache cannot hold it (" << name
@@ -189,63 +200,71 @@ CApiSource c_api_source(const Model& model, const CApiNames& names) {
     << (integers ? "#include <stformer/quantized/quantize.hpp>\n" : "") << (generates ? "#include <stformer/compose/generate.hpp>\n" : "")
     << "#include \"" << names.include << "\"\n#include \"" << name << ".h\"\n\n"
     << image_text << "\n"
-    << "namespace {\n\nusing Model = " << name << "_image::Model;\nconstexpr std::size_t N = " << N << ";\n"
-    << "stformer::InferOf<Model, 1, N> infer;  // the forward pass's workspace\n"
-    << "Model::Input<1, N> x;                  // the input\n"
-    << "stformer::KeyMask<1, N> key_mask;       // the rows that exist\n"
-    << "constexpr bool causal = " << (names.causal ? "true" : "false") << ";  // " << name << ".h's " << M << "_CAUSAL\n\n"
-    << (generates ? "stformer::DecodeOf<Model, 1, N> decoder;  // the key/value cache of N positions and one step's plan\n"
-                    "stformer::Sampler<" + std::to_string(dims<Out>[2]) + "> sampler;      // the generator's draws and its buffers\n\n"
-                  : "")
-    << "// The masks of every call: causal or not, as the API was written; the rows that exist (keys) or all.\n"
-    << "stformer::Mask<1, N> mask(const std::uint8_t* keys) { return {.causal = causal, .keys = keys != nullptr ? &key_mask : nullptr}; }\n\n"
-    << "// What every entry checks first (the image, the pointers" << (ids ? ", the ids" : "") << ") and the key mask: 0 to go on.\n"
-    << "int start(const " << (ids ? "std::int32_t" : "void") << "* in, const std::uint8_t* keys, const void* out) {\n"
-    << "  if (!stformer::c_api::image_ok<" << (integers ? "true" : "false") << ">(" << name << "_image::model(), " << name << "_image::offsets)) return stformer::c_api::bad_image;\n"
-    << "  if (in == nullptr || out == nullptr) return stformer::c_api::bad_input;\n";
-  if constexpr (ids)
-    c << "  if (!stformer::c_api::ids_in_range(in, x.size(), " << Model::template BlockAt<0>::vocabulary << ")) return stformer::c_api::bad_input;\n";
-  c << "  if (keys != nullptr)\n    for (std::size_t j = 0; j < N; ++j) key_mask(0, j) = keys[j] != 0;\n"
-    << "  return stformer::c_api::ok;\n}\n\n"
-    << "// The passes in frames of their own, apart from the checks' (the stack holds one or the other).\n"
-    << "[[gnu::noinline]] void run(const " << in_cpp << "* in, const std::uint8_t* keys, float* out) {\n"
-    << "  std::copy_n(in, x.size(), x.data());\n"
-    << "  const auto& y = infer.forward(" << name << "_image::model(), x, mask(keys));\n"
-    << "  std::copy_n(y.data(), y.size(), out);\n}\n\n"
-    << "[[gnu::noinline]] int predict(const " << in_cpp << "* in, const std::uint8_t* keys, float* out) {  // one copy for both entries\n"
-    << "  if (const int status = start(in, keys, out)) return status;\n";
-  if constexpr (!ids) c << "  if (!stformer::c_api::finite(in, x.size())) return stformer::c_api::bad_input;\n";
-  c << "  run(in, keys, out);\n"
-    << "  return stformer::c_api::ok;\n}\n";
-  if constexpr (integers) {
-    const std::string qin = ids ? "std::int32_t" : "std::int16_t", qout = sizeof(QOut) == 4 ? "std::int32_t" : "std::int16_t";
-    c << "\n// The integer steps alone: " << (ids ? "0" : "1") << " .. steps − 2 (the steps between the float ends).\n"
-      << "[[gnu::noinline]] void run_int8(const " << qin << "* in_q, const std::uint8_t* keys, " << qout << "* out_q) {\n"
-      << "  const Model& model = " << name << "_image::model();\n";
+    << "namespace {\n\nusing Model = " << name << "_image::Model;\nconstexpr std::size_t N = " << N << ";\n";
+  if (whole)
+    c << "stformer::InferOf<Model, 1, N> infer;  // the forward pass's workspace\n"
+      << "Model::Input<1, N> x;                  // the input\n"
+      << "stformer::KeyMask<1, N> key_mask;       // the rows that exist\n"
+      << "constexpr bool causal = " << (names.causal ? "true" : "false") << ";  // " << name << ".h's " << M << "_CAUSAL\n\n";
+  if constexpr (generates)
+    c << "stformer::DecodeOf<Model, 1, N> decoder;  // the key/value cache of N positions and one step's plan\n"
+      << "stformer::Sampler<" << dims<Out>[2] << "> sampler;      // the generator's draws and its buffers\n\n";
+  if (whole) {
+    c << "// The masks of every call: causal or not, as the API was written; the rows that exist (keys) or all.\n"
+      << "stformer::Mask<1, N> mask(const std::uint8_t* keys) { return {.causal = causal, .keys = keys != nullptr ? &key_mask : nullptr}; }\n\n"
+      << "// What every entry checks first (the image, the pointers" << (ids ? ", the ids" : "") << ") and the key mask: 0 to go on.\n"
+      << "int start(const " << (ids ? "std::int32_t" : "void") << "* in, const std::uint8_t* keys, const void* out) {\n"
+      << "  if (!stformer::c_api::image_ok<" << (integers ? "true" : "false") << ">(" << name << "_image::model(), " << name
+      << "_image::offsets)) return stformer::c_api::bad_image;\n"
+      << "  if (in == nullptr || out == nullptr) return stformer::c_api::bad_input;\n";
     if constexpr (ids)
-      c << "  std::copy_n(in_q, x.size(), x.data());\n"
-        << "  const auto& y = infer.forward_steps<0, Model::steps - 1>(model, x, mask(keys));\n";
-    else
-      c << "  auto& x_q = infer.input<1>();\n  std::copy_n(in_q, x_q.size(), x_q.data());\n"
-        << "  const auto& y = infer.forward_steps<1, Model::steps - 1>(model, mask(keys));\n";
-    c << "  std::copy_n(y.data(), y.size(), out_q);\n}\n";
+      c << "  if (!stformer::c_api::ids_in_range(in, x.size(), " << Model::template BlockAt<0>::vocabulary << ")) return stformer::c_api::bad_input;\n";
+    c << "  if (keys != nullptr)\n    for (std::size_t j = 0; j < N; ++j) key_mask(0, j) = keys[j] != 0;\n"
+      << "  return stformer::c_api::ok;\n}\n\n"
+      << "// The passes in frames of their own, apart from the checks' (the stack holds one or the other).\n"
+      << "[[gnu::noinline]] void run(const " << in_cpp << "* in, const std::uint8_t* keys, float* out) {\n"
+      << "  std::copy_n(in, x.size(), x.data());\n"
+      << "  const auto& y = infer.forward(" << name << "_image::model(), x, mask(keys));\n"
+      << "  std::copy_n(y.data(), y.size(), out);\n}\n\n"
+      << "[[gnu::noinline]] int predict(const " << in_cpp << "* in, const std::uint8_t* keys, float* out) {  // one copy for both entries\n"
+      << "  if (const int status = start(in, keys, out)) return status;\n";
+    if constexpr (!ids) c << "  if (!stformer::c_api::finite(in, x.size())) return stformer::c_api::bad_input;\n";
+    c << "  run(in, keys, out);\n"
+      << "  return stformer::c_api::ok;\n}\n";
+    if constexpr (integers) {
+      const std::string qin = ids ? "std::int32_t" : "std::int16_t", qout = sizeof(QOut) == 4 ? "std::int32_t" : "std::int16_t";
+      c << "\n// The integer steps alone: " << (ids ? "0" : "1") << " .. steps − 2 (the steps between the float ends).\n"
+        << "[[gnu::noinline]] void run_int8(const " << qin << "* in_q, const std::uint8_t* keys, " << qout << "* out_q) {\n"
+        << "  const Model& model = " << name << "_image::model();\n";
+      if constexpr (ids)
+        c << "  std::copy_n(in_q, x.size(), x.data());\n"
+          << "  const auto& y = infer.forward_steps<0, Model::steps - 1>(model, x, mask(keys));\n";
+      else
+        c << "  auto& x_q = infer.input<1>();\n  std::copy_n(in_q, x_q.size(), x_q.data());\n"
+          << "  const auto& y = infer.forward_steps<1, Model::steps - 1>(model, mask(keys));\n";
+      c << "  std::copy_n(y.data(), y.size(), out_q);\n}\n";
+    }
   }
   c << "\n}  // namespace\n\n"
     << "extern \"C\" {\n\n"
     << "const std::uint32_t " << name << "_parameter_bytes = sizeof(Model);\n"
-    << "const std::uint32_t " << name << "_workspace_bytes = sizeof infer + sizeof x + sizeof key_mask" << (generates ? " + sizeof decoder + sizeof sampler" : "")
-    << ";\n\n"
-    << "int " << name << "_predict(const " << in_cpp << "* in, float* out) { return predict(in, nullptr, out); }\n\n"
-    << "int " << name << "_predict_keys(const " << in_cpp << "* in, const std::uint8_t* keys, float* out) {\n"
-    << "  if (keys == nullptr) return stformer::c_api::bad_input;\n"
-    << "  return predict(in, keys, out);\n}\n";
-  if constexpr (integers) {
-    static_assert(elements(dims<typename Model::template OutputAt<1, N, Model::steps - 2>>) == out_size,
-                  "c_api_source: the last integer step's output is the model's, element for element");
-    const std::string qin = ids ? "std::int32_t" : "std::int16_t", qout = sizeof(QOut) == 4 ? "std::int32_t" : "std::int16_t";
-    c << "\nint " << name << "_predict_int8(const " << qin << "* in_q, const std::uint8_t* keys, " << qout << "* out_q) {\n"
-      << "  if (const int status = start(in_q, keys, out_q)) return status;\n"
-      << "  run_int8(in_q, keys, out_q);\n  return stformer::c_api::ok;\n}\n";
+    << "const std::uint32_t " << name << "_workspace_bytes = "
+    << (whole ? std::string("sizeof infer + sizeof x + sizeof key_mask") + (generates ? " + sizeof decoder + sizeof sampler" : "")
+              : std::string("sizeof decoder + sizeof sampler"))
+    << ";\n";
+  if (whole) {
+    c << "\nint " << name << "_predict(const " << in_cpp << "* in, float* out) { return predict(in, nullptr, out); }\n\n"
+      << "int " << name << "_predict_keys(const " << in_cpp << "* in, const std::uint8_t* keys, float* out) {\n"
+      << "  if (keys == nullptr) return stformer::c_api::bad_input;\n"
+      << "  return predict(in, keys, out);\n}\n";
+    if constexpr (integers) {
+      static_assert(elements(dims<typename Model::template OutputAt<1, N, Model::steps - 2>>) == out_size,
+                    "c_api_source: the last integer step's output is the model's, element for element");
+      const std::string qin = ids ? "std::int32_t" : "std::int16_t", qout = sizeof(QOut) == 4 ? "std::int32_t" : "std::int16_t";
+      c << "\nint " << name << "_predict_int8(const " << qin << "* in_q, const std::uint8_t* keys, " << qout << "* out_q) {\n"
+        << "  if (const int status = start(in_q, keys, out_q)) return status;\n"
+        << "  run_int8(in_q, keys, out_q);\n  return stformer::c_api::ok;\n}\n";
+    }
   }
   if constexpr (generates) {
     constexpr size_t V = dims<Out>[2];
