@@ -119,6 +119,12 @@ int main() {
 #elif CASE == 16  // decoding a causal model with a step that reads every row (the rows' mean)
   static DecodeOf<test_blocks::Pooled, 1, 8> dec;
   (void)dec;
+#elif CASE == 17  // decoding a block over a memory whose rows are not causal (MAB)
+  static DecodeOf<MAB<16, 2>, 1, 8, 4> dec;
+  (void)dec;
+#elif CASE == 18  // decoding a decoder without its memory's rows
+  static DecodeOf<DecoderBlock<16, 2, 32>, 1, 8> dec;
+  (void)dec;
 #else  // the control: this compiles (the training pass of a layer, the forward-only pass of every model)
   Linear<2, 16> proj;
   ActsOf<Linear<2, 16>, 1, 50> a;
@@ -146,5 +152,11 @@ int main() {
   static DecodeOf<test_blocks::Causal, 1, 8> dec;
   static IdTensor<1, 1> token;
   dec.step(causal, token);
+  static DecoderBlock<16, 2, 32> decoder;
+  static DecodeOf<DecoderBlock<16, 2, 32>, 1, 8, 5> over_memory;
+  static Tensor<1, 5, 16> memory;
+  static Tensor<1, 1, 16> row;
+  over_memory.start(decoder, memory);
+  over_memory.step(decoder, row);
 #endif
 }

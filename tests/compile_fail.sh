@@ -58,6 +58,8 @@ check 14 "a step's training record (the block in the instantiation above) does n
 check 15 "DecodeOf: the model must declare itself causal"
 check 16 "DecodeOf: a step (the block in the instantiation above) does not decode"
 first 16 "MeanPool<16>"
+check 17 "DecodeOf: a block over a memory decodes when its rows are causal"
+check 18 "DecodeOf<Model, B, MaxLen, M>: a model over a memory decodes with its memory's rows M"
 # the configuration: C++20 and the macros every translation unit must share
 flags "-std=c++17" "stformer needs C++20: compile with -std=c++20"
 flags "-UCASE" "STFORMER_SIMD is not defined. Compile every file that includes stformer with the same flags, from \`pkg-config --cflags stformer\`"

@@ -168,6 +168,100 @@ TEST_CASE("DecodeOf: SPEC's encoder blocks over rows with sinusoidal positions, 
   check_steps<CausalLM, 3, 8>(*gptj, ids);
 }
 
+namespace {
+// A decoder over a memory stepped through T rows of x against WithMemory's pass over all of them
+// and m (with the memory's key mask): step t gives row t; the memory's keys and values are taken
+// at start alone (m is overwritten after it); a prompt's pass, then steps, gives the same rows.
+template <class Dec, size_t B, size_t T, size_t M>
+void check_memory_steps(const Dec& model, const typename Dec::template Input<B, T>& x, typename Dec::template MemoryRows<B, M> m,
+                        const KeyMask<B, M>* keys) {
+  using D = DecodeOf<Dec, B, T, M>;
+  constexpr size_t W = step::count<typename D::Output> / B;
+  auto full = std::make_unique<typename Dec::template Infer<B, T, M>>();
+  const auto all = full->forward(model, x, m, keys);  // a copy: the pass below reuses it
+  auto dec = std::make_unique<D>();
+  typename D::Input xt;
+  CHECK_THROWS_AS(dec->step(model, xt), std::invalid_argument);  // no memory yet: refused
+  dec->start(model, m, keys);
+  std::fill(m.begin(), m.end(), std::nanf(""));  // read at start alone
+  auto row_of = [&](size_t t) {
+    for (size_t b = 0; b < B; ++b) std::copy_n(x.data() + (b * T + t) * W, W, xt.data() + b * W);
+    return xt;
+  };
+  auto want = [&](size_t t) {
+    std::vector<float> w(B * W);
+    for (size_t b = 0; b < B; ++b) std::copy_n(all.data() + (b * T + t) * W, W, w.data() + b * W);
+    return w;
+  };
+  double worst = 0;
+  std::vector<float> first_pass;
+  for (int round = 0; round < 2; ++round) {  // again after reset, over the same memory: the same bits
+    dec->reset();
+    for (size_t t = 0; t < T; ++t) {
+      const auto* y = dec->step(model, row_of(t));
+      REQUIRE(y != nullptr);
+      if (round == 1) {
+        CHECK(std::equal(y->begin(), y->end(), first_pass.begin() + t * B * W));
+        continue;
+      }
+      first_pass.insert(first_pass.end(), y->begin(), y->end());
+      worst = std::max(worst, relative_rows(y->data(), want(t).data(), B * W));
+    }
+    CHECK(dec->step(model, xt) == nullptr);  // a full cache
+  }
+  constexpr size_t P = T / 2;
+  typename Dec::template Input<B, P> prompt;
+  for (size_t b = 0; b < B; ++b) std::copy_n(x.data() + b * T * W, P * W, prompt.data() + b * P * W);
+  auto pass = std::make_unique<typename Dec::template Infer<B, P, M>>();
+  CHECK(dec->prefill(model, prompt, *pass) == nullptr);  // not empty
+  dec->reset();
+  const auto* first = dec->prefill(model, prompt, *pass);
+  REQUIRE(first != nullptr);
+  for (size_t b = 0; b < B; ++b) worst = std::max(worst, relative_rows(first->data() + b * P * W, all.data() + b * T * W, P * W));
+  for (size_t t = P; t < T; ++t) {
+    const auto* y = dec->step(model, row_of(t));
+    REQUIRE(y != nullptr);
+    worst = std::max(worst, relative_rows(y->data(), want(t).data(), B * W));
+  }
+  MESSAGE("DecodeOf over a memory of " << M << " rows against WithMemory's pass over " << T << " rows: largest difference " << worst << "; "
+                                       << sizeof(D) << " B, of which the cache " << D::cache_bytes << " B and the memory's keys and values "
+                                       << D::memory_bytes << " B");
+  CHECK(worst <= 1e-6);
+}
+}  // namespace
+
+TEST_CASE("DecodeOf: decoders over a memory (SPEC's and PyTorch's decoder layers, TransformerDecoder), the memory's keys and values projected once") {
+  constexpr size_t D = 16, H = 4, F = 32, B = 2, T = 10, M = 7;
+  Rng rng(65);
+  KeyMask<B, M> keys;
+  for (size_t j = 0; j < M; ++j) keys(0, j) = j < 5, keys(1, j) = j % 3 != 1;  // padding, and holes
+  Tensor<B, T, D> x;
+  Tensor<B, M, D> m;
+  test::fill(x, rng);
+  test::fill(m, rng);
+  {
+    using Spec = DecoderBlock<D, H, F>;
+    auto block = test::make<Spec>();
+    test::randomize(*block, rng);
+    check_memory_steps<Spec, B, T, M>(*block, x, m, &keys);
+    check_memory_steps<Spec, B, T, M>(*block, x, m, nullptr);
+    // the memory's keys and values: k and v of each of the M rows (a vector of 16 columns), and the counts
+    static_assert(DecodeOf<Spec, B, T, M>::memory_bytes == 2 * B * D * 16 * sizeof(float) + 64);
+  }
+  {
+    using Torch = TransformerDecoder<DecoderBlock<D, H, F, PostNorm<act::GELU>>, 2, LayerNorm<D>>;
+    auto stack = test::make<Torch>();
+    test::randomize(*stack, rng);
+    check_memory_steps<Torch, B, T, M>(*stack, x, m, &keys);
+    // a sequence whose memory is all masked: its cross-attentions add their output bias alone, as in the pass
+    KeyMask<B, M> none = keys;
+    for (size_t j = 0; j < M; ++j) none(1, j) = false;
+    check_memory_steps<Torch, B, T, M>(*stack, x, m, &none);
+    static_assert(DecodeOf<Torch, B, T, M>::memory_bytes == 2 * (2 * B * D * 16 * sizeof(float) + 64));
+    static_assert(DecodeOf<Torch, B, T, M>::cache_bytes == 2 * 2 * B * D * 16 * sizeof(float));
+  }
+}
+
 TEST_CASE("Sampler: greedy, temperature, top-k and top-p draws at their probabilities, from + and × alone") {
   for (double x = -700; x <= 0; x += 0.37) CHECK(std::abs(exp_nonpositive(x) - std::exp(x)) <= 4e-16 * std::exp(x));
   CHECK(exp_nonpositive(-800) == 0.0);

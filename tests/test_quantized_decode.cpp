@@ -5,13 +5,16 @@
 // numerators' sum is exact), so every step's logits equal the pass's row bit for bit: tolerance
 // 0. A llama2.c-shaped model (rotary grouped-query attention, RMSNorm, SwiGLU; its last row's
 // head, llama2.c's inference form) and a nanoGPT-shaped one (learned positions, LayerNorm),
-// stepped and prefilled; the cache's bytes at compile time; a full cache refuses a step.
+// stepped and prefilled; the cache's bytes at compile time; a full cache refuses a step. Decoders
+// over a memory in integers (DecoderBlock's forms, TransformerDecoder): the memory's int8 keys
+// and values taken once at start, each step the int16 row of the integer block's pass, key-padded.
 #include <doctest/doctest.h>
 
 #include <cstring>
 #include <memory>
 
 #include <stformer/compose/decode.hpp>
+#include <stformer/quantized/memory.hpp>
 #include <stformer/quantized/rotary_attention.hpp>
 
 #include "quantized.hpp"
@@ -143,4 +146,72 @@ TEST_CASE("DecodeOf<Quantized<Model>>: a nanoGPT-shaped model in integers (learn
   using M = Gpt<40, 16, 32, 4>;
   check_model<M, 2, 16, 9, 40>(73);
   static_assert(DecodeOf<Quantized<M>, 2, 16>::cache_bytes == 2 * 2 * 2 * 32 * 16);  // 2 blocks' kᵀ and vᵀ [2, 32, 16], int8
+}
+
+namespace {
+// Float decoder F calibrated (MemoryCalibration) and made integer; its rows and memory as int16
+// streams; stepped from start over the memory against the integer block's pass over all N rows.
+template <class F, size_t B, size_t N, size_t M, size_t P>
+void check_memory_decoder(std::uint64_t seed) {
+  using Q = typename Int8Of<F>::type;
+  using Dec = DecodeOf<Q, B, N, M>;
+  constexpr size_t D = step::count<typename Dec::Input> / B;
+  Rng rng(seed, 0);
+  auto f = std::make_unique<F>();
+  init_params(*f, rng);
+  test::randomize(*f, rng);
+  Tensor<B, N, D> x;
+  Tensor<B, M, D> m;
+  test::fill(x, rng, 2.0f), test::fill(m, rng, 3.0f);
+  const KeyMask<B, M> keys = test::lengths_mask<B, M>({M, 5});
+  auto cal = std::make_unique<MemoryCalibration<F, B, N, M>>(*f);
+  cal->observe(x, m), cal->observe(x, m, &keys);
+  const auto q = cal->quantize();
+  TensorOf<std::int16_t, B, N, D> h;
+  TensorOf<std::int16_t, B, M, D> mq;
+  round_through(x, cal->x_scale(), h);
+  round_through(m, cal->memory_scale(), mq);
+  auto pass = std::make_unique<typename Q::template Infer<B, N, M>>();
+  const TensorOf<std::int16_t, B, N, D> all = pass->forward(*q, h, mq, &keys);
+  auto dec = std::make_unique<Dec>();
+  dec->start(*q, mq, &keys);
+  typename Dec::Input xt;
+  const auto row_of = [&](size_t t) -> const typename Dec::Input& {
+    for (size_t b = 0; b < B; ++b) std::copy_n(h.data() + (b * N + t) * D, D, xt.data() + b * D);
+    return xt;
+  };
+  const auto same = [&](const std::int16_t* y, size_t t) {
+    for (size_t b = 0; b < B; ++b)
+      if (!std::equal(y + b * D, y + (b + 1) * D, all.data() + (b * N + t) * D)) return false;
+    return true;
+  };
+  size_t differ = 0;
+  for (size_t t = 0; t < N; ++t) {
+    const auto* y = dec->step(*q, row_of(t));
+    REQUIRE(y != nullptr);
+    differ += !same(y->data(), t);
+  }
+  CHECK(differ == 0);
+  CHECK(dec->step(*q, xt) == nullptr);  // a full cache
+  dec->reset();
+  typename Q::template Input<B, P> prompt;
+  for (size_t b = 0; b < B; ++b) std::copy_n(h.data() + b * N * D, P * D, prompt.data() + b * P * D);
+  auto prompt_pass = std::make_unique<typename Q::template Infer<B, P, M>>();
+  const auto* y0 = dec->prefill(*q, prompt, *prompt_pass);
+  REQUIRE(y0 != nullptr);
+  for (size_t b = 0; b < B; ++b) CHECK(std::equal(y0->data() + b * P * D, y0->data() + (b + 1) * P * D, all.data() + b * N * D));
+  size_t differ_after = 0;
+  for (size_t t = P; t < N; ++t) differ_after += !same(dec->step(*q, row_of(t))->data(), t);
+  CHECK(differ_after == 0);
+  MESSAGE("DecodeOf of an integer decoder over " << M << " memory rows (one sequence's padded to 5): " << N
+                                                 << " steps and a prompt then steps, every row the integer pass's; " << sizeof(Dec)
+                                                 << " B, of which the int8 cache " << Dec::cache_bytes << " B and the memory's int8 keys and values "
+                                                 << Dec::memory_bytes << " B");
+}
+}  // namespace
+
+TEST_CASE_TEMPLATE("DecodeOf of a decoder over a memory in integers: each step the integer block's row, the memory's keys and values taken once", Fm,
+                   SpecForm, PostNorm<act::GELU>, PreNorm<act::ReLU>) {
+  check_memory_decoder<DecoderBlock<32, 4, 48, Fm>, 2, 12, 9, 5>(74);
+  check_memory_decoder<TransformerDecoder<DecoderBlock<32, 4, 48, Fm>, 2, LayerNorm<32>>, 2, 12, 9, 5>(75);
 }

@@ -522,6 +522,51 @@ struct MultiHeadAttention : AttentionProjections<Dq, Dkv, D, Pr> {
   // The bytes of its part of a decoding pass's cache (Decoding::Part): kᵀ and vᵀ [B, D, Lk], float.
   static constexpr size_t cache_bytes(size_t batch, size_t length) { return Decoding::bytes<float>(batch, D, length); }
 
+  // A cross-attention's memory for decoding (a decoder's, stformer/compose/memory.hpp), once
+  // before the steps: the rows of xkv [B, M, Dkv] that the key mask keeps (all without one),
+  // projected into its part of dec's memory (Decoding::MemoryPart), j' counting the kept rows:
+  //   k[b, j'] = xkv[b, j] Wkᵀ + bk,  v[b, j'] = xkv[b, j] Wvᵀ + bv,  count[b] = the kept rows
+  // A masked key gets weight 0 in the pass: left out, it is not summed at all. row: [D].
+  template <size_t B, size_t M>
+  void remember(const float* xkv, const KeyMask<B, M>* keys, float* row, Decoding& dec) const {
+    const auto kv = dec.take_memory<float>(B, D, M);
+    for (size_t b = 0; b < B; ++b) {
+      std::uint32_t n = 0;
+      for (size_t j = 0; j < M; ++j) {
+        if (keys && !(*keys)(b, j)) continue;
+        k_proj().template apply<1>(xkv + (b * M + j) * Dkv, row);
+        kv.put_key(b, n, row);
+        v_proj().template apply<1>(xkv + (b * M + j) * Dkv, row);
+        kv.put_value(b, n, row);
+        ++n;
+      }
+      kv.count[b] = n;
+    }
+  }
+  // N query rows per sequence, x [B, N, Dq] (Dq = D), against the memory remembered: residual
+  // [B, N, D] += MHA(x, memory), x overwritten (q, then the heads); o_{b,h} = 0 for a sequence
+  // whose keys are all masked, as in the pass. tile: T rows of the projections (Work::rows).
+  //   o_{b,i,h} = Σ_{j' < count[b]} softmax_j'(s · q_{b,i,h}·k[b, j', h]) v[b, j', h]
+  template <size_t B, size_t N, size_t M, size_t T, class Pool = Serial>
+  void decode_memory(float* x, float* residual, float* tile, Decoding& dec, Pool&& pool = Pool{}) const {
+    static_assert(Dq == D, "MultiHeadAttention::decode_memory: the queries' width is the attention's (Dq = D)");
+    const auto kv = dec.take_memory<float>(B, D, M);
+    q_proj().template apply_tiled<B * N, T>(x, x, tile, pool);
+    for (size_t b = 0; b < B; ++b)
+      for (size_t i = 0; i < N; ++i)
+        for (size_t h = 0; h < H; ++h) {
+          float* qh = x + (b * N + i) * D + h * Dh;  // q_{b,i,h}, then o_{b,i,h}
+          if (kv.count[b] == 0)
+            kernels::fill<Dh>(qh, 0.0f);
+          else
+            kernels::attend_cached<Dh>(qh, kv.keys(b, h * Dh), kv.values(b, h * Dh), kv.columns, kv.count[b], score_scale,
+                                       dec.score_row<float>(), qh);
+        }
+    wo.template apply_tiled<B * N, T, false, true>(x, residual, tile, pool);
+  }
+  // The bytes of its part of a decoding pass's memory (Decoding::MemoryPart), float.
+  static constexpr size_t memory_bytes(size_t batch, size_t rows) { return Decoding::memory_bytes<float>(batch, D, rows); }
+
   // The whole block forward only: q (then the heads), the keys of Work, out. The same bits as
   // Acts::forward up to max_key_tile keys; beyond, the same up to float rounding.
   template <size_t B, size_t Nq, size_t Nk>

@@ -21,8 +21,9 @@
 // (decodes = true: SelfAttention, RotaryAttention, Embedding, PositionEmbedding,
 // PositionalEncoding, LastToken, and their integer forms, whose cache is int8: Quantized<Model>
 // decodes as Model does, each step the integers of its causal pass's row), joined by
-// Sequential, Named, Repeat, Residual, Parallel and Gated. Anything else (a pooling
-// step, a class token, an attention over a memory or a set) is a compile error naming it.
+// Sequential, Named, Repeat, Residual, Parallel and Gated; a decoder over a memory (WithMemory
+// with causal rows, its CrossAttend parts: below). Anything else (a pooling step, a class token,
+// an attention over a set) is a compile error naming it.
 //
 // Memory, all of it in the object, known at compile time:
 //   sizeof(DecodeOf) = the caches (each attention's keys and values, transposed: kᵀ and vᵀ
@@ -38,6 +39,7 @@
 #include <type_traits>
 
 #include "combinators.hpp"
+#include "memory.hpp"
 #include "sequential.hpp"
 
 namespace stformer::inline STFORMER_ABI {
@@ -64,6 +66,12 @@ struct Info {
     else
       return 0;
   }
+  static constexpr size_t memory_bytes(size_t batch, size_t rows) {  // a cross-attention's keys and values of its memory
+    if constexpr (step::reads_memory<Block>() && requires { Block::memory_bytes(batch, rows); })
+      return Block::memory_bytes(batch, rows);
+    else
+      return 0;
+  }
   static constexpr size_t positions = [] {
     if constexpr (requires { Block::positions; })
       return Block::positions;
@@ -76,6 +84,7 @@ template <bool Strict, class... Blocks>
 struct All {
   static constexpr bool ok = (Info<Blocks, Strict>::ok && ...);
   static constexpr size_t bytes(size_t batch, size_t length) { return (size_t(0) + ... + Info<Blocks, Strict>::bytes(batch, length)); }
+  static constexpr size_t memory_bytes(size_t batch, size_t rows) { return (size_t(0) + ... + Info<Blocks, Strict>::memory_bytes(batch, rows)); }
   static constexpr size_t positions = std::min({SIZE_MAX, Info<Blocks, Strict>::positions...});
 };
 template <FixedString Name, class Block, bool Strict>
@@ -87,6 +96,7 @@ struct Info<Sequential<S...>, Strict> : All<Strict, typename step::Info<S>::Bloc
 template <class Block, size_t Count, bool Strict>
 struct Info<Repeat<Block, Count>, Strict> : Info<Block, Strict> {
   static constexpr size_t bytes(size_t batch, size_t length) { return Count * Info<Block, Strict>::bytes(batch, length); }
+  static constexpr size_t memory_bytes(size_t batch, size_t rows) { return Count * Info<Block, Strict>::memory_bytes(batch, rows); }
 };
 template <class Body, bool Strict>
 struct Info<Residual<Body>, Strict> : Info<typename step::Info<Body>::Block, Strict> {};
@@ -94,6 +104,12 @@ template <class... Br, bool Strict>
 struct Info<Parallel<Br...>, Strict> : All<Strict, typename step::Info<Br>::Block...> {};
 template <class Gate, class Value, bool Strict>
 struct Info<Gated<Gate, Value>, Strict> : All<Strict, typename step::Info<Gate>::Block, typename step::Info<Value>::Block> {};
+// A block over a memory decodes when it is causal (its rows' mask) and its parts decode.
+template <bool Causal, class... Parts, bool Strict>
+struct Info<WithMemory<Causal, Parts...>, Strict> : All<Strict, typename step::Info<Parts>::Block...> {
+  static_assert(Causal || !Strict, "DecodeOf: a WithMemory whose rows are not causal (WithMemory<false, …>: MAB's) does not decode");
+  static constexpr bool ok = Causal && All<Strict, typename step::Info<Parts>::Block...>::ok;
+};
 
 // Whether DecodeOf<Model, ...> compiles: a causal chain whose every block decodes.
 template <class Model>
@@ -106,8 +122,9 @@ constexpr bool decodes() {
 
 }  // namespace decode
 
-template <class Model, size_t B, size_t MaxLen>
+template <class Model, size_t B, size_t MaxLen, size_t M = 0>
 struct DecodeOf {
+  static_assert(M == 0, "DecodeOf<Model, B, MaxLen, M>: M is the rows of a memory, and this model reads none");
   static_assert(declares_causal<Model>,
                 "DecodeOf: the model must declare itself causal (static constexpr bool causal = true): decoding runs its causal pass one "
                 "position at a time, and a model whose rows read later rows cannot be run so");
@@ -159,6 +176,78 @@ struct DecodeOf {
   alignas(64) std::byte scores[Decoding::score_bytes(MaxLen)];  // (padded to whole vectors: kernels::softmax_row)
   InferOf<Model, B, 1> pass;
   size_t t = 0;
+};
+
+// A decoder over a memory (WithMemory<true, …>: DecoderBlock, TransformerDecoder; the memory m
+// [B, M, Dm], an encoder's output, with its key mask):
+//
+//   DecodeOf<Decoder, 1, 64, M> dec;
+//   dec.start(decoder, memory, &keys);       // every cross-attention's keys and values of m, once
+//   const auto* y = dec.step(decoder, x);    // [1, 1, D]: the pass's row at the next position
+//
+// start projects each cross-attention's keys and values of the memory into the object (the
+// rows the key mask keeps, MultiHeadAttention::remember), and empties the cache; steps and a
+// prompt's pass read those, never m again, so the memory need not outlive start. Step t's
+// output is row t of WithMemory's pass over the rows 0 .. t and m (Infer<B, t + 1, M>), up to
+// float rounding. sizeof = the caches + the memory's keys and values (memory_bytes: 8 bytes a
+// row and feature of each cross-attention) + one step's plan (Infer<B, 1, M>) + a row of scores.
+template <class Model, size_t B, size_t MaxLen, size_t M>
+  requires(step::reads_memory<Model>())
+struct DecodeOf<Model, B, MaxLen, M> {
+  static_assert(declares_causal<Model>, "DecodeOf: a block over a memory decodes when its rows are causal (WithMemory<true, …>: a decoder)");
+  static_assert(M >= 1, "DecodeOf<Model, B, MaxLen, M>: a model over a memory decodes with its memory's rows M");
+  using Info = decode::Info<Model>;
+  static constexpr size_t length = MaxLen, memory_rows = M;
+  static constexpr size_t cache_bytes = Info::bytes(B, MaxLen), memory_bytes = Info::memory_bytes(B, M);
+  using Input = typename Model::template Input<B, 1>;
+  using Output = Input;
+  using Memory = typename Model::template MemoryRows<B, M>;
+
+  // An empty cache over the memory m (keys: its key mask, or none): its keys and values projected.
+  template <class Pool = Serial>
+  void start(const Model& p, const Memory& m, const KeyMask<B, M>* keys = nullptr, Pool&& pool = Pool{}) {
+    Decoding d = decoding();
+    pass.remember(p, m, keys, d, pool);
+    STFORMER_CHECK(d.memory_taken == memory_bytes, "DecodeOf: the model's cross-attentions took another memory than decode::Info counts");
+    t = 0, started = true;
+  }
+  // The output at the next position for x [B, 1, D]; null when the cache is full.
+  template <class Pool = Serial>
+  const Output* step(const Model& p, const Input& x, Pool&& pool = Pool{}) {
+    if (t == MaxLen) return nullptr;
+    return &run<1>(p, x, pass, pool);
+  }
+  // A prompt x [B, P, D] in one pass after start (pass: the caller's Infer<B, P, M>); null when
+  // the cache is not empty.
+  template <size_t P, class Pool = Serial>
+  auto prefill(const Model& p, const typename Model::template Input<B, P>& x, typename Model::template Infer<B, P, M>& pass, Pool&& pool = Pool{})
+      -> const typename Model::template Input<B, P>* {
+    static_assert(P <= MaxLen, "DecodeOf::prefill: a prompt longer than the cache");
+    if (t != 0) return nullptr;
+    return &run<P>(p, x, pass, pool);
+  }
+  // An empty cache over the same memory.
+  void reset() { t = 0; }
+  size_t position() const { return t; }
+
+ private:
+  Decoding decoding() { return {.position = t, .length = MaxLen, .cache = cache, .scores = scores, .memory = memory}; }
+  template <size_t N, class X, class Pass, class Pool>
+  const auto& run(const Model& p, const X& x, Pass& n_rows, Pool& pool) {
+    STFORMER_CHECK(started, "DecodeOf: start(model, memory) before the first step");
+    Decoding d = decoding();
+    const auto& y = n_rows.decode(p, x, d, pool);
+    STFORMER_CHECK(d.taken == cache_bytes && d.memory_taken == memory_bytes, "DecodeOf: the model's attentions took another cache than decode::Info counts");
+    t += N;
+    return y;
+  }
+
+  alignas(64) std::byte cache[cache_bytes ? cache_bytes : 1];
+  alignas(64) std::byte memory[memory_bytes ? memory_bytes : 1];
+  alignas(64) std::byte scores[Decoding::score_bytes(std::max(MaxLen, M))];
+  typename Model::template Infer<B, 1, M> pass;
+  size_t t = 0;
+  bool started = false;
 };
 
 }  // namespace stformer

@@ -82,6 +82,26 @@ void run_with_memory(const Block& p, H& h, const Mem& m, W& w, const Mask<B, N>&
   }
 }
 
+// Decoding (stformer/compose/decode.hpp): a part's keys and values of the memory remembered once
+// (remember), and a pass of rows from the cache's position that reads them, not m (decode_in_place).
+template <class Block, class Mem, class W, size_t B, size_t M, class Pool>
+void remember_with(const Block& p, const Mem& m, const KeyMask<B, M>* keys, W& w, Decoding& dec, Pool& pool) {
+  if constexpr (is_repeat<Block>) {
+    for (const auto& block : p) block.remember(m, keys, w, dec, pool);
+  } else if constexpr (reads_memory<Block>()) {
+    p.remember(m, keys, w, dec, pool);
+  }
+}
+template <class Block, class H, class W, size_t B, size_t N, class Pool>
+void decode_with_memory(const Block& p, H& h, W& w, const Mask<B, N>& mask, Pool& pool) {
+  if constexpr (!reads_memory<Block>())
+    run(p, h, h, w, mask, pool);
+  else if constexpr (is_repeat<Block>)
+    for (const auto& block : p) block.decode_in_place(h, w, mask, pool);
+  else
+    p.decode_in_place(h, w, mask, pool);
+}
+
 // A Repeat of blocks that read the memory: their records, the gradient of the memory summed.
 // Memory::replay: one record, and the inputs of blocks 1 … Count − 1 (block 0's, the memory and
 // the masks kept by pointer, as a record keeps its inputs); backward runs each block's forward
@@ -215,6 +235,34 @@ struct CrossAttend : step::Parts<Query, KeyValue, Attention> {
     attention().template forward_add<B, N, M, S::T>(q.data(), h.data(), w.w, Mask<B, M>{.keys = keys}, pool);
   }
 
+  // Decoding (DecodeOf): KeyValue(m) projected once into the cache's memory (the key mask's rows
+  // alone: MultiHeadAttention::remember), then each pass h ← h + Attention(Query(h), memory)
+  // from it (decode_memory), m no longer read. Its cache holds the memory's keys and values alone.
+  static constexpr bool decodes = true;
+  static constexpr size_t memory_bytes(size_t batch, size_t rows) { return A::memory_bytes(batch, rows); }
+  template <size_t B, size_t N, size_t M, size_t Room, class Pool = Serial>
+  void remember(const MemoryRows<B, M>& m, const KeyMask<B, M>* keys, Scratch<B, N, M, Room>& w, Decoding& dec, Pool&& = Pool{}) const {
+    const typename KVRows<B, M>::value_type* kv = m.data();
+    if constexpr (!kv_itself) {
+      auto& rows = [&]() -> KVRows<B, M>& {
+        if constexpr (Scratch<B, N, M, Room>::apart)
+          return w.kv;
+        else
+          return w.a.template start<KVRows<B, M>>();
+      }();
+      this->template get<1>().template apply<B * M>(m.data(), rows.data());
+      kv = rows.data();
+    }
+    attention().template remember<B, M>(kv, keys, w.w.tile, dec);
+  }
+  template <size_t B, size_t N, size_t M, size_t Room, class Pool = Serial>
+  void decode_in_place(Input<B, N>& h, Scratch<B, N, M, Room>& w, const Mask<B, N>& mask, Pool&& pool = Pool{}) const {
+    using Work = typename A::template Work<B, N, M, Scratch<B, N, M, Room>::T>;
+    auto& q = w.a.template start<Rows<B, N>>();
+    this->template get<0>().template apply<B * N>(h.data(), q.data());
+    attention().template decode_memory<B, N, M, Work::rows>(q.data(), h.data(), w.w.tile, *mask.decoding, pool);
+  }
+
   // Memory::replay: the attention's record that keeps less, whose forward writes its workspace,
   // kept beside it (as Attend's).
   template <size_t B, size_t N, size_t M, Memory Keep = Memory::keep>
@@ -301,10 +349,45 @@ struct WithMemory : step::Parts<Parts...> {
     }(std::make_index_sequence<count>{});
   }
 
+  // Decoding (stformer/compose/decode.hpp): every part's keys and values of the memory into the
+  // cache's memory, once; then passes of N rows from the cache's position (mask.decoding), the
+  // rows' mask causal as the block's, that read them and not m.
+  template <size_t B, size_t N, size_t M, size_t Room, class Pool = Serial>
+  void remember(const MemoryRows<B, M>& m, const KeyMask<B, M>* keys, Scratch<B, N, M, Room>& w, Decoding& dec, Pool&& pool = Pool{}) const {
+    [&]<size_t... I>(std::index_sequence<I...>) {
+      (step::remember_with(this->template get<I>(), m, keys, w.w.template start<step::MemoryScratch<BlockAt<I>, B, N, M, room<B, N, M, Room>>>(), dec,
+                           pool),
+       ...);
+    }(std::make_index_sequence<count>{});
+  }
+  template <size_t B, size_t N, size_t M, size_t Room, class Pool = Serial>
+  void decode_in_place(Input<B, N>& h, Scratch<B, N, M, Room>& w, const Mask<B, N>& pass, Pool&& pool = Pool{}) const {
+    Mask<B, N> mask = pass;
+    if constexpr (Causal) mask.causal = true;
+    [&]<size_t... I>(std::index_sequence<I...>) {
+      (step::decode_with_memory(this->template get<I>(), h, w.w.template start<step::MemoryScratch<BlockAt<I>, B, N, M, room<B, N, M, Room>>>(), mask,
+                                   pool),
+       ...);
+    }(std::make_index_sequence<count>{});
+  }
+
   template <size_t B, size_t N, size_t M>
   struct Infer {
     Input<B, N> out;
     Scratch<B, N, M> w;
+    // Decoding (DecodeOf over a memory): remember m's keys and values, then N rows a pass.
+    template <class Mem, class Pool = Serial>
+    void remember(const WithMemory& p, const Mem& m, const KeyMask<B, M>* keys, Decoding& dec, Pool&& pool = Pool{}) {
+      check_memory<Mem, B, M>();
+      p.remember(m, keys, w, dec, pool);
+    }
+    template <class X, class Pool = Serial>
+    const Input<B, N>& decode(const WithMemory& p, const X& x, Decoding& dec, Pool&& pool = Pool{}) {
+      static_assert(std::is_same_v<X, Input<B, N>>, "WithMemory: the rows x must be [B, N, D] (the pass's sizes, the block's width)");
+      if (&x != &out) std::copy(x.begin(), x.end(), out.begin());
+      p.decode_in_place(out, w, Mask<B, N>{.causal = true, .decoding = &dec}, pool);
+      return out;
+    }
     template <class X, class Mem, class Pool = Serial>
     const Input<B, N>& forward(const WithMemory& p, const X& x, const Mem& m, const KeyMask<B, M>* keys = nullptr, Pool&& pool = Pool{}) {
       static_assert(std::is_same_v<X, Input<B, N>>, "WithMemory: the rows x must be [B, N, D] (the pass's sizes, the block's width)");

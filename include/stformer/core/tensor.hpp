@@ -137,7 +137,9 @@ struct Decoding {
   size_t length = 0;             // the positions the caches hold
   std::byte* cache = nullptr;    // every attention's keys and values, one after the other
   size_t taken = 0;              // bytes of cache handed out in this pass
-  std::byte* scores = nullptr;   // [score_bytes(length)], aligned as a float
+  std::byte* scores = nullptr;   // [score_bytes(length)] (and of any memory's rows), aligned as a float
+  std::byte* memory = nullptr;   // every cross-attention's keys and values of its memory, projected once
+  size_t memory_taken = 0;       // bytes of memory handed out in this pass
 
   // The columns of a cache held transposed, [features, keys]: the positions rounded up to whole
   // vectors of any backend (a step's scores are taken a vector of keys at a time).
@@ -175,6 +177,26 @@ struct Decoding {
     T* kt = reinterpret_cast<T*>(cache + taken);
     taken += bytes<T>(batch, width, length);
     return {kt, kt + batch * width * keys(length), keys(length), width};
+  }
+  // A cross-attention's part of the memory (a decoder's encoder output, kept for every step):
+  // the keys and values of the memory's rows that its key mask keeps, kᵀ and vᵀ
+  // [B, width, keys(rows)], the kept rows first in their order, count[b] of them.
+  template <class T>
+  struct MemoryPart : Part<T> {
+    std::uint32_t* count;
+  };
+  template <class T>
+  static constexpr size_t memory_bytes(size_t batch, size_t width, size_t rows) {
+    return bytes<T>(batch, width, rows) + (batch * sizeof(std::uint32_t) + 63) / 64 * 64;
+  }
+  // The next cross-attention's part of the memory, of `rows` rows (the same order every pass).
+  template <class T>
+  MemoryPart<T> take_memory(size_t batch, size_t width, size_t rows) {
+    STFORMER_CHECK(memory != nullptr, "Decoding: a pass over a memory that was not remembered (DecodeOf::start)");
+    T* kt = reinterpret_cast<T*>(memory + memory_taken);
+    auto* count = reinterpret_cast<std::uint32_t*>(memory + memory_taken + bytes<T>(batch, width, rows));
+    memory_taken += memory_bytes<T>(batch, width, rows);
+    return {{kt, kt + batch * width * keys(rows), keys(rows), width}, count};
   }
   template <class T>
   T* score_row() const {  // float or int32 [keys(length)]

@@ -248,6 +248,48 @@ struct QMultiHeadAttention {
                                       dec.score_row<std::int32_t>(), dec.numerators(), x + b * D + h * Dh);
     for_tiles<B, T>([&]<size_t R>(size_t i) { wo.template add_to<R>(x + i * D, tile, residual + i * D); });
   }
+  // A cross-attention's memory for decoding (MultiHeadAttention::remember's integers): the rows
+  // of xkv [B, M, Dkv] (int8 rows, or the memory's int16 stream) that the key mask keeps, their
+  // keys and values in int8 into its part of dec's memory, kᵀ and vᵀ [B, D, Decoding::keys(M)].
+  static constexpr size_t memory_bytes(size_t batch, size_t rows) { return Decoding::memory_bytes<std::int8_t>(batch, D, rows); }
+  template <size_t B, size_t M, class X>
+  void remember(const X* xkv, const KeyMask<B, M>* keys, std::int32_t* tile, Decoding& dec) const {
+    static_assert(!wide, "QMultiHeadAttention::remember: int8 keys and values");
+    const auto kv = dec.take_memory<std::int8_t>(B, D, M);
+    std::int8_t row[D];
+    for (size_t b = 0; b < B; ++b) {
+      std::uint32_t n = 0;
+      for (size_t j = 0; j < M; ++j) {
+        if (keys && !(*keys)(b, j)) continue;
+        wk.template apply<1>(xkv + (b * M + j) * Dkv, tile, row);
+        kv.put_key(b, n, row);
+        wv.template apply<1>(xkv + (b * M + j) * Dkv, tile, row);
+        kv.put_value(b, n, row);
+        ++n;
+      }
+      kv.count[b] = n;
+    }
+  }
+  // N query rows a sequence, x [B, N, D] (int8), against the memory remembered: residual
+  // [B, N, D] += wo of the heads, the integers of forward_add's (a masked key's e = 0 there: left
+  // out here; a sequence whose keys are all masked gets heads 0, as there). x becomes q, then the heads.
+  template <size_t B, size_t N, size_t M, size_t T>
+  void decode_memory(std::int8_t* x, std::int16_t* residual, std::int32_t* tile, Decoding& dec) const {
+    static_assert(Dq == D && !wide, "QMultiHeadAttention::decode_memory: int8 query rows of the attention's width");
+    const auto kv = dec.take_memory<std::int8_t>(B, D, M);
+    for_tiles<B * N, T>([&]<size_t R>(size_t i) { wq.template apply<R>(x + i * D, tile, x + i * D); });
+    for (size_t b = 0; b < B; ++b)
+      for (size_t i = 0; i < N; ++i)
+        for (size_t h = 0; h < H; ++h) {
+          std::int8_t* qh = x + (b * N + i) * D + h * Dh;
+          if (kv.count[b] == 0)
+            std::fill_n(qh, Dh, std::int8_t(0));
+          else
+            kernels::attend_cached_q8<Dh>(qh, kv.keys(b, h * Dh), kv.values(b, h * Dh), kv.columns, kv.count[b], exponent[0], values[0],
+                                          dec.score_row<std::int32_t>(), dec.numerators(), qh);
+        }
+    for_tiles<B * N, T>([&]<size_t R>(size_t i) { wo.template add_to<R>(x + i * D, tile, residual + i * D); });
+  }
 };
 
 // In a composite block at precision::int8: int8 rows, or int16 where the block asks for 16 bits.

@@ -81,6 +81,24 @@ struct QCrossAttend {
     attn.template forward_add<B, N, M, T>(a.data(), h.data(), w.w, Mask<B, M>{.keys = keys}, pool);
   }
 
+  // Decoding (DecodeOf, as CrossAttend's): the memory's int8 keys and values once, then passes
+  // of rows that read them. A decoder's form alone (int8 rows: MAB's do not decode).
+  static constexpr bool decodes = !wide;
+  static constexpr size_t memory_bytes(size_t batch, size_t rows) { return A::memory_bytes(batch, rows); }
+  template <size_t B, size_t N, size_t M, size_t Room, class Pool = Serial>
+  void remember(const MemoryRows<B, M>& m, const KeyMask<B, M>* keys, Scratch<B, N, M, Room>& w, Decoding& dec, Pool&& = Pool{}) const {
+    attn.template remember<B, M>(m.data(), keys, w.w.tile.data(), dec);
+  }
+  template <size_t B, size_t N, size_t M, size_t Room, class Pool = Serial>
+  void decode_in_place(Input<B, N>& h, Scratch<B, N, M, Room>& w, const Mask<B, N>& mask, Pool&& = Pool{}) const {
+    auto& a = w.a.template start<TensorOf<Row, B, N, D>>();
+    if constexpr (query_itself)
+      query.requantize(0, h.data(), a.data(), B * N * D);
+    else
+      query.template apply<B * N>(h.data(), a.data());
+    attn.template decode_memory<B, N, M, Scratch<B, N, M, Room>::T>(a.data(), h.data(), w.w.tile.data(), *mask.decoding);
+  }
+
   // From the float part: the query rows' range (Query(h), or h itself) and the attention's.
   struct Ranges {
     float query = 0;
