@@ -11,6 +11,7 @@
 #include <filesystem>
 #include <fstream>
 #include <memory>
+#include <string>
 
 #include <stformer/codegen/c_api_source.hpp>
 #include <stformer/compose/generate.hpp>
@@ -96,13 +97,18 @@ int main(int argc, char** argv) {
   auto last = std::make_unique<CausalLast>();
   load_params(safetensors::File::read(out / "causal_lm.safetensors"), *last, "", Unexpected::ignore);
   save_params(out / "causal_last.safetensors", *last);
-  std::array<std::int32_t, 5> greedy{}, drawn{};
-  Sampler<11> argmax, sampled({.temperature = 0.8f}, 42);
-  if (generate(*lm, *dec, argmax, std::span<const std::int32_t>(a.data(), 3), 5, greedy.data()) != 5 ||
-      generate(*lm, *dec, sampled, std::span<const std::int32_t>(a.data(), 3), 5, drawn.data()) != 5)
-    return 1;
-  ids("expected_greedy", greedy, 5);
-  ids("expected_drawn", drawn, 5);
+  // 5 tokens after a's first 3, greedy and drawn: expected_<form>greedy, expected_<form>drawn
+  const auto generated = [&](const auto& model, auto& decoder, const std::string& form) {
+    std::array<std::int32_t, 5> greedy{}, drawn{};
+    Sampler<11> argmax, sampled({.temperature = 0.8f}, 42);
+    if (generate(model, decoder, argmax, std::span<const std::int32_t>(a.data(), 3), 5, greedy.data()) != 5 ||
+        generate(model, decoder, sampled, std::span<const std::int32_t>(a.data(), 3), 5, drawn.data()) != 5)
+      return false;
+    ids(("expected_" + form + "greedy").c_str(), greedy, 5);
+    ids(("expected_" + form + "drawn").c_str(), drawn, 5);
+    return true;
+  };
+  if (!generated(*lm, *dec, "")) return 1;
   // what a C API without the mask gave: the chain of the model, which declares nothing (every
   // pass of CausalLM itself runs causal)
   using LmChain = CausalLM::Sequential;
@@ -121,12 +127,7 @@ int main(int argc, char** argv) {
   array("expected_lm_q_a_keys", lm_qinfer.forward(*lm_q, a, Mask<1, 8>{.causal = true, .keys = &keys}));
   // its generation through its int8 cache: greedy and drawn, as the float model's above
   auto qdec = std::make_unique<DecodeOf<Quantized<CausalLM>, 1, 8>>();
-  Sampler<11> q_argmax, q_sampled({.temperature = 0.8f}, 42);
-  if (generate(*lm_q, *qdec, q_argmax, std::span<const std::int32_t>(a.data(), 3), 5, greedy.data()) != 5 ||
-      generate(*lm_q, *qdec, q_sampled, std::span<const std::int32_t>(a.data(), 3), 5, drawn.data()) != 5)
-    return 1;
-  ids("expected_q_greedy", greedy, 5);
-  ids("expected_q_drawn", drawn, 5);
+  if (!generated(*lm_q, *qdec, "q_")) return 1;
   using QChain = Quantized<CausalLM>::Sequential;
   InferOf<QChain, 1, 8> qchain_infer;
   array("unmasked_lm_q_a", qchain_infer.forward(static_cast<const QChain&>(*lm_q), a));

@@ -167,6 +167,12 @@ struct Decoding {
     void put_value(size_t b, size_t t, const T* v) const {
       for (size_t c = 0; c < width; ++c) values(b, c)[t] = v[c];
     }
+    // A prompt's n positions of sequence b from position 0: its keys as rows k [n, width], its
+    // values transposed vᵀ [width, n] (an integer attention's pass holds them so).
+    void put_prompt(size_t b, const T* k, const T* vt, size_t n) const {
+      for (size_t j = 0; j < n; ++j) put_key(b, j, k + j * width);
+      for (size_t c = 0; c < width; ++c) std::copy_n(vt + c * n, n, values(b, c));
+    }
   };
   // The next attention's part, which this pass writes at `rows` positions from `position` (a
   // prompt's pass: from position 0).

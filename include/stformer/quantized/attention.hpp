@@ -219,10 +219,7 @@ struct QMultiHeadAttention {
   static void store(const Work<B, N, N, T>& w, Decoding& dec) {
     static_assert(!wide, "QMultiHeadAttention::store: int8 rows");
     const auto kv = dec.take<std::int8_t>(B, D, N);
-    for (size_t b = 0; b < B; ++b) {
-      for (size_t j = 0; j < N; ++j) kv.put_key(b, j, w.k.data() + (b * N + j) * D);
-      for (size_t c = 0; c < D; ++c) std::copy_n(w.v.data() + (b * D + c) * N, N, kv.values(b, c));
-    }
+    for (size_t b = 0; b < B; ++b) kv.put_prompt(b, w.k.data() + b * N * D, w.v.data() + b * D * N, N);
   }
   // A decoding step: x [B, D] (int8 rows), one row per sequence at position t = dec.position; its
   // key and value into column t of the cache, its queries over columns 0 .. t

@@ -282,10 +282,7 @@ struct QRotaryAttention {
   template <size_t B, size_t N>
   static void store(const std::int8_t* k, const std::int8_t* vt, Decoding& dec) {
     const auto kv = dec.take<std::int8_t>(B, Dk, N);
-    for (size_t b = 0; b < B; ++b) {
-      for (size_t j = 0; j < N; ++j) kv.put_key(b, j, k + (b * N + j) * Dk);
-      for (size_t c = 0; c < Dk; ++c) std::copy_n(vt + (b * Dk + c) * N, N, kv.values(b, c));
-    }
+    for (size_t b = 0; b < B; ++b) kv.put_prompt(b, k + b * N * Dk, vt + b * Dk * N, N);
   }
   // A decoding step: a [B, D], one row per sequence at position t = dec.position; its turned key
   // and its value into column t of the cache, its turned queries over columns 0 .. t
