@@ -2,7 +2,7 @@
 // layers) as a declaration, at the shape of its stories260K checkpoint: dim 64, 5 layers, 8
 // heads, 4 key/value heads, hidden 172, vocabulary 512, 512 positions. Its logits at every row
 // (llama2.c's training form); the firmware's generation (targets/firmware/mps2/generation.cpp)
-// steps it in integers, Quantized<stories::Stories260K>.
+// steps it in integers, Quantized<stories::Stories260K>; StoriesM0, below, on a Cortex-M0.
 #pragma once
 
 #include <stformer/blocks/rotary_attention.hpp>
@@ -23,6 +23,14 @@ using Block = Sequential<Named<"", Residual<Sequential<Named<"attention_norm", R
 
 struct Stories260K : Sequential<Named<"tok_embeddings", Embedding<512, 64>>, Named<"layers", Repeat<Block<64, 8, 4, 172, 512>, 5>>,
                                 Named<"norm", RMSNorm<64, epsilon(1e-5f)>>, Named<"output", Linear<64, 512, Init::xavier_normal, Bias::no>>> {
+  static constexpr bool causal = true;
+};
+
+// The same form at a Cortex-M0's size (the micro:bit's 16 KB of RAM): dim 32, 2 layers, 4 heads,
+// 2 key/value heads, hidden 96, vocabulary 128, 64 positions; the firmware steps it in integers
+// alone (its integer logits, before the float end).
+struct StoriesM0 : Sequential<Named<"tok_embeddings", Embedding<128, 32>>, Named<"layers", Repeat<Block<32, 4, 2, 96, 64>, 2>>,
+                              Named<"norm", RMSNorm<32, epsilon(1e-5f)>>, Named<"output", Linear<32, 128, Init::xavier_normal, Bias::no>>> {
   static constexpr bool causal = true;
 };
 

@@ -10,13 +10,16 @@
 //            train --model gpt, and its quantize), else initialised with seed 0 and quantized on
 //            64 windows of random printable bytes; continuing "The game" greedily, in float
 //            through a cache of 64 positions and in int8 through one of 128
+//   m0       the same form at a Cortex-M0's size (StoriesM0), seed 0, in int8 through a cache
+//            of 64 positions, its integer logits alone (DecodeOf::step_through: no float end)
 // Writes to OUT
-//   qstories.safetensors, gpt.safetensors, gpt_q.safetensors   the models (their images for
-//            flash: stformer-c-api --image)
-//   stories_expected.safetensors, gpt_expected.safetensors     for each run, tokens I32 [P]:
-//            the token stepped at each position (the prompt's, then each the argmax of the
-//            logits before it, the smallest id on a tie), and logits_hash I32 [P]: FNV-1a of the
-//            bytes of each step's logits (generation.hpp); the GPT's as float_… and int8_…
+//   qstories.safetensors, gpt.safetensors, gpt_q.safetensors, qm0.safetensors   the models
+//            (their images for flash: stformer-c-api --image)
+//   stories_expected.safetensors, gpt_expected.safetensors, m0_expected.safetensors   for each
+//            run, tokens I32 [P]: the token stepped at each position (the prompt's, then each
+//            the argmax of the logits before it, the smallest id on a tie), and logits_hash I32
+//            [P]: FNV-1a of the bytes of each step's logits (generation.hpp); the GPT's as
+//            float_… and int8_…
 // Exit codes: 0 written; 1 a problem reading or writing; 2 a bad command line.
 #include <cstdio>
 #include <cstring>
@@ -41,15 +44,16 @@ using namespace stformer;
 
 namespace {
 
-// Model m stepped through P positions from the prompt's ids: each step's token and logits' hash.
-template <size_t P, class M>
+// Model m stepped through P positions from the prompt's ids: each step's token and logits' hash;
+// the logits of its steps 0 .. Last − 1 (all of them by default).
+template <size_t P, class M, size_t Last = M::steps>
 void steps(const M& m, const std::vector<std::int32_t>& prompt, size_t V, std::int32_t* tokens, std::int32_t* hashes) {
   auto dec = std::make_unique<DecodeOf<M, 1, P>>();
   IdTensor<1, 1> one;
   one(0, 0) = prompt[0];
   for (size_t t = 0; t < P; ++t) {
     tokens[t] = one(0, 0);
-    const auto& y = *dec->step(m, one);
+    const auto& y = *dec->template step_through<Last>(m, one);
     hashes[t] = std::int32_t(generation::fnv1a(y.data(), V));
     one(0, 0) = t + 1 < prompt.size() ? prompt[t + 1] : std::int32_t(generation::greedy(y.data(), V));
   }
@@ -67,6 +71,30 @@ std::unique_ptr<Quantized<M>> calibrated(const M& m, const std::vector<IdTensor<
   return calibration->quantize();
 }
 
+// A llama-form model M initialised with seed 0, calibrated on 4 × 64 random ids, quantized
+// (OUT/<image>.safetensors), stepped greedily from token 1 through P positions
+// (OUT/<name>_expected.safetensors); integers: its integer logits, before the float end.
+template <class M, size_t P, size_t V, bool integers>
+void llama_run(const std::filesystem::path& out, const char* name, const char* image) {
+  auto model = std::make_unique<M>();
+  Rng rng(0, 0);
+  init_params(*model, rng);
+  std::vector<IdTensor<4, 64>> windows(4);
+  for (auto& ids : windows)
+    for (auto& id : ids) id = std::int32_t(rng.below(V));
+  const auto q = calibrated(*model, windows);
+  save_params(out / (std::string(image) + ".safetensors"), *q);
+  std::vector<std::int32_t> tokens(P), hashes(P);
+  using Q = Quantized<M>;
+  steps<P, Q, integers ? Q::steps - 1 : Q::steps>(*q, {1}, V, tokens.data(), hashes.data());
+  safetensors::Writer w;
+  add(w, "tokens", tokens.data(), P), add(w, "logits_hash", hashes.data(), P);
+  w.write(out / (std::string(name) + "_expected.safetensors"));
+  std::printf("%s: %zu tokens from token 1 by the int8 model%s, first", name, P, integers ? "'s integer logits" : "");
+  for (size_t t = 0; t < 12; ++t) std::printf(" %d", int(tokens[t]));
+  std::printf(" ...\n");
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -76,26 +104,8 @@ int main(int argc, char** argv) {
   }
   try {
     const std::filesystem::path out(argv[1]);
-    {  // stories
-      using stories::Stories260K;
-      constexpr size_t P = generation::stories_positions, V = 512;
-      auto model = std::make_unique<Stories260K>();
-      Rng rng(0, 0);
-      init_params(*model, rng);
-      std::vector<IdTensor<4, 64>> windows(4);
-      for (auto& ids : windows)
-        for (auto& id : ids) id = std::int32_t(rng.below(V));
-      const auto q = calibrated(*model, windows);
-      save_params(out / "qstories.safetensors", *q);
-      std::vector<std::int32_t> tokens(P), hashes(P);
-      steps<P>(*q, {1}, V, tokens.data(), hashes.data());
-      safetensors::Writer w;
-      add(w, "tokens", tokens.data(), P), add(w, "logits_hash", hashes.data(), P);
-      w.write(out / "stories_expected.safetensors");
-      std::printf("stories: %zu tokens from token 1 by the int8 model, first", P);
-      for (size_t t = 0; t < 12; ++t) std::printf(" %d", int(tokens[t]));
-      std::printf(" ...\n");
-    }
+    llama_run<stories::Stories260K, generation::stories_positions, 512, false>(out, "stories", "qstories");
+    llama_run<stories::StoriesM0, generation::m0_positions, 128, true>(out, "m0", "qm0");
     {  // gpt
       using lm::WikiGpt;
       constexpr size_t PF = generation::gpt_float_positions, PQ = generation::gpt_int8_positions, V = 256;

@@ -30,6 +30,7 @@
 #                 constant image, the tokens and logits' hashes of its greedy generation
 #   gpt.hpp, gpt_q.hpp, gpt_expected.hpp  wikitext_lm's GPT over bytes in float and in int8
 #                 (GPT_CHECKPOINTS="FLOAT INT8": a trained one's checkpoints; else seed 0), the same
+#   qm0.hpp, m0_expected.hpp  the same llama form at a Cortex-M0's size in int8, the same
 # and of its training runs (its train_reference program):
 #   train_init.hpp              the initial parameters
 #   train_expected.hpp          the batch, each step's loss and the parameters after the last
@@ -82,7 +83,8 @@ if [ -n "$plain" ]; then
   generate "$out/llama_models.hpp" qstories 'stformer::Quantized<stories::Stories260K>' "$out/qstories.safetensors" --image
   generate "$out/byte_gpt.hpp" gpt lm::WikiGpt "$out/gpt.safetensors" --image
   generate "$out/byte_gpt.hpp" gpt_q 'stformer::Quantized<lm::WikiGpt>' "$out/gpt_q.safetensors" --image
-  for name in stories_expected gpt_expected; do
+  generate "$out/llama_models.hpp" qm0 'stformer::Quantized<stories::StoriesM0>' "$out/qm0.safetensors" --image
+  for name in stories_expected gpt_expected m0_expected; do
     "$build/targets/firmware/checkpoint_header" --namespace "$name" "$out/$name.safetensors" "$out/$name.hpp"
   done
   "$plain/targets/firmware/train_reference" "$out/sets.safetensors" "$out"

@@ -143,6 +143,16 @@ struct DecodeOf {
     if (t == MaxLen) return nullptr;
     return &run<1>(p, x, pass, pool);
   }
+  // A step through the chain's steps 0 .. Last − 1 alone, their output (the steps after Last −
+  // 1 row-local: every attention has stepped). A quantized model's integers before its float
+  // end: step_through<Quantized<M>::steps − 1> gives its integer logits, and a core without a
+  // floating-point unit generates with no float at all (argmax on them: the logits' order).
+  template <size_t Last, class Pool = Serial>
+  const auto* step_through(const Model& p, const Input& x, Pool&& pool = Pool{}) {
+    using Y = std::remove_cvref_t<decltype(pass.template forward_steps<0, Last>(p, x))>;
+    if (t == MaxLen) return static_cast<const Y*>(nullptr);
+    return &run<1, Last>(p, x, pass, pool);
+  }
   // A prompt x [B, P, ...] in one pass, into an empty cache: the causal pass over it, which
   // stores its keys and values at positions 0 .. P − 1, then steps go on from position P. pass:
   // the caller's InferOf<Model, B, P> (the prompt's plan, kept apart: this object stays the cache
@@ -162,11 +172,17 @@ struct DecodeOf {
 
  private:
   // The causal pass of N rows per sequence from position t (a step's, N = 1; a prompt's), with
-  // the cache; then t is N positions on.
-  template <size_t N, class X, class Pass, class Pool>
+  // the cache; then t is N positions on. Last: the steps run, 0 for all of them.
+  template <size_t N, size_t Last = 0, class X, class Pass, class Pool>
   const auto& run(const Model& p, const X& x, Pass& n_rows, Pool& pool) {
     Decoding d{.position = t, .length = MaxLen, .cache = cache, .scores = scores};
-    const auto& y = n_rows.forward(p, x, Mask<B, N>{.causal = true, .decoding = &d}, pool);
+    const Mask<B, N> mask{.causal = true, .decoding = &d};
+    const auto& y = [&]() -> const auto& {
+      if constexpr (Last == 0)
+        return n_rows.forward(p, x, mask, pool);
+      else
+        return n_rows.template forward_steps<0, Last>(p, x, mask, pool);
+    }();
     STFORMER_CHECK(d.taken == cache_bytes, "DecodeOf: the model's attentions took another cache than decode::Info counts");
     t += N;
     return y;

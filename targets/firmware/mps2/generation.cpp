@@ -10,6 +10,9 @@
 //   -DRUN_GPT      wikitext_lm's GPT over bytes (tasks/byte_gpt.hpp) in float, continuing
 //                  "The game" greedily through a cache of 64 positions
 //   -DRUN_GPT_Q    the same GPT in int8, through a cache of 128 positions
+//   -DRUN_M0       the llama form at a Cortex-M0's size in int8 (StoriesM0: dim 32, 2 layers,
+//                  vocabulary 128) through a cache of 64 positions, its integer logits alone
+//                  (DecodeOf::step_through, before the float end): no float in the image
 // The float run computes the host's plain build's bits: the same float operations in the same
 // order (-ffp-contract=off), and libm.cpp's erff, expf, … on both.
 #include <type_traits>
@@ -32,6 +35,19 @@ namespace expected = stories_expected;
 constexpr size_t P = generation::stories_positions, V = 512;
 constexpr size_t prompt = 1;  // token 1 (BOS)
 constexpr const char *tokens_name = "tokens", *hash_name = "logits_hash", *what = "llama2.c's model at stories260K's shape in int8";
+constexpr size_t through = Model::steps;  // all its steps: float logits
+}  // namespace run
+#elif defined(RUN_M0)
+#include "m0_expected.hpp"
+#include "qm0.hpp"
+namespace run {
+using Model = stformer::Quantized<stories::StoriesM0>;
+namespace image = qm0;
+namespace expected = m0_expected;
+constexpr size_t P = generation::m0_positions, V = 128;
+constexpr size_t prompt = 1;
+constexpr const char *tokens_name = "tokens", *hash_name = "logits_hash", *what = "the llama form at a Cortex-M0's size in int8, integer logits";
+constexpr size_t through = Model::steps - 1;  // its integer logits (int16): not the float end
 }  // namespace run
 #elif defined(RUN_GPT) || defined(RUN_GPT_Q)
 #include "gpt_expected.hpp"
@@ -55,9 +71,10 @@ constexpr const char *tokens_name = "int8_tokens", *hash_name = "int8_hash", *wh
 namespace run {
 namespace expected = gpt_expected;
 constexpr size_t V = 256, prompt = sizeof generation::gpt_prompt - 1;
+constexpr size_t through = Model::steps;
 }  // namespace run
 #else
-#error "generation.cpp: build it with -DRUN_STORIES, -DRUN_GPT or -DRUN_GPT_Q"
+#error "generation.cpp: build it with -DRUN_STORIES, -DRUN_GPT, -DRUN_GPT_Q or -DRUN_M0"
 #endif
 
 namespace {
@@ -88,7 +105,7 @@ extern "C" int firmware_main() {
   one(0, 0) = tokens.data[0];
   for (size_t t = 0; t < P; ++t) {
     const std::uint64_t t0 = instructions::ticks();
-    const auto* y = spans.count([&] { return decoder.step(model, one); });
+    const auto* y = spans.count([&] { return decoder.step_through<run::through>(model, one); });
     const std::uint64_t n = instructions::of(instructions::ticks() - t0);
     total += n, at16 = t == 16 ? n : at16, at_last = t == P - 1 ? n : at_last;
     if (y == nullptr) return write("the cache refused a step before it was full\n"), 1;
@@ -99,7 +116,7 @@ extern "C" int firmware_main() {
     generated[t] = one(0, 0);
   }
   write("steps whose logits are the host's bit for bit: "), write(same), write(" of "), write(std::uint64_t(P)), write("\n");
-  const bool full = decoder.step(model, one) == nullptr;
+  const bool full = decoder.step_through<run::through>(model, one) == nullptr;
   write(full ? "a step past the cache: refused\n" : "a step past the cache: NOT refused\n");
   if constexpr (V == 256) {  // bytes: the text (a newline as |, other unprintable bytes as ?)
     static char text[P + 1];
