@@ -5,7 +5,8 @@
 // numerators' sum is exact), so every step's logits equal the pass's row bit for bit: tolerance
 // 0. A llama2.c-shaped model (rotary grouped-query attention, RMSNorm, SwiGLU; its last row's
 // head, llama2.c's inference form) and a nanoGPT-shaped one (learned positions, LayerNorm),
-// stepped and prefilled; the cache's bytes at compile time; a full cache refuses a step. Decoders
+// stepped and prefilled, and through the steps before the float end (step_through: the integer
+// logits); the cache's bytes at compile time; a full cache refuses a step. Decoders
 // over a memory in integers (DecoderBlock's forms, TransformerDecoder): the memory's int8 keys
 // and values taken once at start, each step the int16 row of the integer block's pass, key-padded.
 #include <doctest/doctest.h>
@@ -111,6 +112,23 @@ void check_steps(const Q& q, const IdTensor<B, N>& ids) {
     differ_after += std::memcmp(y->data(), rows.data() + t * B * V, B * V * sizeof(float)) != 0;
   }
   CHECK(differ_after == 0);
+  // the integer logits before the float end (step_through: what a core without an FPU runs):
+  // the causal pass's steps 0 .. steps − 2, row for row
+  if constexpr (!last_row) {
+    constexpr size_t Last = Q::steps - 1;
+    const auto& z = pass->template forward_steps<0, Last>(q, ids, causal);
+    constexpr size_t W = step::count<std::remove_cvref_t<decltype(z)>> / (B * N);
+    auto through = std::make_unique<Dec>();
+    size_t differ_through = 0;
+    for (size_t t = 0; t < N; ++t) {
+      for (size_t b = 0; b < B; ++b) x(b, 0) = ids(b, t);
+      const auto* y = through->template step_through<Last>(q, x);
+      REQUIRE(y != nullptr);
+      for (size_t b = 0; b < B; ++b) differ_through += !std::equal(y->data() + b * W, y->data() + (b + 1) * W, z.data() + (b * N + t) * W);
+    }
+    CHECK(differ_through == 0);
+    CHECK(through->template step_through<Last>(q, x) == nullptr);
+  }
   MESSAGE("DecodeOf<Quantized<Model>, " << B << ", " << N << ">: " << N << " steps and a prompt of " << P
                                         << " then steps, every step's logits the causal pass's bit for bit; " << sizeof(Dec)
                                         << " B, of which the int8 cache " << Dec::cache_bytes << " B");
