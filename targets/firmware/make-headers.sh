@@ -31,6 +31,8 @@
 #   gpt.hpp, gpt_q.hpp, gpt_expected.hpp  wikitext_lm's GPT over bytes in float and in int8
 #                 (GPT_CHECKPOINTS="FLOAT INT8": a trained one's checkpoints; else seed 0), the same
 #   qm0.hpp, m0_expected.hpp  the same llama form at a Cortex-M0's size in int8, the same
+#   stories_c.h, stories_c.cpp, stories_expected.h  stories260K's int8 model's C API, its
+#                 generation entries alone (--generate-only), and the tokens as C arrays
 # and of its training runs (its train_reference program):
 #   train_init.hpp              the initial parameters
 #   train_expected.hpp          the batch, each step's loss and the parameters after the last
@@ -87,6 +89,9 @@ if [ -n "$plain" ]; then
   for name in stories_expected gpt_expected m0_expected; do
     "$build/targets/firmware/checkpoint_header" --namespace "$name" "$out/$name.safetensors" "$out/$name.hpp"
   done
+  # the same int8 model through its C API's generation entries alone (the C firmware's), and its tokens as C arrays
+  generate "$out/llama_models.hpp" stories_c 'stformer::Quantized<stories::Stories260K>' "$out/qstories.safetensors" --rows 256 --causal --generate-only
+  "$build/targets/firmware/checkpoint_header" --c --namespace stories_expected "$out/stories_expected.safetensors" "$out/stories_expected.h"
   "$plain/targets/firmware/train_reference" "$out/sets.safetensors" "$out"
   for name in train_init train_expected train_expected_chunked; do
     "$build/targets/firmware/checkpoint_header" --namespace "$name" "$out/$name.safetensors" "$out/$name.hpp"
