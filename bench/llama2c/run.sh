@@ -12,7 +12,8 @@
 # model's positions, sampling included, and print the tokens' text: the texts must be the same
 # (the argmax of every step agreeing). ROUNDS (default 5) runs of each, alternating, on core 1;
 # the table gives the medians of tokens per second (run.c's measure: all tokens but the first),
-# their ratio, and stformer's time of one step near positions 16 and 256.
+# their ratio, and stformer's time of one step near positions 16 and 256; and what one core reads
+# from memory a second (bench/llama2c/stream.c), which bounds a model whose weights exceed the cache.
 # Exit status: 0 when every run agreed; 1 when a text differed or a step failed; 2 for a bad
 # command line.
 set -euo pipefail
@@ -55,6 +56,10 @@ while read -r _ name positions; do
   printf "| %s (%s positions) | %.0f | %.0f | %.2f | %s (%s B) | %s |\n" "$name" "$positions" "$a" "$b" "$(awk -v a="$a" -v b="$b" 'BEGIN {print b / a}')" "$same" \
     "$(wc -c < "$out/$name.run.txt")" "$steps" >> "$out/table.md"
 done < <(grep "^model " "$out/models.txt")
+# what one core reads a second: stories15M's 61 MB of weights (above the last-level cache: from
+# memory) and 16 MB (within it), the bound of a step that reads every weight once
+gcc -O3 -march=native "$here/stream.c" -o "$out/stream"
+echo "One core reads $("${pin[@]}" "$out/stream" 61 | cut -d' ' -f1) GB/s over 61 MB (from memory), $("${pin[@]}" "$out/stream" 16 | cut -d' ' -f1) GB/s over 16 MB." >> "$out/table.md"
 echo "CPU: $cpu; medians of $rounds runs each, alternating, on core 1; $(date -u +%Y-%m-%d)" >> "$out/table.md"
 cat "$out/table.md"
 exit $status

@@ -53,9 +53,11 @@ inline void nt_tile(const float* A, size_t lda, const float* B, size_t ldb, floa
     unrolled<C>([&](auto c) __attribute__((always_inline)) {
       vf b = in_register(load(B + c * ldb + k));
       // One row against many rows of B (the LM head's 17 MB for one window) is bound by
-      // reading B from memory: asking for B 16 KB ahead keeps more lines in flight than the
-      // hardware prefetcher does. (An address, not a pointer past B's end: a prefetch never faults.)
-      if constexpr (R == 1 && W > 1) __builtin_prefetch(reinterpret_cast<const void*>(reinterpret_cast<std::uintptr_t>(B + c * ldb + k) + 16384));
+      // reading B from memory: a tile that reads several rows of B at once asks for them 16 KB
+      // ahead, more lines in flight than the hardware prefetcher keeps for its interleaved
+      // streams. (An address, not a pointer past B's end: a prefetch never faults.) One row of
+      // B at a time (tuning.nt_one_row_cols = 1) is one stream, which the prefetcher follows.
+      if constexpr (R == 1 && C > 1 && W > 1) __builtin_prefetch(reinterpret_cast<const void*>(reinterpret_cast<std::uintptr_t>(B + c * ldb + k) + 16384));
       unrolled<R>([&](auto r) __attribute__((always_inline)) { acc[r][c] = fma(a[r], b, acc[r][c]); });
     });
   }
@@ -72,13 +74,17 @@ inline void nt_tile(const float* A, size_t lda, const float* B, size_t ldb, floa
 
 // C[M,N] by dot products along K, in tiles of TR rows of A × TC rows of B: tuning.nt_chains
 // chains, TC at least tuning.nt_least_cols (AVX-512: 4 × 4, 2 × 8, 1 × 16; AVX2: 4 × 2, 2 × 4,
-// 1 × 8, so that the accumulators, A's TR vectors and B's fit its 16 registers);
+// 1 × 8, so that the accumulators, A's TR vectors and B's fit its 16 registers); one row of A
+// (M = 1: a decoding step) against tuning.nt_one_row_cols rows of B where the backend gives it
+// (x86: 1, B read as one stream: the rows' chains are independent, and out-of-order execution
+// overlaps them; each row's sum is the same whatever TC, and so are its bits);
 // the rows of B are the outer loop, so that B (a large weight) streams through once while A
 // stays in cache.
 template <size_t M, size_t N, size_t K, bool Relu>
 inline void nt_dots(const float* A, size_t lda, const float* B, size_t ldb, float* C, size_t ldc, float alpha,
                     const float* bias) {
-  constexpr size_t TR = M < 4 ? M : 4, TC = std::max(tuning.nt_chains / TR, tuning.nt_least_cols);
+  constexpr size_t TR = M < 4 ? M : 4,
+                   TC = M == 1 && tuning.nt_one_row_cols ? tuning.nt_one_row_cols : std::max(tuning.nt_chains / TR, tuning.nt_least_cols);
   auto rows = [&]<size_t Cn>(size_t j) {
     size_t i = 0;
     for (; i + TR <= M; i += TR) nt_tile<TR, Cn, K, Relu>(A + i * lda, lda, B + j * ldb, ldb, C + i * ldc + j, ldc, alpha, bias ? bias + j : nullptr);

@@ -100,7 +100,7 @@ inline void store_as(Out* y, qv x) {
 // 8 floats a vector, 16 registers: nt tiles of 8 chains (4 × 2, 2 × 4, 1 × 8), nn tiles 2 vectors
 // wide (6 rows of 2: 12 accumulators, 2 of B, 1 broadcast; 8 rows of one), panels of K up to 512
 // (512 rows of 16 floats, 32 KB: the L1 cache), wide nn products on strips, 2–32 rows transposed.
-inline constexpr Tuning tuning{.registers = 16, .nt_chains = 8, .nt_least_cols = 1, .nn_vectors = 2, .nn_rows = {4, 8, 6, 6, 6},
+inline constexpr Tuning tuning{.registers = 16, .nt_chains = 8, .nt_least_cols = 1, .nt_one_row_cols = 1, .nn_vectors = 2, .nn_rows = {4, 8, 6, 6, 6},
                                .nn_rows_short = 4, .nn_strips = true, .nt_panels = true, .panel_vectors = 2, .panel_k = 512,
                                .balance_tail = true, .nt_transposes = true, .stack_panels = 65536, .q_panels = true,
                                .q_panel_vectors = 2, .q_tile_rows = 6, .q_block_k = 256};

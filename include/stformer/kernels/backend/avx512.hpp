@@ -153,7 +153,7 @@ inline void store_as(Out* y, qv x) {
 // vectors wide in 6 rows (24 accumulators, as the panels: 3% faster than 4 rows on a 64 × 64 × 64
 // product) at any K (the attention's 16-wide heads, q_h k_hᵀ with K = 16, included), panels 4
 // vectors wide and 128 rows of K (32 KB), 2–32 rows transposed.
-inline constexpr Tuning tuning{.registers = 32, .nt_chains = 16, .nt_least_cols = 4, .nn_vectors = 4, .nn_rows = {4, 16, 8, 5, 6},
+inline constexpr Tuning tuning{.registers = 32, .nt_chains = 16, .nt_least_cols = 4, .nt_one_row_cols = 1, .nn_vectors = 4, .nn_rows = {4, 16, 8, 5, 6},
                                .nn_rows_short = 0, .nn_strips = false, .nt_panels = true, .panel_vectors = 4, .panel_k = 128,
                                .balance_tail = false, .nt_transposes = true, .stack_panels = 65536, .q_panels = true,
                                .q_panel_vectors = 4, .q_tile_rows = 6, .q_block_k = 256, .q_lookup_words = true};

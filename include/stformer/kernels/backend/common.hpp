@@ -38,6 +38,7 @@ struct Tuning {
   size_t registers;      // vector registers: a panel tile takes a spread row only when its accumulators, B's vectors and A's broadcast fit
   size_t nt_chains;      // matmul_nt's dot-product tiles (few rows): fma chains per tile, TR rows × TC rows of B
   size_t nt_least_cols;  // ... and at least this many rows of B per tile
+  size_t nt_one_row_cols = 0;  // matmul_nt of one row (a decoding step's products): rows of B per tile (0: as above)
   size_t nn_vectors;     // vectors per nn tile (matmul_nn, matmul_tn, the transposed nt)
   size_t nn_rows[5];     // rows per nn tile, by the tile's width in vectors (0: a product narrower than one vector)
   size_t nn_rows_short;  // rows per nn tile when K < 32 (0: as nn_rows)
