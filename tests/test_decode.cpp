@@ -170,15 +170,28 @@ TEST_CASE("DecodeOf: SPEC's encoder blocks over rows with sinusoidal positions, 
 
 namespace {
 // A decoder over a memory stepped through T rows of x against WithMemory's pass over all of them
-// and m (with the memory's key mask): step t gives row t; the memory's keys and values are taken
-// at start alone (m is overwritten after it); a prompt's pass, then steps, gives the same rows.
+// and m (with the memory's key mask): step t gives row t, within 1e-6 of the output's largest
+// entry or 4 times the difference between the pass over T rows and the pass over their first T/2
+// (as check_steps); the memory's keys and values are taken at start alone (m is overwritten
+// after it); a prompt's pass, then steps, gives the same rows.
 template <class Dec, size_t B, size_t T, size_t M>
 void check_memory_steps(const Dec& model, const typename Dec::template Input<B, T>& x, typename Dec::template MemoryRows<B, M> m,
-                        const KeyMask<B, M>* keys) {
+                        const KeyMask<B, M>* keys, double tolerance = 1e-6) {
   using D = DecodeOf<Dec, B, T, M>;
   constexpr size_t W = step::count<typename D::Output> / B;
   auto full = std::make_unique<typename Dec::template Infer<B, T, M>>();
   const auto all = full->forward(model, x, m, keys);  // a copy: the pass below reuses it
+  constexpr size_t P = T / 2;
+  typename Dec::template Input<B, P> prompt;
+  for (size_t b = 0; b < B; ++b) std::copy_n(x.data() + b * T * W, P * W, prompt.data() + b * P * W);
+  auto pass = std::make_unique<typename Dec::template Infer<B, P, M>>();
+  // the yardstick: the pass over the first P rows against the pass over all T (the same function
+  // of those rows, another order of sums)
+  double itself = 0;
+  {
+    const auto& part = pass->forward(model, prompt, m, keys);
+    for (size_t b = 0; b < B; ++b) itself = std::max(itself, relative_rows(part.data() + b * P * W, all.data() + b * T * W, P * W));
+  }
   auto dec = std::make_unique<D>();
   typename D::Input xt;
   CHECK_THROWS_AS(dec->step(model, xt), std::invalid_argument);  // no memory yet: refused
@@ -209,10 +222,6 @@ void check_memory_steps(const Dec& model, const typename Dec::template Input<B, 
     }
     CHECK(dec->step(model, xt) == nullptr);  // a full cache
   }
-  constexpr size_t P = T / 2;
-  typename Dec::template Input<B, P> prompt;
-  for (size_t b = 0; b < B; ++b) std::copy_n(x.data() + b * T * W, P * W, prompt.data() + b * P * W);
-  auto pass = std::make_unique<typename Dec::template Infer<B, P, M>>();
   CHECK(dec->prefill(model, prompt, *pass) == nullptr);  // not empty
   dec->reset();
   const auto* first = dec->prefill(model, prompt, *pass);
@@ -223,10 +232,10 @@ void check_memory_steps(const Dec& model, const typename Dec::template Input<B, 
     REQUIRE(y != nullptr);
     worst = std::max(worst, relative_rows(y->data(), want(t).data(), B * W));
   }
-  MESSAGE("DecodeOf over a memory of " << M << " rows against WithMemory's pass over " << T << " rows: largest difference " << worst << "; "
-                                       << sizeof(D) << " B, of which the cache " << D::cache_bytes << " B and the memory's keys and values "
-                                       << D::memory_bytes << " B");
-  CHECK(worst <= 1e-6);
+  MESSAGE("DecodeOf over a memory of " << M << " rows against WithMemory's pass over " << T << " rows: largest difference " << worst
+                                       << " (the pass over " << P << " rows against the pass over " << T << ": " << itself << "); " << sizeof(D)
+                                       << " B, of which the cache " << D::cache_bytes << " B and the memory's keys and values " << D::memory_bytes << " B");
+  CHECK(worst <= std::max(tolerance, 4 * itself));
 }
 }  // namespace
 
@@ -252,11 +261,13 @@ TEST_CASE("DecodeOf: decoders over a memory (SPEC's and PyTorch's decoder layers
     using Torch = TransformerDecoder<DecoderBlock<D, H, F, PostNorm<act::GELU>>, 2, LayerNorm<D>>;
     auto stack = test::make<Torch>();
     test::randomize(*stack, rng);
-    check_memory_steps<Torch, B, T, M>(*stack, x, m, &keys);
+    // (within 2e-6: two post-norm layers and a final norm, each LayerNorm dividing the rounding
+    // of the sums before it by the rows' spread; 1.2e-6 with AVX-512's 16-lane sums, 6.2e-7 with AVX2)
+    check_memory_steps<Torch, B, T, M>(*stack, x, m, &keys, 2e-6);
     // a sequence whose memory is all masked: its cross-attentions add their output bias alone, as in the pass
     KeyMask<B, M> none = keys;
     for (size_t j = 0; j < M; ++j) none(1, j) = false;
-    check_memory_steps<Torch, B, T, M>(*stack, x, m, &none);
+    check_memory_steps<Torch, B, T, M>(*stack, x, m, &none, 2e-6);
     static_assert(DecodeOf<Torch, B, T, M>::memory_bytes == 2 * (2 * B * D * 16 * sizeof(float) + 64));
     static_assert(DecodeOf<Torch, B, T, M>::cache_bytes == 2 * 2 * B * D * 16 * sizeof(float));
   }
