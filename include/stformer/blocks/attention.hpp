@@ -526,22 +526,16 @@ struct MultiHeadAttention : AttentionProjections<Dq, Dkv, D, Pr> {
   // before the steps: the rows of xkv [B, M, Dkv] that the key mask keeps (all without one),
   // projected into its part of dec's memory (Decoding::MemoryPart), j' counting the kept rows:
   //   k[b, j'] = xkv[b, j] Wkᵀ + bk,  v[b, j'] = xkv[b, j] Wvᵀ + bv,  count[b] = the kept rows
-  // A masked key gets weight 0 in the pass: left out, it is not summed at all. row: [D].
+  // (Decoding::MemoryPart::keep_rows). row: [D].
   template <size_t B, size_t M>
   void remember(const float* xkv, const KeyMask<B, M>* keys, float* row, Decoding& dec) const {
     const auto kv = dec.take_memory<float>(B, D, M);
-    for (size_t b = 0; b < B; ++b) {
-      std::uint32_t n = 0;
-      for (size_t j = 0; j < M; ++j) {
-        if (keys && !(*keys)(b, j)) continue;
-        k_proj().template apply<1>(xkv + (b * M + j) * Dkv, row);
-        kv.put_key(b, n, row);
-        v_proj().template apply<1>(xkv + (b * M + j) * Dkv, row);
-        kv.put_value(b, n, row);
-        ++n;
-      }
-      kv.count[b] = n;
-    }
+    kv.keep_rows(keys, [&](size_t b, size_t j, size_t n) {
+      k_proj().template apply<1>(xkv + (b * M + j) * Dkv, row);
+      kv.put_key(b, n, row);
+      v_proj().template apply<1>(xkv + (b * M + j) * Dkv, row);
+      kv.put_value(b, n, row);
+    });
   }
   // N query rows per sequence, x [B, N, Dq] (Dq = D), against the memory remembered: residual
   // [B, N, D] += MHA(x, memory), x overwritten (q, then the heads); o_{b,h} = 0 for a sequence

@@ -174,15 +174,21 @@ struct Decoding {
       for (size_t c = 0; c < width; ++c) std::copy_n(vt + c * n, n, values(b, c));
     }
   };
+  // The part of `batch` sequences, `width` features and `length` positions at `at`: kᵀ, then vᵀ.
+  template <class T>
+  static Part<T> part_at(std::byte* at, size_t batch, size_t width, size_t length) {
+    T* kt = reinterpret_cast<T*>(at);
+    return {kt, kt + batch * width * keys(length), keys(length), width};
+  }
   // The next attention's part, which this pass writes at `rows` positions from `position` (a
   // prompt's pass: from position 0).
   template <class T>
   Part<T> take(size_t batch, size_t width, size_t rows) {
     STFORMER_CHECK((rows == 1 || position == 0) && position + rows <= length,
                    "Decoding: a step past the cache, or a prompt into a cache that is not empty");
-    T* kt = reinterpret_cast<T*>(cache + taken);
+    const Part<T> part = part_at<T>(cache + taken, batch, width, length);
     taken += bytes<T>(batch, width, length);
-    return {kt, kt + batch * width * keys(length), keys(length), width};
+    return part;
   }
   // A cross-attention's part of the memory (a decoder's encoder output, kept for every step):
   // the keys and values of the memory's rows that its key mask keeps, kᵀ and vᵀ
@@ -190,6 +196,18 @@ struct Decoding {
   template <class T>
   struct MemoryPart : Part<T> {
     std::uint32_t* count;
+    // Each row j of sequence b that the key mask keeps (every row without one) into the next
+    // column n, the kept rows first in their order: put(b, j, n); count[b] = the rows kept. (A
+    // masked key gets weight 0 in the pass: left out, it is not summed at all.)
+    template <size_t B, size_t M, class Put>
+    void keep_rows(const KeyMask<B, M>* keys, Put&& put) const {
+      for (size_t b = 0; b < B; ++b) {
+        std::uint32_t n = 0;
+        for (size_t j = 0; j < M; ++j)
+          if (keys == nullptr || (*keys)(b, j)) put(b, j, n++);
+        count[b] = n;
+      }
+    }
   };
   template <class T>
   static constexpr size_t memory_bytes(size_t batch, size_t width, size_t rows) {
@@ -199,10 +217,10 @@ struct Decoding {
   template <class T>
   MemoryPart<T> take_memory(size_t batch, size_t width, size_t rows) {
     STFORMER_CHECK(memory != nullptr, "Decoding: a pass over a memory that was not remembered (DecodeOf::start)");
-    T* kt = reinterpret_cast<T*>(memory + memory_taken);
-    auto* count = reinterpret_cast<std::uint32_t*>(memory + memory_taken + bytes<T>(batch, width, rows));
+    const MemoryPart<T> part{part_at<T>(memory + memory_taken, batch, width, rows),
+                             reinterpret_cast<std::uint32_t*>(memory + memory_taken + bytes<T>(batch, width, rows))};
     memory_taken += memory_bytes<T>(batch, width, rows);
-    return {{kt, kt + batch * width * keys(rows), keys(rows), width}, count};
+    return part;
   }
   template <class T>
   T* score_row() const {  // float or int32 [keys(length)]

@@ -254,18 +254,12 @@ struct QMultiHeadAttention {
     static_assert(!wide, "QMultiHeadAttention::remember: int8 keys and values");
     const auto kv = dec.take_memory<std::int8_t>(B, D, M);
     std::int8_t row[D];
-    for (size_t b = 0; b < B; ++b) {
-      std::uint32_t n = 0;
-      for (size_t j = 0; j < M; ++j) {
-        if (keys && !(*keys)(b, j)) continue;
-        wk.template apply<1>(xkv + (b * M + j) * Dkv, tile, row);
-        kv.put_key(b, n, row);
-        wv.template apply<1>(xkv + (b * M + j) * Dkv, tile, row);
-        kv.put_value(b, n, row);
-        ++n;
-      }
-      kv.count[b] = n;
-    }
+    kv.keep_rows(keys, [&](size_t b, size_t j, size_t n) {
+      wk.template apply<1>(xkv + (b * M + j) * Dkv, tile, row);
+      kv.put_key(b, n, row);
+      wv.template apply<1>(xkv + (b * M + j) * Dkv, tile, row);
+      kv.put_value(b, n, row);
+    });
   }
   // N query rows a sequence, x [B, N, D] (int8), against the memory remembered: residual
   // [B, N, D] += wo of the heads, the integers of forward_add's (a masked key's e = 0 there: left
